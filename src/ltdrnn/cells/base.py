@@ -1,0 +1,281 @@
+"""The contract every ltdrnn cell fulfils.
+
+Symbol legend (used in every docstring of the package):
+
+    T  time steps            B  batch size          d  input size (``input_size``)
+    H  hidden size           K  Euler steps         L  layers,  D  directions (1 or 2)
+
+A cell computes one step of a recurrence, ``h_t, state_t = f(x_t, state_{t-1})``. Shapes are
+time-major inside the package: sequences are ``(T, B, d)`` and outputs ``(T, B, H)``. The
+:class:`~ltdrnn.layers.Recurrent` layer turns batch-first user input into this form.
+
+State
+    ``init_state(B)`` returns the cell's state: a tensor, or a tuple of tensors, each with the batch
+    on its first axis (LSTM: ``(h, c)``; MIST: ``(history,)``; most cells: ``h``). The layer stacks the
+    states of its layers and directions on a new first axis, exactly as ``nn.LSTM`` does.
+
+The three stages of a forward pass
+    1. ``precompute(x)``: all work that does not depend on the state, done for every step at once
+       (input projections, SRNN's beta network). ``(T, B, d) -> P`` with ``T`` leading.
+    2. ``step(p_t, state) -> (h_t, state)``: the sequential part, on one time slice of ``P``.
+    3. ``scan(x, state, lengths) -> (outputs, final_state)``: the whole sequence. The default is
+       :meth:`scan_reference`, an obviously correct loop over ``step``. Cells with fast paths list
+       them in ``impls`` and override :meth:`scan_fast`; the attribute ``impl`` chooses one.
+
+Extra outputs
+    ``losses()`` returns named extra loss terms (TARNN's regulariser, SA-RNN's update budget), which
+    the trainer weights by its configuration; ``aux`` holds named per-step tensors of the last forward
+    pass (update masks, time constants), each ``(T, B, ...)``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+State = Union[Tensor, Tuple[Tensor, ...]]
+
+
+class Cell(nn.Module):
+    """Base class of every recurrent cell.
+
+    Subclasses implement ``init_state``, ``step`` and usually ``precompute``; fast cells add names to
+    ``impls`` and implement ``scan_fast``.
+
+    Attributes:
+        input_size (int): d.
+        hidden_size (int): H, the width of ``h_t``.
+        impls (tuple[str, ...]): implementations of ``scan``; the first is the reference.
+        impl (str): the implementation used by ``scan``; ``"auto"`` picks the cell's measured default.
+        aux (dict[str, Tensor]): per-step extras of the last forward pass, each ``(T, B, ...)``.
+        factory (dict): ``device`` and ``dtype`` for creating parameters, as torch.nn modules take them.
+    """
+
+    impls: Tuple[str, ...] = ("reference",)
+    default_impl: str = "reference"
+
+    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto",
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.impl = impl
+        self.aux: dict[str, Tensor] = {}
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"dtype: expected a floating torch.dtype or None, got {dtype!r}")
+        #: keyword arguments for creating parameters, as in torch.nn (``nn.Linear(..., **self.factory)``)
+        self.factory = {"device": device, "dtype": dtype}
+
+    # ---- implementation choice -------------------------------------------------------------
+    @property
+    def impl(self) -> str:
+        return self._impl
+
+    @impl.setter
+    def impl(self, value: str) -> None:
+        check_choice("impl", value, ("auto",) + tuple(self.impls))
+        self._impl = value
+
+    def resolved_impl(self, override: str | None = None) -> str:
+        """The implementation a call to ``scan`` uses: ``override``, else ``impl`` with auto resolved."""
+        name = self.impl if override is None else check_choice("impl", override, ("auto",) + tuple(self.impls))
+        return self.default_impl if name == "auto" else name
+
+    # ---- the contract ------------------------------------------------------------------------
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        """Zero state for ``batch_size`` sequences. Default: ``h = 0`` of shape ``(B, H)``."""
+        p = self._any_parameter()
+        return torch.zeros(batch_size, self.hidden_size,
+                           device=device if device is not None else p.device,
+                           dtype=dtype if dtype is not None else p.dtype)
+
+    def precompute(self, x: Tensor) -> Any:
+        """State-independent work for all steps: ``(T, B, d) -> P`` (T leading). Default: ``x``."""
+        return x
+
+    def step(self, p_t: Any, state: State) -> Tuple[Tensor, State]:
+        """One step on the time slice ``p_t`` of ``precompute(x)``: ``-> (h_t (B, H), state)``."""
+        raise NotImplementedError
+
+    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """One step from raw input, ``x_t (B, d)``: ``-> (h_t (B, H), state)``.
+
+        Equivalent to ``scan(x_t[None], state)`` with the output's time axis removed.
+        """
+        self.check_input(x_t, expected_dims=2, name="x_t")
+        if state is None:
+            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
+        outputs, state = self.scan(x_t.unsqueeze(0), state)
+        return outputs[0], state
+
+    def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
+             impl: str | None = None) -> Tuple[Tensor, State]:
+        """Run the cell over a sequence.
+
+        Args:
+            x: ``(T, B, d)``.
+            state: initial state (``init_state(B)`` if None).
+            lengths: ``(B,)`` int64 true lengths; steps ``t >= lengths[b]`` give zero outputs and the
+                final state of sequence ``b`` is the state after its step ``lengths[b] - 1``.
+            impl: overrides ``self.impl`` for this call.
+
+        Returns:
+            ``(outputs (T, B, H), final_state)``.
+        """
+        if state is None:
+            state = self.init_state(x.shape[1], x.device, x.dtype)
+        if self.resolved_impl(impl) == "reference":
+            return self.scan_reference(x, state, lengths)
+        return self.scan_fast(x, state, lengths, self.resolved_impl(impl))
+
+    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
+                       ) -> Tuple[Tensor, State]:
+        """The reference: ``for t: h_t, state = step(precompute(x)[t], state)``."""
+        return loop_scan(self, self.precompute(x), state, lengths)
+
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
+                  ) -> Tuple[Tensor, State]:
+        """A fast implementation named in ``impls``; cells with fast paths override this."""
+        raise NotImplementedError(f"{type(self).__name__} has no implementation {impl!r}")
+
+    def losses(self) -> dict[str, Tensor]:
+        """Named extra loss terms (unweighted) from the parameters or the last forward pass."""
+        return {}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Hook for schedules that follow the training epoch (SA-RNN's slope annealing)."""
+
+    # ---- helpers for subclasses ----------------------------------------------------------------
+    def check_input(self, x: Tensor, expected_dims: int, name: str = "x") -> None:
+        """Raise a clear error unless ``x`` is a floating tensor of ``expected_dims`` dims, last ``d``."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != expected_dims:
+            raise ValueError(f"{name}: expected {expected_dims} dimensions, got shape {tuple(x.shape)}")
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: expected last dimension input_size={self.input_size}, "
+                             f"got shape {tuple(x.shape)}")
+        p = self._any_parameter(required=False)
+        if not x.is_floating_point():
+            raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+        if p is not None and x.dtype != p.dtype:
+            raise TypeError(f"{name}: dtype {x.dtype} does not match the cell's parameters ({p.dtype}); "
+                            f"convert one of them, e.g. cell.to({x.dtype})")
+
+    def _any_parameter(self, required: bool = True) -> Tensor | None:
+        for p in self.parameters():
+            return p
+        for b in self.buffers():
+            return b
+        if required:
+            return torch.empty(0)
+        return None
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, impl={self.impl!r}"
+
+
+# ---- the reference loop ---------------------------------------------------------------------------
+def loop_scan(cell: Cell, p: Any, state: State, lengths: Tensor | None = None
+              ) -> Tuple[Tensor, State]:
+    """Run ``cell.step`` over the time slices of ``p`` (a tensor or tuple of tensors, T leading).
+
+    The loop unbinds the time axis once: indexing ``p[t]`` inside the loop on a tensor that needs a
+    gradient makes the backward pass quadratic in T.
+    """
+    slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+    recorder = FinalStateRecorder(lengths, len(slices))
+    outputs = []
+    for t, p_t in enumerate(slices):
+        h, state = cell.step(p_t, state)
+        outputs.append(h)
+        recorder.offer(t + 1, state)
+    return mask_outputs(torch.stack(outputs), lengths), recorder.final(state)
+
+
+class FinalStateRecorder:
+    """Keeps, for each sequence, the state after its last true step (``lengths[b]``).
+
+    Only the distinct lengths trigger a copy, so the cost is one ``where`` per distinct length rather
+    than per step; steps past a sequence's end still run (their outputs are masked to zero).
+    """
+
+    def __init__(self, lengths: Tensor | None, total_steps: int) -> None:
+        self.lengths = lengths
+        self.total_steps = total_steps
+        self.ends = set() if lengths is None else set(int(v) for v in lengths.unique().tolist())
+        self.ends.discard(total_steps)
+        self.kept: State | None = None
+
+    def offer(self, t: int, state: State) -> None:
+        if t not in self.ends:
+            return
+        chosen = self.lengths == t
+        if self.kept is None:
+            self.kept = state
+        self.kept = select_state(chosen, state, self.kept)
+
+    def final(self, state: State) -> State:
+        if self.lengths is None or self.kept is None:
+            return state
+        return select_state(self.lengths == self.total_steps, state, self.kept)
+
+
+def select_state(chosen: Tensor, a: State, b: State) -> State:
+    """Per-sequence choice between two states: ``a[i]`` where ``chosen[i]`` else ``b[i]``."""
+    if isinstance(a, Tensor):
+        mask = chosen.view(-1, *([1] * (a.dim() - 1)))
+        return torch.where(mask, a, b)
+    return tuple(select_state(chosen, x, y) for x, y in zip(a, b))
+
+
+def mask_outputs(outputs: Tensor, lengths: Tensor | None) -> Tensor:
+    """Zero the outputs ``(T, B, ...)`` at steps ``t >= lengths[b]`` (like a PackedSequence round trip)."""
+    if lengths is None:
+        return outputs
+    steps = torch.arange(outputs.shape[0], device=outputs.device).unsqueeze(1)
+    valid = (steps < lengths.to(outputs.device).unsqueeze(0))
+    return outputs * valid.view(*valid.shape, *([1] * (outputs.dim() - 2))).to(outputs.dtype)
+
+
+def map_state(fn, state: State) -> State:
+    """Apply ``fn`` to every tensor of a state."""
+    if isinstance(state, Tensor):
+        return fn(state)
+    return tuple(map_state(fn, s) for s in state)
+
+
+# ---- validation ----------------------------------------------------------------------------------
+def check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return value
+
+
+def check_nonnegative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def check_positive_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+
+
+def activation(name: str, parameter: str = "activation"):
+    """The elementwise function called ``name`` (relu, tanh, sigmoid)."""
+    return ACTIVATIONS[check_choice(parameter, name, tuple(ACTIVATIONS))]

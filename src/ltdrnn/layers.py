@@ -1,0 +1,255 @@
+"""``Recurrent``: any registered cell as a drop-in for ``nn.LSTM``.
+
+Shapes use the legend of :mod:`ltdrnn.cells.base`. With ``batch_first=True`` (the default) the input
+is ``(B, T, d)`` and the output ``(B, T, D*H)``; the final state stacks the ``L*D`` layer/direction
+states on a new first axis, ordered like ``nn.LSTM`` (layer 0 forward, layer 0 backward, layer 1 ...).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Sequence, Tuple, Type, Union
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from .cells.base import Cell, State, check_nonnegative_int, check_positive_int, map_state
+from .cells.registry import build
+
+CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
+
+
+class Recurrent(nn.Module):
+    """A stack of recurrent layers built from one cell type.
+
+    Args:
+        cell: a registry name (``"tarnn"``), a Cell subclass, or a factory
+            ``(input_size, hidden_size, **options) -> Cell``.
+        input_size: d.
+        hidden_size: H of every layer.
+        num_layers: L, layers stacked on each other's outputs.
+        dropout: dropout probability on the outputs of every layer but the last (training only).
+        bidirectional: add a second direction per layer that reads each sequence backwards
+            (within its true length).
+        batch_first: input and output are ``(B, T, ...)`` when True, ``(T, B, ...)`` when False.
+        **cell_options: passed to every cell's constructor (e.g. ``K=5``, ``impl="reference"``).
+
+    ``forward(input, state=None, lengths=None) -> (output, final_state)``:
+        input: ``(B, T, d)`` / ``(T, B, d)``, unbatched ``(T, d)``, or a PackedSequence.
+        state: the stacked initial state (as returned), or None for zeros.
+        lengths: ``(B,)`` true lengths of padded input (not with a PackedSequence).
+        output: ``(B, T, D*H)`` (zero past each sequence's length), or a PackedSequence if the input was.
+        final_state: each tensor ``(L*D, B, ...)``, taken at each sequence's true length.
+
+    ``step(x_t, state=None) -> (y_t, state)`` runs one time step for streaming (unidirectional only);
+    calling it T times equals one ``forward`` over the T steps.
+    """
+
+    def __init__(self, cell: CellSpec, input_size: int, hidden_size: int, num_layers: int = 1,
+                 dropout: float = 0.0, bidirectional: bool = False, batch_first: bool = True,
+                 **cell_options: Any) -> None:
+        super().__init__()
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+        if not isinstance(bidirectional, bool):
+            raise TypeError(f"bidirectional: expected a bool, got {bidirectional!r}")
+        self.dropout = float(dropout)
+        self.bidirectional = bidirectional
+        self.batch_first = bool(batch_first)
+        self.num_directions = 2 if bidirectional else 1
+        factory = _cell_factory(cell)
+        self.cells = nn.ModuleList(
+            factory(input_size if layer == 0 else hidden_size * self.num_directions, hidden_size,
+                    **cell_options)
+            for layer in range(num_layers) for _ in range(self.num_directions))
+        self.cell_name = cell if isinstance(cell, str) else type(self.cells[0]).__name__
+        self.between_layers = nn.Dropout(self.dropout)
+
+    # ---- public API ------------------------------------------------------------------------------
+    def forward(self, input: Union[Tensor, PackedSequence], state: State | None = None,
+                lengths: Tensor | None = None):
+        packed = isinstance(input, PackedSequence)
+        if packed:
+            if lengths is not None:
+                raise ValueError("lengths: must be None when the input is a PackedSequence "
+                                 "(the lengths are inside it)")
+            x, lengths = pad_packed_sequence(input, batch_first=False)
+            unbatched = False
+        else:
+            x, unbatched = self._time_major(input)
+        batch, steps = x.shape[1], x.shape[0]
+        lengths = self._check_lengths(lengths, batch, steps, x.device)
+        states = self._split_state(state, batch, x, unbatched)
+
+        finals: List[State] = []
+        for layer in range(self.num_layers):
+            if layer > 0:
+                x = self.between_layers(x)
+            outs = []
+            for direction in range(self.num_directions):
+                index = layer * self.num_directions + direction
+                out, final = self._run_direction(self.cells[index], x, states[index], lengths,
+                                                 reverse=direction == 1)
+                outs.append(out)
+                finals.append(final)
+            x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+        final_state = _stack_states(finals)
+        if packed:
+            return pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False), final_state
+        if unbatched:
+            return x.squeeze(1), map_state(lambda s: s.squeeze(1), final_state)
+        return (x.transpose(0, 1) if self.batch_first else x), final_state
+
+    def step(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """One streaming step: ``x_t (B, d)`` or ``(d,)`` -> ``(y_t (B, H), state)``."""
+        if self.bidirectional:
+            raise ValueError("step: a bidirectional layer cannot stream (its backward direction needs "
+                             "the whole sequence); use forward")
+        if not isinstance(x_t, Tensor) or x_t.dim() not in (1, 2):
+            raise ValueError(f"x_t: expected a tensor of shape (B, {self.input_size}) or "
+                             f"({self.input_size},), got {_describe(x_t)}")
+        output, state = self.forward(x_t.unsqueeze(-2) if self.batch_first or x_t.dim() == 1
+                                     else x_t.unsqueeze(0), state)
+        return (output.squeeze(-2) if self.batch_first or x_t.dim() == 1 else output.squeeze(0)), state
+
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        """The stacked zero state for ``batch_size`` sequences (each tensor ``(L*D, B, ...)``)."""
+        return _stack_states([c.init_state(batch_size, device, dtype) for c in self.cells])
+
+    def losses(self) -> dict[str, Tensor]:
+        """Every cell's named extra loss terms, summed over layers and directions."""
+        total: dict[str, Tensor] = {}
+        for cell in self.cells:
+            for name, value in cell.losses().items():
+                total[name] = total[name] + value if name in total else value
+        return total
+
+    @property
+    def aux(self) -> List[dict]:
+        """Per layer and direction (nn.LSTM order), the cell's ``aux`` of the last forward pass."""
+        return [cell.aux for cell in self.cells]
+
+    def set_epoch(self, epoch: int) -> None:
+        for cell in self.cells:
+            cell.set_epoch(epoch)
+
+    def extra_repr(self) -> str:
+        return (f"{self.cell_name!r}, {self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+                f"dropout={self.dropout}, bidirectional={self.bidirectional}, batch_first={self.batch_first}")
+
+    # ---- internals -------------------------------------------------------------------------------
+    def _run_direction(self, cell: Cell, x: Tensor, state: State, lengths: Tensor | None,
+                       reverse: bool) -> Tuple[Tensor, State]:
+        if not reverse:
+            return cell.scan(x, state, lengths)
+        order = _reversal_index(x.shape[0], x.shape[1], lengths, x.device)
+        out, final = cell.scan(_gather_time(x, order), state, lengths)
+        return _gather_time(out, order), final
+
+    def _time_major(self, input: Tensor) -> Tuple[Tensor, bool]:
+        if not isinstance(input, Tensor):
+            raise TypeError(f"input: expected a Tensor or PackedSequence, got {type(input).__name__}")
+        if input.dim() == 2:
+            x = input.unsqueeze(1)
+            unbatched = True
+        elif input.dim() == 3:
+            x = input.transpose(0, 1) if self.batch_first else input
+            unbatched = False
+        else:
+            layout = "(B, T, d)" if self.batch_first else "(T, B, d)"
+            raise ValueError(f"input: expected {layout} or unbatched (T, d) with d={self.input_size}, "
+                             f"got shape {tuple(input.shape)}")
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"input: expected last dimension input_size={self.input_size}, "
+                             f"got shape {tuple(input.shape)}")
+        if x.shape[0] == 0:
+            raise ValueError("input: expected at least one time step, got an empty sequence")
+        if not x.is_floating_point():
+            raise TypeError(f"input: expected a floating-point tensor, got dtype {x.dtype}")
+        dtype = next(self.parameters()).dtype if any(True for _ in self.parameters()) else x.dtype
+        if x.dtype != dtype:
+            raise TypeError(f"input: dtype {x.dtype} does not match the layer's parameters ({dtype}); "
+                            f"convert one of them, e.g. layer.to({x.dtype})")
+        return x, unbatched
+
+    @staticmethod
+    def _check_lengths(lengths: Tensor | None, batch: int, steps: int, device) -> Tensor | None:
+        if lengths is None:
+            return None
+        if isinstance(lengths, (list, tuple)):
+            lengths = torch.as_tensor(lengths)
+        if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.shape[0] != batch \
+                or lengths.is_floating_point() or lengths.is_complex():
+            raise ValueError(f"lengths: expected an integer tensor of shape ({batch},), got {_describe(lengths)}")
+        if len(lengths) and (int(lengths.min()) < 1 or int(lengths.max()) > steps):
+            raise ValueError(f"lengths: expected values in [1, {steps}] (the padded length), got "
+                             f"min {int(lengths.min())}, max {int(lengths.max())}")
+        return lengths.to(device=device, dtype=torch.long)
+
+    def _split_state(self, state: State | None, batch: int, x: Tensor, unbatched: bool) -> List[State]:
+        count = len(self.cells)
+        if state is None:
+            return [c.init_state(batch, x.device, x.dtype) for c in self.cells]
+        if unbatched:
+            state = map_state(lambda s: s.unsqueeze(1), state)
+        expected = _stack_states([c.init_state(batch, x.device, x.dtype) for c in self.cells])
+        _check_state_like(state, expected)
+        if isinstance(state, Tensor):
+            return list(state.unbind(0))
+        return [tuple(part[i] for part in state) for i in range(count)]
+
+
+def _cell_factory(cell: CellSpec) -> Callable[..., Cell]:
+    if isinstance(cell, str):
+        return lambda input_size, hidden_size, **options: build(cell, input_size, hidden_size, **options)
+    if isinstance(cell, Cell):
+        raise TypeError("cell: expected a registry name, a Cell subclass or a factory, got a Cell instance "
+                        "(a layer builds one cell per layer and direction)")
+    if callable(cell):
+        return cell
+    raise TypeError(f"cell: expected a registry name, a Cell subclass or a factory, got {cell!r}")
+
+
+def _stack_states(states: Sequence[State]) -> State:
+    first = states[0]
+    if isinstance(first, Tensor):
+        return torch.stack(list(states))
+    return tuple(torch.stack([s[i] for s in states]) for i in range(len(first)))
+
+
+def _check_state_like(given: State, expected: State, path: str = "state") -> None:
+    if isinstance(expected, Tensor):
+        if not isinstance(given, Tensor) or given.shape != expected.shape:
+            raise ValueError(f"{path}: expected a tensor of shape {tuple(expected.shape)} "
+                             f"(layers*directions, batch, ...), got {_describe(given)}")
+        if given.dtype != expected.dtype:
+            raise TypeError(f"{path}: expected dtype {expected.dtype}, got {given.dtype}")
+        return
+    if not isinstance(given, (tuple, list)) or len(given) != len(expected):
+        raise ValueError(f"{path}: expected a tuple of {len(expected)} tensors, got {_describe(given)}")
+    for i, (g, e) in enumerate(zip(given, expected)):
+        _check_state_like(g, e, f"{path}[{i}]")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return repr(value)
+
+
+def _reversal_index(steps: int, batch: int, lengths: Tensor | None, device) -> Tensor:
+    """``(T, B)`` time index that reverses each sequence within its length and keeps padding in place."""
+    t = torch.arange(steps, device=device).unsqueeze(1).expand(steps, batch)
+    if lengths is None:
+        return steps - 1 - t
+    reversed_t = lengths.unsqueeze(0) - 1 - t
+    return torch.where(reversed_t >= 0, reversed_t, t)
+
+
+def _gather_time(x: Tensor, order: Tensor) -> Tensor:
+    return x.gather(0, order.view(*order.shape, *([1] * (x.dim() - 2))).expand_as(x))
