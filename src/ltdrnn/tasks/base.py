@@ -81,6 +81,9 @@ class Task:
             cache[split] = self.build_split(split)
         return cache[split]
 
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the trainer before each training epoch; tasks that redraw data override it."""
+
     def collate(self, items: List[tuple]) -> Batch:
         """Stack equal-length items; pad unequal ones with zeros and return their lengths."""
         xs, ys = zip(*items)

@@ -1,0 +1,129 @@
+"""HAR-2: UCI Human Activity Recognition, raw inertial signals, 6 activities merged into 2 (iRNN/TARNN).
+
+Source: the "UCI HAR Dataset" folder (or its zip, ``UCI HAR Dataset.zip``) under ``<data_dir>/har``
+or ``<data_dir>``: ``{train,test}/Inertial Signals/<signal>_{train,test}.txt`` for the nine signals
+``body_acc_{x,y,z}``, ``body_gyro_{x,y,z}``, ``total_acc_{x,y,z}`` (each line 128 numbers), plus
+``y_{train,test}.txt`` (activity 1..6) and ``subject_{train,test}.txt``.
+
+Classes (iRNN appendix): {Sitting, Laying, Walking_Upstairs} vs {Standing, Walking,
+Walking_Downstairs}. With UCI's codes 1 Walking, 2 Upstairs, 3 Downstairs, 4 Sitting, 5 Standing,
+6 Laying, the first group is exactly the even codes: label = 1 for codes 2, 4, 6, else 0.
+Validation: the windows of ``val_subjects`` training subjects (default 3 of 21, as the EdgeML
+HAR preprocessing behind FastGRNN/iRNN: int(0.1 * 21 + 1); drawn with
+``split_seed``), so overlapping windows of one person never straddle train and validation.
+Normalisation: each of the 9 channels to zero mean, unit variance with training-split statistics.
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..data import ArrayDataset, DataFileError, DataNotFoundError, majority_accuracy
+from ..data import data_dir as resolve_data_dir
+from .base import Task, TaskInfo, register_task
+
+SIGNALS = [f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in "xyz"]
+FOLDER = "UCI HAR Dataset"
+STEPS = 128
+HOW_TO_GET = ("Get 'UCI HAR Dataset.zip' from https://archive.ics.uci.edu/dataset/240 and put the zip or "
+              "the extracted 'UCI HAR Dataset' folder in <data_dir>/har/.")
+
+
+def two_class_label(activity: np.ndarray) -> np.ndarray:
+    """Sitting (4), Laying (6), Walking_Upstairs (2) -> 1; Standing, Walking, Walking_Downstairs -> 0."""
+    return (activity % 2 == 0).astype(np.int64)
+
+
+def _opener(root: Path) -> Callable[[str], bytes]:
+    """Read ``relative path`` inside the HAR folder, from the extracted tree or the zip."""
+    for place in (root / "har", root):
+        if (place / FOLDER).is_dir():
+            base = place / FOLDER
+            return lambda rel: (base / rel).read_bytes()
+    for place in (root / "har", root):
+        archive = place / f"{FOLDER}.zip"
+        if archive.exists():
+            try:
+                handle = zipfile.ZipFile(archive)
+            except zipfile.BadZipFile as error:
+                raise DataFileError(f"{archive}: not a readable zip ({error}). {HOW_TO_GET}") from error
+            names = {n.split(FOLDER + "/", 1)[-1]: n for n in handle.namelist() if FOLDER + "/" in n}
+            return lambda rel: handle.read(names[rel]) if rel in names else _absent(archive, rel)
+    raise DataNotFoundError(f"HAR: neither '{FOLDER}/' nor '{FOLDER}.zip' found in {root / 'har'} or "
+                            f"{root}. {HOW_TO_GET}")
+
+
+def _absent(archive: Path, rel: str) -> bytes:
+    raise DataFileError(f"{archive}: lacks {FOLDER}/{rel}. {HOW_TO_GET}")
+
+
+def _numbers(raw: bytes, name: str, columns: Optional[int]) -> np.ndarray:
+    try:
+        rows = [np.array(line.split(), dtype=np.float32) for line in raw.decode().splitlines() if line.strip()]
+    except (ValueError, UnicodeDecodeError) as error:
+        raise DataFileError(f"{name}: expected whitespace-separated numbers ({error}). {HOW_TO_GET}") from error
+    widths = {len(r) for r in rows}
+    expected = {columns} if columns else {1}
+    if widths != expected:
+        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, got widths {sorted(widths)} "
+                            f"(truncated file?). {HOW_TO_GET}")
+    return np.stack(rows)
+
+
+def read_har_part(read: Callable[[str], bytes], part: str) -> Dict[str, np.ndarray]:
+    """``x (n, 128, 9) float32``, ``activity (n,)`` 1..6 and ``subject (n,)`` of ``part``."""
+    def load(rel, columns=None):
+        try:
+            raw = read(rel)
+        except FileNotFoundError as error:
+            raise DataNotFoundError(f"HAR: {rel} is missing ({error}). {HOW_TO_GET}") from error
+        return _numbers(raw, rel, columns)
+    signals = [load(f"{part}/Inertial Signals/{s}_{part}.txt", STEPS) for s in SIGNALS]
+    activity = load(f"{part}/y_{part}.txt")[:, 0].astype(np.int64)
+    subject = load(f"{part}/subject_{part}.txt")[:, 0].astype(np.int64)
+    counts = {len(s) for s in signals} | {len(activity), len(subject)}
+    if len(counts) != 1:
+        raise DataFileError(f"HAR {part}: signal, label and subject files disagree on the number of "
+                            f"windows ({sorted(counts)}). {HOW_TO_GET}")
+    if not set(np.unique(activity)) <= set(range(1, 7)):
+        raise DataFileError(f"HAR {part}: y_{part}.txt must hold activity codes 1..6")
+    return {"x": np.stack(signals, axis=-1), "activity": activity, "subject": subject}
+
+
+@register_task("har2")
+class Har2Task(Task):
+    """x ``(128, 9)`` float; y ``()`` in {0, 1} (see the module docstring for the merge)."""
+
+    def __init__(self, data_dir: Optional[str] = None, val_subjects: int = 3, split_seed: int = 0,
+                 normalize: str = "dataset"):
+        if normalize not in ("dataset", "none"):
+            raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+        read = _opener(resolve_data_dir(data_dir))
+        train, test = read_har_part(read, "train"), read_har_part(read, "test")
+        subjects = np.unique(train["subject"])
+        if not 0 <= val_subjects < len(subjects):
+            raise ValueError(f"val_subjects: expected 0..{len(subjects) - 1}, got {val_subjects}")
+        held_out = np.random.default_rng(split_seed).choice(subjects, val_subjects, replace=False)
+        is_val = np.isin(train["subject"], held_out)
+        parts = {"train": (train["x"][~is_val], train["activity"][~is_val]),
+                 "val": (train["x"][is_val], train["activity"][is_val]),
+                 "test": (test["x"], test["activity"])}
+        fit = parts["train"][0].reshape(-1, len(SIGNALS))
+        self.mean, self.std = ((fit.mean(0), fit.std(0)) if normalize == "dataset"
+                               else (np.zeros(len(SIGNALS)), np.ones(len(SIGNALS))))
+        self.splits = {k: (((x - self.mean) / self.std).astype(np.float32), two_class_label(a))
+                       for k, (x, a) in parts.items()}
+        self.info = TaskInfo(name="har2", input_size=len(SIGNALS), output_size=2, loss="cross_entropy",
+                             target="terminal", metric="accuracy", higher_is_better=True,
+                             baseline=majority_accuracy(self.splits["train"][1]),
+                             baseline_note="majority class of the training split", seq_len=STEPS,
+                             extra={"signals": SIGNALS, "val_subjects": sorted(held_out.tolist())})
+
+    def build_split(self, split: str) -> Dataset:
+        x, y = self.splits[split]
+        return ArrayDataset(x, y, lambda row, index: torch.from_numpy(row))

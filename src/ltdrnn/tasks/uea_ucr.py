@@ -1,0 +1,187 @@
+"""UCR / UEA time-series classification archives, read from their ``.ts`` files.
+
+``build_task("uea_ucr", dataset="GunPoint")`` (aliases ``"ucr"``, ``"uea"``). Files
+``<Name>_TRAIN.ts`` and ``<Name>_TEST.ts`` are looked up in ``path`` if given, else in
+``<data_dir>/ucr_uea/<Name>/``, ``<data_dir>/<Name>/``, and finally in the folder of sets that
+ship inside the aeon package (``aeon/datasets/data/<Name>/``: e.g. GunPoint, ArrowHead,
+ItalyPowerDemand, OSULeaf, BasicMotions, JapaneseVowels, ACSF1); nothing is downloaded.
+
+Splits: the official TEST file is the test split; the validation split is a stratified
+``val_fraction`` (default 0.2) of the official TRAIN file, drawn with ``split_seed``; the rest trains.
+Missing values (``?`` / NaN) become 0 after optional per-series z-normalisation (``znorm=True``:
+each dimension of each series to zero mean, unit variance over its observed steps).
+Unequal-length sets yield items of their own length; ``collate`` pads and returns the lengths.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..data import DataFileError, DataNotFoundError, majority_accuracy, stratified_split
+from ..data import data_dir as resolve_data_dir
+from .base import Task, TaskInfo, register_task
+
+HOW_TO_GET = ("UCR/UEA sets are at https://www.timeseriesclassification.com (download the .ts version) "
+              "and go in <data_dir>/ucr_uea/<Name>/<Name>_TRAIN.ts and <Name>_TEST.ts.")
+
+
+@dataclass
+class TsFile:
+    """A parsed ``.ts`` file: ``series[i]`` is float32 ``(T_i, d)``; ``labels`` index ``class_names``."""
+    series: List[np.ndarray]
+    labels: np.ndarray
+    class_names: List[str]
+    header: Dict[str, str] = field(default_factory=dict)
+
+
+def _parse_dimension(text: str, path: Path, line_no: int) -> np.ndarray:
+    if "(" in text:
+        raise DataFileError(f"{path}:{line_no}: time-stamped series '(t,v)' are not supported; "
+                            "expected comma-separated values")
+    try:
+        return np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")],
+                        dtype=np.float32)
+    except ValueError as error:
+        raise DataFileError(f"{path}:{line_no}: expected comma-separated numbers, got {text[:40]!r}") from error
+
+
+def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
+    """Parse a classification ``.ts`` file (univariate or multivariate, equal or unequal length).
+
+    Header lines start with ``@`` (``@problemName``, ``@univariate``, ``@dimensions``,
+    ``@equalLength``, ``@seriesLength``, ``@classLabel true <names>``, ``@data``); ``#`` lines are
+    comments. After ``@data`` each line holds the dimensions separated by ``:`` and then the class.
+    ``class_names`` fixes the label order (pass the TRAIN file's when reading TEST).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as error:
+        raise DataFileError(f"{path}: not a text .ts file ({error}). {HOW_TO_GET}") from error
+    header: Dict[str, str] = {}
+    series, raw_labels = [], []
+    in_data = False
+    for line_no, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not in_data:
+            if not line.startswith("@"):
+                raise DataFileError(f"{path}:{line_no}: expected a '@' header line before @data, got "
+                                    f"{line[:40]!r}. {HOW_TO_GET}")
+            key, _, value = line[1:].partition(" ")
+            header[key.lower()] = value.strip()
+            in_data = key.lower() == "data"
+            continue
+        *dims, label = line.split(":")
+        if not dims:
+            raise DataFileError(f"{path}:{line_no}: expected '<values>[:<values>...]:<class>', got "
+                                f"{line[:40]!r}")
+        columns = [_parse_dimension(d, path, line_no) for d in dims]
+        length = max(len(c) for c in columns)
+        stacked = np.full((length, len(columns)), np.nan, dtype=np.float32)
+        for j, column in enumerate(columns):
+            stacked[:len(column), j] = column
+        series.append(stacked)
+        raw_labels.append(label.strip())
+    if not in_data:
+        raise DataFileError(f"{path}: no @data line; not a .ts file. {HOW_TO_GET}")
+    class_spec = header.get("classlabel", "").split()
+    if not class_spec or class_spec[0].lower() != "true":
+        raise DataFileError(f"{path}: expected '@classLabel true <classes>' (a classification set), got "
+                            f"{header.get('classlabel')!r}")
+    names = class_names if class_names is not None else class_spec[1:]
+    unknown = sorted(set(raw_labels) - set(names))
+    if unknown:
+        raise DataFileError(f"{path}: labels {unknown[:5]} are not among the declared classes {names}")
+    dims = {s.shape[1] for s in series}
+    if len(dims) > 1:
+        raise DataFileError(f"{path}: series have different numbers of dimensions {sorted(dims)}")
+    if "dimensions" in header and series and int(header["dimensions"]) != dims.pop():
+        raise DataFileError(f"{path}: @dimensions says {header['dimensions']} but the data has "
+                            f"{series[0].shape[1]}")
+    if header.get("equallength", "").lower() == "true" and len({len(s) for s in series}) > 1:
+        raise DataFileError(f"{path}: @equalLength true but the series lengths differ")
+    lookup = {name: i for i, name in enumerate(names)}
+    return TsFile(series, np.array([lookup[v] for v in raw_labels], dtype=np.int64), list(names), header)
+
+
+def aeon_data_dir() -> Optional[Path]:
+    """The folder of datasets shipped in the aeon package, found without importing aeon."""
+    spec = importlib.util.find_spec("aeon")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data"
+    return folder if folder.is_dir() else None
+
+
+def find_ts_pair(name: str, path: Optional[str] = None, data_dir: Optional[str] = None) -> Dict[str, Path]:
+    """``{"train": ..., "test": ...}`` paths of the named set, searching the documented places."""
+    root = resolve_data_dir(data_dir)
+    places = [Path(path)] if path is not None else [root / "ucr_uea" / name, root / name]
+    if path is None and (aeon := aeon_data_dir()) is not None:
+        places.append(aeon / name)
+    for place in places:
+        train, test = place / f"{name}_TRAIN.ts", place / f"{name}_TEST.ts"
+        if train.exists() and test.exists():
+            return {"train": train, "test": test}
+    raise DataNotFoundError(f"UCR/UEA set {name!r}: {name}_TRAIN.ts and {name}_TEST.ts not found in "
+                            f"{', '.join(str(p) for p in places)}. {HOW_TO_GET}")
+
+
+def znormalise(series: np.ndarray) -> np.ndarray:
+    mean = np.nanmean(series, axis=0, keepdims=True)
+    std = np.nanstd(series, axis=0, keepdims=True)
+    return (series - mean) / np.where(std > 1e-8, std, 1.0)
+
+
+class SeriesDataset(Dataset):
+    def __init__(self, series: List[np.ndarray], labels: np.ndarray):
+        self.series, self.labels = series, labels
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+    def __getitem__(self, index: int):
+        return torch.from_numpy(self.series[index]), torch.tensor(int(self.labels[index]))
+
+
+class UeaUcrTask(Task):
+    """x ``(T_i, d)`` float; y ``()`` class index (classes in the file's ``@classLabel`` order)."""
+
+    def __init__(self, dataset: str = "GunPoint", path: Optional[str] = None, data_dir: Optional[str] = None,
+                 val_fraction: float = 0.2, split_seed: int = 0, znorm: bool = False):
+        if not 0 <= val_fraction < 1:
+            raise ValueError(f"val_fraction: expected a value in [0, 1), got {val_fraction}")
+        files = find_ts_pair(dataset, path, data_dir)
+        train = read_ts(files["train"])
+        test = read_ts(files["test"], class_names=train.class_names)
+        prepare = (lambda s: np.nan_to_num(znormalise(s) if znorm else s, nan=0.0).astype(np.float32))
+        train_series = [prepare(s) for s in train.series]
+        test_series = [prepare(s) for s in test.series]
+        fit, val = stratified_split(train.labels, (1 - val_fraction, val_fraction), split_seed)
+        self.splits = {"train": ([train_series[i] for i in fit], train.labels[fit]),
+                       "val": ([train_series[i] for i in val], train.labels[val]),
+                       "test": (test_series, test.labels)}
+        lengths = {len(s) for s in train_series + test_series}
+        self.info = TaskInfo(
+            name="uea_ucr", input_size=train_series[0].shape[1], output_size=len(train.class_names),
+            loss="cross_entropy", target="terminal", metric="accuracy", higher_is_better=True,
+            baseline=majority_accuracy(self.splits["train"][1]),
+            baseline_note="majority class of the training split",
+            seq_len=lengths.pop() if len(lengths) == 1 else None,
+            extra={"dataset": dataset, "classes": train.class_names, "znorm": znorm,
+                   "val_fraction": val_fraction, "files": {k: str(v) for k, v in files.items()}})
+
+    def build_split(self, split: str) -> Dataset:
+        return SeriesDataset(*self.splits[split])
+
+
+for _name in ("uea_ucr", "ucr", "uea"):
+    register_task(_name)(UeaUcrTask)

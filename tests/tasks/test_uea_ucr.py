@@ -1,0 +1,103 @@
+"""The .ts reader on files written here, the task's splits, and the sets shipped inside aeon."""
+import numpy as np
+import pytest
+import torch
+
+from ltdrnn.data import DataFileError, DataNotFoundError
+from ltdrnn.tasks import build_task
+from ltdrnn.tasks.uea_ucr import read_ts
+
+HEADER = """# a comment line
+@problemName {name}
+@timeStamps false
+@missing {missing}
+@univariate {uni}
+@dimensions {dims}
+@equalLength {equal}
+@classLabel true a b c
+@data
+"""
+
+
+def write_ts(path, rows, dims=1, equal=True, missing=False, name="Toy"):
+    text = HEADER.format(name=name, missing=str(missing).lower(), uni=str(dims == 1).lower(), dims=dims,
+                         equal=str(equal).lower())
+    lines = [":".join(",".join(str(v) for v in dim) for dim in series) + f":{label}" for series, label in rows]
+    path.write_text(text + "\n".join(lines) + "\n")
+
+
+def toy_rows(n, dims, rng, lengths=None):
+    labels = ["a", "b", "c"]
+    out = []
+    for i in range(n):
+        length = lengths[i % len(lengths)] if lengths else 6
+        out.append(([rng.normal(size=length).round(4).tolist() for _ in range(dims)], labels[i % 3]))
+    return out
+
+
+def test_reader_multivariate_unequal_length_and_missing(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = toy_rows(5, 2, rng, lengths=[3, 7])
+    rows[1][0][0][2] = "?"
+    write_ts(tmp_path / "x.ts", rows, dims=2, equal=False, missing=True)
+    parsed = read_ts(tmp_path / "x.ts")
+    assert parsed.class_names == ["a", "b", "c"] and parsed.labels.tolist() == [0, 1, 2, 0, 1]
+    assert [s.shape for s in parsed.series] == [(3, 2), (7, 2), (3, 2), (7, 2), (3, 2)]
+    np.testing.assert_allclose(parsed.series[0][:, 1], rows[0][0][1], rtol=1e-6)
+    assert np.isnan(parsed.series[1][2, 0])
+
+
+def test_reader_rejects_bad_files(tmp_path):
+    (tmp_path / "plain.ts").write_text("1,2,3:a\n")
+    with pytest.raises(DataFileError, match=r"plain.ts:1: expected a '@' header"):
+        read_ts(tmp_path / "plain.ts")
+    (tmp_path / "nodata.ts").write_text("@problemName X\n@classLabel true a\n")
+    with pytest.raises(DataFileError, match="no @data"):
+        read_ts(tmp_path / "nodata.ts")
+    write_ts(tmp_path / "bad.ts", [([[1.0, "x"]], "a")])
+    with pytest.raises(DataFileError, match=r"bad.ts:\d+: expected comma-separated numbers"):
+        read_ts(tmp_path / "bad.ts")
+    write_ts(tmp_path / "label.ts", [([[1.0, 2.0]], "zzz")])
+    with pytest.raises(DataFileError, match="not among the declared classes"):
+        read_ts(tmp_path / "label.ts")
+    write_ts(tmp_path / "uneq.ts", [([[1.0, 2.0]], "a"), ([[1.0]], "b")], equal=True)
+    with pytest.raises(DataFileError, match="equalLength"):
+        read_ts(tmp_path / "uneq.ts")
+
+
+def test_task_splits_znorm_and_padding(tmp_path):
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "ucr_uea" / "Toy"
+    folder.mkdir(parents=True)
+    write_ts(folder / "Toy_TRAIN.ts", toy_rows(30, 2, rng, lengths=[4, 9]), dims=2, equal=False)
+    write_ts(folder / "Toy_TEST.ts", toy_rows(9, 2, rng, lengths=[5]), dims=2, equal=False)
+    task = build_task("ucr", dataset="Toy", data_dir=str(tmp_path), val_fraction=0.2, znorm=True)
+    assert [len(task.dataset(s)) for s in ("train", "val", "test")] == [24, 6, 9]
+    assert task.info.input_size == 2 and task.info.output_size == 3 and task.info.seq_len is None
+    val_labels = [int(task.dataset("val")[i][1]) for i in range(6)]
+    assert sorted(val_labels) == [0, 0, 1, 1, 2, 2]  # stratified
+    x, _ = task.dataset("train")[0]
+    np.testing.assert_allclose(x.mean(0).numpy(), 0, atol=1e-5)
+    np.testing.assert_allclose(x.std(0, unbiased=False).numpy(), 1, atol=1e-4)
+    batch = task.collate([task.dataset("train")[i] for i in range(4)])
+    assert batch.lengths is not None and batch.x.shape == (4, int(batch.lengths.max()), 2)
+    for row, length in zip(batch.x, batch.lengths):
+        assert bool((row[length:] == 0).all())
+    assert task.info.baseline == pytest.approx(8 / 24)
+
+
+def test_missing_set_names_places_searched(tmp_path):
+    with pytest.raises(DataNotFoundError, match="NoSuchSet_TRAIN.ts"):
+        build_task("ucr", dataset="NoSuchSet", data_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("name, dims, classes, length", [("GunPoint", 1, 2, 150),
+                                                         ("BasicMotions", 6, 4, 100),
+                                                         ("JapaneseVowels", 12, 9, None)])
+def test_sets_shipped_in_aeon_load_offline(name, dims, classes, length):
+    pytest.importorskip("aeon", reason="aeon is not installed")
+    task = build_task("uea", dataset=name)
+    assert (task.info.input_size, task.info.output_size, task.info.seq_len) == (dims, classes, length)
+    assert "aeon" in task.info.extra["files"]["train"]
+    x, y = task.dataset("test")[0]
+    assert x.shape[1] == dims and 0 <= int(y) < classes and torch.isfinite(x).all()
