@@ -62,7 +62,7 @@ def register(name: str, *, family: str, paper: str, test_options: Dict[str, Any]
              gradcheck: bool = True, deterministic: bool = True):
     """Class decorator that adds a Cell subclass to the registry under ``name``."""
     def add(cls: Type[Cell]) -> Type[Cell]:
-        if name in _REGISTRY:
+        if name in _REGISTRY and not _same_class(_REGISTRY[name].cls, cls):
             raise ValueError(f"cell name {name!r} is registered twice "
                              f"({_REGISTRY[name].cls.__name__} and {cls.__name__})")
         if not (isinstance(cls, type) and issubclass(cls, Cell)):
@@ -72,6 +72,11 @@ def register(name: str, *, family: str, paper: str, test_options: Dict[str, Any]
         cls.registry_name = name
         return cls
     return add
+
+
+def _same_class(a: type, b: type) -> bool:
+    """True when ``b`` is ``a`` re-created by importing its module again (after a failed import)."""
+    return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
 def entry(name: str) -> Entry:
