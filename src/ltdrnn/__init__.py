@@ -7,8 +7,10 @@
 The core imports only torch and numpy.
 """
 from .cells import Cell, ParamCount, build, list_cells
+from .cells.gated import load_torch_weights, recurrent_from_torch
 from .cells.registry import entry
 from .layers import Recurrent
 
 __version__ = "0.1.0"
-__all__ = ["Cell", "ParamCount", "Recurrent", "build", "entry", "list_cells", "__version__"]
+__all__ = ["Cell", "ParamCount", "Recurrent", "build", "entry", "list_cells", "load_torch_weights",
+           "recurrent_from_torch", "__version__"]
