@@ -1,0 +1,110 @@
+"""How far back the gradient reaches: the quantities of MIST Fig. 2 and iRNN Fig. 3.
+
+Both run the first layer's cell step by step (its reference loop), so they work for every cell, and
+need a one-layer, one-direction model (deeper stacks: the first layer is analysed, the rest ignored
+would be wrong, so they are refused).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .. import metrics as M
+
+
+def _state_tensors(state) -> List[Tensor]:
+    return [state] if isinstance(state, Tensor) else [s for part in state for s in _state_tensors(part)]
+
+
+def _single_cell(model):
+    rnn = model.rnn
+    if rnn.num_layers != 1 or rnn.bidirectional:
+        raise ValueError("gradient analysis: expected a one-layer, one-direction model, got "
+                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}")
+    return rnn.cells[0]
+
+
+def _inputs(model, x: Tensor) -> Tensor:
+    """Batch-first model input -> time-major cell input ``(T, B, d)``."""
+    if model.embed is not None:
+        x = model.embed(x)
+    return x.transpose(0, 1)
+
+
+def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info) -> Tensor:
+    """``(T,)``: ``mean_b ||dL_b/dstate_{T-tau}||`` for lags ``tau = 0 .. T-1`` (MIST Fig. 2).
+
+    ``L_b`` is the task loss of sequence ``b`` at the last step (terminal tasks: the loss; per-step
+    tasks: the loss of the last step). ``state`` is the cell's whole state (h, and c for an LSTM).
+    Equal-length batches only.
+    """
+    x, y, lengths = batch
+    if lengths is not None:
+        raise ValueError("gradient_vs_lag: expected an equal-length batch (lengths None)")
+    cell = _single_cell(model)
+    was_training = model.training
+    model.eval()
+    p = cell.precompute(_inputs(model, x))
+    slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+    state = cell.init_state(x.shape[0], x.device, x.dtype)
+    kept: List[List[Tensor]] = []
+    h = None
+    for p_t in slices:
+        h, state = cell.step(p_t, state)
+        kept.append([s for s in _state_tensors(state) if s.requires_grad])
+    out = model.output(h)
+    target = y if info.target == "terminal" else y[:, -1]
+    loss = M.per_sequence_loss(out, target, dataclasses.replace(info, target="terminal")).sum()
+    flat = [s for tensors in kept for s in tensors]
+    grads = iter(torch.autograd.grad(loss, flat, allow_unused=True))
+    model.train(was_training)
+    norms = []
+    for tensors in kept:
+        squares = torch.zeros(x.shape[0])
+        for s in tensors:
+            g = next(grads)
+            if g is not None:
+                squares += (g.detach().flatten(1) ** 2).sum(1)
+        norms.append(squares.sqrt().mean())
+    return torch.stack(norms).flip(0).detach()
+
+
+def state_jacobian_norm(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], probes: int = 4,
+                        seed: int = 0) -> float:
+    """An estimate of ``mean_b ||d state_T / d state_1||_F`` (iRNN Fig. 3).
+
+    ``E_v ||v^T J||^2 = ||J||_F^2`` for ``v ~ N(0, I)``; ``probes`` backward passes give the estimate,
+    where the exact norm would need one per state unit. The global RNG is left untouched.
+    """
+    x, _, _ = batch
+    cell = _single_cell(model)
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.enable_grad():
+        p = cell.precompute(_inputs(model, x).detach())
+        slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+        state = cell.init_state(x.shape[0], x.device, x.dtype)
+        _, state = cell.step(slices[0], state)
+        first = [s.detach().requires_grad_(True) for s in _state_tensors(state)]
+        state = _rebuild(state, iter(first))
+        for p_t in slices[1:]:
+            _, state = cell.step(p_t, state)
+        last = _state_tensors(state)
+        total = torch.zeros(x.shape[0])
+        for _ in range(probes):
+            vs = [torch.randn(s.shape, generator=generator, dtype=s.dtype) for s in last]
+            grads = torch.autograd.grad(last, first, grad_outputs=vs, retain_graph=True, allow_unused=True)
+            total += sum((g.flatten(1) ** 2).sum(1) for g in grads if g is not None)
+    model.train(was_training)
+    return float((total / probes).sqrt().mean())
+
+
+def _rebuild(state, leaves):
+    if isinstance(state, Tensor):
+        return next(leaves)
+    return tuple(_rebuild(part, leaves) for part in state)

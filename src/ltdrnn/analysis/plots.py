@@ -1,0 +1,115 @@
+"""PNG plots. matplotlib is imported when a plot is made, with the Agg backend (no display needed).
+
+Every function writes one file and returns its path (``learning_curves`` returns None when the runs
+have no history to draw).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def learning_curves(rows: Sequence[Dict], path, title: str = "") -> Optional[Path]:
+    """Validation metric against optimiser steps, one line per stored run (label: cell)."""
+    drawn = [r for r in rows if r.get("history")]
+    if not drawn:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for row in drawn:
+        steps = [h["step"] for h in row["history"]]
+        values = [h.get("val_metric") for h in row["history"]]
+        ax.plot(steps, values, marker=".", label=row["cell"])
+    metric = drawn[0].get("metric_name") or "metric"
+    baseline = (drawn[0].get("metrics") or {}).get("baseline")
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="trivial baseline")
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel(f"validation {metric}")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def gradient_lag_plot(curves: Dict[str, Tensor], path, title: str = "gradient norm vs lag") -> Path:
+    """``curves``: label -> ``(T,)`` from :func:`~ltdrnn.analysis.gradients.gradient_vs_lag`; log scale."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, values in curves.items():
+        ax.semilogy(range(len(values)), values.clamp_min(1e-30).tolist(), label=label)
+    ax.set_xlabel("lag tau (steps before the loss)")
+    ax.set_ylabel("mean ||dL/dstate_{T-tau}||")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def jacobian_during_training(rows: Sequence[Dict], path, title: str = "||dh_T/dh_1|| during training") -> Path:
+    """The ``jacobian_norm`` entries of run histories (``train.track_gradients=true``) against steps."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for row in rows:
+        points = [(h["step"], h["jacobian_norm"]) for h in row.get("history") or [] if "jacobian_norm" in h]
+        if points:
+            ax.semilogy(*zip(*points), marker=".", label=row["cell"])
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("||dh_T/dh_1||_F (estimate)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _image(values: Tensor, path, title: str, ylabel: str, cmap: str, colorbar: bool = True) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    shown = ax.imshow(values.detach().float().cpu().T.numpy(), aspect="auto", interpolation="nearest",
+                      cmap=cmap, origin="lower")
+    ax.set_xlabel("time step t")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    from matplotlib.ticker import MaxNLocator
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if colorbar:
+        fig.colorbar(shown, ax=ax)
+    return _save(fig, path)
+
+
+def update_pattern(aux: Dict[str, Tensor], path, sequence: int = 0, title: str = "update pattern") -> Path:
+    """SA-RNN's ``aux["update_mask"] (T, B, H)`` of one sequence as an image (units x time)."""
+    return _image(aux["update_mask"][:, sequence], path, title, "hidden unit", "Greys")
+
+
+def beta_over_time(aux: Dict[str, Tensor], path, sequence: int = 0, title: str = "TARNN beta") -> Path:
+    """TARNN's time constants ``aux["beta"] (T, B, H)`` of one sequence (units x time)."""
+    return _image(aux["beta"][:, sequence], path, title, "hidden unit", "viridis")
+
+
+def unshifted_state(outputs: Tensor, path, shift: int = 1, sequence: int = 0,
+                    title: str = "SRNN hidden state, un-shifted") -> Path:
+    """SRNN's outputs ``(T, B, H)`` with the cyclic shift undone: ``g_t = roll(h_t, -shift * (t+1))``,
+    so a unit keeps its row over time (``shift``: the roll the cell applies per step)."""
+    return _image(unshift(outputs[:, sequence], shift), path, title, "unit (un-shifted)", "magma")
+
+
+def unshift(h: Tensor, shift: int = 1) -> Tensor:
+    """``(T, H) -> (T, H)``: row ``t`` rolled by ``-shift * (t + 1)``, undoing ``t + 1`` cyclic shifts."""
+    return torch.stack([torch.roll(h_t, -shift * (t + 1)) for t, h_t in enumerate(h.unbind(0))])

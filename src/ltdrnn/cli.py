@@ -1,0 +1,266 @@
+"""The ``ltdrnn`` command.
+
+    ltdrnn run [--group quick]                 the comparison: every preset of a group, table + report
+    ltdrnn train PRESET|FILE [key.sub=value ...] [--resume --run-dir DIR]
+    ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
+    ltdrnn report [--store results.db] [--out report] [--study NAME]
+    ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
+    ltdrnn list cells|tasks|presets
+    ltdrnn bench ...  /  ltdrnn sweep ...      handed to ltdrnn.bench / ltdrnn.sweep
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep"}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    args = build_parser().parse_args(argv)
+    if not getattr(args, "handler", None):
+        build_parser().print_help()
+        return 2
+    from .config import ConfigError
+    try:
+        return args.handler(args) or 0
+    except ConfigError as error:
+        print(f"ltdrnn {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ltdrnn", description="Recurrent cells for long-term dependencies: "
+                                     "train, evaluate, compare and report.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="train every preset of a group, print the comparison, write the report")
+    run.add_argument("--group", default="quick", help="preset group (default: quick)")
+    run.add_argument("--cells", help="comma-separated cells to keep (default: all in the group)")
+    run.add_argument("--tasks", help="comma-separated tasks to keep (default: all in the group)")
+    run.add_argument("--store", default="results.db", help="results database: SQLite path or URL")
+    run.add_argument("--out", default="report", help="report directory (default: ./report)")
+    run.add_argument("--runs", default="runs", help="directory for run directories (default: ./runs)")
+    run.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                     help="runs trained at once, one process each (default: min(2, CPUs))")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override applied to every preset, e.g. --set train.steps=50")
+    run.set_defaults(handler=cmd_run)
+
+    train = sub.add_parser("train", help="train one configuration")
+    train.add_argument("config", help="preset name (ltdrnn list presets) or YAML/JSON file")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 train.steps=500")
+    train.add_argument("--resume", action="store_true", help="continue from RUN_DIR/last.pt")
+    train.add_argument("--run-dir", help="run directory (needed for --resume)")
+    train.add_argument("--store", help="results database (overrides the config's results)")
+    train.add_argument("--no-store", action="store_true", help="do not write a results row")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(handler=cmd_train)
+
+    evaluate = sub.add_parser("eval", help="evaluate a saved checkpoint")
+    evaluate.add_argument("path", help="run directory or checkpoint file")
+    evaluate.add_argument("--split", default="test", choices=("train", "val", "test"))
+    evaluate.set_defaults(handler=cmd_eval)
+
+    report = sub.add_parser("report", help="render the results store as markdown + HTML")
+    report.add_argument("--store", default="results.db")
+    report.add_argument("--out", default="report")
+    report.add_argument("--study", help="only runs of this study")
+    report.add_argument("--no-plots", action="store_true")
+    report.set_defaults(handler=cmd_report)
+
+    plot = sub.add_parser("plot", help="analysis plots of a finished run (PNG)")
+    plot.add_argument("run_dir", help="run directory")
+    plot.add_argument("--kinds", help="comma-separated: curves, lag, mask, beta, unshifted (default: all that "
+                      "apply)")
+    plot.add_argument("--out", help="output directory (default: RUN_DIR/plots)")
+    plot.set_defaults(handler=cmd_plot)
+
+    listing = sub.add_parser("list", help="list cells, tasks or presets")
+    listing.add_argument("what", choices=("cells", "tasks", "presets"))
+    listing.add_argument("--group", help="presets of one group only")
+    listing.set_defaults(handler=cmd_list)
+
+    for name in DELEGATED:
+        sub.add_parser(name, help=f"handed to {DELEGATED[name]}.main (see ltdrnn {name} --help)")
+    return parser
+
+
+# ---- commands ----------------------------------------------------------------------------------------
+def cmd_train(args) -> int:
+    from .config import load_config
+    from .train import train
+    overrides = list(args.overrides)
+    if args.run_dir:
+        overrides.append(f"run_dir={args.run_dir}")
+    if args.store:
+        overrides.append(f"results={args.store}")
+    if args.no_store:
+        overrides.append("results=null")
+    if args.quiet:
+        overrides.append("train.progress=false")
+    cfg = load_config(args.config, overrides)
+    record = train(cfg, resume=args.resume)
+    print(_one_line(record))
+    print(f"run dir: {record['run_dir']}" + (f"; stored in {cfg.results}" if cfg.results else ""))
+    return 0 if record["status"] == "finished" else 1
+
+
+def cmd_eval(args) -> int:
+    from .train import evaluate_checkpoint
+    print(json.dumps(evaluate_checkpoint(args.path, args.split), indent=2))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .results import render_report
+    paths = render_report(args.store, args.out, study=args.study, plots=not args.no_plots)
+    print(paths["markdown"].read_text())
+    print(f"\nwritten: {paths['markdown']}, {paths['html']}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .analysis.runs import plot_run
+    for path in plot_run(args.run_dir, args.out, args.kinds.split(",") if args.kinds else None):
+        print(path)
+    return 0
+
+
+def cmd_list(args) -> int:
+    if args.what == "cells":
+        from .cells.registry import entry, list_cells
+        for name in list_cells():
+            e = entry(name)
+            print(f"{name:14s} {e.family:9s} {e.paper}")
+    elif args.what == "tasks":
+        from .tasks import list_tasks
+        for name in list_tasks():
+            print(name)
+    else:
+        from .config import list_presets
+        for name in list_presets(args.group):
+            print(name)
+    return 0
+
+
+def cmd_run(args) -> int:
+    """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
+    from .cells.registry import list_cells
+    from .config import list_presets, load_config
+    from .results import ResultStore, comparison_rows, markdown_table, render_report, summarise
+    from .tasks import list_tasks
+
+    started = time.perf_counter()
+    presets = list_presets(args.group)
+    if not presets:
+        print(f"ltdrnn run: no presets in group {args.group!r}", file=sys.stderr)
+        return 2
+    wanted = set(args.cells.split(",")) if args.cells else None
+    wanted_tasks = set(args.tasks.split(",")) if args.tasks else None
+    study = f"{args.group}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    cells, tasks = set(list_cells()), set(list_tasks())
+    jobs, missing = [], []
+    for name in presets:
+        cfg = load_config(name, args.overrides + [f"study={study}", f"results={args.store}",
+                                                  f"run_dir={Path(args.runs) / study / name.replace('/', '_')}"])
+        if (wanted is not None and cfg.model.cell not in wanted) or \
+                (wanted_tasks is not None and cfg.task.name not in wanted_tasks):
+            continue
+        if cfg.model.cell not in cells or cfg.task.name not in tasks:
+            what = "cell" if cfg.model.cell not in cells else "task"
+            missing.append(f"{name}: {what} {cfg.model.cell if what == 'cell' else cfg.task.name!r} "
+                           "not registered")
+            continue
+        jobs.append(cfg)
+    print(f"ltdrnn run: group {args.group!r}, {len(jobs)} runs, {args.jobs} at a time, study {study}")
+    for line in missing:
+        print(f"  missing  {line}")
+    failures = _run_all(jobs, args.jobs)
+    store = ResultStore(args.store)
+    summary = summarise(store.rows(study=study))
+    print()
+    print(markdown_table(comparison_rows(summary)) if summary["cells"] else "(no finished runs)")
+    for line in missing:
+        print(f"missing: {line}")
+    for name, message in failures:
+        print(f"failed: {name}: {message}")
+    paths = render_report(store, args.out, study=study, title=f"ltdrnn run --group {args.group}")
+    print(f"\nreport: {paths['markdown']} and {paths['html']}; store: {args.store} (study {study}); "
+          f"{time.perf_counter() - started:.0f} s")
+    return 0 if not failures else 1
+
+
+def _run_all(configs, jobs: int):
+    """Train configs, ``jobs`` processes at a time; returns ``[(preset, error message)]`` of failures."""
+    failures = []
+    if jobs <= 1 or len(configs) <= 1:
+        for cfg in configs:
+            outcome = _train_one(cfg.to_dict(), threads=None, progress=True)
+            _report_outcome(cfg, outcome, failures)
+        return failures
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_train_one, cfg.to_dict(), threads, False): cfg for cfg in configs}
+        for future in as_completed(futures):
+            _report_outcome(futures[future], future.result(), failures)
+    return failures
+
+
+def _train_one(data: Dict[str, Any], threads: Optional[int], progress: bool) -> Dict[str, Any]:
+    """Runs in a worker: train and return a small summary, or the error as text (never raises)."""
+    from .config import load_config
+    from .train import train
+    try:
+        cfg = load_config(data, [f"train.progress={str(progress).lower()}"] +
+                          ([f"train.threads={threads}"] if threads else []))
+        record = train(cfg)
+        return {"ok": True, "line": _one_line(record), "status": record["status"]}
+    except Exception as error:  # a failing cell must not stop the comparison
+        return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+
+
+def _report_outcome(cfg, outcome: Dict[str, Any], failures) -> None:
+    if outcome["ok"]:
+        print(f"  done     {outcome['line']}", flush=True)
+    else:
+        failures.append((cfg.preset, outcome["error"]))
+        print(f"  FAILED   {cfg.preset}: {outcome['error']}", flush=True)
+
+
+def _one_line(record: Dict[str, Any]) -> str:
+    m, t = record["metrics"], record["timings"]
+    value = m["metric"]
+    shown = f"{100 * value:.1f}%" if m["metric_name"] == "accuracy" else f"{value:.4g}"
+    return (f"{record['preset'] or record['cell']}: {record['status']}, test {m['metric_name']} {shown} "
+            f"(baseline {m['baseline']:.4g}), {m['params']} params, {t['train_s']:.1f} s, {t['steps']} steps")
+
+
+def _delegate(name: str, argv: List[str]) -> int:
+    try:
+        module = importlib.import_module(DELEGATED[name])
+    except ModuleNotFoundError as error:
+        if error.name != DELEGATED[name]:
+            raise
+        print(f"ltdrnn {name}: {DELEGATED[name]} is not available in this installation "
+              f"(module not found)", file=sys.stderr)
+        return 2
+    result = module.main(argv)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""Typed run configurations, their loading and validation, and the packaged presets.
+
+A :class:`RunConfig` fully describes one experiment::
+
+    model:  cell, hidden_size, num_layers, options (cell keywords), head, embedding
+    task:   name, options (task keywords)
+    optim:  name (adam | rmsprop | sgd), lr, momentum, alpha, weight_decay, clip_norm,
+            halve_every (tau epochs), loss_reduction (mean | sum)
+    train:  epochs or steps, batch_size, eval_every, seed, device, loss_weights, ...
+    run_dir, results (a SQLite path or a database URL), preset, study
+
+Configs come from YAML/JSON files or packaged presets plus ``key.sub=value`` overrides::
+
+    cfg = load_config("tarnn/adding-750", ["train.steps=200", "model.options.K=3"])
+
+Every key is checked: an unknown key raises :class:`ConfigError` naming the key and listing the valid
+ones; a value of the wrong type raises naming the key, the expected type and the value given. Free-form
+mappings (``model.options``, ``task.options``, ``train.loss_weights``) accept any key; the cell, the task
+and the trainer validate those.
+
+Presets are YAML files in ``ltdrnn/presets/<group>/<name>.yaml``, named ``"<group>/<name>"``. A preset
+may start from another with ``extends: <group>/<name>`` (its own keys win, mappings merge, an empty
+mapping clears).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is invalid; the message names the key."""
+
+
+# ---- the schema ------------------------------------------------------------------------------------
+@dataclass
+class ModelConfig:
+    """The network: a :class:`~ltdrnn.layers.Recurrent` stack and a head.
+
+    ``head``: ``auto`` picks from the task (terminal classes -> classifier, terminal regression ->
+    regressor, per-step -> tagger, per-step tokens with a perplexity metric -> lm).
+    ``embedding``: width of an input embedding (token ids, or a bias-free linear map of one-hot or
+    float input); 0 means none (token input then uses ``hidden_size``).
+    ``tie_weights``: language model only, share the embedding and output matrices (needs
+    ``embedding == hidden_size``).
+    """
+    cell: str = "lstm"
+    hidden_size: int = 128
+    num_layers: int = 1
+    dropout: float = 0.0
+    bidirectional: bool = False
+    options: Dict[str, Any] = field(default_factory=dict)
+    head: str = "auto"
+    embedding: int = 0
+    tie_weights: bool = False
+
+
+@dataclass
+class TaskConfig:
+    """The benchmark: a task registry name and the task's keyword options."""
+    name: str = "adding"
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimConfig:
+    """Optimiser and schedule.
+
+    ``alpha``: RMSprop smoothing constant (SRNN uses 0.9). ``momentum``: SGD/RMSprop momentum (MIST
+    uses SGD with 0.9). ``weight_decay``: L2 penalty coefficient (added to the gradient, as torch's
+    ``weight_decay``). ``clip_norm``: clip the global gradient norm to this value (None: no clipping).
+    ``halve_every``: halve the learning rate every tau epochs (None: constant; TARNN's tau).
+    ``loss_reduction``: ``mean`` averages the task loss over the batch; ``sum`` sums it over the batch
+    (MIST; its learning rates assume the sum). Per-step losses are averaged over each sequence's steps
+    in both cases.
+    """
+    name: str = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.0
+    alpha: float = 0.99
+    weight_decay: float = 0.0
+    clip_norm: Optional[float] = None
+    halve_every: Optional[int] = None
+    loss_reduction: str = "mean"
+
+
+@dataclass
+class TrainConfig:
+    """The training loop.
+
+    Give ``epochs`` or ``steps`` (optimiser updates); with both, training stops at whichever comes
+    first. ``eval_every``: validate every so many steps (0: at the end of every epoch).
+    ``eval_batches``: cap on validation batches per evaluation (None: the whole split);
+    ``test_batches``: the same for the final test (None, the default, for any reported number).
+    ``loss_weights``: weight of each named extra loss term of
+    ``model.losses()`` (e.g. ``omega_A``, ``omega_U`` for TARNN's gamma1/gamma2, ``budget`` for SA-RNN's
+    lambda); terms without a weight are not added. ``checkpoint_every``: steps between checkpoints
+    (0: only at evaluations). ``track_gradients``: record ||dh_T/dh_1|| at every evaluation.
+    ``select_on``: the validation quantity that picks the checkpoint used for the test: the task's
+    ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy).
+    """
+    epochs: Optional[int] = None
+    steps: Optional[int] = None
+    batch_size: int = 128
+    eval_batch_size: Optional[int] = None
+    eval_every: int = 0
+    eval_batches: Optional[int] = None
+    test_batches: Optional[int] = None
+    seed: int = 0
+    device: str = "cpu"
+    loss_weights: Dict[str, float] = field(default_factory=dict)
+    checkpoint_every: int = 0
+    track_gradients: bool = False
+    progress: bool = True
+    latency: bool = True
+    threads: Optional[int] = None
+    select_on: str = "metric"
+
+
+@dataclass
+class RunConfig:
+    """One experiment. ``results``: SQLite file path or SQLAlchemy URL of the results store (None:
+    do not store). ``run_dir``: where the config, checkpoints and history go (None: ``runs/<id>``)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: Optional[str] = None
+    preset: Optional[str] = None
+    study: Optional[str] = None
+    run_dir: Optional[str] = None
+    results: Optional[str] = "results.db"
+    notes: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+CHOICES = {
+    "optim.name": ("adam", "rmsprop", "sgd"),
+    "optim.loss_reduction": ("mean", "sum"),
+    "model.head": ("auto", "classifier", "regressor", "tagger", "lm"),
+    "train.select_on": ("metric", "loss"),
+}
+
+
+# ---- building from plain data ----------------------------------------------------------------------
+def from_dict(data: Dict[str, Any]) -> RunConfig:
+    """A validated RunConfig from nested plain data; missing keys take their defaults."""
+    cfg = _build(RunConfig, data, "")
+    validate(cfg)
+    return cfg
+
+
+def _build(cls, data: Any, path: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping of keys, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = _join(path, unknown[0])
+        raise ConfigError(f"unknown config key {key!r}; valid keys{' in ' + path if path else ''}: "
+                          f"{', '.join(fields)}")
+    values = {}
+    for name, value in data.items():
+        values[name] = _coerce(hints[name], value, _join(path, name))
+    return cls(**values)
+
+
+def _coerce(kind, value: Any, key: str):
+    if dataclasses.is_dataclass(kind):
+        return _build(kind, value if value is not None else {}, key)
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if origin is Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, key)
+    if origin in (dict, Dict):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{key}: expected a mapping with string keys, got {value!r}")
+        return {k: _coerce(args[1], v, f"{key}.{k}") for k, v in value.items()}
+    if kind is Any:
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"{key}: unsupported schema type {kind!r}")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check the values a type cannot express (ranges, choices, combinations)."""
+    for key, choices in CHOICES.items():
+        value = get_key(cfg, key)
+        if value not in choices:
+            raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
+    positive = ["model.hidden_size", "model.num_layers", "train.batch_size", "optim.lr"]
+    optional_positive = ["train.epochs", "train.steps", "train.eval_batch_size", "train.eval_batches",
+                         "train.test_batches",
+                         "optim.clip_norm", "optim.halve_every", "train.threads"]
+    for key in positive + optional_positive:
+        value = get_key(cfg, key)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{key}: expected a positive value, got {value!r}")
+    for key in ["optim.momentum", "optim.weight_decay", "train.eval_every", "train.checkpoint_every",
+                "model.embedding", "train.seed"]:
+        if get_key(cfg, key) < 0:
+            raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
+    if not 0 <= cfg.model.dropout < 1:
+        raise ConfigError(f"model.dropout: expected a probability in [0, 1), got {cfg.model.dropout!r}")
+    if not 0 < cfg.optim.alpha < 1:
+        raise ConfigError(f"optim.alpha: expected a value in (0, 1), got {cfg.optim.alpha!r}")
+    if cfg.train.epochs is None and cfg.train.steps is None:
+        raise ConfigError("train.epochs / train.steps: expected at least one of them, got neither")
+    return cfg
+
+
+def get_key(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = cfg[part] if isinstance(cfg, dict) else getattr(cfg, part)
+    return cfg
+
+
+# ---- overrides and files ---------------------------------------------------------------------------
+def parse_override(text: str) -> tuple[List[str], Any]:
+    """``"optim.lr=1e-3"`` -> ``(["optim", "lr"], 0.001)``; the value is read as YAML (numbers, true,
+    null, lists, ``{a: 1}``)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key.sub=value")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {text!r}: expected a dotted key such as optim.lr")
+    return parts, _read_scalar(raw)
+
+
+def _read_scalar(raw: str) -> Any:
+    import yaml
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    # YAML 1.1 reads "1e-3" as a string; numbers written that way are meant as numbers
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(data: Dict[str, Any], overrides: List[str]) -> Dict[str, Any]:
+    """A copy of ``data`` with each ``key.sub=value`` set (intermediate mappings created)."""
+    data = copy.deepcopy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {'.'.join(parts[:i + 1])} is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def read_file(path: Union[str, Path]) -> Dict[str, Any]:
+    """Plain data from a YAML (``.yaml``/``.yml``) or JSON file."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+        data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_config(source: Union[str, Path, Dict[str, Any], None] = None,
+                overrides: Optional[List[str]] = None) -> RunConfig:
+    """A validated config from a preset name, a YAML/JSON file or a dict, plus overrides."""
+    if source is None:
+        data: Dict[str, Any] = {}
+    elif isinstance(source, dict):
+        data = copy.deepcopy(source)
+    elif Path(source).is_file():
+        data = _resolve_extends(read_file(source), str(source))
+    else:
+        data = preset_data(str(source))
+    return from_dict(apply_overrides(data, list(overrides or [])))
+
+
+def save_config(cfg: RunConfig, path: Union[str, Path]) -> None:
+    """Write the resolved config as YAML (``.yaml``) or JSON."""
+    path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+        path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    else:
+        path.write_text(json.dumps(cfg.to_dict(), indent=2))
+
+
+# ---- presets ---------------------------------------------------------------------------------------
+def _preset_root():
+    return resources.files("ltdrnn") / "presets"
+
+
+def list_presets(group: Optional[str] = None) -> List[str]:
+    """Names ``"<group>/<name>"`` of the packaged presets (files starting with ``_`` are bases)."""
+    names = []
+    for group_dir in _preset_root().iterdir():
+        if not group_dir.is_dir() or group_dir.name.startswith(("_", ".")):
+            continue
+        if group is not None and group_dir.name != group:
+            continue
+        for item in group_dir.iterdir():
+            if item.name.endswith(".yaml") and not item.name.startswith("_"):
+                names.append(f"{group_dir.name}/{item.name[:-5]}")
+    return sorted(names)
+
+
+def preset_data(name: str) -> Dict[str, Any]:
+    """The plain data of preset ``name`` with ``extends`` resolved and ``preset`` set to ``name``."""
+    data = _resolve_extends(_read_preset(name), name)
+    data.setdefault("preset", name)
+    return data
+
+
+def _read_preset(name: str) -> Dict[str, Any]:
+    item = _preset_root().joinpath(*f"{name}.yaml".split("/"))
+    if not item.is_file():
+        known = list_presets()
+        raise ConfigError(f"preset {name!r}: no such preset or file; presets: {', '.join(known)}")
+    import yaml
+    data = yaml.safe_load(item.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"preset {name!r}: expected a mapping at the top level")
+    return data
+
+
+def _resolve_extends(data: Dict[str, Any], origin: str, depth: int = 0) -> Dict[str, Any]:
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    if depth > 8:
+        raise ConfigError(f"{origin}: 'extends' chain longer than 8 (a cycle?)")
+    base = _resolve_extends(_read_preset(base_name), base_name, depth + 1)
+    return deep_merge(base, data)
+
+
+def deep_merge(base: Dict[str, Any], top: Dict[str, Any]) -> Dict[str, Any]:
+    """``top`` over ``base``: non-empty mappings merge key by key; anything else, including an empty
+    mapping (``options: {}`` clears the base's cell options), replaces."""
+    merged = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and value and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged

@@ -1,0 +1,128 @@
+"""Heads around a :class:`~ltdrnn.layers.Recurrent` stack: classifier, regressor, tagger, language model.
+
+Shapes use the legend of :mod:`ltdrnn.cells.base`; all models are batch-first.
+
+    classifier / regressor (terminal):  x (B, T, d) -> y (B, o), read at each sequence's last true step
+    tagger (per step):                  x (B, T, d) -> y (B, T, o)
+    lm (per step, tokens):              ids (B, T) -> logits (B, T, V), optionally tied to the embedding
+
+``SequenceModel(x, lengths)`` is all four; the head decides whether the output is read at the last true
+step (terminal) or at every step. Extra losses, per-step extras and epoch hooks of the cells are
+forwarded from the recurrent stack (``losses()``, ``aux``, ``set_epoch``).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from .config import ConfigError, ModelConfig
+from .layers import Recurrent
+from .tasks.base import TaskInfo
+
+TERMINAL_HEADS = ("classifier", "regressor")
+
+
+def choose_head(model: ModelConfig, info: TaskInfo) -> str:
+    """The head named in the config, or for ``auto`` the one the task calls for."""
+    if model.head != "auto":
+        return model.head
+    if info.target == "terminal":
+        return "classifier" if info.loss == "cross_entropy" else "regressor"
+    if info.input_kind == "tokens" and info.metric == "perplexity":
+        return "lm"
+    return "tagger"
+
+
+class SequenceModel(nn.Module):
+    """Optional input embedding -> Recurrent -> linear output, read at the last step or at every step.
+
+    Args:
+        cell: registry name of the cell.
+        input_size: d, or the vocabulary size for token input.
+        hidden_size, num_layers, dropout, bidirectional: of the Recurrent stack.
+        output_size: o, classes or regression outputs.
+        head: ``classifier``, ``regressor``, ``tagger`` or ``lm``.
+        tokens: the input is int64 ids ``(B, T)`` (an ``nn.Embedding`` is used).
+        embedding: width of the input embedding (0: none for float input; ``hidden_size`` for tokens).
+        tie_weights: share the embedding matrix with the output layer (lm).
+        cell_options: keywords for the cell constructor.
+    """
+
+    def __init__(self, cell: str, input_size: int, hidden_size: int, output_size: int, head: str,
+                 num_layers: int = 1, dropout: float = 0.0, bidirectional: bool = False,
+                 tokens: bool = False, embedding: int = 0, tie_weights: bool = False,
+                 **cell_options) -> None:
+        super().__init__()
+        self.head = head
+        self.terminal = head in TERMINAL_HEADS
+        self.tokens = tokens
+        width = embedding or (hidden_size if tokens else 0)
+        if tokens:
+            self.embed = nn.Embedding(input_size, width)
+        elif width:
+            # a bias-free linear map of float input: for one-hot input it is exactly an embedding
+            self.embed = nn.Linear(input_size, width, bias=False)
+        else:
+            self.embed = None
+        self.rnn = Recurrent(cell, width or input_size, hidden_size, num_layers=num_layers, dropout=dropout,
+                             bidirectional=bidirectional, batch_first=True, **cell_options)
+        self.output = nn.Linear(hidden_size * self.rnn.num_directions, output_size)
+        if tie_weights:
+            if head != "lm" or not tokens:
+                raise ConfigError("model.tie_weights: only a language model (head lm, token input) can tie "
+                                  f"weights, got head {head!r}")
+            if width != hidden_size or bidirectional:
+                raise ConfigError(f"model.tie_weights: needs embedding == hidden_size and one direction, got "
+                                  f"embedding {width}, hidden_size {hidden_size}")
+            self.output.weight = self.embed.weight
+
+    def forward(self, x: Tensor, lengths: Optional[Tensor] = None) -> Tensor:
+        """``x (B, T, d)`` or ids ``(B, T)``; ``lengths (B,)`` -> ``(B, o)`` terminal or ``(B, T, o)``."""
+        if self.embed is not None:
+            x = self.embed(x)
+        out, _ = self.rnn(x, lengths=lengths)
+        if self.terminal:
+            out = self.last_step(out, lengths)
+        return self.output(out)
+
+    def last_step(self, out: Tensor, lengths: Optional[Tensor]) -> Tensor:
+        """``(B, T, D*H) -> (B, D*H)``: the forward direction at each sequence's last true step; a
+        backward direction is read at step 0, where it has seen the whole sequence."""
+        batch, steps, _ = out.shape
+        if lengths is None:
+            last = out[:, -1]
+        else:
+            index = (lengths.to(out.device) - 1).view(batch, 1, 1).expand(batch, 1, out.shape[-1])
+            last = out.gather(1, index).squeeze(1)
+        if self.rnn.num_directions == 1:
+            return last
+        hidden = self.rnn.hidden_size
+        return torch.cat([last[:, :hidden], out[:, 0, hidden:]], dim=-1)
+
+    # ---- the cells' extras ------------------------------------------------------------------------
+    def losses(self) -> dict:
+        return self.rnn.losses()
+
+    @property
+    def aux(self):
+        return self.rnn.aux
+
+    def set_epoch(self, epoch: int) -> None:
+        self.rnn.set_epoch(epoch)
+
+
+def build_model(model: ModelConfig, info: TaskInfo) -> SequenceModel:
+    """The model a config describes, sized for the task."""
+    head = choose_head(model, info)
+    if head in TERMINAL_HEADS and info.target != "terminal":
+        raise ConfigError(f"model.head: {head!r} reads one output per sequence, but task {info.name!r} has "
+                          f"per-step targets; use tagger or lm")
+    if head in ("tagger", "lm") and info.target != "per_step":
+        raise ConfigError(f"model.head: {head!r} outputs every step, but task {info.name!r} has one target "
+                          f"per sequence; use classifier or regressor")
+    return SequenceModel(model.cell, info.input_size, model.hidden_size, info.output_size, head,
+                         num_layers=model.num_layers, dropout=model.dropout,
+                         bidirectional=model.bidirectional, tokens=info.input_kind == "tokens",
+                         embedding=model.embedding, tie_weights=model.tie_weights, **model.options)

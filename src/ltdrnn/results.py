@@ -1,0 +1,321 @@
+"""The results store: one row per finished run, in SQLite by default or any SQLAlchemy database URL.
+
+    store = ResultStore("results.db")            # a path means SQLite; or "postgresql://..."
+    store.add(record)                            # one transaction; a duplicate id is an error
+    rows = store.rows(study="adding-lr")         # JSON columns come back decoded
+
+Rows are written in one transaction each, so a crash leaves either the whole row or none. SQLite runs
+in WAL mode with a busy timeout so that several processes (sweep workers, ``ltdrnn run --jobs 2``) can
+write at once. Run ids are unique: adding a row whose id exists raises :class:`ResultConflict` unless
+``on_conflict="new_id"``, which stores it under a fresh id; rows are never overwritten.
+
+``render_report`` turns the rows into tables (models x tasks, with the papers' numbers beside ours) and
+plots, as markdown and HTML.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import statistics
+import uuid
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+COLUMNS_JSON = ("config", "metrics", "timings", "history", "version")
+
+
+class ResultConflict(RuntimeError):
+    """A row with the same run id is already in the store."""
+
+
+def database_url(location: str) -> str:
+    """A SQLAlchemy URL: URLs pass through, anything else is a SQLite file path."""
+    if "://" in location:
+        return location
+    return f"sqlite:///{Path(location).expanduser().resolve()}"
+
+
+class ResultStore:
+    """The table ``runs`` in the database at ``location`` (created on first use)."""
+
+    def __init__(self, location: str, busy_timeout_s: float = 60.0) -> None:
+        try:
+            import sqlalchemy as sa
+        except ImportError as error:
+            raise ImportError("the results store needs SQLAlchemy: pip install 'ltdrnn[train]'") from error
+        self.sa = sa
+        self.url = database_url(location)
+        sqlite = self.url.startswith("sqlite")
+        if sqlite and not self.url.startswith("sqlite:///:memory:") and self.url != "sqlite://":
+            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.engine = sa.create_engine(self.url, connect_args={"timeout": busy_timeout_s} if sqlite else {})
+        if sqlite:
+            milliseconds = int(busy_timeout_s * 1000)
+
+            @sa.event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_connection, _record):
+                cursor = dbapi_connection.cursor()
+                cursor.execute(f"PRAGMA busy_timeout={milliseconds}")
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.close()
+        self.table = _runs_table(sa)
+        self._create()
+
+    def _create(self) -> None:
+        # two processes may create the table at once; the loser sees "already exists" and carries on
+        for attempt in range(3):
+            try:
+                self.table.metadata.create_all(self.engine, checkfirst=True)
+                return
+            except self.sa.exc.OperationalError:
+                if attempt == 2:
+                    raise
+
+    def add(self, record: Dict[str, Any], on_conflict: str = "error") -> str:
+        """Insert one run in a transaction; returns the id it was stored under."""
+        if on_conflict not in ("error", "new_id"):
+            raise ValueError(f"on_conflict: expected 'error' or 'new_id', got {on_conflict!r}")
+        row = _to_row(record)
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(self.table.insert().values(**row))
+        except self.sa.exc.IntegrityError:
+            if on_conflict == "error":
+                raise ResultConflict(f"run id {row['id']!r} is already in {self.url}; rows are never "
+                                     "overwritten (store it with on_conflict='new_id')") from None
+            row["id"] = f"{row['id']}-{uuid.uuid4().hex[:6]}"
+            with self.engine.begin() as connection:
+                connection.execute(self.table.insert().values(**row))
+        return row["id"]
+
+    def rows(self, study: Optional[str] = None, status: Optional[str] = None,
+             cell: Optional[str] = None, task: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Stored runs, oldest first, JSON columns decoded."""
+        query = self.sa.select(self.table).order_by(self.table.c.created, self.table.c.id)
+        for column, value in (("study", study), ("status", status), ("cell", cell), ("task", task)):
+            if value is not None:
+                query = query.where(self.table.c[column] == value)
+        with self.engine.connect() as connection:
+            result = connection.execute(query).mappings().all()
+        return [_from_row(dict(r)) for r in result]
+
+    def count(self) -> int:
+        with self.engine.connect() as connection:
+            return connection.execute(self.sa.select(self.sa.func.count()).select_from(self.table)).scalar_one()
+
+
+def _runs_table(sa):
+    metadata = sa.MetaData()
+    return sa.Table(
+        "runs", metadata,
+        sa.Column("id", sa.String(200), primary_key=True),
+        sa.Column("created", sa.String(40), nullable=False),
+        sa.Column("status", sa.String(20), nullable=False),
+        sa.Column("cell", sa.String(100), nullable=False, index=True),
+        sa.Column("task", sa.String(100), nullable=False, index=True),
+        sa.Column("preset", sa.String(200)),
+        sa.Column("study", sa.String(200), index=True),
+        sa.Column("name", sa.String(200)),
+        sa.Column("metric_name", sa.String(40)),
+        sa.Column("metric", sa.Float),
+        sa.Column("params", sa.Integer),
+        sa.Column("train_time_s", sa.Float),
+        sa.Column("git_commit", sa.String(64)),
+        sa.Column("run_dir", sa.Text),
+        *[sa.Column(name, sa.Text) for name in COLUMNS_JSON],
+    )
+
+
+def _to_row(record: Dict[str, Any]) -> Dict[str, Any]:
+    metrics = record.get("metrics") or {}
+    metric = metrics.get("metric")
+    return {
+        "id": record["id"], "created": record["created"], "status": record.get("status", "finished"),
+        "cell": record["cell"], "task": record["task"], "preset": record.get("preset"),
+        "study": record.get("study"), "name": record.get("name"), "metric_name": metrics.get("metric_name"),
+        "metric": metric if metric is None or math.isfinite(metric) else None,
+        "params": metrics.get("params"), "train_time_s": (record.get("timings") or {}).get("train_s"),
+        "git_commit": (record.get("version") or {}).get("git_commit"), "run_dir": record.get("run_dir"),
+        **{name: json.dumps(record.get(name), default=str) for name in COLUMNS_JSON},
+    }
+
+
+def _from_row(row: Dict[str, Any]) -> Dict[str, Any]:
+    for name in COLUMNS_JSON:
+        row[name] = json.loads(row[name]) if row[name] is not None else None
+    return row
+
+
+# ---- paper numbers ---------------------------------------------------------------------------------
+def paper_numbers() -> List[Dict[str, Any]]:
+    """The packaged table of numbers the papers report (``presets/paper_numbers.yaml``)."""
+    import yaml
+    text = (resources.files("ltdrnn") / "presets" / "paper_numbers.yaml").read_text()
+    return yaml.safe_load(text)["numbers"]
+
+
+# ---- report ----------------------------------------------------------------------------------------
+def setting_label(task: str, options: Dict[str, Any]) -> str:
+    """A column label for a task and the options that change the problem (not sizes or seeds)."""
+    shown = {k: v for k, v in sorted(options.items())
+             if not k.startswith("n_") and k not in ("seed", "data_dir", "download")}
+    if not shown:
+        return task
+    return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
+
+
+def _matches(number: Dict[str, Any], cell: str, task: str, options: Dict[str, Any]) -> bool:
+    if number["cell"] != cell or number["task"] != task:
+        return False
+    return all(options.get(k) == v for k, v in (number.get("setting") or {}).items())
+
+
+def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Group finished runs by cell and task setting: ``{"columns", "cells", "cells_x_columns"}``."""
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    options_of: Dict[str, tuple] = {}
+    for row in rows:
+        if row["status"] != "finished" or row["metric"] is None:
+            continue
+        options = (row["config"] or {}).get("task", {}).get("options", {})
+        column = setting_label(row["task"], options)
+        options_of[column] = (row["task"], options)
+        groups.setdefault((row["cell"], column), []).append(row)
+    columns = sorted(options_of)
+    cells = sorted({cell for cell, _ in groups})
+    table: Dict[tuple, Dict[str, Any]] = {}
+    numbers = paper_numbers()
+    for (cell, column), members in groups.items():
+        values = [r["metric"] for r in members]
+        task, options = options_of[column]
+        paper = [n for n in numbers if _matches(n, cell, task, options)]
+        table[(cell, column)] = {
+            "mean": statistics.fmean(values), "std": statistics.pstdev(values) if len(values) > 1 else None,
+            "n": len(values), "metric_name": members[-1]["metric_name"],
+            "params": members[-1]["params"], "train_s": statistics.fmean(r["train_time_s"] or 0 for r in members),
+            "skip": members[-1]["metrics"].get("skip_fraction"),
+            "flops": members[-1]["metrics"].get("flops_per_sequence"),
+            "paper": paper[0] if paper else None,
+            "higher_is_better": members[-1]["metrics"].get("higher_is_better"),
+            "baseline": members[-1]["metrics"].get("baseline"),
+        }
+    return {"columns": columns, "cells": cells, "table": table, "options": options_of}
+
+
+def _format_value(value: Optional[float], metric: str) -> str:
+    if value is None:
+        return "-"
+    if metric == "accuracy":
+        return f"{100 * value:.1f}%"
+    return f"{value:.4g}"
+
+
+def comparison_rows(summary: Dict[str, Any]) -> List[List[str]]:
+    """Header + one row per cell: ``ours [paper]`` per task column."""
+    header = ["cell"] + summary["columns"]
+    out = [header]
+    for cell in summary["cells"]:
+        row = [cell]
+        for column in summary["columns"]:
+            item = summary["table"].get((cell, column))
+            if item is None:
+                row.append("")
+                continue
+            text = _format_value(item["mean"], item["metric_name"])
+            if item["std"] is not None:
+                text += f" ± {_format_value(item['std'], item['metric_name'])} (n={item['n']})"
+            if item["paper"]:
+                text += f" [paper: {_format_value(item['paper']['value'], item['paper']['metric'])}]"
+            row.append(text)
+        out.append(row)
+    return out
+
+
+def detail_rows(summary: Dict[str, Any]) -> List[List[str]]:
+    """One row per cell and task: metric, trivial baseline, params, train time, skip fraction, FLOPs."""
+    out = [["task", "cell", "metric", "value", "baseline", "params", "train s", "skip %", "mult/seq"]]
+    for column in summary["columns"]:
+        for cell in summary["cells"]:
+            item = summary["table"].get((cell, column))
+            if item is None:
+                continue
+            out.append([column, cell, item["metric_name"], _format_value(item["mean"], item["metric_name"]),
+                        _format_value(item["baseline"], item["metric_name"]), str(item["params"]),
+                        f"{item['train_s']:.1f}", "-" if item["skip"] is None else f"{100 * item['skip']:.1f}",
+                        "-" if item["flops"] is None else f"{item['flops']:.3g}"])
+    return out
+
+
+def paper_rows(summary: Dict[str, Any]) -> List[List[str]]:
+    """The papers' numbers for the tasks in the report, with their sources."""
+    tasks = {task for task, _ in summary["options"].values()}
+    out = [["task", "setting", "cell", "metric", "paper value", "source"]]
+    for n in paper_numbers():
+        if n["task"] in tasks:
+            setting = ", ".join(f"{k}={v}" for k, v in (n.get("setting") or {}).items()) or "-"
+            out.append([n["task"], setting, n["cell"], n["metric"],
+                        _format_value(n["value"], n["metric"]), n["source"]])
+    return out
+
+
+def markdown_table(rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def html_table(rows: List[List[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_report(store: ResultStore | str, out_dir: str | Path, study: Optional[str] = None,
+                  plots: bool = True, title: str = "ltdrnn report") -> Dict[str, Path]:
+    """Write ``report.md``, ``report.html`` and PNG plots into ``out_dir``; returns their paths."""
+    store = ResultStore(store) if isinstance(store, str) else store
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = store.rows(study=study)
+    summary = summarise(rows)
+    figures: List[Path] = []
+    if plots and summary["columns"]:
+        from .analysis.plots import learning_curves
+        for column in summary["columns"]:
+            members = [r for r in rows if r["status"] == "finished" and r["metric"] is not None
+                       and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {}))
+                       == column]
+            path = out_dir / f"curves_{_slug(column)}.png"
+            if learning_curves(members, path, title=column):
+                figures.append(path)
+    failed = [r for r in rows if r["status"] != "finished"]
+    sections = [
+        ("Comparison (test metric of the best-validation checkpoint; [paper: value] where a paper reports "
+         "the same setting)", comparison_rows(summary)),
+        ("Details", detail_rows(summary)),
+        ("Numbers reported by the papers", paper_rows(summary)),
+    ]
+    intro = (f"{len(rows)} runs in the store{f' for study {study!r}' if study else ''}, "
+             f"{len(failed)} not finished (diverged or failed).")
+    md = [f"# {title}", "", intro, ""]
+    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;"
+            "margin:1em 0}td,th{border:1px solid #bbb;padding:4px 8px;text-align:left}</style></head><body>",
+            f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>"]
+    for heading, table in sections:
+        md += [f"## {heading}", "", markdown_table(table), ""]
+        page.append(f"<h2>{html.escape(heading)}</h2>{html_table(table)}")
+    if figures:
+        md += ["## Learning curves", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
+        page.append("<h2>Learning curves</h2>" + "".join(f"<img src='{f.name}' width='560'>" for f in figures))
+    page.append("</body></html>")
+    paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
+    paths["markdown"].write_text("\n".join(md))
+    paths["html"].write_text("\n".join(page))
+    return {**paths, **{f.stem: f for f in figures}}
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text).strip("_")

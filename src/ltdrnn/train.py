@@ -1,0 +1,473 @@
+"""``train(cfg) -> dict``: one experiment from a config to a results row.
+
+The loop, in order, for every optimiser step::
+
+    batch (seeded permutation of the epoch) -> model -> task loss + sum_k w_k * model.losses()[k]
+    -> backward -> clip global norm -> optimiser step -> [validate] -> [checkpoint]
+
+and at the start of each epoch ``model.set_epoch(epoch)`` (SA-RNN's slope annealing), at its end the lr
+schedule (halve every tau epochs). The best validation state is kept and used for the test metrics.
+
+Exact resume: the batch order of an epoch is a permutation drawn from ``(seed, epoch)`` alone, and a
+checkpoint holds the model, optimiser, scheduler, every RNG state, the position inside the epoch, the
+best state so far, the history and the config. ``train(cfg, resume=True)`` therefore continues an
+interrupted run to the same weights and metrics as a run that was never interrupted.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import os
+import random
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import metrics as M
+from .config import ConfigError, RunConfig, load_config, save_config
+from .models import build_model
+from .tasks.base import build_task
+
+CHECKPOINT = "last.pt"
+BEST = "best.pt"
+Callback = Callable[[Dict[str, Any]], None]
+
+
+class TrainingInterrupted(RuntimeError):
+    """Raised by a callback to stop a run after its latest checkpoint (used to test resuming)."""
+
+
+# ---- public entry points ---------------------------------------------------------------------------
+def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
+          callbacks: Iterable[Callback] = (), on_validation: Iterable[Callable[[Dict[str, Any]], bool]] = ()
+          ) -> Dict[str, Any]:
+    """Train, select on validation, test, store; returns the result record (also ``result.json``).
+
+    Args:
+        cfg: a RunConfig, plain data, or a preset name / config file.
+        resume: continue from ``<run_dir>/last.pt`` if it exists (``cfg.run_dir`` must be set).
+        callbacks: called after every optimiser step with the loop state (``step``, ``epoch``,
+            ``loss``, ``model``); a callback may raise to stop the run.
+        on_validation: called with every history entry (``step``, ``val_metric``, ...); if one returns
+            True the run stops there with status ``pruned`` (sweeps' pruners), is tested and stored.
+    """
+    cfg = cfg if isinstance(cfg, RunConfig) else load_config(cfg)
+    # numpy computes (and caches) its float limits on first use and warns if denormals are flushed by then
+    np.finfo(np.float32), np.finfo(np.float64)
+    torch.set_flush_denormal(True)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    run = Run(cfg, resume)
+    record = run.fit(list(callbacks), list(on_validation))
+    if cfg.results:
+        from .results import ResultStore
+        ResultStore(cfg.results).add(record)
+    return record
+
+
+def evaluate_checkpoint(path: str | Path, split: str = "test", overrides: Optional[List[str]] = None
+                        ) -> Dict[str, float]:
+    """Metrics of a saved checkpoint (``best.pt``/``last.pt`` or a run dir) on ``split``."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / BEST if (path / BEST).exists() else path / CHECKPOINT
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    cfg = load_config(checkpoint["config"], overrides)
+    task = build_task(cfg.task.name, **cfg.task.options)
+    model = build_model(cfg.model, task.info)
+    model.load_state_dict(checkpoint["model"])
+    return evaluate(model, task, split, cfg.train.eval_batch_size or cfg.train.batch_size)[0]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def evaluate(model: nn.Module, task, split: str, batch_size: int, max_batches: Optional[int] = None,
+             device: str = "cpu"):
+    """``(summary, skip_fraction)`` of ``model`` on ``split``; ``max_batches`` caps the work."""
+    evaluator = M.Evaluator(task.info)
+    kept = total = 0.0
+    was_training = model.training
+    model.eval()
+    dataset = task.dataset(split)
+    with torch.no_grad():
+        for i, indices in enumerate(_chunks(range(len(dataset)), batch_size)):
+            if max_batches is not None and i >= max_batches:
+                break
+            x, y, lengths = _batch(task, dataset, indices, device)
+            pred = model(x, lengths)
+            evaluator.add(pred, y, lengths)
+            skip = M.skip_fraction(model.aux, lengths)
+            if skip is not None:
+                kept += (1 - skip) * len(indices)
+                total += len(indices)
+    model.train(was_training)
+    return evaluator.summary(), (1 - kept / total if total else None)
+
+
+# ---- the run ---------------------------------------------------------------------------------------
+class Run:
+    """The state of one training run; ``fit`` runs it to the end."""
+
+    def __init__(self, cfg: RunConfig, resume: bool) -> None:
+        self.cfg = cfg
+        self.device = torch.device(cfg.train.device)
+        checkpoint = self._find_checkpoint(resume)
+        self.run_id = checkpoint["run_id"] if checkpoint else new_run_id(cfg)
+        self.run_dir = Path(cfg.run_dir or Path("runs") / self.run_id)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+
+        seed_everything(cfg.train.seed)
+        self.task = build_task(cfg.task.name, **cfg.task.options)
+        self.info = self.task.info
+        self.model = build_model(cfg.model, self.info).to(self.device)
+        self.optimizer = build_optimizer(cfg, self.model)
+        self.scheduler = (torch.optim.lr_scheduler.StepLR(self.optimizer, cfg.optim.halve_every, gamma=0.5)
+                          if cfg.optim.halve_every else None)
+        self.train_set = self.task.dataset("train")
+        self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.best: Optional[Dict[str, Any]] = None
+        self.history: List[Dict[str, Any]] = []
+        self.train_time = 0.0
+        self.running: Optional[float] = None  # moving average of the training loss
+        self.loss_names_checked = False
+        self.status = "finished"
+        self.judges: List[Callable[[Dict[str, Any]], bool]] = []
+        if checkpoint:
+            self._restore(checkpoint)
+
+    # ---- loop --------------------------------------------------------------------------------------
+    def fit(self, callbacks: List[Callback], judges: List[Callable[[Dict[str, Any]], bool]] = ()
+            ) -> Dict[str, Any]:
+        """Train until the step/epoch budget is used, the loss diverges or a judge prunes the run."""
+        self.callbacks, self.judges = callbacks, list(judges)
+        cfg = self.cfg.train
+        self.progress = _progress(self.total_steps(), self.step, cfg.progress, self.run_label())
+        try:
+            while self.status == "finished" and not self.finished():
+                self.model.set_epoch(self.epoch)
+                order = epoch_order(len(self.train_set), cfg.batch_size, cfg.seed, self.epoch)
+                while self.status == "finished" and self.batch_in_epoch < len(order) and not self.finished():
+                    self.one_step(order[self.batch_in_epoch])
+                if self.status == "finished" and self.batch_in_epoch >= len(order):
+                    self.end_epoch()
+            if self.status == "finished" and not self.history_has(self.step):
+                self.validate({})
+                self.save_checkpoint()
+        except KeyboardInterrupt:
+            print(f"\ninterrupted at step {self.step}; continue from the latest checkpoint with "
+                  f"--run-dir {self.run_dir} --resume", file=sys.stderr)
+            raise
+        finally:
+            self.progress.close()
+        return self.finish()
+
+    def one_step(self, indices: List[int]) -> None:
+        cfg = self.cfg.train
+        started = time.perf_counter()
+        loss, terms = self.train_step(indices)
+        self.train_time += time.perf_counter() - started
+        self.step += 1
+        self.batch_in_epoch += 1
+        self.running = loss if self.running is None else 0.95 * self.running + 0.05 * loss
+        self.progress.update(1)
+        self.progress.set_postfix(loss=f"{self.running:.4g}", epoch=self.epoch, refresh=False)
+        if not math.isfinite(loss):
+            self.status = "diverged"
+            return
+        evaluated = cfg.eval_every and self.step % cfg.eval_every == 0
+        if evaluated:
+            self.validate(terms)
+        if evaluated or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
+            self.save_checkpoint()
+        for callback in self.callbacks:
+            callback({"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model,
+                      "run_dir": self.run_dir})
+
+    def train_step(self, indices: List[int]):
+        x, y, lengths = _batch(self.task, self.train_set, indices, self.device)
+        self.model.train()
+        pred = self.model(x, lengths)
+        loss = M.task_loss(pred, y, self.info, lengths, self.cfg.optim.loss_reduction)
+        terms = self.model.losses()
+        self._check_loss_names(terms)
+        total = loss
+        for name, weight in self.cfg.train.loss_weights.items():
+            if weight:
+                total = total + weight * terms[name]
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.cfg.optim.clip_norm:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
+        self.optimizer.step()
+        return float(loss.detach()), {k: float(v.detach()) for k, v in terms.items()}
+
+    def end_epoch(self) -> None:
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        if self.scheduler is not None:
+            self.scheduler.step()
+        if not self.cfg.train.eval_every and not self.finished():
+            self.validate({})
+        self.save_checkpoint()
+
+    def validate(self, terms: Dict[str, float]) -> None:
+        cfg = self.cfg.train
+        summary, skip = evaluate(self.model, self.task, "val", cfg.eval_batch_size or cfg.batch_size,
+                                 cfg.eval_batches, self.device)
+        entry = {"step": self.step, "epoch": self.epoch, "train_loss": self.running,
+                 "lr": self.optimizer.param_groups[0]["lr"], "time_s": round(self.train_time, 3),
+                 **{f"val_{k}": v for k, v in summary.items()}, **{f"term_{k}": v for k, v in terms.items()}}
+        if skip is not None:
+            entry["val_skip_fraction"] = skip
+        if cfg.track_gradients:
+            from .analysis.gradients import state_jacobian_norm
+            entry["jacobian_norm"] = state_jacobian_norm(self.model, self.example_batch())
+        self.history.append(entry)
+        with open(self.run_dir / "history.jsonl", "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if any([judge(entry) for judge in self.judges]):  # every judge sees every entry
+            self.status = "pruned"
+        score = summary[self.cfg.train.select_on]
+        if self.best is None or self.better(score, self.best["score"]):
+            self.best = {"score": score, "metric": summary["metric"], "step": self.step,
+                         "state": copy.deepcopy(self.model.state_dict())}
+            atomic_save({"model": self.best["state"], "config": self.cfg.to_dict(), "step": self.step,
+                         "run_id": self.run_id}, self.run_dir / BEST)
+
+    def better(self, new: float, old: float) -> bool:
+        if not math.isfinite(new):
+            return False
+        if not math.isfinite(old):
+            return True
+        higher = self.info.higher_is_better and self.cfg.train.select_on == "metric"
+        return new > old if higher else new < old
+
+    # ---- ending ------------------------------------------------------------------------------------
+    def finish(self) -> Dict[str, Any]:
+        cfg = self.cfg.train
+        last_state = copy.deepcopy(self.model.state_dict())
+        if self.best is not None:
+            self.model.load_state_dict(self.best["state"])
+        started = time.perf_counter()
+        test, skip = evaluate(self.model, self.task, "test", cfg.eval_batch_size or cfg.batch_size,
+                              cfg.test_batches, self.device)
+        eval_time = time.perf_counter() - started
+        example = self.task.dataset("test")[0][0].to(self.device)
+        steps = int(example.shape[0])
+        results = {
+            "metric_name": self.info.metric, "metric": test["metric"],
+            "higher_is_better": self.info.higher_is_better, "baseline": self.info.baseline,
+            "beats_baseline": M.beats_baseline(test["metric"], self.info),
+            "test": test, "val_best": self.best["metric"] if self.best else None,
+            "best_step": self.best["step"] if self.best else None,
+            "params": M.parameter_count(self.model), "size_kb": M.model_size_kb(self.model),
+            "skip_fraction": skip, "flops_per_sequence": M.flops_per_sequence(self.model, steps, skip),
+            "seq_len": steps,
+        }
+        timings = {"train_s": self.train_time, "test_eval_s": eval_time, "steps": self.step,
+                   "epochs": self.epoch + self.batch_in_epoch / max(self.batches_per_epoch, 1),
+                   "steps_per_s": self.step / self.train_time if self.train_time else None}
+        if cfg.latency:
+            timings.update(M.latency(self.model, example))
+        self.model.load_state_dict(last_state)
+        record = {
+            "id": self.run_id, "status": self.status, "created": datetime.now(timezone.utc).isoformat(),
+            "cell": self.cfg.model.cell, "task": self.cfg.task.name, "preset": self.cfg.preset,
+            "study": self.cfg.study, "name": self.cfg.name, "config": self.cfg.to_dict(),
+            "metrics": results, "timings": timings, "history": self.history, "run_dir": str(self.run_dir),
+            "version": version_info(),
+        }
+        (self.run_dir / "result.json").write_text(json.dumps(record, indent=2, default=str))
+        return record
+
+    # ---- checkpoints -------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        atomic_save({
+            "run_id": self.run_id, "config": self.cfg.to_dict(), "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "rng": rng_states(), "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+            "best": self.best, "history": self.history, "train_time": self.train_time, "status": self.status,
+            "running": self.running,
+        }, self.run_dir / CHECKPOINT)
+
+    def _find_checkpoint(self, resume: bool) -> Optional[Dict[str, Any]]:
+        if not resume:
+            return None
+        if not self.cfg.run_dir:
+            raise ConfigError("run_dir: resuming needs the run directory of the interrupted run, got none")
+        path = Path(self.cfg.run_dir) / CHECKPOINT
+        if not path.exists():
+            return None
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        saved = _comparable(checkpoint["config"])
+        if saved != _comparable(self.cfg.to_dict()):
+            changed = sorted(k for k in set(saved) | set(_comparable(self.cfg.to_dict()))
+                             if saved.get(k) != _comparable(self.cfg.to_dict()).get(k))
+            raise ConfigError(f"resume: the config differs from the checkpoint's in {', '.join(changed)}")
+        return checkpoint
+
+    def _restore(self, checkpoint: Dict[str, Any]) -> None:
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(checkpoint["scheduler"])
+        for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
+            setattr(self, key, checkpoint[key])
+        set_rng_states(checkpoint["rng"])
+        # the log on disk may hold evaluations made after the checkpoint; the checkpoint's history rules
+        with open(self.run_dir / "history.jsonl", "w") as f:
+            f.writelines(json.dumps(entry) + "\n" for entry in self.history)
+
+    # ---- small helpers -----------------------------------------------------------------------------
+    def total_steps(self) -> int:
+        cfg = self.cfg.train
+        by_epochs = cfg.epochs * self.batches_per_epoch if cfg.epochs else None
+        return min(s for s in (by_epochs, cfg.steps) if s is not None)
+
+    def finished(self) -> bool:
+        return self.step >= self.total_steps()
+
+    def history_has(self, step: int) -> bool:
+        return bool(self.history) and self.history[-1]["step"] == step
+
+    def example_batch(self):
+        dataset = self.task.dataset("val")
+        return _batch(self.task, dataset, list(range(min(len(dataset), 32))), self.device)
+
+    def run_label(self) -> str:
+        return f"{self.cfg.model.cell}/{self.cfg.task.name}"
+
+    def _check_loss_names(self, terms: Dict[str, Any]) -> None:
+        if self.loss_names_checked:
+            return
+        unknown = [k for k in self.cfg.train.loss_weights if k not in terms]
+        if unknown:
+            raise ConfigError(f"train.loss_weights: unknown loss term {unknown[0]!r}; the model "
+                              f"{self.cfg.model.cell!r} provides: {', '.join(sorted(terms)) or 'none'}")
+        self.loss_names_checked = True
+
+
+# ---- pieces ----------------------------------------------------------------------------------------
+def build_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """Adam, RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``."""
+    o = cfg.optim
+    params = [p for p in model.parameters() if p.requires_grad]
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
+    if o.name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, momentum=o.momentum,
+                                   weight_decay=o.weight_decay)
+    return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
+    """The batches of an epoch: a permutation drawn from ``(seed, epoch)`` only, cut into batches."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return _chunks(torch.randperm(n, generator=generator).tolist(), batch_size)
+
+
+def _chunks(items, size: int) -> List[List[int]]:
+    items = list(items)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _batch(task, dataset, indices: List[int], device):
+    x, y, lengths = task.collate([dataset[i] for i in indices])
+    return x.to(device), y.to(device), (lengths.to(device) if lengths is not None else None)
+
+
+def rng_states() -> Dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_states(states: Dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(buffer.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{cfg.model.cell}-{cfg.task.name}-{uuid.uuid4().hex[:8]}"
+
+
+def version_info() -> Dict[str, Any]:
+    """Package, torch and git versions of the code that produced a run."""
+    import subprocess
+
+    from . import __version__
+    info: Dict[str, Any] = {"ltdrnn": __version__, "torch": torch.__version__}
+    root = Path(__file__).resolve().parents[2]
+    try:
+        info["git_commit"] = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                            text=True, timeout=5).stdout.strip() or None
+        info["git_dirty"] = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                                 "--untracked-files=no"], capture_output=True, text=True,
+                                                timeout=5).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        info["git_commit"] = None
+    return info
+
+
+# settings that change how a run is watched, not what it computes
+_COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads"}
+
+
+def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
+    flat = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict) and name not in ("model.options", "task.options", "train.loss_weights"):
+                walk(value, name + ".")
+            elif name not in _COSMETIC:
+                flat[name] = value
+    walk(config, "")
+    return flat
+
+
+class _NoProgress:
+    def update(self, n): pass
+    def set_postfix(self, **kwargs): pass
+    def close(self): pass
+
+
+def _progress(total: int, initial: int, enabled: bool, label: str):
+    if not enabled:
+        return _NoProgress()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _NoProgress()
+    return tqdm(total=total, initial=initial, desc=label, unit="step", dynamic_ncols=True, leave=False)

@@ -1,0 +1,99 @@
+"""The results store: round trip, unique ids, atomic rows under crashes, concurrent writers."""
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ltdrnn.results import ResultConflict, ResultStore, database_url
+
+
+def record(run_id, metric=0.5, study=None):
+    return {"id": run_id, "created": "2026-01-01T00:00:00+00:00", "status": "finished", "cell": "lstm",
+            "task": "adding", "preset": "x/y", "study": study, "name": None,
+            "config": {"task": {"options": {"T": 10}}},
+            "metrics": {"metric_name": "mse", "metric": metric, "params": 12, "baseline": 0.167},
+            "timings": {"train_s": 1.5}, "history": [{"step": 1, "val_metric": metric}],
+            "version": {"git_commit": "abc"}, "run_dir": "/tmp/x"}
+
+
+def test_round_trip_decodes_json_columns(tmp_path):
+    store = ResultStore(str(tmp_path / "r.db"))
+    store.add(record("a", 0.25, study="s1"))
+    store.add(record("b", 0.5))
+    rows = store.rows(study="s1")
+    assert [r["id"] for r in rows] == ["a"]
+    row = rows[0]
+    assert row["metric"] == 0.25 and row["params"] == 12 and row["train_time_s"] == 1.5
+    assert row["config"] == {"task": {"options": {"T": 10}}} and row["history"][0]["step"] == 1
+    assert row["git_commit"] == "abc" and store.count() == 2
+
+
+def test_a_path_means_sqlite_and_urls_pass_through(tmp_path):
+    assert database_url(str(tmp_path / "r.db")) == f"sqlite:///{tmp_path / 'r.db'}"
+    assert database_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_rows_are_never_overwritten(tmp_path):
+    store = ResultStore(str(tmp_path / "r.db"))
+    store.add(record("a", 0.25))
+    with pytest.raises(ResultConflict, match="'a' is already in"):
+        store.add(record("a", 0.99))
+    new_id = store.add(record("a", 0.99), on_conflict="new_id")
+    assert new_id != "a" and new_id.startswith("a-")
+    values = {r["id"]: r["metric"] for r in store.rows()}
+    assert values == {"a": 0.25, new_id: 0.99}
+
+
+def test_an_exception_inside_the_transaction_leaves_no_row(tmp_path):
+    store = ResultStore(str(tmp_path / "r.db"))
+    with pytest.raises(RuntimeError):
+        with store.engine.begin() as connection:
+            connection.execute(store.table.insert().values(id="half", created="t", status="finished",
+                                                           cell="c", task="t"))
+            raise RuntimeError("crash after the insert, before the commit")
+    assert store.count() == 0
+    with pytest.raises(KeyError):
+        store.add({"id": "broken", "created": "t"})  # an incomplete record fails before writing
+    assert store.count() == 0
+
+
+def test_a_process_killed_mid_write_leaves_no_row_and_a_usable_store(tmp_path):
+    path = tmp_path / "r.db"
+    ResultStore(str(path)).add(record("before"))
+    script = textwrap.dedent(f"""
+        import os
+        from ltdrnn.results import ResultStore
+        store = ResultStore({str(path)!r})
+        with store.engine.begin() as connection:
+            connection.execute(store.table.insert().values(id="killed", created="t", status="finished",
+                                                           cell="c", task="t"))
+            os._exit(9)  # the process dies with the transaction open
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 9, result.stderr
+    store = ResultStore(str(path))
+    assert [r["id"] for r in store.rows()] == ["before"]
+    store.add(record("after"))
+    assert store.count() == 2
+
+
+def _writer(path, prefix, count):
+    store = ResultStore(path)
+    for i in range(count):
+        store.add(record(f"{prefix}-{i}"))
+
+
+def test_two_processes_write_at_once(tmp_path):
+    path = str(tmp_path / "r.db")
+    # fork is quick; each child opens its own engine, so nothing of the parent's database state is shared
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    workers = [context.Process(target=_writer, args=(path, name, 15)) for name in ("p", "q")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    ids = {r["id"] for r in ResultStore(path).rows()}
+    assert ids == {f"{p}-{i}" for p in "pq" for i in range(15)}

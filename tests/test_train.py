@@ -1,0 +1,236 @@
+"""The trainer: learning, optimisers and schedule, extra losses, selection, exact resume, smoke over the
+registries (every registered cell on a tiny task; every generated task with a small model)."""
+import inspect
+import json
+import math
+
+import pytest
+import torch
+
+from harness_helpers import TinyTask, install, tiny_config
+from ltdrnn import metrics as M
+from ltdrnn.cells.registry import entry, list_cells
+from ltdrnn.config import ConfigError, load_config
+from ltdrnn.data import DataNotFoundError
+from ltdrnn.models import build_model
+from ltdrnn.tasks import build_task, list_tasks
+from ltdrnn.tasks.base import _TASKS
+from ltdrnn.train import TrainingInterrupted, epoch_order, evaluate_checkpoint, seed_everything, train
+
+
+@pytest.fixture(autouse=True)
+def tiny(monkeypatch):
+    install(monkeypatch)
+    torch.set_num_threads(1)
+
+
+def run(tmp_path, overrides=(), **sections):
+    return train(load_config(tiny_config(tmp_path, **sections), list(overrides)))
+
+
+def test_the_trainer_learns_the_tiny_task(tmp_path):
+    record = run(tmp_path, ["train.steps=80", "train.eval_every=20", "task.options.n_train=256",
+                            "task.options.n_test=128"])
+    assert record["status"] == "finished"
+    assert record["metrics"]["metric"] > 0.8 and record["metrics"]["beats_baseline"]
+    losses = [h["train_loss"] for h in record["history"]]
+    assert losses[-1] < losses[0]
+
+
+def test_epoch_order_depends_on_seed_and_epoch_only():
+    a = epoch_order(20, 6, seed=1, epoch=3)
+    assert a == epoch_order(20, 6, seed=1, epoch=3)
+    assert a != epoch_order(20, 6, seed=1, epoch=4)
+    assert sorted(i for batch in a for i in batch) == list(range(20)) and len(a[-1]) == 2
+
+
+def _final_weights(record):
+    return torch.load(f"{record['run_dir']}/last.pt", weights_only=False)["model"]
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
+    # dropout (RNG), lr halving every epoch (scheduler), momentum (optimiser state) and a mid-epoch stop
+    settings = ["train.steps=14", "train.eval_every=4", "train.checkpoint_every=3", "model.num_layers=2",
+                "model.dropout=0.3", "optim.halve_every=1", "task.options.n_train=40",
+                "train.loss_weights.penalty=0.01"]
+    whole = run(tmp_path / "a", settings)
+
+    def stop_at_7(state):  # the latest checkpoint is step 6: steps 7.. are redone after resuming
+        if state["step"] == 7:
+            raise TrainingInterrupted("simulated interruption")
+
+    cfg_b = load_config(tiny_config(tmp_path / "b"), settings)
+    with pytest.raises(TrainingInterrupted):
+        train(cfg_b, callbacks=[stop_at_7])
+    assert torch.load(tmp_path / "b" / "run" / "last.pt", weights_only=False)["step"] == 6
+    resumed = train(cfg_b, resume=True)
+
+    assert resumed["id"] == json.loads((tmp_path / "b" / "run" / "result.json").read_text())["id"]
+    weights_a, weights_b = _final_weights(whole), _final_weights(resumed)
+    assert weights_a.keys() == weights_b.keys()
+    for key in weights_a:
+        assert torch.equal(weights_a[key], weights_b[key]), key
+    assert resumed["metrics"]["test"] == whole["metrics"]["test"]
+    strip = lambda history: [{k: v for k, v in h.items() if k != "time_s"} for h in history]
+    assert strip(resumed["history"]) == strip(whole["history"])
+    assert [h["lr"] for h in whole["history"]] != [whole["history"][0]["lr"]] * len(whole["history"])
+
+
+def test_resume_refuses_a_changed_config(tmp_path):
+    cfg = load_config(tiny_config(tmp_path), ["train.steps=3", "train.checkpoint_every=1"])
+    train(cfg)
+    changed = load_config(tiny_config(tmp_path), ["train.steps=3", "optim.lr=0.5"])
+    with pytest.raises(ConfigError, match="optim.lr"):
+        train(changed, resume=True)
+
+
+def test_checkpoints_hold_the_resolved_config(tmp_path):
+    record = run(tmp_path, ["train.steps=4"])
+    for name in ("last.pt", "best.pt"):
+        saved = torch.load(f"{record['run_dir']}/{name}", weights_only=False)
+        assert load_config(saved["config"]) == load_config(record["config"])
+    assert load_config(f"{record['run_dir']}/config.yaml") == load_config(record["config"])
+    assert not list((tmp_path / "run").glob("*.tmp"))
+
+
+def test_lr_halves_every_tau_epochs(tmp_path):
+    # 64 training items / batch 16 = 4 steps per epoch; tau = 2 epochs
+    record = run(tmp_path, ["train.epochs=5", "train.steps=null", "train.batch_size=16", "train.eval_every=0",
+                            "optim.halve_every=2", "optim.lr=0.08"])
+    lrs = [h["lr"] for h in record["history"]]
+    assert lrs == pytest.approx([0.08, 0.04, 0.04, 0.02, 0.02])
+    assert [h["epoch"] for h in record["history"]] == [1, 2, 3, 4, 5]
+
+
+def test_set_epoch_is_called_each_epoch(tmp_path, monkeypatch):
+    seen = []
+    from harness_helpers import TinyCell
+    monkeypatch.setattr(TinyCell, "set_epoch", lambda self, epoch: seen.append(epoch))
+    run(tmp_path, ["train.epochs=3", "train.steps=null", "train.batch_size=32", "train.eval_every=0"])
+    assert sorted(set(seen)) == [0, 1, 2]
+
+
+def test_weighted_extra_loss_is_added(tmp_path):
+    plain = run(tmp_path / "a", ["train.steps=30"])
+    penalised = run(tmp_path / "b", ["train.steps=30", "train.loss_weights.penalty=1.0"])
+    norm = lambda r: float((_final_weights(r)["rnn.cells.0.U"] ** 2).sum())
+    assert norm(penalised) < 0.5 * norm(plain)
+
+
+def test_unknown_loss_weight_names_the_provided_terms(tmp_path):
+    with pytest.raises(ConfigError, match="unknown loss term 'budget'.*provides: penalty"):
+        run(tmp_path, ["train.loss_weights.budget=0.1"])
+
+
+def test_summed_loss_is_batch_size_times_mean():
+    info = TinyTask().info
+    pred, y = torch.randn(5, 2), torch.tensor([0, 1, 1, 0, 1])
+    assert M.task_loss(pred, y, info, reduction="sum") == pytest.approx(5 * float(M.task_loss(pred, y, info)))
+
+
+@pytest.mark.parametrize("optimiser", [["optim.name=sgd", "optim.momentum=0.9", "optim.loss_reduction=sum",
+                                        "optim.clip_norm=1.0", "optim.lr=0.01"],
+                                       ["optim.name=rmsprop", "optim.alpha=0.9", "optim.lr=0.01"],
+                                       ["optim.name=adam", "optim.weight_decay=1e-3"]])
+def test_each_optimiser_learns(tmp_path, optimiser):
+    record = run(tmp_path, ["train.steps=60", "train.eval_every=20", "task.options.n_train=256"] + optimiser)
+    assert record["metrics"]["metric"] > 0.75
+
+
+def test_validation_selects_the_checkpoint_used_for_test(tmp_path):
+    record = run(tmp_path, ["train.steps=40", "train.eval_every=5", "optim.lr=0.05"])
+    best = max(record["history"], key=lambda h: h["val_metric"])
+    assert record["metrics"]["best_step"] == best["step"]
+    assert record["metrics"]["val_best"] == best["val_metric"]
+    assert evaluate_checkpoint(record["run_dir"])["metric"] == record["metrics"]["test"]["metric"]
+
+
+def test_skip_fraction_is_recorded_from_update_masks(tmp_path):
+    record = run(tmp_path, ["train.steps=2"])
+    assert 0.0 < record["metrics"]["skip_fraction"] < 1.0
+    assert "val_skip_fraction" in record["history"][-1]
+
+
+@pytest.mark.parametrize("kind, head", [("per_step", "tagger"), ("regression", "regressor")])
+def test_other_heads_train(tmp_path, kind, head):
+    record = run(tmp_path, ["train.steps=40", f"task.options.kind={kind}", "train.latency=true"])
+    assert record["config"]["model"]["head"] == "auto"
+    m = record["metrics"]
+    assert m["beats_baseline"], m
+    assert record["timings"]["per_sequence_ms"] > 0 and record["timings"]["per_step_ms"] > 0
+
+
+def test_diverging_run_stops_with_status_diverged(tmp_path):
+    record = run(tmp_path, ["train.steps=20", "task.options.kind=regression", "optim.name=sgd",
+                            "optim.lr=1e6"])
+    assert record["status"] == "diverged"
+
+
+# ---- smoke over the registries ------------------------------------------------------------------
+@pytest.mark.parametrize("cell", [c for c in list_cells()])
+def test_every_registered_cell_trains_one_batch_and_evaluates(tmp_path, cell):
+    options = dict(entry(cell).test_options)
+    record = run(tmp_path, ["train.steps=1", "train.eval_every=1", "train.batch_size=4",
+                            "task.options.n_val=4", "task.options.n_test=4", "train.latency=true"],
+                 model={"cell": cell, "hidden_size": 6, "options": options})
+    assert record["status"] == "finished"
+    assert math.isfinite(record["metrics"]["metric"]) and record["metrics"]["params"] > 0
+    seed_everything(0)  # the trainer's seed: the same initial weights
+    before = build_model(load_config(record["config"]).model, TinyTask().info).state_dict()
+    after = _final_weights(record)
+    changed = [k for k in after if k.startswith("rnn.") and not torch.equal(before[k], after[k])]
+    assert changed, "one optimiser step changed no weight of the recurrent stack"
+
+
+def _small_options(name):
+    """Small split sizes and lengths for generated tasks; data-set tasks keep their defaults."""
+    accepted = inspect.signature(_TASKS[name]).parameters
+    if not all(k in accepted for k in ("n_train", "n_val", "n_test")):
+        return {}
+    options = {"n_train": 8, "n_val": 4, "n_test": 4}
+    if "T" in accepted:
+        options["T"] = 16
+    if "delay" in accepted:
+        options["delay"] = 10
+    return options
+
+
+def _families():
+    families = {}
+    for name in list_tasks():
+        if name != "tiny":
+            families.setdefault(_TASKS[name].__module__.rsplit(".", 1)[-1], []).append(name)
+    return families
+
+
+@pytest.mark.parametrize("family", sorted(_families()))
+def test_every_task_family_trains_one_batch_and_evaluates(tmp_path, family):
+    """The first task of each family whose data is present here (generated, bundled or cached)."""
+    problems = []
+    for task in _families()[family]:
+        options = _small_options(task)
+        try:
+            info = build_task(task, **options).info
+        except DataNotFoundError as error:  # data absent on this machine: try the family's next task
+            problems.append(f"{task}: {type(error).__name__}")
+            continue
+        record = run(tmp_path, ["train.steps=1", "train.eval_every=1", "train.batch_size=4",
+                                "train.eval_batches=1", "train.test_batches=1"],
+                     model={"cell": "lstm", "hidden_size": 4}, task={"name": task, "options": options})
+        assert record["status"] == "finished" and record["metrics"]["metric_name"] == info.metric
+        assert math.isfinite(record["metrics"]["metric"])
+        return
+    pytest.skip(f"no task of family {family} has data here ({'; '.join(problems)})")
+
+
+def test_a_judge_can_prune_the_run_at_a_validation(tmp_path):
+    seen = []
+
+    def judge(entry):
+        seen.append(entry["step"])
+        return entry["step"] >= 10
+
+    record = train(load_config(tiny_config(tmp_path), ["train.steps=30", "train.eval_every=5"]),
+                   on_validation=[judge])
+    assert record["status"] == "pruned" and seen == [5, 10] and record["timings"]["steps"] == 10
+    assert math.isfinite(record["metrics"]["metric"])
