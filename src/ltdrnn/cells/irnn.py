@@ -1,0 +1,485 @@
+"""iRNN, the incremental RNN (Kag, Zhang & Saligrama, ICLR 2020), and the Euler-step helpers it shares
+with TARNN.
+
+Shapes follow the legend in :mod:`ltdrnn.cells.base`. The paper runs K Euler steps of an ODE per time
+step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equilibrium of the ODE:
+
+    g_0 = 0
+    g_i = g_{i-1} + eta_i * (phi(P[U (g_{i-1} + h_{k-1}) + W x_k + b]) - alpha * (g_{i-1} + h_{k-1}))
+    h_k = g_K
+
+(Eq. 5 without ``P``; Eq. 8, used in all the paper's experiments, with ``P = U = I + V H``.)
+
+Two implementations: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
+``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedIRNN`) that
+folds ``P U`` into one matrix ``M`` and ``P (W x + b)`` into the precomputed input.
+"""
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import (Cell, State, activation as activation_function, check_choice, check_positive_float,
+                   check_positive_int, mask_outputs)
+from .registry import ParamCount, register
+
+ACTIVATION_INTO = {
+    # phi(x, out=buffer), for the fused loops
+    "relu": lambda x, out: torch.clamp_min(x, 0, out=out),
+    "tanh": lambda x, out: torch.tanh(x, out=out),
+    "sigmoid": lambda x, out: torch.sigmoid(x, out=out),
+}
+ACTIVATION_BACKWARD_INTO = {
+    # gradient through phi from phi's output, written into ``out``: the backward needs only that output
+    "relu": lambda grad, y, out: torch.ops.aten.threshold_backward.grad_input(grad, y, 0, grad_input=out),
+    "tanh": lambda grad, y, out: torch.ops.aten.tanh_backward.grad_input(grad, y, grad_input=out),
+    "sigmoid": lambda grad, y, out: torch.ops.aten.sigmoid_backward.grad_input(grad, y, grad_input=out),
+}
+
+
+class EulerSteps(nn.Module):
+    """The learned Euler step sizes ``eta``, per Euler step and optionally per time step.
+
+    ``eta`` is ``(K,)``, or ``(max_length, K)`` with ``per_time_step=True`` (the paper's ``eta_k^i``);
+    in that case the cell's state carries a step counter ``(B,)`` int64 so that chunked and streamed
+    runs use the row of the true time step.
+    """
+
+    def __init__(self, steps: int, init: float, per_time_step: bool, max_length: int | None,
+                 factory: dict) -> None:
+        super().__init__()
+        self.steps = check_positive_int("K", steps)
+        self.init = check_positive_float("eta", init)
+        if not isinstance(per_time_step, bool):
+            raise TypeError(f"eta_per_time_step: expected a bool, got {per_time_step!r}")
+        self.per_time_step = per_time_step
+        if per_time_step:
+            if max_length is None:
+                raise ValueError("max_length: expected a positive integer when eta_per_time_step=True "
+                                 "(one row of step sizes per time step), got None")
+            self.max_length = check_positive_int("max_length", max_length)
+        elif max_length is not None:
+            raise ValueError(f"max_length: only used with eta_per_time_step=True; expected None, "
+                             f"got {max_length!r}")
+        else:
+            self.max_length = None
+        shape = (self.max_length, steps) if per_time_step else (steps,)
+        self.eta = nn.Parameter(torch.empty(shape, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.eta, self.init)
+
+    def at(self, counter: Tensor | None) -> Tensor:
+        """Step sizes of one time step: ``(K,)``, or ``(B, K)`` for the sequences' counters ``(B,)``."""
+        return self.eta if counter is None else self.eta[counter]
+
+    def check_room(self, counter: Tensor | None, steps: int) -> None:
+        """Raise unless every sequence can run ``steps`` more time steps within ``max_length``."""
+        if counter is None or counter.numel() == 0:
+            return
+        last = int(counter.max()) + steps
+        if last > self.max_length:
+            raise ValueError(f"max_length: the per-time-step step sizes cover {self.max_length} time "
+                             f"steps, but this call reaches time step {last}; build the cell with a "
+                             f"larger max_length")
+
+    def extra_repr(self) -> str:
+        extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
+        return f"K={self.steps}, init={self.init}{extra}"
+
+
+class ParameterCache:
+    """Values derived from some parameters, recomputed only when one of them changes.
+
+    The key is every given tensor's storage and version counter, so in-place optimiser updates,
+    ``load_state_dict`` and ``module.to(...)`` invalidate it.
+    """
+
+    def __init__(self) -> None:
+        self.key, self.value = None, None
+
+    def get(self, tensors, compute):
+        key = tuple((p.data_ptr(), p._version) for p in tensors)
+        if key != self.key:
+            self.key, self.value = key, compute()
+        return self.value
+
+
+def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:
+    """``state -> (h, counter)``; the counter is None unless step sizes are per time step."""
+    if cell_per_time_step:
+        return state[0], state[1]
+    return state, None
+
+
+def join_counter(h: Tensor, counter: Tensor | None) -> State:
+    return h if counter is None else (h, counter)
+
+
+def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
+    """The state after each sequence's last true step, from the unmasked outputs ``(T, B, H)``."""
+    if lengths is None:
+        return outputs[-1]
+    index = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, -1, outputs.shape[-1])
+    return outputs.gather(0, index)[0]
+
+
+def scalars(values: Tensor) -> list:
+    """Python floats of a small parameter, for the fused loops (no graph, no per-step tensor ops)."""
+    return [float(v) for v in values.detach().reshape(-1).tolist()]
+
+
+@register(
+    "irnn", family="source",
+    paper="Kag, Zhang & Saligrama, RNNs incrementally evolving on an equilibrium manifold: a panacea for "
+          "vanishing and exploding gradients? (ICLR 2020; reviewed as 'Incremental RNN: a dynamical view')",
+    test_options={"rank": 2},
+    variants={
+        "full_rank_eq5": {"rank": None, "projection": False},
+        "full_rank_eq8": {"rank": None, "projection": True},
+        "start_state_K3": {"start": "state", "K": 3},
+        "learn_alpha_tanh_K2": {"learn_alpha": True, "alpha": 1.5, "activation": "tanh", "K": 2},
+        "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "K": 2},
+    },
+    param_counts=(
+        ParamCount(1, 128, 3_500, 4_500, {"rank": 15},
+                   source="iRNN Table 1 pixel-MNIST K=1/3: 4k (rank not given; 15 fits)"),
+        ParamCount(1, 128, 7_500, 8_500, {"rank": 30},
+                   source="iRNN Table 1 permuted-MNIST K=1: 8k (rank not given; 30 fits)"),
+        ParamCount(28, 128, 5_500, 6_500, {"rank": 9},
+                   source="iRNN Table 2 noisy-MNIST K=1: 6k (rank not given; 9 fits)"),
+        ParamCount(9, 80, 3_500, 4_500, {"rank": 20},
+                   source="iRNN Table 3 HAR-2 K=1/3/5: 4k (rank not given; 20 fits)"),
+        ParamCount(32, 80, 8_000, 8_200, {"rank": 34},
+                   source="iRNN Table 9 Google-12: 8.1k (rank not given; 34 fits)"),
+        ParamCount(32, 80, 8_400, 8_600, {"rank": 36},
+                   source="iRNN Table 3 Google-30: 8.5k (rank not given; 36 fits)"),
+    ))
+class IRNN(Cell):
+    """Incremental RNN: K Euler steps towards the equilibrium of an incremental CTRNN per time step.
+
+    State ``h (B, H)`` (with ``eta_per_time_step``: ``(h, counter)``, counter ``(B,)`` int64, the
+    number of time steps taken so far). Output ``h_k``. With ``y_i = g_i + h_{k-1}``::
+
+        g_0 = 0 (start="zero", paper)  or  h_{k-1} (start="state")
+        for i in 1..K:
+            a   = U (g_{i-1} + h_{k-1}) + W x_k + b
+            g_i = g_{i-1} + eta_i * (phi(P a  or  a) - alpha * (g_{i-1} + h_{k-1}))
+        h_k = g_K
+
+    ``U = I + V H`` (``V (H, r)``, ``H (r, H)``) when ``rank=r``, a dense ``(H, H)`` matrix when
+    ``rank=None``; ``P = U`` applied after the sum (Eq. 8) when ``projection=True``. K = 1 with the
+    zero start is the paper's SiRNN, ``h_k = eta (phi(U h_{k-1} + W x_k + b) - alpha h_{k-1})``.
+
+    Args:
+        input_size: d.  hidden_size: H.
+        K: Euler steps per time step (paper: 1 in most tables, up to 10 in the ablation).
+        rank: r of ``U = I + V H``; None for a dense ``U``.
+        projection: apply ``P = U`` after the sum, Eq. 8 (all the paper's experiments).
+        alpha: the leak ``alpha > 0`` (paper: 1).
+        learn_alpha: learn alpha, kept positive as ``exp(log_alpha)``.
+        eta: initial Euler step size (paper: 1e-2).
+        eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
+        max_length: number of time steps covered by ``eta_per_time_step``.
+        start: ``"zero"`` (paper, ``g_0 = 0``) or ``"state"`` (``g_0 = h_{k-1}``; same fixed point).
+        activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
+        impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+
+    Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
+    RNN; ``eta = 1e-2`` (paper).
+    """
+
+    impls = ("reference", "fused")
+    default_impl = "fused"
+
+    def __init__(self, input_size: int, hidden_size: int, K: int = 1, rank: int | None = 16,
+                 projection: bool = True, alpha: float = 1.0, learn_alpha: bool = False, eta: float = 1e-2,
+                 eta_per_time_step: bool = False, max_length: int | None = None, start: str = "zero",
+                 activation: str = "relu", impl: str = "auto", device=None, dtype=None) -> None:
+        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        self.K = check_positive_int("K", K)
+        self.rank = None if rank is None else check_positive_int("rank", rank)
+        if self.rank is not None and self.rank > hidden_size:
+            raise ValueError(f"rank: expected at most hidden_size={hidden_size}, got {rank}")
+        for name, flag in (("projection", projection), ("learn_alpha", learn_alpha)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name}: expected a bool, got {flag!r}")
+        self.projection = projection
+        self.alpha_init = check_positive_float("alpha", alpha)
+        self.learn_alpha = learn_alpha
+        self.start = check_choice("start", start, ("zero", "state"))
+        self.activation = activation
+        self.phi = activation_function(activation)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory)
+        self._stream_cache = ParameterCache()
+        self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
+        self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
+        if self.rank is None:
+            self.weight_u = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
+        else:
+            self.weight_v = nn.Parameter(torch.empty(hidden_size, self.rank, **self.factory))
+            self.weight_h = nn.Parameter(torch.empty(self.rank, hidden_size, **self.factory))
+        if learn_alpha:
+            self.log_alpha = nn.Parameter(torch.empty((), **self.factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for name, p in self.named_parameters(recurse=False):
+            if name != "log_alpha":
+                nn.init.uniform_(p, -bound, bound)
+        if self.learn_alpha:
+            nn.init.constant_(self.log_alpha, math.log(self.alpha_init))
+        self.steps.reset_parameters()
+
+    # ---- the maths, literally ----------------------------------------------------------------------
+    @property
+    def per_time_step(self) -> bool:
+        return self.steps.per_time_step
+
+    def alpha(self) -> Tensor | float:
+        return self.log_alpha.exp() if self.learn_alpha else self.alpha_init
+
+    def apply_u(self, y: Tensor) -> Tensor:
+        """``U y`` row-wise: ``(..., H) -> (..., H)``; ``U = I + V H`` or dense."""
+        if self.rank is None:
+            return F.linear(y, self.weight_u)
+        return y + F.linear(F.linear(y, self.weight_h), self.weight_v)
+
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        h = super().init_state(batch_size, device, dtype)
+        if not self.per_time_step:
+            return h
+        return h, torch.zeros(batch_size, dtype=torch.long, device=h.device)
+
+    def precompute(self, x: Tensor) -> Tensor:
+        """``(T, B, d) -> (T, B, H)``: ``W x_t + b``."""
+        return F.linear(x, self.weight_x, self.bias)
+
+    def step(self, p_t: Tensor, state: State) -> Tuple[Tensor, State]:
+        """Eq. 5 / Eq. 8 for one time step, exactly as written (U and P applied as matrices)."""
+        h, counter = split_counter(self.per_time_step, state)
+        eta = self.steps.at(counter)
+        alpha = self.alpha()
+        g = torch.zeros_like(h) if self.start == "zero" else h
+        for i in range(self.K):
+            y = g + h
+            a = self.apply_u(y) + p_t
+            drive = self.phi(self.apply_u(a) if self.projection else a)
+            eta_i = eta[i] if counter is None else eta[:, i:i + 1]
+            g = g + eta_i * (drive - alpha * y)
+        return g, join_counter(g, None if counter is None else counter + 1)
+
+    def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
+             impl: str | None = None) -> Tuple[Tensor, State]:
+        if state is not None:
+            self.steps.check_room(split_counter(self.per_time_step, state)[1], x.shape[0])
+        elif self.per_time_step:
+            self.steps.check_room(torch.zeros(1, dtype=torch.long), x.shape[0])
+        return super().scan(x, state, lengths, impl)
+
+    # ---- the fused path ----------------------------------------------------------------------------
+    def recurrent_operator(self) -> Tuple[Tensor, Tensor | None]:
+        """``M`` with ``pre = M y + c``: ``(M, None)`` dense, or low rank ``(V', H)`` with ``M = I + V' H``.
+
+        ``M = P U = U^2 = I + V (2 I + H V) H`` with Eq. 8, ``M = U`` without it.
+        """
+        if self.rank is None:
+            u = self.weight_u
+            return (u @ u if self.projection else u), None
+        v = self.weight_v
+        if self.projection:
+            eye = torch.eye(self.rank, device=v.device, dtype=v.dtype)
+            v = v @ (2 * eye + self.weight_h @ v)
+        return v, self.weight_h
+
+    def input_map(self) -> Tuple[Tensor, Tensor]:
+        """``(weight, bias)`` with ``c = weight x + bias``: ``P (W x + b) = (P W) x + P b`` under Eq. 8."""
+        if self.projection:
+            return self.apply_u(self.weight_x.t()).t(), self.apply_u(self.bias)
+        return self.weight_x, self.bias
+
+    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
+        and with the fused implementation it skips the sequence machinery."""
+        if not self.streams(x_t, state):
+            return super().forward(x_t, state)
+        h = self._stream_step(x_t, state)
+        return h, h
+
+    def streams(self, x_t, state) -> bool:
+        """Whether :meth:`forward` may take the streaming path; anything unusual (including input that
+        :meth:`Cell.forward` rejects with a clear error) goes the general way."""
+        return (not torch.is_grad_enabled() and not self.per_time_step and isinstance(state, Tensor)
+                and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == self.input_size
+                and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
+
+    def own_parameters(self) -> tuple:
+        return (*self._parameters.values(), self.steps.eta)
+
+    def _stream_step(self, x_t: Tensor, h: Tensor) -> Tensor:
+        """One step without autograd: a few ops on matrices cached until a parameter changes."""
+        operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
+        weight_t, bias, m_t, etas, alpha = operands
+        y = h if self.start == "zero" else h * 2.0
+        c = torch.addmm(bias, x_t, weight_t)
+        for eta in etas:
+            drive = self.phi(torch.addmm(c, y, m_t))
+            y = torch.add(y, drive.sub_(y, alpha=alpha), alpha=eta)
+        return y.sub_(h)
+
+    def _stream_operands(self):
+        weight, bias = self.input_map()
+        first, second = self.recurrent_operator()
+        m = first if second is None else _dense_operator(first, second)
+        alpha = float(self.alpha())
+        return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.eta), alpha
+
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
+                  ) -> Tuple[Tensor, State]:
+        """Whole sequence in :class:`_FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
+        linear map of the input, applied for all steps before the loop. Per-time-step step sizes fall
+        back to the reference loop."""
+        if self.per_time_step:
+            return self.scan_reference(x, state, lengths)
+        if x.shape[0] == 1 and not torch.is_grad_enabled():
+            h = self._stream_step(x[0], state)
+            return h.unsqueeze(0), h
+        weight, bias = self.input_map()
+        first, second = self.recurrent_operator()
+        if second is None:
+            second = first.new_empty(0)
+        alpha = self.log_alpha.exp() if self.learn_alpha else x.new_tensor(self.alpha_init)
+        outputs = _FusedIRNN.apply(x, weight, bias, state, first, second, self.steps.eta, alpha,
+                                   self.activation, 1.0 if self.start == "zero" else 2.0)
+        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
+                f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, start={self.start!r}, "
+                f"activation={self.activation!r}")
+
+
+class _FusedIRNN(torch.autograd.Function):
+    """The iRNN recursion over a whole sequence, with a hand-written backward.
+
+    In the variable ``y_i = g_i + h_{t-1}``: ``y_0 = s h_{t-1}`` (``s = 1`` zero start, 2 state start),
+    ``y_{i+1} = y_i + eta_i (phi(M y_i + c_t) - alpha y_i)``, ``h_t = y_K - h_{t-1}``.
+    ``M`` is given dense (``first = M``, ``second`` empty) or as ``I + V' H`` (``first = V'``,
+    ``second = H``). The loop always applies the dense ``M`` (one matmul per Euler step: fewer ops
+    beat fewer FLOPs at these sizes); the factors' gradients come from the ``(H, H)`` gradient of M.
+
+    Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
+    bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``.
+    Output ``(T, B, H)``. The Function computes ``c`` itself, so the buffer is its own: with K = 1 each
+    step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the gradient of
+    ``c`` into the same memory. Saved, Euler step first so that every per-step slice and every
+    per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, h0, first, second, eta, alpha, act: str, s: float):
+        steps, batch, hidden = x.shape[0], x.shape[1], weight.shape[0]
+        k = eta.shape[0]
+        etas, a = scalars(eta), float(alpha)
+        phi = ACTIVATION_INTO[act]
+        x, h = x.detach(), h0.detach()
+        flat_x = x.reshape(-1, x.shape[-1])
+        c = torch.addmm(bias.detach(), flat_x, weight.detach().t()).view(steps, batch, hidden)
+        m = _dense_operator(first.detach(), second.detach())
+        m_t = m.t().contiguous()
+        keep = any(ctx.needs_input_grad)   # without a backward to come, one step's scratch is enough
+        span = steps if keep else 1
+        phis = c.new_empty(k, span, batch, hidden)
+        inputs = c.new_empty(k, span, batch, hidden)       # y_0 of every step is filled in after the loop
+        outputs = c.new_empty(steps, batch, hidden)
+        pre, last = c.new_empty(batch, hidden), c.new_empty(batch, hidden)
+        for t in range(steps):
+            slot = t if keep else 0
+            y = h if s == 1.0 else torch.mul(h, s, out=inputs[0, slot])
+            for i in range(k):
+                if k == 1:
+                    pre = c[t].addmm_(y, m_t)
+                else:
+                    torch.addmm(c[t], y, m_t, out=pre)
+                phi(pre, out=phis[i, slot])
+                nxt = inputs[i + 1, slot] if i + 1 < k else last
+                _euler_update(y, phis[i, slot], etas[i], a, nxt)
+                y = nxt
+            h = torch.sub(y, h, out=outputs[t])
+        if keep and s == 1.0:
+            inputs[0, 0].copy_(h0)
+            inputs[0, 1:].copy_(outputs[:-1])
+        ctx.save_for_backward(phis, inputs, m, first, second, h0, x, weight)
+        ctx.scratch = c
+        ctx.config = (etas, a, act, s)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_outputs):
+        phis, inputs, m, first, second, h0, x, weight = ctx.saved_tensors
+        etas, a, act, s = ctx.config
+        k, steps, batch, hidden = phis.shape
+        through_phi = ACTIVATION_BACKWARD_INTO[act]
+        # [i, t]: gradient wrt pre_i, over eta_i; with K = 1 in the forward's c buffer (free by now)
+        dpre = ctx.scratch.unsqueeze(0) if k == 1 else torch.empty_like(phis)
+        grad_y = phis.new_empty(k, batch, hidden)        # [i]: gradient wrt y_{i+1} of the current step
+        carry = torch.zeros_like(h0)                     # gradient wrt h_{t-1}, in one reused buffer
+        g_dot_phi, g_dot_y = phis.new_zeros(k), phis.new_zeros(k)
+        for t in range(steps - 1, -1, -1):
+            g = torch.add(grad_outputs[t], carry, out=grad_y[k - 1])
+            for i in range(k - 1, -1, -1):
+                d = through_phi(grad_y[i], phis[i, t], dpre[i, t])
+                g_dot_phi[i] += torch.dot(grad_y[i].view(-1), phis[i, t].view(-1))
+                g_dot_y[i] += torch.dot(grad_y[i].view(-1), inputs[i, t].view(-1))
+                if i > 0:
+                    torch.addmm(grad_y[i], d, m, beta=1 - etas[i] * a, alpha=etas[i], out=grad_y[i - 1])
+            # gradient wrt h_{t-1}: s * (gradient wrt y_0) - g, since y_0 = s h_{t-1}, h_t = y_K - h_{t-1}
+            decay = s * (1 - etas[0] * a)
+            if k == 1:
+                torch.addmm(g, d, m, beta=decay - 1, alpha=s * etas[0], out=carry)
+            else:
+                torch.addmm(grad_y[0], d, m, beta=decay, alpha=s * etas[0], out=carry).sub_(g)
+        eta = torch.tensor(etas, dtype=phis.dtype, device=phis.device)
+        flat_dpre, flat_inputs = dpre.view(k, -1, hidden), inputs.view(k, -1, hidden)
+        grad_m = phis.new_zeros(hidden, hidden)
+        for i in range(k):
+            grad_m.addmm_(flat_dpre[i].t(), flat_inputs[i], alpha=etas[i])
+        if second.numel() == 0:
+            grad_first, grad_second = grad_m, None
+        else:   # M = I + V' H
+            grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
+        grad_eta = g_dot_phi - a * g_dot_y
+        grad_alpha = -(eta * g_dot_y).sum()
+        # gradient of c = sum_i eta_i dpre_i; with K = 1 the factor eta_0 goes onto the small results
+        if k == 1:
+            grad_c, scale = flat_dpre[0], etas[0]
+        else:
+            grad_c, scale = torch.mul(flat_dpre[0], etas[0]), 1.0
+            for i in range(1, k):
+                grad_c.add_(flat_dpre[i], alpha=etas[i])
+        flat_x = x.reshape(-1, x.shape[-1])
+        grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
+        return (grad_x, (grad_c.t() @ flat_x).mul_(scale), grad_c.sum(0).mul_(scale), carry,
+                grad_first, grad_second, grad_eta, grad_alpha, None, None)
+
+
+def _dense_operator(first: Tensor, second: Tensor) -> Tensor:
+    """``M`` as an ``(H, H)`` matrix: ``first`` itself, or ``I + first @ second`` for low rank."""
+    if second.numel() == 0:
+        return first
+    return torch.eye(first.shape[0], dtype=first.dtype, device=first.device).addmm_(first, second)
+
+
+def _euler_update(y: Tensor, phi: Tensor, eta: float, alpha: float, out: Tensor) -> None:
+    """``out = y + eta (phi - alpha y)`` in one op when ``alpha = 1`` (a lerp), two otherwise."""
+    if alpha == 1.0:
+        torch.lerp(y, phi, eta, out=out)
+    else:
+        torch.mul(y, 1 - eta * alpha, out=out)
+        out.add_(phi, alpha=eta)

@@ -1,0 +1,441 @@
+"""TARNN, the time-adaptive RNN (Kag & Saligrama; reviewed at ICLR 2021, published at CVPR 2021).
+
+Shapes follow the legend in :mod:`ltdrnn.cells.base`. Per time step the state ``s`` follows K Euler
+steps of the ODE ``z' = F(z) = beta * (A z + B u + phi(U z + W u))`` from ``z_0 = s_{m-1}``, where
+``u = [x_m, s_{m-1}]`` and ``beta = sigmoid(U_s s_{m-1} + W_x x_m + b_beta)`` is a per-unit inverse time
+constant: a unit with ``beta = 0`` keeps its state exactly, one with ``beta`` near 1 settles on the
+equilibrium of the current input.
+
+Two implementations: ``"reference"``, a loop over :meth:`TARNN.step` that writes the equations as they
+stand, and ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedTARNN`)
+with one matmul of the state per time step plus one per further Euler step.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
+from .irnn import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, EulerSteps, ParameterCache,
+                   final_state_at_lengths, join_counter, scalars, split_counter)
+from .registry import ParamCount, register
+
+_T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
+
+
+@register(
+    "tarnn", family="source",
+    paper="Kag & Saligrama, Time adaptive recurrent neural network (CVPR 2021; reviewed at ICLR 2021)",
+    test_options={"K": 2},
+    variants={
+        "coupled_tanh": {"A": "coupled", "activation": "tanh"},
+        "gate_outside": {"gate": "outside", "activation": "sigmoid", "K": 3},
+        "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300},
+        "K1": {"K": 1},
+    },
+    param_counts=(
+        ParamCount(1, 128, 66_200, 67_200, {"A": "coupled"},
+                   source=_T1.format(task="pixel-MNIST / permuted-MNIST, d=1", count="68K")),
+        ParamCount(28, 128, 76_200, 77_200, source=_T1.format(task="noisy MNIST, d=28", count="78K")),
+        ParamCount(2, 128, 66_500, 67_900,
+                   source="CELLS.md: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
+    ))
+class TARNN(Cell):
+    """Time-adaptive RNN: K Euler steps of a per-unit time-scaled ODE per time step.
+
+    State ``s (B, H)`` (with ``eta_per_time_step``: ``(s, counter)``, counter ``(B,)`` int64, the
+    number of time steps taken so far). Output ``s_m``. With ``u = [x_m, s_{m-1}]``::
+
+        beta  = sigmoid(U_s s_{m-1} + W_x x_m + b_beta)
+        G(z)  = A z + B1 x_m + B2 s_{m-1} + b_lin + phi(U z + W1 x_m + W2 s_{m-1} + b)
+        z_0 = s_{m-1};  for k in 1..K:  z_k = z_{k-1} + eta_k * beta * G(z_{k-1})     (gate="inside")
+        s_m = z_K
+        # gate="outside" (authors' code variant): z_k = z_{k-1} + eta_k G(z_{k-1}),
+        #                                         s_m = (1 - beta) s_{m-1} + beta z_K
+
+    ``A`` is fixed: ``-I`` (``"identity"``) or ``"coupled"``: ``-I`` plus ``+I`` on the upper right
+    ``(H/2, H/2)`` block (H even).
+
+    Args:
+        input_size: d.  hidden_size: H.
+        K: Euler steps per time step (paper text 3, appendix and default 5).
+        A: ``"identity"`` (paper default) or ``"coupled"`` (paper: pixel and permuted MNIST).
+        activation: phi, ``"relu"`` (paper default), ``"tanh"`` (paper: copy, PTB) or ``"sigmoid"``.
+        gate: ``"inside"`` (paper, beta scales F) or ``"outside"`` (beta mixes after the Euler steps).
+        eta: initial Euler step size (authors' code 0.01; paper Table 4 per task, see the docs).
+        eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
+        max_length: number of time steps covered by ``eta_per_time_step``.
+        impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+
+    Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
+
+    Extra outputs: ``aux["beta"]`` ``(T, B, H)``, detached, the time constants of the last forward;
+    :meth:`losses` ``{"omega_A": ||A + B2||_F^2, "omega_U": ||U + W2||_F^2}`` (Theorem 1's regulariser;
+    the trainer weights them by gamma1, gamma2).
+    """
+
+    impls = ("reference", "fused")
+    default_impl = "fused"
+
+    def __init__(self, input_size: int, hidden_size: int, K: int = 5, A: str = "identity",
+                 activation: str = "relu", gate: str = "inside", eta: float = 0.01,
+                 eta_per_time_step: bool = False, max_length: int | None = None, impl: str = "auto",
+                 device=None, dtype=None) -> None:
+        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        self.A_kind = check_choice("A", A, ("identity", "coupled"))
+        if A == "coupled" and hidden_size % 2:
+            raise ValueError(f"hidden_size: A='coupled' couples unit i with unit i + H/2 and needs an "
+                             f"even hidden_size, got {hidden_size}")
+        self.activation = activation
+        self.phi = activation_function(activation)
+        self.gate = check_choice("gate", gate, ("inside", "outside"))
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory)
+        self.K = self.steps.steps
+        h, d = hidden_size, input_size
+        self.weight_B1 = nn.Parameter(torch.empty(h, d, **self.factory))
+        self.weight_B2 = nn.Parameter(torch.empty(h, h, **self.factory))
+        self.weight_W1 = nn.Parameter(torch.empty(h, d, **self.factory))
+        self.weight_W2 = nn.Parameter(torch.empty(h, h, **self.factory))
+        self.weight_U = nn.Parameter(torch.empty(h, h, **self.factory))
+        self.weight_Us = nn.Parameter(torch.empty(h, h, **self.factory))
+        self.weight_Wx = nn.Parameter(torch.empty(h, d, **self.factory))
+        self.bias = nn.Parameter(torch.empty(h, **self.factory))
+        self.bias_linear = nn.Parameter(torch.empty(h, **self.factory))
+        self.bias_beta = nn.Parameter(torch.empty(h, **self.factory))
+        self.register_buffer("A", self._matrix_a(), persistent=False)
+        self._stream_cache = ParameterCache()
+        self.reset_parameters()
+        self._betas: list | None = None
+
+    def _matrix_a(self) -> Tensor:
+        h = self.hidden_size
+        a = -torch.eye(h, **self.factory)
+        if self.A_kind == "coupled":
+            a[: h // 2, h // 2:] += torch.eye(h // 2, **self.factory)
+        return a
+
+    def reset_parameters(self) -> None:
+        for name, p in self.named_parameters(recurse=False):
+            if name.startswith("weight_"):
+                nn.init.normal_(p, 0.0, 0.1)
+        nn.init.zeros_(self.bias)
+        nn.init.zeros_(self.bias_linear)
+        nn.init.constant_(self.bias_beta, -3.0)
+        self.steps.reset_parameters()
+
+    @property
+    def per_time_step(self) -> bool:
+        return self.steps.per_time_step
+
+    # ---- the maths, literally ----------------------------------------------------------------------
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        s = super().init_state(batch_size, device, dtype)
+        if not self.per_time_step:
+            return s
+        return s, torch.zeros(batch_size, dtype=torch.long, device=s.device)
+
+    def input_weights(self) -> Tuple[Tensor, Tensor]:
+        """``[B1; W1; W_x]`` ``(3H, d)`` and ``[b_lin; b; b_beta]`` ``(3H,)``."""
+        return (torch.cat([self.weight_B1, self.weight_W1, self.weight_Wx]),
+                torch.cat([self.bias_linear, self.bias, self.bias_beta]))
+
+    def precompute(self, x: Tensor) -> Tensor:
+        """``(T, B, d) -> (T, B, 3H)``: ``[B1 x + b_lin, W1 x + b, W_x x + b_beta]``."""
+        return F.linear(x, *self.input_weights())
+
+    def step(self, p_t: Tensor, state: State) -> Tuple[Tensor, State]:
+        """One time step: K Euler steps of ``F``, written as in the paper."""
+        s, counter = split_counter(self.per_time_step, state)
+        bx, wx, gx = p_t.chunk(3, dim=-1)
+        beta = torch.sigmoid(F.linear(s, self.weight_Us) + gx)
+        linear_u = bx + F.linear(s, self.weight_B2)            # B u + b_lin
+        inside_u = wx + F.linear(s, self.weight_W2)            # W u + b
+        eta = self.steps.at(counter)
+        z = s
+        for k in range(self.K):
+            g = F.linear(z, self.A) + linear_u + self.phi(F.linear(z, self.weight_U) + inside_u)
+            eta_k = eta[k] if counter is None else eta[:, k:k + 1]
+            z = z + eta_k * (beta * g if self.gate == "inside" else g)
+        if self.gate == "outside":
+            z = (1 - beta) * s + beta * z
+        if self._betas is not None:
+            self._betas.append(beta.detach())
+        return z, join_counter(z, None if counter is None else counter + 1)
+
+    def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
+             impl: str | None = None) -> Tuple[Tensor, State]:
+        if state is not None:
+            self.steps.check_room(split_counter(self.per_time_step, state)[1], x.shape[0])
+        elif self.per_time_step:
+            self.steps.check_room(torch.zeros(1, dtype=torch.long), x.shape[0])
+        return super().scan(x, state, lengths, impl)
+
+    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
+                       ) -> Tuple[Tensor, State]:
+        """The loop over :meth:`step`; also records ``aux["beta"]``."""
+        self._betas = []
+        try:
+            outputs, final = loop_scan(self, self.precompute(x), state, lengths)
+            self.aux["beta"] = mask_outputs(torch.stack(self._betas), lengths)
+        finally:
+            self._betas = None
+        return outputs, final
+
+    def losses(self) -> dict[str, Tensor]:
+        """Theorem 1's regulariser terms, unweighted: ``||A + B2||_F^2`` and ``||U + W2||_F^2``."""
+        return {"omega_A": (self.A + self.weight_B2).square().sum(),
+                "omega_U": (self.weight_U + self.weight_W2).square().sum()}
+
+    # ---- the fused path ----------------------------------------------------------------------------
+    def state_weights(self) -> Tensor:
+        """``[B2 + A; W2 + U; U_s]`` ``(3H, H)``: everything the state meets in a time step's first
+        Euler step (``z_0 = s``), for one matmul."""
+        return torch.cat([self.weight_B2 + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
+
+    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
+        and with the fused implementation it skips the sequence machinery."""
+        if not self.streams(x_t, state):
+            return super().forward(x_t, state)
+        s = self._stream_step(x_t, state)
+        return s, s
+
+    def streams(self, x_t, state) -> bool:
+        """Whether :meth:`forward` may take the streaming path; anything unusual (including input that
+        :meth:`Cell.forward` rejects with a clear error) goes the general way."""
+        return (not torch.is_grad_enabled() and not self.per_time_step and isinstance(state, Tensor)
+                and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == self.input_size
+                and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
+
+    def own_parameters(self) -> tuple:
+        return (*self._parameters.values(), self.steps.eta)
+
+    def _stream_step(self, x_t: Tensor, s: Tensor) -> Tensor:
+        """One step without autograd, on matrices cached until a parameter changes."""
+        weight_t, bias, state_t, chains = self._stream_cache.get(self.own_parameters(), self._stream_operands)
+        batch = x_t.shape[0]
+        if batch not in chains:
+            chains[batch] = _EulerChain(self.K, batch, self.hidden_size, scalars(self.steps.eta),
+                                        self.activation, self.A_kind, self.gate, self.weight_U, s)
+        out, beta = torch.empty_like(s), torch.empty_like(s)
+        p_t = torch.addmm(bias, x_t, weight_t)
+        chains[batch].run(p_t, s, state_t, out, beta, None, None, in_place=True)
+        self.aux["beta"] = beta.unsqueeze(0)
+        return out
+
+    def _stream_operands(self):
+        weight, bias = self.input_weights()
+        return weight.t().contiguous(), bias, self.state_weights().t().contiguous(), {}
+
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
+                  ) -> Tuple[Tensor, State]:
+        """Whole sequence in :class:`_FusedTARNN`. The first Euler step starts at ``z_0 = s``, so its
+        ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
+        Per-time-step step sizes fall back to the reference loop."""
+        if self.per_time_step:
+            return self.scan_reference(x, state, lengths)
+        if x.shape[0] == 1 and not torch.is_grad_enabled():
+            h = self._stream_step(x[0], state)
+            return h.unsqueeze(0), h
+        outputs, betas = _FusedTARNN.apply(x, *self.input_weights(), state, self.state_weights(),
+                                           self.weight_U, self.steps.eta, self.activation, self.A_kind,
+                                           self.gate)
+        self.aux["beta"] = mask_outputs(betas, lengths)
+        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, K={self.K}, A={self.A_kind!r}, activation={self.activation!r}, "
+                f"gate={self.gate!r}")
+
+
+class _FusedTARNN(torch.autograd.Function):
+    """TARNN over a whole sequence, with a hand-written backward.
+
+    In the increment ``delta = z - s_{m-1}`` the first Euler step needs no matmul of its own::
+
+        [c, q, r] = P_m + s_{m-1} [B2 + A; W2 + U; U_s]^T      (c = A s + B u + b_lin, q = U s + W u + b)
+        beta = sigmoid(r);  delta_0 = 0
+        G_k = phi(q + U delta_k) + c + A delta_k;  delta_{k+1} = delta_k + eta_k beta G_k   ("inside")
+        s_m = s_{m-1} + delta_K                     ("outside": no beta in the update, s_m += beta delta_K)
+
+    Inputs: ``x (T, B, d)``, ``weight (3H, d)`` and ``bias (3H,)`` of the input map ``P = weight x +
+    bias`` (computed here, so the buffer is the Function's own), ``s0 (B, H)``, ``state_weights (3H,
+    H)``, ``U (H, H)``, ``eta (K,)``, activation name, A kind, gate. Outputs ``(T, B, H)`` states and
+    ``(T, B, H)`` betas (no gradient).
+
+    Memory traffic, not arithmetic, dominates on CPU: writing a fresh ``(B, H)`` block costs several
+    times an operation on a block that stays in cache. So with K = 1 (gate inside) the forward saves
+    ``phi`` and ``G`` ``(T, 1, B, H)``; otherwise it saves only beta and the states, and the backward
+    recomputes each step's Euler chain in small buffers (one extra pass of the step's matmuls instead
+    of ``3K - 1`` saved blocks per step). The backward accumulates the gradients of ``U`` and ``eta``
+    as it goes; only the gradient of ``P`` is written per step.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str):
+        steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[0]
+        x, s = x.detach(), s0.detach()
+        flat_x = x.reshape(-1, x.shape[-1])
+        p = torch.addmm(bias.detach(), flat_x, weight.detach().t()).view(steps, batch, -1)
+        chain = _EulerChain(k, batch, hidden, scalars(eta), act, a_kind, gate, u.detach(), p)
+        training = any(ctx.needs_input_grad)
+        store = training and k == 1 and gate == "inside"
+        in_place = store or not training    # P is needed again only by a recomputing backward
+        phis, gs = (p.new_empty(steps, k, batch, hidden) if store else p.new_empty(0) for _ in range(2))
+        betas, outputs = p.new_empty(steps, batch, hidden), p.new_empty(steps, batch, hidden)
+        w_t = state_weights.detach().t().contiguous()
+        slots = zip(phis.unbind(0), gs.unbind(0)) if store else ((None, None) for _ in range(steps))
+        for p_t, beta_t, out_t, (phi_t, g_t) in zip(p.unbind(0), betas.unbind(0), outputs.unbind(0), slots):
+            s = chain.run(p_t, s, w_t, out_t, beta_t, phi_t, g_t, in_place=in_place)
+        ctx.save_for_backward(phis, gs, betas, outputs, x, weight, s0, state_weights, u)
+        ctx.scratch = p
+        ctx.config = (scalars(eta), act, a_kind, gate)
+        ctx.mark_non_differentiable(betas)
+        return outputs, betas
+
+    @staticmethod
+    def backward(ctx, grad_outputs, _grad_betas):
+        phis, gs, betas, outputs, x, weight, s0, state_weights, u = ctx.saved_tensors
+        etas, act, a_kind, gate = ctx.config
+        p = ctx.scratch
+        steps, batch, three_h = p.shape
+        hidden, k = three_h // 3, len(etas)
+        chain = _EulerChain(k, batch, hidden, etas, act, a_kind, gate, u.detach(), p)
+        store = phis.numel() > 0
+        # when saving, P is this Function's own buffer and holds nothing needed any more: the gradient
+        # of P goes into the same (already touched) memory; when recomputing, P must stay intact
+        grad_p = p if store else torch.empty_like(p)
+        through_phi = ACTIVATION_BACKWARD_INTO[act]
+        state_weights, u = state_weights.detach(), u.detach()
+        w_t = state_weights.t().contiguous()
+        inside = gate == "inside"
+        grad_u, grad_eta = torch.zeros_like(u), p.new_zeros(k)
+        grad_delta = p.new_empty(k, batch, hidden)      # [i]: gradient wrt delta_{i+1}
+        grad_g = p.new_empty(k, batch, hidden)          # [i]: gradient wrt G_i
+        dpre = p.new_empty(k, batch, hidden)            # [i]: gradient wrt the argument of phi
+        products, beta_grad = p.new_empty(k, batch, hidden), p.new_empty(batch, hidden)
+        gd, dgs, dps, prods = (b.unbind(0) for b in (grad_delta, grad_g, dpre, products))
+        inputs = torch.cat([s0.detach().unsqueeze(0), outputs[:-1]])
+        carry = torch.zeros_like(s0)                     # gradient wrt s_{t-1}, in one reused buffer
+        g_outside = s0.new_empty(batch, hidden)
+        per_step = list(zip(grad_outputs.unbind(0), betas.unbind(0), p.unbind(0), inputs.unbind(0),
+                            grad_p.unbind(0)))
+        for t in range(steps - 1, -1, -1):
+            grad_out, beta, p_t, s_prev, rows = per_step[t]
+            if store:
+                phi_t, g_t = phis[t], gs[t]
+            else:   # recompute this step's Euler chain in the chain's small buffers
+                chain.run(p_t, s_prev, w_t, None, beta, None, None)
+                phi_t, g_t = chain.phis, chain.gs
+            phi_at = phi_t.unbind(0)
+            g = torch.add(grad_out, carry, out=gd[k - 1] if inside else g_outside)
+            if not inside:
+                torch.mul(g, beta, out=gd[k - 1])
+            # with K = 1 the gradients wrt G_0 and its argument are the rows of grad P themselves
+            dg_out = (rows[:, :hidden],) if k == 1 else dgs
+            dp_out = (rows[:, hidden:2 * hidden],) if k == 1 else dps
+            for i in range(k - 1, -1, -1):
+                if inside:
+                    dg = torch.mul(gd[i], beta, out=dg_out[i]).mul_(etas[i])
+                else:
+                    dg = torch.mul(gd[i], etas[i], out=dg_out[i])
+                d = through_phi(dg, phi_at[i], dp_out[i])
+                if i > 0:
+                    torch.addmm(gd[i], d, u, out=gd[i - 1])
+                    _add_a_transposed(gd[i - 1], dg, a_kind)
+            if k > 1:
+                torch.sum(grad_g, 0, out=rows[:, :hidden])
+                torch.sum(dpre, 0, out=rows[:, hidden:2 * hidden])
+                grad_u.addmm_(dpre[1:].view(-1, hidden).t(), chain.deltas[:k - 1].view(-1, hidden))
+            torch.mul(grad_delta, g_t, out=products)    # [i]: grad_delta_{i+1} * G_i
+            if inside:   # d beta = sum_i eta_i grad_delta_{i+1} G_i;  d eta_i = <grad_delta_{i+1} beta, G_i>
+                d_beta = torch.mul(prods[0], etas[0], out=beta_grad)
+                for i in range(1, k):
+                    d_beta.add_(prods[i], alpha=etas[i])
+                grad_eta.addmv_(products.view(k, -1), beta.reshape(-1))
+            else:        # s_m = s + beta delta_K;  d eta_i = <grad_delta_{i+1}, G_i>
+                d_beta = torch.mul(g, chain.deltas[k - 1], out=beta_grad)
+                grad_eta.add_(products.view(k, -1).sum(1))
+            torch.ops.aten.sigmoid_backward.grad_input(d_beta, beta, grad_input=rows[:, 2 * hidden:])
+            torch.addmm(g, rows, state_weights, out=carry)
+        flat_grad_p, flat_x = grad_p.view(-1, three_h), x.reshape(-1, x.shape[-1])
+        grad_state_weights = flat_grad_p.t() @ inputs.view(-1, hidden)
+        grad_x = (flat_grad_p @ weight.detach()).view(x.shape) if ctx.needs_input_grad[0] else None
+        return (grad_x, flat_grad_p.t() @ flat_x, flat_grad_p.sum(0), carry, grad_state_weights,
+                grad_u if k > 1 else None, grad_eta, None, None, None)
+
+
+class _EulerChain:
+    """One time step of the fused TARNN forward, with small reusable buffers for its Euler chain.
+
+    ``run`` writes ``phi`` and ``G`` of every Euler step into ``phi_out``/``g_out`` when given (saved
+    for the backward) or into its own ``phis``/``gs`` ``(K, B, H)``; the increments ``delta_1..`` go to
+    its ``deltas``. beta is computed into ``beta_out``, or taken from it when ``out`` is None (the
+    backward's recomputation, which needs no new state).
+    """
+
+    def __init__(self, k, batch, hidden, etas, act, a_kind, gate, u, like):
+        self.k, self.hidden, self.etas, self.a_kind = k, hidden, etas, a_kind
+        self.inside = gate == "inside"
+        self.phi = ACTIVATION_INTO[act]
+        self.u_t = u.t().contiguous()
+        self.phis, self.gs, self.deltas = (like.new_empty(k, batch, hidden) for _ in range(3))
+        self.phi_slots, self.g_slots, self.delta_slots = (
+            b.unbind(0) for b in (self.phis, self.gs, self.deltas))
+        self.q_all, self.pre = like.new_empty(batch, 3 * hidden), like.new_empty(batch, hidden)
+
+    def run(self, p_t, s, w_t, out, beta_out, phi_out, g_out, in_place=False):
+        """Time step with input projections ``p_t (B, 3H)`` (overwritten by the step's projections
+        when ``in_place``) from state ``s``, with ``w_t`` the transposed state weights. Returns
+        ``s_m`` (written into ``out``), or None when recomputing."""
+        hidden, k, etas, inside = self.hidden, self.k, self.etas, self.inside
+        q_all = p_t.addmm_(s, w_t) if in_place else torch.addmm(p_t, s, w_t, out=self.q_all)
+        c, q, r = q_all[:, :hidden], q_all[:, hidden:2 * hidden], q_all[:, 2 * hidden:]
+        beta = beta_out if out is None else torch.sigmoid(r, out=beta_out)
+        phis = self.phi_slots if phi_out is None else phi_out.unbind(0)
+        gs = self.g_slots if g_out is None else g_out.unbind(0)
+        deltas = self.delta_slots
+        delta = None
+        for i in range(k):
+            arg = q if delta is None else torch.addmm(q, delta, self.u_t, out=self.pre)
+            g = torch.add(self.phi(arg, out=phis[i]), c, out=gs[i])
+            if delta is not None:
+                _add_a(g, delta, self.a_kind)
+            if inside and i == k - 1:
+                if out is None:   # recomputation: s_m is known, delta_K is not needed
+                    return None
+                # s_m = s + delta_{K-1} + eta beta G, straight into the output
+                base = s if delta is None else torch.add(s, delta, out=out)
+                return torch.addcmul(base, beta, g, value=etas[i], out=out)
+            delta = _euler_increment(delta, g, beta if inside else None, etas[i], deltas[i])
+        # gate outside: s_m = s + beta delta_K
+        return None if out is None else torch.addcmul(s, beta, delta, out=out)
+
+
+def _euler_increment(delta: Tensor | None, g: Tensor, beta: Tensor | None, eta: float, out: Tensor
+                     ) -> Tensor:
+    """``out = delta + eta beta G`` (``delta`` None means 0; no beta with the gate outside)."""
+    if delta is None:
+        return torch.mul(g, eta, out=out) if beta is None else torch.mul(g, beta, out=out).mul_(eta)
+    if beta is None:
+        return torch.add(delta, g, alpha=eta, out=out)
+    return torch.addcmul(delta, beta, g, value=eta, out=out)
+
+
+def _add_a(g: Tensor, delta: Tensor, a_kind: str) -> None:
+    """``g += A delta`` for the fixed A (identity: ``-delta``; coupled: also ``+delta[H/2:]`` on top)."""
+    g.sub_(delta)
+    if a_kind == "coupled":
+        half = delta.shape[-1] // 2
+        g[:, :half].add_(delta[:, half:])
+
+
+def _add_a_transposed(grad: Tensor, dg: Tensor, a_kind: str) -> None:
+    """``grad += A^T dg``."""
+    grad.sub_(dg)
+    if a_kind == "coupled":
+        half = dg.shape[-1] // 2
+        grad[:, half:].add_(dg[:, :half])

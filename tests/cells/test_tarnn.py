@@ -1,0 +1,260 @@
+"""TARNN: the paper's equations, frozen units (beta = 0), Theorem 1, the regulariser, aux["beta"], the
+options, and fused == reference."""
+import pytest
+import torch
+from torch.autograd.functional import jacobian
+
+import ltdrnn
+from ltdrnn.cells.tarnn import TARNN
+
+DT = torch.float64
+
+
+def cell64(d=2, h=4, **options):
+    torch.manual_seed(0)
+    return TARNN(d, h, dtype=DT, **options)
+
+
+def one_step(cell, x_t, s_prev, impl="reference"):
+    out, _ = cell.scan(x_t.unsqueeze(0), s_prev, impl=impl)
+    return out[0]
+
+
+def explicit_parts(cell, x, s):
+    beta = torch.sigmoid(s @ cell.weight_Us.T + x @ cell.weight_Wx.T + cell.bias_beta)
+
+    def field(z):   # A z + B u + b_lin + phi(U z + W u + b), without beta
+        return (z @ cell.A.T + x @ cell.weight_B1.T + s @ cell.weight_B2.T + cell.bias_linear
+                + cell.phi(z @ cell.weight_U.T + x @ cell.weight_W1.T + s @ cell.weight_W2.T + cell.bias))
+    return beta, field
+
+
+def randomise(cell, scale=0.3):
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.add_(scale * torch.randn_like(p))
+
+
+# ---- the equations as written -------------------------------------------------------------------
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("A", ["identity", "coupled"])
+def test_two_euler_steps_with_the_gate_inside(impl, A):
+    cell = cell64(K=2, A=A, activation="tanh")
+    randomise(cell)
+    x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
+    beta, field = explicit_parts(cell, x, s)
+    eta = cell.steps.eta
+    z = s + eta[0] * beta * field(s)
+    z = z + eta[1] * beta * field(z)
+    torch.testing.assert_close(one_step(cell, x, s, impl), z)
+
+
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_gate_outside_mixes_after_the_euler_steps(impl):
+    cell = cell64(K=2, gate="outside")
+    randomise(cell)
+    x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
+    beta, field = explicit_parts(cell, x, s)
+    eta = cell.steps.eta
+    z = s + eta[0] * field(s)
+    z = z + eta[1] * field(z)
+    torch.testing.assert_close(one_step(cell, x, s, impl), (1 - beta) * s + beta * z)
+
+
+def test_coupled_a_matrix():
+    a = TARNN(1, 6, A="coupled").A
+    expected = -torch.eye(6)
+    expected[0, 3] = expected[1, 4] = expected[2, 5] = 1.0
+    assert torch.equal(a, expected)
+    assert torch.equal(TARNN(1, 6).A, -torch.eye(6))
+
+
+# ---- beta = 0 freezes a unit exactly --------------------------------------------------------------
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("gate", ["inside", "outside"])
+def test_a_unit_with_beta_zero_keeps_its_state_exactly(impl, gate):
+    torch.manual_seed(0)
+    cell = TARNN(3, 6, K=3, gate=gate, eta=0.3)
+    frozen = [1, 4]
+    with torch.no_grad():
+        cell.bias_beta[frozen] = -1e4            # sigmoid underflows to exactly 0
+        cell.bias_beta[[0, 2, 3, 5]] = 2.0
+    s0 = torch.randn(5, 6)
+    out, final = cell.scan(torch.randn(40, 5, 3), s0, impl=impl)
+    assert torch.equal(out[:, :, frozen], s0[:, frozen].expand(40, 5, 2))
+    assert torch.equal(cell.aux["beta"][:, :, frozen], torch.zeros(40, 5, 2))
+    assert (out[-1, :, [0, 2, 3, 5]] - s0[:, [0, 2, 3, 5]]).abs().min() > 1e-3
+
+
+# ---- Theorem 1: A + B2 = 0, U + W2 = 0, ||U|| < 1 give ds_m/ds_{m-1} -> I as K grows ----------------
+def theorem1_jacobian(K, A="identity", constrained=True):
+    cell = cell64(K=K, A=A, activation="tanh", eta=0.5)
+    with torch.no_grad():
+        cell.bias_beta.zero_()
+        cell.weight_Us.mul_(5.0)              # beta away from saturation and sensitive to s
+        cell.weight_U.mul_(0.5 / torch.linalg.matrix_norm(cell.weight_U, 2))
+        if constrained:
+            cell.weight_B2.copy_(-cell.A)
+            cell.weight_W2.copy_(-cell.weight_U)
+    x, s = torch.randn(1, 2, dtype=DT), torch.randn(1, 4, dtype=DT)
+    j = jacobian(lambda sp: one_step(cell, x, sp)[0], s)[:, 0, :]
+    return j, cell
+
+
+@pytest.mark.parametrize("A", ["identity", "coupled"])
+def test_theorem1_setting_gives_identity_state_jacobian(A):
+    j, cell = theorem1_jacobian(300, A)
+    assert torch.linalg.matrix_norm(j - torch.eye(4, dtype=DT), 2) < 1e-6
+    assert all(v.abs() < 1e-20 for v in cell.losses().values())
+    j_few, _ = theorem1_jacobian(2, A)
+    assert torch.linalg.matrix_norm(j_few - torch.eye(4, dtype=DT), 2) > 1e-2
+
+
+def test_without_theorem1_constraint_the_jacobian_is_not_identity():
+    j, _ = theorem1_jacobian(300, constrained=False)
+    assert torch.linalg.matrix_norm(j - torch.eye(4, dtype=DT), 2) > 0.05
+
+
+# ---- extra outputs --------------------------------------------------------------------------------
+def test_losses_are_the_theorem1_regulariser_terms():
+    cell = cell64(A="coupled")
+    terms = cell.losses()
+    assert set(terms) == {"omega_A", "omega_U"}
+    torch.testing.assert_close(terms["omega_A"], torch.linalg.matrix_norm(cell.A + cell.weight_B2) ** 2)
+    torch.testing.assert_close(terms["omega_U"],
+                               torch.linalg.matrix_norm(cell.weight_U + cell.weight_W2) ** 2)
+    terms["omega_U"].backward()
+    torch.testing.assert_close(cell.weight_U.grad, 2 * (cell.weight_U + cell.weight_W2).detach())
+
+
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_aux_beta_is_the_time_constant_of_every_step(impl):
+    cell = cell64(K=2)
+    randomise(cell)
+    x, s0 = torch.randn(7, 3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
+    lengths = torch.tensor([7, 4, 2])
+    out, _ = cell.scan(x, s0, lengths=lengths, impl=impl)
+    full, _ = cell.scan(x, s0, impl=impl)
+    prev = torch.cat([s0.unsqueeze(0), full[:-1]])
+    expected = torch.sigmoid(prev @ cell.weight_Us.T + x @ cell.weight_Wx.T + cell.bias_beta)
+    torch.testing.assert_close(cell.aux["beta"], expected)
+    cell.scan(x, s0, lengths=lengths, impl=impl)
+    mask = (torch.arange(7).unsqueeze(1) < lengths).unsqueeze(-1)
+    torch.testing.assert_close(cell.aux["beta"], expected * mask)
+    assert not cell.aux["beta"].requires_grad
+
+
+# ---- options, init, counts ------------------------------------------------------------------------
+def test_paper_init():
+    torch.manual_seed(0)
+    cell = TARNN(8, 256, eta=0.08)
+    assert torch.all(cell.bias_beta == -3.0)
+    assert torch.all(cell.bias == 0) and torch.all(cell.bias_linear == 0)
+    assert torch.all(cell.steps.eta == 0.08) and cell.steps.eta.shape == (5,)
+    assert abs(cell.weight_U.std().item() - 0.1) < 0.005 and abs(cell.weight_U.mean().item()) < 0.005
+
+
+def test_parameter_count_formula():
+    for d, h, K in ((1, 128, 5), (28, 128, 3)):
+        count = sum(p.numel() for p in TARNN(d, h, K=K).parameters())
+        assert count == 4 * h * h + 3 * h * d + 3 * h + K
+    per_step = TARNN(2, 16, K=5, eta_per_time_step=True, max_length=100)
+    assert per_step.steps.eta.shape == (100, 5)
+
+
+def test_eta_per_time_step_carries_a_counter_and_checks_max_length():
+    cell = cell64(eta_per_time_step=True, max_length=5, K=2)
+    x = torch.randn(5, 3, 2, dtype=DT)
+    before, _ = cell.scan(x)
+    with torch.no_grad():
+        cell.steps.eta[3].fill_(0.4)
+    after, state = cell.scan(x)
+    torch.testing.assert_close(after[:3], before[:3])
+    assert not torch.allclose(after[3], before[3])
+    assert state[1].tolist() == [5, 5, 5]
+    with pytest.raises(ValueError, match="max_length"):
+        cell.scan(x[:1], state)
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"A": "skew"}, "A"), ({"gate": "both"}, "gate"), ({"activation": "elu"}, "activation"),
+    ({"K": 0}, "K"), ({"eta": 0.0}, "eta"), ({"eta_per_time_step": True}, "max_length"),
+    ({"max_length": 100}, "max_length"),
+])
+def test_option_errors_name_the_option(options, match):
+    with pytest.raises(ValueError, match=match):
+        TARNN(3, 8, **options)
+
+
+def test_coupled_needs_an_even_hidden_size():
+    with pytest.raises(ValueError, match="even hidden_size"):
+        TARNN(3, 7, A="coupled")
+
+
+def test_registered_as_a_source_cell():
+    entry = ltdrnn.entry("tarnn")
+    assert entry.family == "source" and entry.cls is TARNN and "Kag" in entry.paper
+
+
+# ---- fused == reference at long T ---------------------------------------------------------------
+@pytest.mark.parametrize("options", [{}, {"K": 1, "A": "coupled", "activation": "tanh"},
+                                     {"K": 3, "gate": "outside", "activation": "sigmoid"}])
+def test_fused_equals_reference_at_T_1000(options):
+    torch.manual_seed(1)
+    cell = TARNN(3, 16, eta=0.1, **options)
+    x = torch.randn(1000, 3, 3)
+    s0 = 0.1 * torch.randn(3, 16)
+    results = {}
+    for impl in ("reference", "fused"):
+        cell.zero_grad()
+        xi, si = x.clone().requires_grad_(), s0.clone().requires_grad_()
+        out, final = cell.scan(xi, si, impl=impl)
+        weights = torch.linspace(-1, 1, out.numel()).view_as(out)
+        ((out * weights).sum() + final.square().sum()).backward()
+        results[impl] = {"out": out.detach(), "beta": cell.aux["beta"], "grad x": xi.grad,
+                         "grad s0": si.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+    for key, ref in results["reference"].items():
+        torch.testing.assert_close(results["fused"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
+
+
+# ---- streaming without autograd ---------------------------------------------------------------------
+@pytest.mark.parametrize("options", [{}, {"K": 1}, {"K": 2, "gate": "outside", "A": "coupled"}])
+def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(options):
+    torch.manual_seed(0)
+    cell = TARNN(3, 8, eta=0.2, **options)
+    x = torch.randn(12, 2, 3)
+    for _ in range(2):
+        expected, expected_final = cell.scan(x, impl="reference")
+        expected_beta = cell.aux["beta"]
+        with torch.no_grad():
+            state, outputs, betas = None, [], []
+            for x_t in x:
+                h, state = cell(x_t, state)
+                outputs.append(h)
+                betas.append(cell.aux["beta"][0])
+            torch.testing.assert_close(torch.stack(outputs), expected.detach())
+            torch.testing.assert_close(state, expected_final.detach())
+            torch.testing.assert_close(torch.stack(betas), expected_beta)
+            for p in cell.parameters():     # an optimiser step: the cached matrices must follow
+                p.mul_(1.1)
+
+
+def test_no_grad_streaming_still_rejects_bad_input_clearly():
+    cell = TARNN(3, 8)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="input_size"):
+            cell(torch.randn(2, 4), torch.zeros(2, 8))
+        with pytest.raises(TypeError, match="dtype"):
+            cell(torch.randn(2, 3, dtype=DT), torch.zeros(2, 8, dtype=DT))
+
+
+@pytest.mark.parametrize("options", [{}, {"K": 1}, {"K": 2, "gate": "outside"}])
+def test_fused_sequence_without_autograd_equals_the_reference(options):
+    torch.manual_seed(0)
+    cell = TARNN(3, 8, eta=0.2, **options)
+    x, s0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
+    expected, expected_final = cell.scan(x, s0, impl="reference")
+    with torch.no_grad():
+        out, final = cell.scan(x, s0, impl="fused")
+    torch.testing.assert_close(out, expected.detach())
+    torch.testing.assert_close(final, expected_final.detach())
