@@ -1,0 +1,451 @@
+"""SA-RNN, the selective-activation RNN (Hartvigsen et al. 2020), and the update-mask tools that the
+conditional-computation baselines (``skip``, ``clockwork``, ``phased``, ``vcrnn``) share with it.
+
+Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Every cell of this group records, after each forward pass, ``aux["update_mask"]`` ``(T, B, H)``:
+1 where unit ``j`` of sequence ``b`` was updated at step ``t`` and 0 where it kept its previous value
+(cells with soft masks record the ceiling of the mask, as the SA-RNN paper counts them), and
+``aux["update_prob"]``: the soft quantity the mask comes from. :func:`skip_fraction` turns the masks
+into the paper's Skip % (eq. 10).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
+from .base import Cell, FinalStateRecorder, State, check_choice, check_positive_float, mask_outputs
+from .registry import register
+
+_PAPER = ("Hartvigsen, Sen, Kong & Rundensteiner 2020, Learning to Selectively Update State Neurons "
+          "in Recurrent Networks (CIKM)")
+
+
+# ---- shared tools ---------------------------------------------------------------------------------
+def hard_sigmoid(a: Tensor, slope: float) -> Tensor:
+    """``clamp((slope * a + 1) / 2, 0, 1)``, elementwise."""
+    return torch.clamp((slope * a + 1.0) * 0.5, 0.0, 1.0)
+
+
+def binary(x: Tensor, threshold: float) -> Tensor:
+    """``1[x > threshold]`` as a float tensor of 0s and 1s.
+
+    Written with ``out=`` a float buffer: on CPU, producing a bool tensor (and converting it, or
+    selecting with ``torch.where``) costs 10-50 times more than an arithmetic op of the same size.
+    """
+    return torch.gt(x, threshold, out=torch.empty_like(x))
+
+
+def straight_through(decision: Tensor, prob: Tensor) -> Tensor:
+    """``decision`` (float 0/1) whose gradient flows to ``prob`` unchanged (d/dprob = 1).
+
+    Written ``decision + (prob - prob.detach())`` so the value is exactly 0 or 1.
+    """
+    return decision + (prob - prob.detach())
+
+
+def straight_through_mix(decision: Tensor, prob: Tensor, candidate: Tensor, previous: Tensor) -> Tensor:
+    """``u * candidate + (1 - u) * previous`` with ``u = decision`` (float 0/1) exactly in value and
+    the straight-through gradient ``d/dprob = candidate - previous`` (``du/dprob = 1``).
+
+    The value is a selection: ``lerp`` is exact at weights 0 and 1, so a skipped unit keeps its
+    previous value bit for bit.
+    """
+    chosen = torch.lerp(previous, candidate, decision)
+    return chosen + (prob - prob.detach()) * (candidate - previous)
+
+
+def skip_fraction(masks: Tensor | Dict[str, Tensor], lengths: Tensor | None = None) -> Tensor:
+    """Skip % of the SA-RNN paper (eq. 10): ``1 - mean(u)`` over time, batch and units.
+
+    Args:
+        masks: ``(T, B, H)`` update mask (1 = updated), or an ``aux`` dict holding ``"update_mask"``.
+        lengths: ``(B,)`` true lengths; steps ``t >= lengths[b]`` are left out of the mean.
+
+    Returns:
+        a 0-dim tensor in ``[0, 1]``.
+    """
+    mask = masks["update_mask"] if isinstance(masks, dict) else masks
+    if lengths is None:
+        return 1.0 - mask.float().mean()
+    valid = valid_steps(mask.shape[0], lengths, mask.device).unsqueeze(-1).float()
+    updated = (mask.float() * valid).sum()
+    return 1.0 - updated / (valid.sum() * mask.shape[-1])
+
+
+def valid_steps(steps: int, lengths: Tensor | None, device) -> Tensor | None:
+    """``(T, B)`` bool, True at steps ``t < lengths[b]`` (None when ``lengths`` is None)."""
+    if lengths is None:
+        return None
+    return torch.arange(steps, device=device).unsqueeze(1) < lengths.to(device).unsqueeze(0)
+
+
+def sum_over_valid_steps(values: Tensor, valid: Tensor | None) -> Tensor:
+    """``values (T, B, ...)`` summed over the true steps of each sequence: ``(B, ...)``."""
+    if valid is not None:
+        values = values * valid.view(*valid.shape, *([1] * (values.dim() - 2))).to(values.dtype)
+    return values.sum(0)
+
+
+class MaskedCell(Cell):
+    """A cell whose step also reports per-step extras (update masks) that ``scan`` stacks into ``aux``.
+
+    Subclasses implement ``step_with_aux(p_t, state) -> (h_t, state, {name: (B, ...)})``; ``step`` is
+    that without the extras. The reference scan is the plain loop; it stacks the extras over time and
+    remembers which steps were real (``lengths``) for the loss terms.
+    """
+
+    def step_with_aux(self, p_t: Any, state: State) -> Tuple[Tensor, State, Dict[str, Tensor]]:
+        raise NotImplementedError
+
+    def step(self, p_t: Any, state: State) -> Tuple[Tensor, State]:
+        h, state, _ = self.step_with_aux(p_t, state)
+        return h, state
+
+    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
+                       ) -> Tuple[Tensor, State]:
+        """``for t: h_t, state, extras_t = step_with_aux(precompute(x)[t], state)``."""
+        p = self.precompute(x)
+        slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+        recorder = FinalStateRecorder(lengths, len(slices))
+        outputs, extras = [], []
+        for t, p_t in enumerate(slices):
+            h, state, extra = self.step_with_aux(p_t, state)
+            outputs.append(h)
+            extras.append(extra)
+            recorder.offer(t + 1, state)
+        self.record_aux({k: torch.stack([e[k] for e in extras]) for k in extras[0]}, lengths)
+        return mask_outputs(torch.stack(outputs), lengths), recorder.final(state)
+
+    def record_aux(self, aux: Dict[str, Tensor], lengths: Tensor | None) -> None:
+        """Keep the extras of this forward pass; masks become ``(T, B, H)`` (expanded, not copied)."""
+        steps, batch = aux["update_mask"].shape[:2]
+        aux["update_mask"] = aux["update_mask"].expand(steps, batch, self.hidden_size)
+        self.aux = aux
+        self._valid = valid_steps(steps, lengths, aux["update_mask"].device)
+
+    def valid(self) -> Tensor | None:
+        """``(T, B)`` bool of the real steps of the last forward pass (None: all of them)."""
+        return getattr(self, "_valid", None)
+
+
+def gru_gates(gi: Tensor, gh: Tensor, hidden: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """GRU gates in torch's layout: ``gi = W_ih x + b_ih``, ``gh = W_hh h + b_hh`` (each ``(B, 3H)``)
+    -> ``(rz (B, 2H), n (B, H), gh_n (B, H))`` with ``rz = sigmoid(gi_rz + gh_rz)`` and
+    ``n = tanh(gi_n + r * gh_n)``; the candidate is ``lerp(n, h, z) = (1 - z) n + z h``."""
+    rz = torch.sigmoid(gi[..., :2 * hidden] + gh[..., :2 * hidden])
+    gh_n = gh[..., 2 * hidden:]
+    n = torch.tanh(torch.addcmul(gi[..., 2 * hidden:], rz[..., :hidden], gh_n))
+    return rz, n, gh_n
+
+
+def gru_candidate(gi: Tensor, read: Tensor, carried: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
+    """The GRU step ``(1 - z) n + z h`` whose gates read ``read`` and whose carry is ``carried``
+    (the same tensor for a plain GRU; VC-RNN reads a masked state)."""
+    gh = torch.addmm(bias_hh, read, weight_hh.t())
+    rz, n, _ = gru_gates(gi, gh, carried.shape[-1])
+    return torch.lerp(n, carried, rz[..., carried.shape[-1]:])
+
+
+def lstm_candidate(gi: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor
+                   ) -> Tuple[Tensor, Tensor]:
+    """The torch.nn.LSTM step (gates ``i, f, g, o``) from ``gi = W_ih x + b_ih``: ``-> (h~, c~)``."""
+    gates = gi + torch.addmm(bias_hh, h, weight_hh.t())
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c_new), c_new
+
+
+def init_uniform(parameters, bound: float) -> None:
+    for p in parameters:
+        nn.init.uniform_(p, -bound, bound)
+
+
+# ---- SA-RNN ---------------------------------------------------------------------------------------
+@register("sarnn", family="source", paper=_PAPER, gradcheck=False,
+          variants={"lstm": {"recurrence": "lstm"}, "fixed_slope": {"anneal_slope": False, "slope": 2.0}})
+class SARNN(MaskedCell):
+    """Selective-activation RNN: a GRU (or LSTM) whose units are updated only where a coordinator says.
+
+    State: ``h (B, H)`` for ``recurrence="gru"``; ``(h, c)`` for ``"lstm"``. Output ``h_t``::
+
+        a_t   = w_u * h_{t-1} + W_i x_t + b            (w_u a vector: the diagonal of W_u)
+        u~_t  = clamp((alpha * a_t + 1) / 2, 0, 1)      (hard sigmoid with slope alpha)
+        u_t   = 1[u~_t > 0.5]                           (straight-through: du/du~ = 1)
+        h~_t  = GRU(x_t, h_{t-1})                       (torch.nn.GRU equations and layout)
+        h_t   = u_t * h~_t + (1 - u_t) * h_{t-1}
+        LSTM: (h~_t, c~_t) = LSTM(x_t, h_{t-1}, c_{t-1}); the same u_t selects both h and c, so a
+              skipped unit keeps its whole memory (h and c) unchanged.
+
+    Equivalent to (the reference)::
+
+        for t in range(T):
+            prob = hard_sigmoid(w_u * h + W_i @ x[t] + b, alpha); u = prob > 0.5
+            h = where(u, GRU(x[t], h), h)
+
+    Slope: ``alpha = slope`` if not ``anneal_slope``, else ``alpha = min(max_slope, slope +
+    slope_increment * epoch)`` after ``set_epoch(epoch)`` (paper: ``min(5, 1 + 0.04 epoch)``).
+
+    Extra outputs of the last forward pass: ``aux["update_mask"]`` ``u`` and ``aux["update_prob"]``
+    ``u~``, each ``(T, B, H)``; ``losses()["budget"]`` = ``sum_t u~_t`` averaged over batch and units
+    (real steps only). The paper's loss sums over units, so its lambda equals ours divided by ``H``.
+
+    Implementations: ``"reference"`` (loop over ``step``), ``"fused"`` (GRU only: precomputed input
+    projections, one ``addmm`` per step, hand-written backward), ``"sparse"`` (GRU only, inference:
+    computes the candidate only for units that some sequence updates; under autograd it runs
+    ``"fused"``, because the straight-through gradient needs every unit's candidate).
+
+    Args:
+        input_size, hidden_size: d, H.
+        recurrence: ``"gru"`` (paper) or ``"lstm"``.
+        slope, anneal_slope, slope_increment, max_slope: the hard-sigmoid slope and its schedule.
+        impl, device, dtype: see :class:`~ltdrnn.cells.base.Cell`.
+
+    Init: recurrence as torch.nn (``U(-1/sqrt(H), 1/sqrt(H))``); coordinator ``W_i``, ``w_u``, ``b``
+    also ``U(-1/sqrt(H), 1/sqrt(H))`` (the paper does not say), so about half the units update at first.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, recurrence: str = "gru", slope: float = 1.0,
+                 anneal_slope: bool = True, slope_increment: float = 0.04, max_slope: float = 5.0,
+                 impl: str = "auto", device=None, dtype=None) -> None:
+        check_choice("recurrence", recurrence, ("gru", "lstm"))
+        # set before Cell.__init__ validates ``impl`` against them: the fast paths are GRU-only
+        self.impls = ("reference", "fused", "sparse") if recurrence == "gru" else ("reference",)
+        self.default_impl = "fused" if recurrence == "gru" else "reference"
+        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        self.recurrence = recurrence
+        if not isinstance(anneal_slope, bool):
+            raise TypeError(f"anneal_slope: expected a bool, got {anneal_slope!r}")
+        self.initial_slope = check_positive_float("slope", slope)
+        self.anneal_slope = anneal_slope
+        self.slope_increment = float(slope_increment)
+        if not math.isfinite(self.slope_increment) or self.slope_increment < 0:
+            raise ValueError(f"slope_increment: expected a finite number >= 0, got {slope_increment!r}")
+        self.max_slope = check_positive_float("max_slope", max_slope)
+        self.slope = self.initial_slope
+        gates = 3 if recurrence == "gru" else 4
+        self.weight_ih = nn.Parameter(torch.empty(gates * hidden_size, input_size, **self.factory))
+        self.weight_hh = nn.Parameter(torch.empty(gates * hidden_size, hidden_size, **self.factory))
+        self.bias_ih = nn.Parameter(torch.empty(gates * hidden_size, **self.factory))
+        self.bias_hh = nn.Parameter(torch.empty(gates * hidden_size, **self.factory))
+        self.coord_weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
+        self.coord_weight_hh = nn.Parameter(torch.empty(hidden_size, **self.factory))
+        self.coord_bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init_uniform(self.parameters(), 1.0 / math.sqrt(self.hidden_size))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Slope annealing: ``alpha = min(max_slope, slope + slope_increment * epoch)``."""
+        if self.anneal_slope:
+            self.slope = min(self.max_slope, self.initial_slope + self.slope_increment * epoch)
+
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        h = super().init_state(batch_size, device, dtype)
+        return h if self.recurrence == "gru" else (h, h.clone())
+
+    def precompute(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """``(T, B, d) -> (W_ih x + b_ih (T, B, G*H), (alpha (W_i x + b) + 1) / 2 (T, B, H))``.
+
+        The coordinator's input half is stored already scaled by the slope, so that per step only
+        ``u~ = clamp(that + (alpha / 2) w_u * h, 0, 1)`` remains (the hard sigmoid, rearranged).
+        """
+        half = 0.5 * self.slope
+        gi = F.linear(x, self.weight_ih, self.bias_ih)
+        coord_in = F.linear(x, self.coord_weight_ih * half, self.coord_bias * half + 0.5)
+        return gi, coord_in
+
+    def coordinate(self, coord_in: Tensor, h: Tensor) -> Tuple[Tensor, Tensor]:
+        """``(u~, u)``: update probability and the update decision (float 0/1), each ``(B, H)``.
+
+        ``u~ = hard_sigmoid(w_u * h + W_i x + b, alpha)``, computed from ``coord_in`` of
+        :meth:`precompute` as ``clamp(coord_in + (alpha / 2) w_u * h, 0, 1)``.
+        """
+        prob = torch.clamp(torch.addcmul(coord_in, self.scaled_coord_weight(), h), 0.0, 1.0)
+        return prob, binary(prob, 0.5)
+
+    def scaled_coord_weight(self) -> Tensor:
+        """``(alpha / 2) w_u``, the diagonal recurrent weight of the coordinator times the half slope."""
+        return self.coord_weight_hh * (0.5 * self.slope)
+
+    def step_with_aux(self, p_t: Tuple[Tensor, Tensor], state: State):
+        gi, coord_in = p_t
+        if self.recurrence == "gru":
+            h = state
+            prob, u = self.coordinate(coord_in, h)
+            h_new = straight_through_mix(u, prob, gru_candidate(gi, h, h, self.weight_hh, self.bias_hh), h)
+            new_state = h_new
+        else:
+            h, c = state
+            prob, u = self.coordinate(coord_in, h)
+            h_cand, c_cand = lstm_candidate(gi, h, c, self.weight_hh, self.bias_hh)
+            h_new = straight_through_mix(u, prob, h_cand, h)
+            new_state = (h_new, straight_through_mix(u, prob, c_cand, c))
+        return h_new, new_state, {"update_mask": u, "update_prob": prob}
+
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
+                  ) -> Tuple[Tensor, State]:
+        gi, coord_in = self.precompute(x)
+        needs_grad = torch.is_grad_enabled() and (
+            x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters()))
+        if impl == "sparse" and not needs_grad:
+            with torch.no_grad():
+                outputs, probs, masks = sparse_sarnn_gru(gi, coord_in, state, self.weight_hh, self.bias_hh,
+                                                         self.scaled_coord_weight())
+        else:
+            outputs, probs, masks = FusedSARNNGRU.apply(gi, coord_in, state, self.weight_hh, self.bias_hh,
+                                                        self.scaled_coord_weight())
+        self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
+        return final_from_outputs(outputs, state, lengths)
+
+    def losses(self) -> dict[str, Tensor]:
+        """``{"budget": sum_t u~_t}``, averaged over batch and units (real steps only)."""
+        if "update_prob" not in self.aux:
+            return {}
+        return {"budget": sum_over_valid_steps(self.aux["update_prob"], self.valid()).mean()}
+
+    def flops_per_sequence(self, steps: int, skip_fraction: float | None = None) -> float:
+        """Multiplications for one sequence: the coordinator on every step for every unit
+        (``W_i x``: d, ``w_u h``: 1, slope: 1), the candidate only for updated units.
+        ``skip_fraction=None`` counts the dense upper bound (every unit updated)."""
+        d, hdim = self.input_size, self.hidden_size
+        if self.recurrence == "gru":
+            unit = 3 * (d + hdim) + GRU_UNIT_EXTRA
+        else:
+            unit = 4 * (d + hdim) + LSTM_UNIT_EXTRA
+        return masked_unit_flops(steps, hdim, unit, d + 2, skip_fraction)
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + f", recurrence={self.recurrence!r}, slope={self.slope:g}, "
+                f"anneal_slope={self.anneal_slope}")
+
+
+def final_from_outputs(outputs: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+    """For cells whose state is their output: the final state is the output at each true length."""
+    if lengths is None:
+        return outputs, outputs[-1]
+    last = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, -1, outputs.shape[-1])
+    return mask_outputs(outputs, lengths), outputs.gather(0, last)[0]
+
+
+class FusedSARNNGRU(torch.autograd.Function):
+    """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
+
+    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,))
+    -> (outputs, probs, masks)``, each ``(T, B, H)`` (see :meth:`SARNN.precompute` for ``coord_in``;
+    ``masks`` float 0/1). It runs the same ops as the reference step, so the decisions agree bit for
+    bit; the backward implements the straight-through estimator without autograd's per-op
+    bookkeeping. Per-step intermediates stay in small per-step tensors (reused warm by the
+    allocator); sequence-sized tensors are allocated once and written in place, never stacked.
+    """
+
+    @staticmethod
+    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+        hidden = coord_in.shape[-1]
+        weight_t = weight_hh.t()
+        outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
+        keep = any(ctx.needs_input_grad)                 # nothing to save for inference
+        h = h0
+        saved = []
+        for gi_t, c_t, out_t, pre_t, mask_t in zip(gi.unbind(0), coord_in.unbind(0), outputs.unbind(0),
+                                                   pres.unbind(0), masks.unbind(0)):
+            gh = torch.addmm(bias_hh, h, weight_t)
+            # in place: gh_rz is not needed again, so gh ends up holding (r, z, gh_n)
+            rz = gh[:, :2 * hidden].add_(gi_t[:, :2 * hidden]).sigmoid_()
+            n = torch.tanh(torch.addcmul(gi_t[:, 2 * hidden:], rz[:, :hidden], gh[:, 2 * hidden:]))
+            cand = torch.lerp(n, h, rz[:, hidden:])
+            # clamp(pre) > 0.5 exactly when pre > 0.5, so the clamp waits until after the loop
+            u = torch.gt(torch.addcmul(c_t, coord_weight, h, out=pre_t), 0.5, out=mask_t)
+            h = torch.lerp(h, cand, u, out=out_t)
+            if keep:
+                saved.append((gh, n))
+        ctx.saved = saved
+        ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, pres)
+        ctx.mark_non_differentiable(masks)
+        return outputs, torch.clamp(pres, 0.0, 1.0), masks
+
+    @staticmethod
+    def backward(ctx, d_outputs, d_probs, _d_masks):
+        h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
+        saved, ctx.saved = ctx.saved, None
+        steps, batch, hidden = outputs.shape
+        aten = torch.ops.aten
+        weight_rz, weight_n = weight_hh[:2 * hidden], weight_hh[2 * hidden:]
+        d_gi = outputs.new_empty(steps, batch, 3 * hidden)
+        d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
+        d_coord_weight = torch.zeros_like(h0)
+        carry = torch.zeros_like(h0)
+        previous = [h0] + list(outputs.unbind(0))[:-1]
+        per_step = zip(saved, previous, masks.unbind(0), pres.unbind(0), d_outputs.unbind(0),
+                       d_probs.unbind(0), d_gi.unbind(0), d_gh_n.unbind(0), d_coord.unbind(0))
+        for (gh, n), hp, u, pre, d_out, d_prob, d_gi_t, d_gh_n_t, d_coord_t in reversed(list(per_step)):
+            r, z = gh[:, :hidden], gh[:, hidden:2 * hidden]
+            dh = carry + d_out
+            d_cand = dh * u
+            d_n = aten.tanh_backward(torch.addcmul(d_cand, d_cand, z, value=-1.0), n,
+                                     grad_input=d_gi_t[:, 2 * hidden:])
+            aten.sigmoid_backward(d_n * gh[:, 2 * hidden:], r, grad_input=d_gi_t[:, :hidden])
+            aten.sigmoid_backward(d_cand * (hp - n), z, grad_input=d_gi_t[:, hidden:2 * hidden])
+            torch.mul(d_n, r, out=d_gh_n_t)
+            # straight-through (d u / d u~ = 1), then the clamp of the hard sigmoid; the candidate
+            # is recomputed exactly as in forward rather than kept for every step
+            delta = torch.lerp(n, hp, z).sub_(hp)
+            aten.hardtanh_backward(torch.addcmul(d_prob, dh, delta), pre, 0.0, 1.0, grad_input=d_coord_t)
+            d_coord_weight.addcmul_(d_coord_t, hp)
+            carry = torch.addcmul(dh - d_cand, d_cand, z).addcmul_(d_coord_t, coord_weight)
+            carry.addmm_(d_gi_t[:, :2 * hidden], weight_rz).addmm_(d_gh_n_t, weight_n)
+        d_rz = d_gi[..., :2 * hidden]
+        d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
+        d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
+        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
+
+
+def weight_gradient(d_pre: Tensor, outputs: Tensor, h0: Tensor) -> Tensor:
+    """``sum_t d_pre[t]^T h_{t-1}`` for pre-activations ``W h_{t-1}``, with ``h_{t-1}`` read from
+    ``outputs`` shifted by one step (no copy of the sequence)."""
+    hidden = outputs.shape[-1]
+    first = d_pre[0].t() @ h0
+    if outputs.shape[0] == 1:
+        return first
+    rest = d_pre[1:].reshape(-1, d_pre.shape[-1]).t() @ outputs[:-1].reshape(-1, hidden)
+    return first + rest
+
+
+def sparse_sarnn_gru(gi: Tensor, coord_in: Tensor, h0: Tensor, weight_hh: Tensor, bias_hh: Tensor,
+                     coord_weight: Tensor, dense_above: float = 0.3) -> Tuple[Tensor, Tensor, Tensor]:
+    """Inference that computes the GRU candidate only for units updated by at least one sequence.
+
+    Per step, with ``k`` such units, the recurrent matmul is ``(B, H) x (H, 3k)`` on the gathered rows
+    of ``W_hh`` instead of ``(B, H) x (H, 3H)``; a step where no unit updates does no GRU work at all.
+    Gathering the rows costs about as much as using them once, so steps with more than
+    ``dense_above * H`` active units run the dense step instead. (The union over the batch is what
+    one matmul can skip; with ``B = 1`` it is exactly the skipped units.)
+    Returns ``(outputs, probs, masks)`` like :class:`FusedSARNNGRU`.
+    """
+    hidden = coord_in.shape[-1]
+    gate_offsets = torch.arange(3, device=coord_in.device).unsqueeze(1) * hidden
+    h = h0
+    hs, probs, masks = [], [], []
+    for gi_t, c_t in zip(gi.unbind(0), coord_in.unbind(0)):
+        prob = torch.clamp(torch.addcmul(c_t, coord_weight, h), 0.0, 1.0)
+        u = binary(prob, 0.5)
+        active = u.amax(0).nonzero().squeeze(1)
+        if active.numel() > dense_above * hidden:
+            h = torch.lerp(h, gru_candidate(gi_t, h, h, weight_hh, bias_hh), u)
+        elif active.numel():
+            rows = (gate_offsets + active).reshape(-1)             # r, z, n rows of the active units
+            gh = torch.addmm(bias_hh.index_select(0, rows), h, weight_hh.index_select(0, rows).t())
+            h_active = h.index_select(1, active)
+            rz, n, _ = gru_gates(gi_t.index_select(1, rows), gh, active.numel())
+            cand = torch.lerp(n, h_active, rz[:, active.numel():])
+            h = h.index_copy(1, active, torch.lerp(h_active, cand, u.index_select(1, active)))
+        hs.append(h)
+        probs.append(prob)
+        masks.append(u)
+    return torch.stack(hs), torch.stack(probs), torch.stack(masks)

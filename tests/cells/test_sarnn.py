@@ -1,0 +1,208 @@
+"""SA-RNN: coordinator, straight-through gradients, budget, slope annealing, fast and sparse paths."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import ltdrnn
+from ltdrnn.cells.sarnn import hard_sigmoid, skip_fraction
+
+
+def make(seed=0, d=3, h=8, **options):
+    torch.manual_seed(seed)
+    return ltdrnn.build("sarnn", d, h, **options)
+
+
+def force_bias(cell, value):
+    with torch.no_grad():
+        cell.coord_bias.fill_(value)
+        cell.coord_weight_ih.zero_()
+        cell.coord_weight_hh.zero_()
+
+
+@pytest.mark.parametrize("recurrence", ["gru", "lstm"])
+def test_all_zero_mask_leaves_the_state_unchanged(recurrence):
+    cell = make(recurrence=recurrence)
+    force_bias(cell, -100.0)
+    x = torch.randn(12, 4, 3)
+    state = tuple(torch.randn(4, 8) for _ in range(2)) if recurrence == "lstm" else torch.randn(4, 8)
+    for impl in cell.impls:
+        out, final = cell.scan(x, state, impl=impl)
+        h0 = state[0] if recurrence == "lstm" else state
+        assert torch.equal(out, h0.expand(12, 4, 8)), impl
+        assert all(torch.equal(a, b) for a, b in zip(final, state)) if recurrence == "lstm" \
+            else torch.equal(final, state)
+        assert torch.all(cell.aux["update_mask"] == 0)
+
+
+@pytest.mark.parametrize("recurrence,torch_cls", [("gru", nn.GRU), ("lstm", nn.LSTM)])
+def test_all_ones_mask_is_the_plain_recurrence(recurrence, torch_cls):
+    cell = make(recurrence=recurrence)
+    force_bias(cell, 100.0)
+    reference = torch_cls(3, 8)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(reference, f"{name}_l0").copy_(getattr(cell, name))
+    x = torch.randn(15, 2, 3)
+    expected, _ = reference(x)
+    for impl in cell.impls:
+        out, _ = cell.scan(x, impl=impl)
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+        assert skip_fraction(cell.aux) == 0
+
+
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_straight_through_gives_the_coordinator_gradients(impl):
+    cell = make()
+    out, _ = cell.scan(torch.randn(20, 4, 3), impl=impl)
+    assert 0 < skip_fraction(cell.aux) < 1
+    out[-1].pow(2).sum().backward()          # the task loss only: no budget term
+    for name in ("coord_weight_ih", "coord_weight_hh", "coord_bias"):
+        grad = getattr(cell, name).grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_skip_fraction_follows_the_coordinator_bias():
+    x = torch.randn(30, 5, 3)
+    fractions = []
+    for bias in (-50.0, -0.3, 0.0, 0.3, 50.0):
+        cell = make()
+        with torch.no_grad():
+            cell.coord_bias.fill_(bias)
+        cell.scan(x)
+        fractions.append(float(skip_fraction(cell.aux)))
+    assert fractions[0] == 1.0 and fractions[-1] == 0.0
+    assert fractions == sorted(fractions, reverse=True)
+
+
+def test_skip_fraction_counts_only_real_steps():
+    mask = torch.ones(4, 2, 3)
+    mask[2:, 1] = 0          # sequence 1 has length 2: its zeros past the end must not count
+    assert skip_fraction(mask) == pytest.approx(1 - 18 / 24)
+    assert skip_fraction(mask, torch.tensor([4, 2])) == 0
+    mask[0, 0, 0] = 0
+    assert skip_fraction({"update_mask": mask}, torch.tensor([4, 2])) == pytest.approx(1 / 18)
+
+
+def test_update_probability_is_the_hard_sigmoid_of_the_coordinator():
+    cell = make(slope=2.5, anneal_slope=False)
+    x, h0 = torch.randn(1, 4, 3), torch.randn(4, 8)
+    cell.scan(x, h0, impl="reference")
+    a = cell.coord_weight_hh * h0 + x[0] @ cell.coord_weight_ih.T + cell.coord_bias
+    expected = hard_sigmoid(a, 2.5)
+    torch.testing.assert_close(cell.aux["update_prob"][0], expected)
+    assert torch.equal(cell.aux["update_mask"][0], (expected > 0.5).float())
+    values = hard_sigmoid(torch.tensor([-2.0, -0.5, 0.0, 0.2, 0.5, 3.0]), 2.0)
+    assert values.tolist() == pytest.approx([0.0, 0.0, 0.5, 0.7, 1.0, 1.0])
+
+
+def test_slope_annealing_schedule():
+    cell = make()
+    schedule = []
+    for epoch in (0, 1, 10, 50, 100, 1000):
+        cell.set_epoch(epoch)
+        schedule.append(cell.slope)
+    assert schedule == pytest.approx([1.0, 1.04, 1.4, 3.0, 5.0, 5.0])
+    fixed = make(anneal_slope=False, slope=2.0)
+    fixed.set_epoch(30)
+    assert fixed.slope == 2.0
+    steep = make(slope_increment=1.0, max_slope=3.0)
+    steep.set_epoch(7)
+    assert steep.slope == 3.0
+
+
+def test_a_steeper_slope_moves_probabilities_away_from_one_half():
+    x = torch.randn(5, 4, 3)
+    cell = make()
+    cell.scan(x)
+    shallow = (cell.aux["update_prob"][0] - 0.5).abs()
+    cell.set_epoch(50)
+    cell.scan(x)
+    steep = (cell.aux["update_prob"][0] - 0.5).abs()
+    assert torch.all(steep >= shallow - 1e-7) and torch.any(steep > shallow)
+
+
+def test_budget_is_the_sum_over_time_of_the_mean_update_probability():
+    cell = make()
+    x = torch.randn(6, 3, 3)
+    lengths = torch.tensor([6, 2, 4])
+    for impl in ("reference", "fused"):
+        cell.scan(x, lengths=lengths, impl=impl)
+        prob = cell.aux["update_prob"].detach()
+        expected = sum(prob[:n, b].sum(0) for b, n in enumerate(lengths.tolist())).mean() / 3
+        torch.testing.assert_close(cell.losses()["budget"], expected)
+        cell.scan(x, impl=impl)
+        torch.testing.assert_close(cell.losses()["budget"], cell.aux["update_prob"].sum(0).mean())
+
+
+def test_budget_gradient_lowers_the_update_probability():
+    cell = make()
+    cell.scan(torch.randn(10, 4, 3))
+    cell.losses()["budget"].backward()
+    assert cell.coord_bias.grad.sum() > 0          # gradient descent on the budget lowers the bias
+
+
+def test_fused_equals_reference_with_the_budget_term_and_lengths():
+    cell = make(h=16)
+    x = torch.randn(300, 3, 3)
+    lengths = torch.tensor([300, 120, 7])
+    h0 = 0.5 * torch.randn(3, 16)
+    results = {}
+    for impl in ("reference", "fused"):
+        cell.zero_grad()
+        xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
+        out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
+        weights = torch.linspace(-1, 1, out.numel()).view_as(out)
+        ((out * weights).sum() + final.sum() + 0.1 * cell.losses()["budget"]).backward()
+        results[impl] = [out, final, cell.aux["update_mask"], xi.grad, hi.grad] + \
+            [p.grad.clone() for p in cell.parameters()]
+    for got, want in zip(results["fused"], results["reference"]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_sparse_inference_equals_the_dense_path(batch):
+    cell = make(h=32)
+    with torch.no_grad():
+        cell.coord_bias.fill_(-0.2)
+    x = torch.randn(200, batch, 3)
+    lengths = torch.tensor([200, 150, 3, 77])[:batch]
+    with torch.no_grad():
+        dense, dense_final = cell.scan(x, lengths=lengths, impl="fused")
+        dense_mask = cell.aux["update_mask"]
+        sparse, sparse_final = cell.scan(x, lengths=lengths, impl="sparse")
+    assert 0.2 < skip_fraction(dense_mask, lengths) < 0.95
+    torch.testing.assert_close(sparse, dense, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(sparse_final, dense_final, atol=1e-5, rtol=1e-4)
+    assert torch.equal(cell.aux["update_mask"], dense_mask)
+
+
+def test_sparse_under_autograd_computes_the_dense_gradient():
+    cell = make()
+    x = torch.randn(9, 2, 3)
+    grads = []
+    for impl in ("fused", "sparse"):
+        cell.zero_grad()
+        out, _ = cell.scan(x, impl=impl)
+        out.sum().backward()
+        grads.append(cell.coord_weight_ih.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
+def test_layer_exposes_budget_and_masks():
+    layer = ltdrnn.Recurrent("sarnn", 3, 8, num_layers=2)
+    layer(torch.randn(4, 7, 3))
+    assert set(layer.losses()) == {"budget"}
+    assert [a["update_mask"].shape for a in layer.aux] == [torch.Size([7, 4, 8])] * 2
+    layer.set_epoch(25)
+    assert all(cell.slope == pytest.approx(2.0) for cell in layer.cells)
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match="recurrence"):
+        ltdrnn.build("sarnn", 3, 8, recurrence="rnn")
+    with pytest.raises(ValueError, match="slope"):
+        ltdrnn.build("sarnn", 3, 8, slope=0)
+    with pytest.raises(ValueError, match="impl"):
+        ltdrnn.build("sarnn", 3, 8, recurrence="lstm", impl="fused")
