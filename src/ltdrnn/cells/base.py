@@ -11,7 +11,7 @@ time-major inside the package: sequences are ``(T, B, d)`` and outputs ``(T, B, 
 
 State
     ``init_state(B)`` returns the cell's state: a tensor, or a tuple of tensors, each with the batch
-    on its first axis (LSTM: ``(h, c)``; MIST: ``(history,)``; most cells: ``h``). The layer stacks the
+    on its first axis (LSTM: ``(h, c)``; MIST: the history ``(B, N, H)``; most cells: ``h``). The layer stacks the
     states of its layers and directions on a new first axis, exactly as ``nn.LSTM`` does.
 
 The three stages of a forward pass

@@ -1,0 +1,356 @@
+"""MIST RNN, the mixed-history NARX RNN (DiPietro, Rupprecht, Navab & Hager 2018).
+
+Each step mixes the states ``1, 2, 4, ..., 2^(n_d-1)`` steps back with learned convex weights, resets
+units of the mix with a GRU-like gate, and applies one tanh layer. Paths from ``t - tau`` to ``t``
+need only about ``log2(tau)`` edges (``tau / 2^(n_d-1)`` beyond the longest delay), so gradients
+from the distant past survive. See ``docs/cells/mist.md``.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ..scan import empty_buffer, load_kernel, release, scratch_buffer
+from .base import Cell, check_positive_int, mask_outputs
+from .registry import ParamCount, register
+
+_TABLE1 = ("MIST paper Table 1 (pMNIST, d=1, H=139): ~42,000 for the whole model; the cell has 40,326 "
+           "and the 10-class linear head 1,400 (41,726)")
+
+
+@register("mist", family="source",
+          paper="DiPietro, Rupprecht, Navab & Hager 2018, Analyzing and Exploiting NARX Recurrent Neural "
+                "Networks for Long-Term Dependencies, ICLR workshop (arXiv:1702.07805)",
+          test_options={"num_delays": 3},
+          variants={"one_delay": {"num_delays": 1}, "five_delays": {"num_delays": 5}},
+          param_counts=(ParamCount(1, 139, 40_000, 40_700, {"num_delays": 8}, _TABLE1),))
+class MISTCell(Cell):
+    r"""Mixed-history (MIST) NARX RNN cell.
+
+    Shapes: ``x (T, B, d)``; state ``history (B, N, H)`` with ``N = 2^(n_d-1)``, the last N states in
+    time order (``history[:, -k] = h_{t-k}``); outputs ``(T, B, H)``.
+
+    Maths (delays ``2^i``, ``i = 0..n_d-1``)::
+
+        a_t = softmax(W_ah h_{t-1} + W_ax x_t + b_a)                  (n_d mixing weights)
+        r_t = sigmoid(W_rh h_{t-1} + W_rx x_t + b_r)                  (reset gate, H)
+        h_t = tanh(W_h (r_t * sum_i a_{t,i} h_{t-2^i}) + W_x x_t + b)
+        h_t = 0 for t < 1 (the zero initial history)
+
+    Equivalent to::
+
+        for t in range(T):
+            h_prev = history[:, -1]
+            a = softmax(h_prev @ W_ah.T + x[t] @ W_ax.T + b_a)
+            r = sigmoid(h_prev @ W_rh.T + x[t] @ W_rx.T + b_r)
+            mix = sum(a[:, i:i+1] * history[:, -2**i] for i in range(n_d))
+            h = tanh((r * mix) @ W_h.T + x[t] @ W_x.T + b)
+            history = torch.cat([history[:, 1:], h[:, None]], 1); out[t] = h
+
+    Args:
+        input_size: d.
+        hidden_size: H.
+        num_delays: n_d (paper: 8, i.e. delays 1..128).
+        impl: ``"reference"`` (loop over :meth:`step`, which re-forms the history tensor each step),
+            ``"list"`` (autograd-recorded loop that keeps a list of past states and reads the delayed
+            ones from it), ``"fused"`` (one autograd function over the whole sequence with a
+            hand-written backward; weight gradients as one matrix product each), ``"kernel"`` (the
+            same with each step's element-wise work in one compiled C call; falls back to ``"fused"``
+            when the kernel cannot be built or for non-CPU/non-float32/64 tensors), or ``"auto"``.
+
+    Parameters (stacked so that each step needs two matrix products):
+        ``weight_hh (n_d + H, H)`` = ``[W_ah; W_rh]``; ``weight_ih (n_d + 2H, d)`` = ``[W_ax; W_rx; W_x]``;
+        ``bias (n_d + 2H)`` = ``[b_a; b_r; b]``; ``weight_mix (H, H)`` = ``W_h``.
+        Every weight ~ N(0, std = 1/sqrt(H)), biases 0 (paper, appendix 8.1).
+    """
+
+    impls = ("reference", "list", "fused", "kernel")
+    default_impl = "kernel"  # measured fastest; see docs/cells/mist.md
+
+    def __init__(self, input_size: int, hidden_size: int, num_delays: int = 8, impl: str = "auto",
+                 device=None, dtype=None) -> None:
+        super().__init__(input_size, hidden_size, impl, device, dtype)
+        self.num_delays = check_positive_int("num_delays", num_delays)
+        if num_delays > 20:
+            raise ValueError(f"num_delays: expected at most 20 (a history of 2^(n_d-1) states), "
+                             f"got {num_delays}")
+        self.history_size = 2 ** (num_delays - 1)
+        self.delays = tuple(2 ** i for i in range(num_delays))
+        gates = num_delays + hidden_size
+        self.weight_hh = nn.Parameter(torch.empty(gates, hidden_size, **self.factory))
+        self.weight_ih = nn.Parameter(torch.empty(gates + hidden_size, input_size, **self.factory))
+        self.bias = nn.Parameter(torch.empty(gates + hidden_size, **self.factory))
+        self.weight_mix = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
+        # history index of h_{t-2^i} when history[:, -1] is h_{t-1}
+        self.register_buffer("delay_index", torch.tensor([self.history_size - k for k in self.delays],
+                                                         device=device), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Every weight matrix N(0, std 1/sqrt(H)), every bias 0 (paper, appendix 8.1)."""
+        std = 1.0 / math.sqrt(self.hidden_size)
+        for weight in (self.weight_hh, self.weight_ih, self.weight_mix):
+            nn.init.normal_(weight, 0.0, std)
+        nn.init.zeros_(self.bias)
+
+    # ---- the contract ---------------------------------------------------------------------------
+    def init_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
+        """Zero history ``(B, N, H)``: all states before the first step are 0."""
+        return torch.zeros(batch_size, self.history_size, self.hidden_size,
+                           device=device if device is not None else self.bias.device,
+                           dtype=dtype if dtype is not None else self.bias.dtype)
+
+    def precompute(self, x: Tensor) -> Tensor:
+        """Input parts of all three pre-activations: ``(T, B, d) -> (T, B, n_d + 2H)``."""
+        return nn.functional.linear(x, self.weight_ih, self.bias)
+
+    def step(self, p_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
+        """``p_t (B, n_d + 2H)``, ``history (B, N, H)`` -> ``(h_t (B, H), new history)``."""
+        split = self.num_delays + self.hidden_size
+        h = self._update(p_t[:, :split], p_t[:, split:], history[:, -1],
+                         history.index_select(1, self.delay_index))
+        return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
+
+    def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
+        """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
+
+        Without gradient recording and with ``impl`` resolving to ``"kernel"``, the element-wise part
+        runs in the compiled kernel (:meth:`_stream_kernel`); otherwise ``step(precompute(x_t))``.
+        """
+        self.check_input(x_t, expected_dims=2, name="x_t")
+        if state is None:
+            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
+        if not torch.is_grad_enabled() and self.resolved_impl() == "kernel" and kernel_supports(x_t):
+            return self._stream_kernel(x_t, state)
+        return self.step(self.precompute(x_t), state)
+
+    def _stream_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
+        """Inference step with the compiled kernel reading the delayed states from ``history``."""
+        batch, split, hidden = x_t.shape[0], self.num_delays + self.hidden_size, self.hidden_size
+        history = history.contiguous()
+        inputs = torch.addmm(self.bias, x_t, self.weight_ih.t())
+        gates = torch.addmm(inputs[:, :split], history[:, -1], self.weight_hh.t())
+        reset_mixed, scratch = history.new_empty(batch, hidden), history.new_empty(hidden)
+        _c_function("mist_forward_step", history.dtype, pointers=4, sizes=7)(
+            gates.data_ptr(), history.data_ptr(), reset_mixed.data_ptr(), scratch.data_ptr(),
+            0, self.history_size, batch, hidden, self.num_delays, hidden, self.history_size * hidden)
+        h = torch.addmm(inputs[:, split:], reset_mixed, self.weight_mix.t()).tanh_()
+        return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
+
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
+                  ) -> Tuple[Tensor, Tensor]:
+        if impl in ("fused", "kernel"):
+            outputs, final, states = MISTScan.apply(
+                x, state, self.weight_ih, self.bias, self.weight_hh, self.weight_mix, self.delays,
+                impl == "kernel" and kernel_supports(x))
+            if lengths is None:  # the separate views keep the backward free of full-size zero fills
+                return outputs, final
+        else:
+            # two separate input projections: slicing one per step would cost a zero-filled gradient each
+            split = self.num_delays + self.hidden_size
+            gates_in = nn.functional.linear(x, self.weight_ih[:split], self.bias[:split])
+            state_in = nn.functional.linear(x, self.weight_ih[split:], self.bias[split:])
+            states = self._list_scan(gates_in, state_in, state)
+        return mask_outputs(states[self.history_size:], lengths), self._final_history(states, lengths)
+
+    def _list_scan(self, gates_in: Tensor, state_in: Tensor, history0: Tensor) -> Tensor:
+        """Autograd-recorded loop that reads delayed states from a growing list: ``-> (N + T, B, H)``."""
+        history = list(history0.unbind(1))
+        for g_t, s_t in zip(gates_in.unbind(0), state_in.unbind(0)):
+            history.append(self._update(g_t, s_t, history[-1],
+                                        torch.stack([history[-k] for k in self.delays], 1)))
+        return torch.stack(history)
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _update(self, gates_in: Tensor, state_in: Tensor, h_prev: Tensor, delayed: Tensor) -> Tensor:
+        """``h_t`` from the input parts ``gates_in (B, n_d + H)`` (a, r) and ``state_in (B, H)``,
+        ``h_{t-1} (B, H)`` and ``delayed (B, n_d, H)`` (the states 1, 2, 4, ... steps back)."""
+        nd = self.num_delays
+        gates = torch.addmm(gates_in, h_prev, self.weight_hh.t())
+        mix_weights = torch.softmax(gates[:, :nd], dim=-1)
+        reset = torch.sigmoid(gates[:, nd:])
+        mixed = torch.bmm(mix_weights.unsqueeze(1), delayed).squeeze(1)
+        return torch.tanh(torch.addmm(state_in, reset * mixed, self.weight_mix.t()))
+
+    def _final_history(self, states: Tensor, lengths: Tensor | None) -> Tensor:
+        """The last N states of each sequence, ``(B, N, H)``; ``states (N + T, B, H)``."""
+        n = self.history_size
+        if lengths is None:
+            return states[-n:].transpose(0, 1)
+        # sequence b ends after step lengths[b] - 1, i.e. at row N + lengths[b] - 1 of states
+        rows = lengths.to(states.device).view(1, -1) + torch.arange(n, device=states.device).view(-1, 1)
+        index = rows.unsqueeze(-1).expand(n, states.shape[1], states.shape[2])
+        return states.gather(0, index).transpose(0, 1)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, num_delays={self.num_delays}"
+
+
+class MISTScan(torch.autograd.Function):
+    """The MIST recurrence over a whole sequence with a hand-written backward pass.
+
+    ``forward(x (T, B, d), history0 (B, N, H), W_ih (n_d + 2H, d), bias (n_d + 2H), W_hh (n_d + H, H),
+    W_mix (H, H), delays, kernel) -> (outputs (T, B, H), final history (B, N, H), states (N + T, B, H))``:
+    rows ``0..N-1`` of ``states`` are the initial history, row ``N + t`` is ``h_t``; the first two
+    outputs are views of it (the last ``T`` rows; the last ``N`` rows, batch first).
+
+    Forward runs without recording a graph. The input projections are written straight into the
+    buffers that the steps then complete in place (the gate logits into ``activated``, the tanh
+    argument into the state rows), so no step copies a bias or an input term. Backward walks time in
+    reverse, adds each step's gradient into the rows of the delayed states it read, and forms the
+    weight gradients at the end with one matrix product each instead of one per step. With
+    ``kernel=True`` the element-wise work of a step (softmax, sigmoid, mixing, reset and their
+    derivatives) is one call into ``csrc/mist_step.c``; otherwise PyTorch ops do it.
+    """
+
+    @staticmethod
+    def forward(ctx, x, history0, w_ih, bias, w_hh, w_mix, delays, kernel):
+        steps, batch = x.shape[:2]
+        past, hidden, split = history0.shape[1], w_mix.shape[0], w_hh.shape[0]
+        flat_x = x.reshape(-1, x.shape[-1])
+        states = empty_buffer((past + steps, batch, hidden), w_mix)
+        states[:past] = history0.transpose(0, 1)
+        torch.addmm(bias[split:], flat_x, w_ih[split:].t(), out=states[past:].view(-1, hidden))
+        activated = empty_buffer((steps, batch, split), w_hh)  # logits, then [softmax(a) | sigmoid(r)]
+        torch.addmm(bias[:split], flat_x, w_ih[:split].t(), out=activated.view(-1, split))
+        reset_mixed = empty_buffer((steps, batch, hidden), w_mix)  # r_t * sum_i a_i h_{t-2^i}
+        rows = past - torch.tensor(delays, device=states.device)  # rows of h_{t-2^i} at t = 0
+        step = _kernel_forward_step(states, activated, reset_mixed, len(delays)) if kernel else \
+            _torch_forward_step(states, activated, reset_mixed, rows)
+        w_hh_t, w_mix_t = w_hh.t(), w_mix.t()
+        h_rows, gate_rows, rm_rows = states.unbind(0), activated.unbind(0), reset_mixed.unbind(0)
+        for t in range(steps):
+            gate_rows[t].addmm_(h_rows[past + t - 1], w_hh_t)
+            step(t)
+            h_rows[past + t].addmm_(rm_rows[t], w_mix_t).tanh_()
+        ctx.kernel = kernel
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows)
+        return states[past:], states[steps:].transpose(0, 1), states
+
+    @staticmethod
+    def backward(ctx, d_outputs, d_final, d_states):
+        x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows = ctx.saved_tensors
+        steps, hidden, split = reset_mixed.shape[0], states.shape[-1], activated.shape[-1]
+        past = states.shape[0] - steps
+        # the three (T, B, .) gradient buffers never leave this call: reuse them across calls
+        grad = _total_state_gradient(states, d_outputs, d_final, d_states)  # dL/dh for every row
+        d_gates = scratch_buffer(activated.shape, activated)
+        d_pre = scratch_buffer(reset_mixed.shape, reset_mixed)  # dL/d(tanh argument)
+        step = _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, rows.shape[0]) \
+            if ctx.kernel else _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows)
+        tanh_backward = torch.ops.aten.tanh_backward.grad_input
+        grad_rows, state_rows, d_pre_rows = grad.unbind(0), states.unbind(0), d_pre.unbind(0)
+        for t in range(steps - 1, -1, -1):
+            tanh_backward(grad_rows[past + t], state_rows[past + t], grad_input=d_pre_rows[t])
+            step(t, d_pre_rows[t] @ w_mix)
+            grad_rows[past + t - 1].addmm_(d_gates[t], w_hh)
+        flat_gates, flat_pre = d_gates.view(-1, split), d_pre.view(-1, hidden)
+        flat_x = x.reshape(-1, x.shape[-1])
+        d_x = d_w_ih = d_bias = None
+        if ctx.needs_input_grad[0]:
+            d_x = (flat_gates @ w_ih[:split]).addmm_(flat_pre, w_ih[split:]).view_as(x)
+        if ctx.needs_input_grad[2]:
+            d_w_ih = torch.cat([flat_gates.t() @ flat_x, flat_pre.t() @ flat_x])
+        if ctx.needs_input_grad[3]:
+            d_bias = torch.cat([flat_gates.sum(0), flat_pre.sum(0)])
+        d_w_hh = flat_gates.t() @ states[past - 1:-1].reshape(-1, hidden)
+        d_w_mix = flat_pre.t() @ reset_mixed.view(-1, hidden)
+        d_history0 = grad[:past].transpose(0, 1).clone(memory_format=torch.contiguous_format)
+        release(grad, d_gates, d_pre)
+        return d_x, d_history0, d_w_ih, d_bias, d_w_hh, d_w_mix, None, None
+
+
+def _total_state_gradient(states, d_outputs, d_final, d_states):
+    """The sum of the three outputs' gradients (None = zero) as one ``(N + T, B, H)`` buffer."""
+    grad = scratch_buffer(states.shape, states)
+    rows = states.shape[0]
+    if d_states is not None:
+        grad.copy_(d_states)
+    elif d_outputs is not None:  # write the large part once instead of zero-filling it first
+        grad[:rows - d_outputs.shape[0]].zero_()
+        grad[rows - d_outputs.shape[0]:].copy_(d_outputs)
+        d_outputs = None
+    else:
+        grad.zero_()
+    if d_outputs is not None:
+        grad[rows - d_outputs.shape[0]:] += d_outputs
+    if d_final is not None:
+        grad[rows - d_final.shape[1]:] += d_final.transpose(0, 1)
+    return grad
+
+
+def _torch_forward_step(states, activated, reset_mixed, rows):
+    nd = rows.shape[0]
+
+    def step(t):
+        gates = activated[t]
+        gates[:, :nd] = torch.softmax(gates[:, :nd], dim=-1)
+        gates[:, nd:].sigmoid_()
+        delayed = states.index_select(0, rows + t).transpose(0, 1)  # (B, n_d, H)
+        mixed = torch.bmm(gates[:, :nd].unsqueeze(1), delayed).squeeze(1)
+        torch.mul(gates[:, nd:], mixed, out=reset_mixed[t])
+    return step
+
+
+def _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows):
+    nd = rows.shape[0]
+
+    def step(t, d_reset_mixed):
+        mix, reset = activated[t, :, :nd], activated[t, :, nd:]
+        d_mixed = d_reset_mixed * reset
+        # dL/d(r-logits) = d_rm * m * r (1 - r) = d_rm * rm * (1 - r): the mix m itself is not kept
+        torch.mul(d_reset_mixed * reset_mixed[t], 1 - reset, out=d_gates[t, :, nd:])
+        delayed = states.index_select(0, rows + t).transpose(0, 1)  # (B, n_d, H)
+        d_mix = torch.bmm(delayed, d_mixed.unsqueeze(-1)).squeeze(-1)
+        d_gates[t, :, :nd] = torch._softmax_backward_data(d_mix, mix, -1, mix.dtype)
+        grad.index_add_(0, rows + t, mix.t().unsqueeze(-1) * d_mixed.unsqueeze(0))
+    return step
+
+
+def _kernel_forward_step(states, activated, reset_mixed, nd):
+    function = _c_function("mist_forward_step", states.dtype, pointers=4, sizes=7)
+    past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
+    size = states.element_size()
+    scratch = states.new_empty(hidden)
+    gates_at, rm_at, states_at = activated.data_ptr(), reset_mixed.data_ptr(), states.data_ptr()
+    gate_stride, row_stride = batch * activated.shape[-1] * size, batch * hidden * size
+
+    def step(t):
+        function(gates_at + t * gate_stride, states_at, rm_at + t * row_stride, scratch.data_ptr(),
+                 t, past, batch, hidden, nd, batch * hidden, hidden)
+    return step
+
+
+def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, nd):
+    function = _c_function("mist_backward_step", states.dtype, pointers=7, sizes=5)
+    past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
+    size = states.element_size()
+    scratch = states.new_empty(hidden)
+    gates_at, rm_at, states_at = activated.data_ptr(), reset_mixed.data_ptr(), states.data_ptr()
+    grad_at, d_gates_at = grad.data_ptr(), d_gates.data_ptr()
+    gate_stride, row_stride = batch * activated.shape[-1] * size, batch * hidden * size
+
+    def step(t, d_reset_mixed):
+        d_reset_mixed = d_reset_mixed.contiguous()
+        function(gates_at + t * gate_stride, rm_at + t * row_stride, d_reset_mixed.data_ptr(), states_at,
+                 grad_at, d_gates_at + t * gate_stride, scratch.data_ptr(), t, past, batch, hidden, nd)
+    return step
+
+
+def _c_function(name: str, dtype: torch.dtype, pointers: int, sizes: int):
+    function = getattr(load_kernel("mist_step"), f"{name}_{'f32' if dtype == torch.float32 else 'f64'}")
+    if function.argtypes is None:  # declare 64-bit sizes, or ctypes would pass 32-bit ints
+        function.argtypes = [ctypes.c_void_p] * pointers + [ctypes.c_long] * sizes
+        function.restype = ctypes.c_int
+    return function
+
+
+def kernel_supports(x: Tensor) -> bool:
+    """True when ``csrc/mist_step.c`` can run on tensors like ``x`` (and it builds on this machine)."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+            and load_kernel("mist_step") is not None)

@@ -1,0 +1,277 @@
+"""SRNN, the shuffling recurrent neural network (Rotman & Wolf, AAAI 2021).
+
+The state is shifted by one position each step and the output of a state-free input network is added:
+``h_t = act(roll(h_{t-1}, 1) + beta(x_t))``. Since ``beta`` does not see the state, it runs for every
+step at once in ``precompute``; only a shift, an add and ``act`` remain sequential. See
+``docs/cells/srnn.md`` for the equations, defaults, paper settings and measurements.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ..scan import empty_buffer, load_kernel, pointer, relu_accumulate, release, scratch_buffer
+from .base import (Cell, check_choice, check_nonnegative_int, check_positive_int,
+                   mask_outputs)
+from .registry import ParamCount, register
+
+_TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
+_PMNIST = ("SRNN paper pMNIST (d=1, three f_r layers of 32): 50k for the whole model; the cell has "
+           "38,016 and the 10-class linear head 10,250 (48,266)")
+
+
+@register("srnn", family="source",
+          paper="Rotman & Wolf 2021, Shuffling Recurrent Neural Networks, AAAI",
+          test_options={"hyper_size": 5},
+          variants={"tanh": {"activation": "tanh"}, "no_gate": {"gate": False},
+                    "three_layers": {"fr_layers": 3}, "affine_fr": {"fr_layers": 0},
+                    "tanh_no_gate": {"activation": "tanh", "gate": False}},
+          param_counts=(ParamCount(2, 128, 4_600, 5_000, {"hyper_size": 32, "fr_layers": 1}, _TABLE5),
+                        ParamCount(1, 1024, 37_500, 38_500, {"hyper_size": 32, "fr_layers": 3}, _PMNIST)))
+class SRNNCell(Cell):
+    r"""Shuffling RNN cell.
+
+    Shapes: ``x (T, B, d)``, state ``h (B, H)``, outputs ``(T, B, H)``.
+
+    Maths::
+
+        beta(x) = f_r(x) * sigmoid(W_g x + b_g)          (gate=False: beta(x) = f_r(x))
+        f_r(x)  = A_L relu(... relu(A_1 x + a_1) ...) + a_L     (fr_layers hidden layers of hyper_size)
+        h_t     = act(roll(h_{t-1}, 1) + beta(x_t))       roll(h, 1)[i] = h[i - 1 mod H]
+
+    Equivalent to::
+
+        for t in range(T):
+            h = act(torch.roll(h, 1, dims=-1) + beta(x[t])); out[t] = h
+
+    Args:
+        input_size: d.
+        hidden_size: H.
+        hyper_size: width of the hidden layers of ``f_r`` (paper: 8 for add/copy, 32 for pMNIST/TIMIT).
+        fr_layers: number of hidden layers of ``f_r`` (paper: 1 or 3); 0 makes ``f_r`` one affine map.
+        gate: multiply ``f_r(x)`` by ``sigmoid(W_g x + b_g)`` (the paper's self-gating; its ablation
+            turns it off).
+        activation: ``"relu"`` (the paper's experiments) or ``"tanh"``.
+        impl: ``"reference"`` (loop over :meth:`step`), ``"fused"`` (whole-sequence autograd function
+            with a hand-written backward, pure PyTorch), ``"kernel"`` (the same in a compiled C loop;
+            falls back to ``"fused"`` when it cannot be built or for non-CPU/non-float32/64 tensors),
+            ``"closed_form"`` (relu only: cumsum/cummin, no time loop), or ``"auto"``.
+
+    Parameters are initialised like ``torch.nn.Linear`` (the authors' code). The shift ``W_p`` is
+    fixed and has no parameters.
+    """
+
+    impls = ("reference", "fused", "kernel", "closed_form")
+    default_impl = "kernel"
+
+    def __init__(self, input_size: int, hidden_size: int, hyper_size: int = 32, fr_layers: int = 1,
+                 gate: bool = True, activation: str = "relu", impl: str = "auto",
+                 device=None, dtype=None) -> None:
+        self.activation = check_choice("activation", activation, ("relu", "tanh"))
+        if activation != "relu":  # the closed form exists for relu only
+            self.impls = ("reference", "fused", "kernel")
+        super().__init__(input_size, hidden_size, impl, device, dtype)
+        self.hyper_size = check_positive_int("hyper_size", hyper_size)
+        self.fr_layers = check_nonnegative_int("fr_layers", fr_layers)
+        if not isinstance(gate, bool):
+            raise TypeError(f"gate: expected a bool, got {gate!r}")
+        self.gate = gate
+        widths = [input_size] + [hyper_size] * fr_layers
+        self.fr_hidden = nn.ModuleList(nn.Linear(a, b, **self.factory) for a, b in zip(widths, widths[1:]))
+        self.fr_out = nn.Linear(widths[-1], hidden_size, **self.factory)
+        self.gate_layer = nn.Linear(input_size, hidden_size, **self.factory) if gate else None
+        self._act = torch.relu if activation == "relu" else torch.tanh
+
+    def reset_parameters(self) -> None:
+        """PyTorch's ``nn.Linear`` default for every layer of ``beta``."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                module.reset_parameters()
+
+    # ---- the contract ---------------------------------------------------------------------------
+    def precompute(self, x: Tensor) -> Tensor:
+        """``beta(x)`` for every step: ``(T, B, d) -> (T, B, H)``."""
+        beta = self.fr_out(self._fr_features(x))
+        if self.gate_layer is not None:
+            beta = beta * torch.sigmoid(self.gate_layer(x))
+        return beta
+
+    def step(self, beta_t: Tensor, h: Tensor) -> Tuple[Tensor, Tensor]:
+        """``beta_t (B, H)``, ``h (B, H)`` -> ``(h_t, h_t)``."""
+        h = self._act(torch.roll(h, 1, dims=-1) + beta_t)
+        return h, h
+
+    def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
+        """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup."""
+        self.check_input(x_t, expected_dims=2, name="x_t")
+        if state is None:
+            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
+        return self.step(self.precompute(x_t), state)
+
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
+                  ) -> Tuple[Tensor, Tensor]:
+        if impl == "closed_form":
+            outputs = shift_relu_closed_form(self.precompute(x), state)
+        elif impl == "kernel" and kernel_supports(x):
+            outputs = self._kernel_scan(x, state)
+        else:
+            outputs = ShiftScan.apply(self.precompute(x), state, self.activation == "relu")
+        return mask_outputs(outputs, lengths), final_at_lengths(outputs, lengths)
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _fr_features(self, x: Tensor) -> Tensor:
+        """The last hidden activation of ``f_r`` (``x`` itself when ``fr_layers=0``)."""
+        for layer in self.fr_hidden:
+            x = torch.relu(layer(x))
+        return x
+
+    def _kernel_scan(self, x: Tensor, state: Tensor) -> Tensor:
+        features = self._fr_features(x)
+        gate = self.gate_layer
+        return KernelScan.apply(features, self.fr_out.weight, self.fr_out.bias, x,
+                                None if gate is None else gate.weight, None if gate is None else gate.bias,
+                                state, self.activation == "relu")
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, hyper_size={self.hyper_size}, fr_layers={self.fr_layers}, "
+                f"gate={self.gate}, activation={self.activation!r}")
+
+
+def final_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
+    """``h`` after each sequence's last true step: ``outputs (T, B, H)`` -> ``(B, H)``."""
+    if lengths is None:
+        return outputs[-1]
+    index = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, *outputs.shape[1:])
+    return outputs.gather(0, index)[0]
+
+
+# ---- closed form (relu) -------------------------------------------------------------------------------
+def shift_relu_closed_form(beta: Tensor, h0: Tensor) -> Tensor:
+    """All ``h_t = relu(roll(h_{t-1}, 1) + beta_t)`` without a time loop: ``(T, B, H) -> (T, B, H)``.
+
+    In the co-rotating frame ``g_t = roll(h_t, -(t+1))`` (step t counts from 0) the shift disappears:
+    ``g_t = relu(g_{t-1} + c_t)`` with ``c_t = roll(beta_t, -(t+1))`` and ``g_{-1} = h0``, which
+    :func:`ltdrnn.scan.relu_accumulate` solves with one cumsum and one cummin.
+    """
+    steps, hidden = beta.shape[0], beta.shape[-1]
+    shift = torch.arange(1, steps + 1, device=beta.device).view(-1, 1, 1)
+    position = torch.arange(hidden, device=beta.device).view(1, 1, -1)
+    into_frame = ((position + shift) % hidden).expand_as(beta)     # c_t[i] = beta_t[i + t + 1]
+    out_of_frame = ((position - shift) % hidden).expand_as(beta)   # h_t[i] = g_t[i - t - 1]
+    g = relu_accumulate(beta.gather(-1, into_frame), h0)
+    return g.gather(-1, out_of_frame)
+
+
+# ---- whole-sequence autograd functions ---------------------------------------------------------------
+class ShiftScan(torch.autograd.Function):
+    """``h_t = act(roll(h_{t-1}, 1) + beta_t)`` over all t, with a hand-written backward (pure PyTorch).
+
+    ``forward(beta (T, B, H), h0 (B, H), relu: bool) -> h (T, B, H)``. Each step writes into one
+    preallocated output in place (three small ops), so autograd records one node, not 3T.
+    """
+
+    @staticmethod
+    def forward(ctx, beta: Tensor, h0: Tensor, relu: bool) -> Tensor:
+        h = empty_buffer(beta.shape, beta)
+        prev = h0
+        for beta_t, out in zip(beta.unbind(0), h.unbind(0)):
+            torch.add(prev[:, :-1], beta_t[:, 1:], out=out[:, 1:])
+            torch.add(prev[:, -1:], beta_t[:, :1], out=out[:, :1])
+            out.relu_() if relu else out.tanh_()
+            prev = out
+        ctx.relu = relu
+        ctx.save_for_backward(h)
+        return h
+
+    @staticmethod
+    def backward(ctx, dh: Tensor):
+        (h,) = ctx.saved_tensors
+        derivative = (h > 0).to(h.dtype) if ctx.relu else 1 - h * h
+        gz = empty_buffer(h.shape, h).copy_(dh)  # becomes dL/dz_t = dL/dbeta_t, from the end
+        for t in range(h.shape[0] - 1, -1, -1):
+            if t + 1 < h.shape[0]:
+                gz[t, :, :-1].add_(gz[t + 1, :, 1:])
+                gz[t, :, -1:].add_(gz[t + 1, :, :1])
+            gz[t].mul_(derivative[t])
+        dh0 = torch.roll(gz[0], -1, dims=-1)
+        return gz, dh0, None
+
+
+class KernelScan(torch.autograd.Function):
+    """The last layer of ``f_r``, the gate and the recurrence in one compiled C loop per direction.
+
+    ``forward(features (T, B, k), W_f (H, k), b_f, x (T, B, d), W_g (H, d) | None, b_g | None,
+    h0 (B, H), relu) -> h (T, B, H)`` with ``f = features W_f^T + b_f``, ``g = x W_g^T + b_g`` and
+    ``h_t = act(roll(h_{t-1}, 1) + f_t * sigmoid(g_t))``. The matrix products stay in PyTorch (BLAS);
+    the kernel fuses the gate, shift, add and activation (forward) and their derivatives (backward),
+    so each large ``(T, B, H)`` array is read or written as few times as possible.
+    """
+
+    @staticmethod
+    def forward(ctx, features, w_f, b_f, x, w_g, b_g, h0, relu):
+        lib = load_kernel("srnn_scan")
+        steps, batch, hidden = features.shape[0], features.shape[1], w_f.shape[0]
+        f = _affine_into(empty_buffer((steps, batch, hidden), features), features, w_f, b_f)
+        g = None if w_g is None else _affine_into(empty_buffer((steps, batch, hidden), x), x, w_g, b_g)
+        h0 = h0.contiguous()
+        h = empty_buffer(f.shape, f)
+        _c_function(lib, "srnn_forward", f.dtype)(
+            pointer(f), pointer(g), pointer(h0), pointer(h), steps, batch, hidden, int(relu))
+        ctx.relu = relu
+        ctx.save_for_backward(features, w_f, x, w_g, f, g, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, dh):
+        features, w_f, x, w_g, f, g, h = ctx.saved_tensors
+        lib = load_kernel("srnn_scan")
+        steps, batch, hidden = h.shape
+        dh = dh.contiguous()
+        # df and dg never leave this call: reuse them across calls
+        df = scratch_buffer(h.shape, h)
+        dg = None if g is None else scratch_buffer(h.shape, h)
+        dh0 = torch.empty_like(h[0])
+        status = _c_function(lib, "srnn_backward", h.dtype)(
+            pointer(dh), pointer(h), pointer(f), pointer(g), pointer(df), pointer(dg), pointer(dh0),
+            steps, batch, hidden, int(ctx.relu))
+        if status != 0:
+            raise MemoryError("srnn_backward: the kernel could not allocate its work buffers")
+        df2 = df.view(-1, hidden)
+        feats2 = features.reshape(-1, features.shape[-1])
+        d_features = (df2 @ w_f).view_as(features) if ctx.needs_input_grad[0] else None
+        d_wf = df2.t() @ feats2 if ctx.needs_input_grad[1] else None
+        d_bf = df2.sum(0) if ctx.needs_input_grad[2] else None
+        d_x = d_wg = d_bg = None
+        if dg is not None:
+            dg2 = dg.view(-1, hidden)
+            d_x = (dg2 @ w_g).view_as(x) if ctx.needs_input_grad[3] else None
+            d_wg = dg2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[4] else None
+            d_bg = dg2.sum(0) if ctx.needs_input_grad[5] else None
+        release(df, dg)
+        return d_features, d_wf, d_bf, d_x, d_wg, d_bg, dh0, None
+
+
+def _affine_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``out = inputs weight^T + bias`` for ``inputs (T, B, k)``, written into ``out (T, B, H)``."""
+    torch.addmm(bias, inputs.reshape(-1, inputs.shape[-1]), weight.t(), out=out.view(-1, out.shape[-1]))
+    return out
+
+
+def kernel_supports(x: Tensor) -> bool:
+    """True when the compiled kernel can run on tensors like ``x`` (and it builds on this machine)."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+            and load_kernel("srnn_scan") is not None)
+
+
+_SIGNATURES = {"srnn_forward": 4, "srnn_backward": 7}  # number of pointer arguments before T, B, H, relu
+
+
+def _c_function(lib, name: str, dtype: torch.dtype):
+    function = getattr(lib, f"{name}_{'f32' if dtype == torch.float32 else 'f64'}")
+    if function.argtypes is None:  # declare 64-bit sizes, or ctypes would pass 32-bit ints
+        function.argtypes = [ctypes.c_void_p] * _SIGNATURES[name] + [ctypes.c_long] * 3 + [ctypes.c_int]
+        function.restype = ctypes.c_int
+    return function

@@ -1,0 +1,162 @@
+"""MIST RNN: the paper's equations and initialisation, history semantics, fast paths, gradient claim."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ltdrnn
+
+
+def make(input_size=3, hidden_size=6, seed=0, **options):
+    torch.manual_seed(seed)
+    return ltdrnn.build("mist", input_size, hidden_size, **options)
+
+
+def paper_mist(cell, x):
+    """Eqs. 17-19 written out with the paper's separate matrices, states kept in a dict by time."""
+    nd, hidden = cell.num_delays, cell.hidden_size
+    w_ah, w_rh = cell.weight_hh[:nd], cell.weight_hh[nd:]
+    w_ax, w_rx, w_x = cell.weight_ih[:nd], cell.weight_ih[nd:nd + hidden], cell.weight_ih[nd + hidden:]
+    b_a, b_r, b = cell.bias[:nd], cell.bias[nd:nd + hidden], cell.bias[nd + hidden:]
+    h = {}
+    def state(t):
+        return h.get(t, torch.zeros(x.shape[1], hidden))  # h_t = 0 for t < 1
+    for t in range(1, x.shape[0] + 1):
+        x_t = x[t - 1]
+        a = torch.softmax(state(t - 1) @ w_ah.t() + x_t @ w_ax.t() + b_a, -1)
+        r = torch.sigmoid(state(t - 1) @ w_rh.t() + x_t @ w_rx.t() + b_r)
+        mix = sum(a[:, i:i + 1] * state(t - 2 ** i) for i in range(nd))
+        h[t] = torch.tanh((r * mix) @ cell.weight_mix.t() + x_t @ w_x.t() + b)
+    return torch.stack([h[t] for t in range(1, x.shape[0] + 1)])
+
+
+@pytest.mark.parametrize("impl", ["reference", "list", "fused", "kernel"])
+def test_every_impl_computes_equations_17_to_19(impl):
+    cell = make(num_delays=4)
+    with torch.no_grad():
+        cell.bias.normal_()  # nonzero biases, so each is checked against its own equation
+    x = torch.randn(20, 2, 3)
+    out, history = cell.scan(x, impl=impl)
+    torch.testing.assert_close(out, paper_mist(cell, x), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(history, out[-8:].transpose(0, 1))  # history[:, -k] = h_{T+1-k}
+
+
+def test_default_has_eight_delays_up_to_128_and_a_history_of_128_states():
+    cell = make()
+    assert cell.delays == (1, 2, 4, 8, 16, 32, 64, 128)
+    assert cell.init_state(5).shape == (5, 128, 6)
+    assert torch.equal(cell.init_state(5), torch.zeros(5, 128, 6))
+
+
+def test_init_is_normal_with_std_one_over_sqrt_hidden_and_zero_biases():
+    cell = make(input_size=64, hidden_size=400)
+    for weight in (cell.weight_hh, cell.weight_ih, cell.weight_mix):
+        assert abs(weight.std().item() * math.sqrt(400) - 1) < 0.03
+        assert abs(weight.mean().item()) < 0.1 / math.sqrt(400)
+    assert torch.equal(cell.bias, torch.zeros_like(cell.bias))
+
+
+def test_parameter_count_of_the_pmnist_configuration():
+    cell = ltdrnn.build("mist", 1, 139)
+    count = sum(p.numel() for p in cell.parameters())
+    assert count == 40_326  # + a 1,400-parameter 10-class head = 41,726, the paper's "approx. 42,000"
+    (entry_count,) = ltdrnn.entry("mist").param_counts
+    assert entry_count.low <= count <= entry_count.high
+
+
+def test_fused_equals_reference_with_all_eight_delays_lengths_and_a_carried_history():
+    cell = make(hidden_size=5)
+    x = torch.randn(300, 3, 3)
+    history = 0.5 * torch.randn(3, 128, 5)
+    lengths = torch.tensor([300, 140, 7])
+    results = {}
+    for impl in ("reference", "fused"):
+        cell.zero_grad()
+        xi, hi = x.clone().requires_grad_(), history.clone().requires_grad_()
+        out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
+        (out.sin().sum() + final.cos().sum()).backward()
+        results[impl] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
+    for a, b in zip(results["fused"], results["reference"]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_streaming_forward_equals_scan():
+    cell = make()
+    x = torch.randn(10, 2, 3)
+    state, outs = None, []
+    for x_t in x:
+        h, state = cell(x_t, state)
+        outs.append(h)
+    out, final = cell.scan(x)
+    torch.testing.assert_close(torch.stack(outs), out)
+    torch.testing.assert_close(state, final)
+
+
+def test_streaming_without_gradients_uses_the_kernel_and_equals_scan():
+    cell = make(num_delays=4)
+    x = torch.randn(12, 3, 3)
+    with torch.no_grad():
+        state, outs = None, []
+        for x_t in x:
+            h, state = cell(x_t, state)
+            outs.append(h)
+        out, final = cell.scan(x, impl="reference")
+    torch.testing.assert_close(torch.stack(outs), out)
+    torch.testing.assert_close(state, final)
+
+
+def test_clear_errors_for_options():
+    with pytest.raises(ValueError, match="num_delays"):
+        make(num_delays=0)
+    with pytest.raises(ValueError, match="num_delays"):
+        make(num_delays=30)
+
+
+# ---- the paper's gradient claim (Fig. 2) -----------------------------------------------------------
+def gradient_norm(x, run, h_start):
+    """Mean over the batch of ||d(sum of h_T) / dh_{T - tau}||, with h_{T - tau} = ``h_start``."""
+    h_start = h_start.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(run(h_start, x).sum(), h_start)
+    return grad.norm(dim=-1).mean().item()
+
+
+def test_mist_gradient_500_steps_back_is_orders_of_magnitude_above_a_simple_rnn():
+    hidden, tau, batch = 32, 500, 8
+    torch.manual_seed(0)
+    x = torch.randn(tau, batch, 1)
+    mist = ltdrnn.build("mist", 1, hidden, impl="fused")
+    std = 1 / math.sqrt(hidden)  # the paper initialises every model this way
+    w_h, w_x = torch.randn(hidden, hidden) * std, torch.randn(hidden, 1) * std
+
+    def run_mist(h, x):  # h_{T - tau} is the newest state of a zero history
+        history = torch.cat([torch.zeros(batch, 127, hidden), h[:, None]], 1)
+        return mist.scan(x, history)[0][-1]
+
+    def run_rnn(h, x):  # simple RNN, Eq. 2
+        for x_t in x:
+            h = torch.tanh(h @ w_h.t() + x_t @ w_x.t())
+        return h
+
+    h_start = torch.tanh(torch.randn(batch, hidden))
+    mist_norm = gradient_norm(x, run_mist, h_start)
+    rnn_norm = gradient_norm(x, run_rnn, h_start)
+    assert mist_norm > 1e-8, mist_norm  # MIST keeps a usable signal (about 1e-5 at this size)
+    assert mist_norm > 1e3 * rnn_norm, (mist_norm, rnn_norm)  # the RNN's is about 1e-11 or below
+
+
+def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypatch):
+    cell = make(num_delays=4)
+    x, history = torch.randn(30, 2, 3), torch.randn(2, 8, 6)
+    results = {}
+    for impl, disabled in (("kernel", "1"), ("kernel", "0"), ("reference", "0")):
+        monkeypatch.setenv("LTDRNN_NO_KERNELS", disabled)
+        cell.zero_grad()
+        xi, hi = x.clone().requires_grad_(), history.clone().requires_grad_()
+        out, final = cell.scan(xi, hi, impl=impl)
+        (out.sin().sum() + final.sum()).backward()
+        results[impl, disabled] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
+    for key in (("kernel", "1"), ("kernel", "0")):
+        for a, b in zip(results[key], results["reference", "0"]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -1,0 +1,223 @@
+"""SRNN: the paper's equations, the closed form and compiled kernel against the loop, gradient claims."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ltdrnn
+from ltdrnn import scan as scan_module
+from ltdrnn.cells.srnn import SRNNCell, shift_relu_closed_form
+
+
+def make(input_size=3, hidden_size=16, seed=0, **options):
+    torch.manual_seed(seed)
+    return ltdrnn.build("srnn", input_size, hidden_size, **options)
+
+
+def outputs_and_grads(cell, x, h0, impl):
+    cell.zero_grad()
+    x = x.clone().requires_grad_()
+    h0 = h0.clone().requires_grad_()
+    out, final = cell.scan(x, h0, impl=impl)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+    ((out * weights).sum() + final.sum()).backward()
+    return [out.detach(), final.detach(), x.grad, h0.grad] + [p.grad.clone() for p in cell.parameters()]
+
+
+# ---- the equations ----------------------------------------------------------------------------------
+def test_shift_moves_every_unit_one_position_up_and_wraps():
+    cell = make(hidden_size=5)
+    h = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]])
+    new, _ = cell.step(torch.zeros(1, 5), h)
+    assert torch.equal(new, torch.tensor([[5.0, 1.0, 2.0, 3.0, 4.0]]))  # h_t[i] = h_{t-1}[i - 1]
+
+
+def test_beta_is_mlp_times_sigmoid_gate_with_no_activation_after_the_last_layer():
+    cell = make(fr_layers=2, hyper_size=7)
+    x = torch.randn(4, 2, 3)
+    a1, a2, out, gate = cell.fr_hidden[0], cell.fr_hidden[1], cell.fr_out, cell.gate_layer
+    hidden = torch.relu(x @ a1.weight.t() + a1.bias)
+    hidden = torch.relu(hidden @ a2.weight.t() + a2.bias)
+    expected = (hidden @ out.weight.t() + out.bias) * torch.sigmoid(x @ gate.weight.t() + gate.bias)
+    torch.testing.assert_close(cell.precompute(x), expected)
+    assert (expected < 0).any(), "f_r must be able to output negative values (no final relu)"
+
+
+def test_without_gate_beta_is_the_mlp_alone_and_the_gate_has_no_parameters():
+    cell = make(gate=False, fr_layers=0)
+    x = torch.randn(4, 2, 3)
+    torch.testing.assert_close(cell.precompute(x), x @ cell.fr_out.weight.t() + cell.fr_out.bias)
+    assert cell.gate_layer is None
+    assert sum(p.numel() for p in cell.parameters()) == 3 * 16 + 16
+
+
+def test_step_applies_the_activation_after_shift_plus_beta():
+    for activation, fn in (("relu", torch.relu), ("tanh", torch.tanh)):
+        cell = make(activation=activation)
+        h, beta = torch.randn(2, 16), torch.randn(2, 16)
+        torch.testing.assert_close(cell.step(beta, h)[0], fn(torch.roll(h, 1, -1) + beta))
+
+
+def test_linear_default_init_of_every_layer():
+    cell = make(input_size=4, hidden_size=64, hyper_size=32, fr_layers=2)
+    for layer in [*cell.fr_hidden, cell.fr_out, cell.gate_layer]:
+        bound = 1 / math.sqrt(layer.in_features)
+        assert layer.weight.abs().max() <= bound and layer.bias.abs().max() <= bound
+        assert layer.weight.abs().max() > 0.8 * bound  # uniform over the whole range, not a narrower one
+
+
+@pytest.mark.parametrize("d,h,options,expected", [
+    (2, 128, {"hyper_size": 32, "fr_layers": 1}, 4_704),     # Table 5, adding: "5k"
+    (1, 1024, {"hyper_size": 32, "fr_layers": 3}, 38_016),   # pMNIST: "50k" with a 10,250 head
+])
+def test_parameter_counts_of_the_paper_configurations(d, h, options, expected):
+    cell = ltdrnn.build("srnn", d, h, **options)
+    assert sum(p.numel() for p in cell.parameters()) == expected
+    for count in ltdrnn.entry("srnn").param_counts:
+        if (count.input_size, count.hidden_size) == (d, h):
+            assert count.low <= expected <= count.high
+
+
+def test_clear_errors_for_options():
+    with pytest.raises(ValueError, match="activation"):
+        make(activation="sigmoid")
+    with pytest.raises(ValueError, match="impl"):
+        make(activation="tanh", impl="closed_form")  # the closed form needs relu
+    with pytest.raises(ValueError, match="hyper_size"):
+        make(hyper_size=0)
+    with pytest.raises(ValueError, match="fr_layers"):
+        make(fr_layers=-1)
+    with pytest.raises(TypeError, match="gate"):
+        make(gate=1)
+
+
+# ---- fast paths against the loop -------------------------------------------------------------------
+@pytest.mark.parametrize("impl", ["closed_form", "fused", "kernel"])
+def test_fast_paths_equal_the_loop_at_T_3136_in_outputs_and_gradients(impl):
+    cell = make(input_size=2, hidden_size=12)
+    x = torch.randn(3136, 2, 2)
+    h0 = torch.rand(2, 12)
+    ref = outputs_and_grads(cell, x, h0, "reference")
+    got = outputs_and_grads(cell, x, h0, impl)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-4)
+
+
+def test_closed_form_in_float32_keeps_accuracy_when_the_running_sums_grow_large():
+    # the running sums S_t reach about -16000 while h_t stays small (a difference of two of them);
+    # accumulating S in float32 gives errors of about 1.6e-3 here, far above the tolerance below
+    torch.manual_seed(0)
+    beta = torch.randn(3136, 2, 8) + 0.5
+    beta[::7] -= 40.0  # frequent resets to zero keep h small while S keeps growing
+    h0 = torch.zeros(2, 8)
+    exact = shift_relu_closed_form(beta.double(), h0.double())
+    fast = shift_relu_closed_form(beta, h0)
+    torch.testing.assert_close(fast.double(), exact, atol=1e-5, rtol=1e-5)
+    loop = [h0.double()]
+    for b in beta.double():
+        loop.append(torch.relu(torch.roll(loop[-1], 1, -1) + b))
+    torch.testing.assert_close(exact, torch.stack(loop[1:]), atol=1e-10, rtol=1e-10)
+
+
+def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypatch):
+    cell = make(activation="tanh")
+    x, h0 = torch.randn(50, 2, 3), torch.randn(2, 16)
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+    assert scan_module.load_kernel("srnn_scan") is None
+    for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
+        torch.testing.assert_close(a, b)
+
+
+def test_kernel_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path):
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(scan_module, "_LOADED", {})
+    with pytest.warns(RuntimeWarning, match="unavailable"):
+        assert scan_module.load_kernel("srnn_scan") is None
+    cell = make()
+    x, h0 = torch.randn(20, 2, 3), torch.rand(2, 16)
+    for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
+        torch.testing.assert_close(a, b)
+
+
+def test_kernel_builds_where_a_compiler_exists_and_is_cached_on_disk(monkeypatch, tmp_path):
+    import shutil
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))
+    monkeypatch.setattr(scan_module, "_LOADED", {})
+    assert scan_module.load_kernel("srnn_scan") is not None
+    assert list((tmp_path / "kernels").glob("srnn_scan-*.so"))
+    cell = make()
+    assert SRNNCell.default_impl == "kernel" and cell.resolved_impl() == "kernel"
+
+
+def test_float64_kernel_matches_the_loop_exactly_enough_for_gradcheck():
+    cell = make(dtype=torch.float64)
+    x = torch.randn(6, 2, 3, dtype=torch.float64, requires_grad=True)
+    h0 = torch.rand(2, 16, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, h0: cell.scan(x, h0, impl="kernel")[0], (x, h0))
+
+
+# ---- the paper's gradient claims -------------------------------------------------------------------
+def jacobian_of_last_state(cell, x, h0):
+    """``dh_T / dh_0`` as an ``(H, H)`` matrix for a single sequence."""
+    return torch.autograd.functional.jacobian(lambda h: cell.scan(x, h[None], impl="kernel")[1][0], h0)
+
+
+def test_relu_srnn_gradient_over_3000_steps_is_a_partial_permutation_neither_exploding_nor_decaying():
+    cell = make(input_size=1, hidden_size=8)
+    x = torch.randn(3000, 1, 1)
+    jac = jacobian_of_last_state(cell, x, torch.rand(8) * 20)
+    assert set(jac.unique().tolist()) <= {0.0, 1.0}  # each surviving path carries exactly 1
+    assert (jac.sum(0) <= 1).all() and (jac.sum(1) <= 1).all()
+    assert torch.linalg.matrix_norm(jac, 2) <= 1.0
+
+
+def test_relu_srnn_with_active_units_passes_the_gradient_through_3000_steps_unchanged():
+    cell = make(input_size=1, hidden_size=8)
+    with torch.no_grad():
+        cell.fr_out.bias.fill_(5.0)      # beta > 0 at every step: no unit is ever cut by the relu
+        cell.fr_out.weight.zero_()
+    steps = 3000
+    jac = jacobian_of_last_state(cell, torch.randn(steps, 1, 1), torch.rand(8))
+    shift = torch.roll(torch.eye(8), steps % 8, dims=0)  # h_T[i] depends on h_0[i - T]
+    assert torch.equal(jac, shift)
+    assert torch.linalg.matrix_norm(jac, 2) == 1.0
+
+
+def test_scratch_buffers_are_reused_never_handed_out_twice_and_capped():
+    like = torch.empty(0)
+    scan_module.release_scratch()
+    a, b = scan_module.scratch_buffer((1000, 8), like), scan_module.scratch_buffer((1000, 8), like)
+    assert a.data_ptr() != b.data_ptr()
+    address = a.data_ptr()
+    scan_module.release(a)
+    c = scan_module.scratch_buffer((500, 4), like)  # fits into the released one
+    assert c.data_ptr() == address and c.shape == (500, 4)
+    assert scan_module.scratch_buffer((500, 4), like).data_ptr() not in (address, b.data_ptr())
+    scan_module.release(b, c, *[scan_module.scratch_buffer((10,), like) for _ in range(5)])
+    assert len(scan_module._SCRATCH.free) == scan_module._Scratch.limit
+    scan_module.release_scratch()
+
+
+def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkeypatch, tmp_path):
+    import shutil
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # a new file, so its constructors really run
+    monkeypatch.setattr(scan_module, "_LOADED", {})
+    tiny = torch.tensor([1e-40])  # a float32 subnormal
+    was_flushing = (tiny * 1).item() == 0
+    torch.set_flush_denormal(False)
+    try:
+        assert scan_module.load_kernel("srnn_scan") is not None
+        assert scan_module.load_kernel("mist_step") is not None
+        assert (tiny * 1).item() != 0, "a kernel switched the process to flush-to-zero"
+    finally:
+        torch.set_flush_denormal(was_flushing)
