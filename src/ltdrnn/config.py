@@ -268,7 +268,12 @@ def _read_scalar(raw: str) -> Any:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
         return raw
-    # YAML 1.1 reads "1e-3" as a string; numbers written that way are meant as numbers
+    return yaml_number(value)
+
+
+def yaml_number(value: Any) -> Any:
+    """``value``, or the float a string spells: YAML 1.1 reads ``1e-3`` (no dot) as a string, but numbers
+    written that way are meant as numbers."""
     if isinstance(value, str):
         try:
             return float(value)

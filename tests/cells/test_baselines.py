@@ -321,6 +321,31 @@ def test_nru_rejects_non_square_memory():
         build("nru", memory_size=6, heads=4)
 
 
+# ---- option validation ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name, option, value, expected", [
+    ("fastrnn", "alpha_init", float("nan"), "a finite number"),
+    ("fastgrnn", "nu_init", True, "a finite number"),
+    ("lstm", "forget_bias", float("inf"), "a finite number"),
+    ("ugrnn", "gate_bias", "1", "a finite number"),
+    ("antisymmetric", "gamma", -0.1, "a non-negative finite number"),
+    ("cornn", "eps", float("inf"), "a non-negative finite number"),
+])
+def test_float_options_are_checked_and_named(name, option, value, expected):
+    with pytest.raises(ValueError, match=rf"{option}: expected {expected}, got {value!r}"):
+        build(name, **{option: value})
+
+
+def test_recurrent_bound_needs_a_positive_integer_number_of_steps():
+    with pytest.raises(ValueError, match="steps: expected a positive integer, got 0"):
+        recurrent_bound(0)
+
+
+def test_accepted_float_options_are_stored_as_floats():
+    assert build("fastrnn", alpha_init=-3).alpha_init == -3.0
+    assert build("antisymmetric", gamma=0).gamma == 0.0
+    assert build("lstm", forget_bias=1).forget_bias == 1.0
+
+
 BASELINE_MODULES = ("gated", "fast", "antisymmetric", "indrnn", "orthogonal", "nru", "oscillator")
 
 

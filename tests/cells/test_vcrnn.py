@@ -97,3 +97,5 @@ def test_clear_errors():
         ltdrnn.build("vcrnn", 2, 4, epsilon=0.7)
     with pytest.raises(ValueError, match="sharpness"):
         ltdrnn.build("vcrnn", 2, 4, sharpness=0)
+    with pytest.raises(ValueError, match="sharpness_increment: expected a non-negative finite number"):
+        ltdrnn.build("vcrnn", 2, 4, sharpness_increment=-1)

@@ -7,21 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from fixture_data import write_batches
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
-
-
-def write_batches(folder, per_batch=6, seed=0):
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    batches = {}
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"batch_label": name.encode(), b"labels": [int(v) for v in rng.integers(0, 10, per_batch)],
-                 b"data": rng.integers(0, 256, (per_batch, 3072)).astype(np.uint8),
-                 b"filenames": [b"x.png"] * per_batch}
-        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
-        batches[name] = batch
-    return batches
 
 
 def test_rows_are_hwc_image_rows_then_noise(tmp_path):

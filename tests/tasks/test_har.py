@@ -4,28 +4,10 @@ import zipfile
 import numpy as np
 import pytest
 
+from fixture_data import write_har
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
-from ltdrnn.tasks.har import SIGNALS, two_class_label
-
-
-def write_har(root, n_train=24, n_test=6, seed=0):
-    rng = np.random.default_rng(seed)
-    base = root / "UCI HAR Dataset"
-    data = {}
-    for part, n in (("train", n_train), ("test", n_test)):
-        folder = base / part / "Inertial Signals"
-        folder.mkdir(parents=True)
-        signals = rng.normal(size=(9, n, 128)).round(6)
-        for name, values in zip(SIGNALS, signals):
-            (folder / f"{name}_{part}.txt").write_text(
-                "\n".join("  " + " ".join(f"{v:.7e}" for v in row) for row in values) + "\n")
-        activity = np.arange(n) % 6 + 1
-        subject = np.arange(n) % 6 + (1 if part == "train" else 7)
-        (base / part / f"y_{part}.txt").write_text("\n".join(map(str, activity)) + "\n")
-        (base / part / f"subject_{part}.txt").write_text("\n".join(map(str, subject)) + "\n")
-        data[part] = (signals.transpose(1, 2, 0), activity, subject)
-    return data
+from ltdrnn.tasks.har import two_class_label
 
 
 def test_merge_follows_irnn():

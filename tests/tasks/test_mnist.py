@@ -1,37 +1,14 @@
 """MNIST family: the IDX reader on fixture files written here, the layouts, and the offline sources."""
 import gzip
-import struct
 
 import numpy as np
 import pytest
 import torch
 
+from fixture_data import idx_bytes, write_mnist
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
 from ltdrnn.tasks.mnist import permutation, read_idx
-
-
-def idx_bytes(array: np.ndarray) -> bytes:
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-def write_mnist(folder, n_train=40, n_test=10, gz=True, seed=0):
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    arrays = {
-        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28)),
-        "train-labels-idx1-ubyte": np.arange(n_train) % 10,
-        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28)),
-        "t10k-labels-idx1-ubyte": (np.arange(n_test) * 3) % 10,
-    }
-    for stem, array in arrays.items():
-        raw = idx_bytes(array)
-        if gz:
-            (folder / (stem + ".gz")).write_bytes(gzip.compress(raw))
-        else:
-            (folder / stem).write_bytes(raw)
-    return {k: v.astype(np.uint8) for k, v in arrays.items()}
 
 
 @pytest.fixture

@@ -1,21 +1,13 @@
 """PTB word language modelling and the SA-RNN seizure task, from files written here."""
-import csv
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from fixture_data import write_ptb, write_seizure
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
-
-
-def write_ptb(folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    train = " the cat sat on the mat \n the dog sat <unk> \n"
-    (folder / "ptb.train.txt").write_text(train * 5)
-    (folder / "ptb.valid.txt").write_text(" the dog sat on the mat \n")
-    (folder / "ptb.test.txt").write_text(" the cat sat \n a b c \n")
 
 
 def test_ptb_windows_vocabulary_and_targets(tmp_path):
@@ -52,21 +44,6 @@ def test_ptb_checks_vocabulary_size_and_presence(tmp_path):
     (tmp_path / "ptb" / "ptb.valid.txt").write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(DataFileError, match="ptb.valid.txt: expected UTF-8"):
         build_task("ptb", data_dir=str(tmp_path), expect_vocab=None)
-
-
-def write_seizure(path, n_per_class=(12, 9, 9, 9, 9), seed=0):
-    rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for cls, n in enumerate(n_per_class, 1):
-        for k in range(n):
-            rows.append([f"X{k}.V1.{cls}"] + rng.integers(-500, 500, 178).tolist() + [cls])
-    rng.shuffle(rows)
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([""] + [f"X{i}" for i in range(1, 179)] + ["y"])
-        writer.writerows(rows)
-    return rows
 
 
 def test_seizure_balancing_centering_and_chunk_means(tmp_path):

@@ -1,42 +1,12 @@
 """Speech commands: wav reading, log-mel features against torch.stft, corpora written here."""
-import wave
-
 import numpy as np
 import pytest
 import torch
 
+from fixture_data import RATE, tone, write_corpus, write_wav
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
 from ltdrnn.tasks.speech import KAGGLE_WORDS, log_mel, mel_filterbank, read_wav
-
-RATE = 16000
-
-
-def write_wav(path, samples, rate=RATE, channels=1, width=2):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as handle:
-        handle.setnchannels(channels)
-        handle.setsampwidth(width)
-        handle.setframerate(rate)
-        handle.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-
-
-def tone(hz, seconds=1.0, amplitude=0.5):
-    t = np.arange(int(RATE * seconds)) / RATE
-    return amplitude * np.sin(2 * np.pi * hz * t)
-
-
-def write_corpus(root, words, per_word=3, noise=True):
-    val, test = [], []
-    for w, word in enumerate(words):
-        for k in range(per_word):
-            name = f"{word}/{k:04d}_nohash_0.wav"
-            write_wav(root / name, tone(200 + 50 * w, seconds=0.6 + 0.2 * k))
-            (val if k == 1 else test if k == 2 else []).append(name)
-    (root / "validation_list.txt").write_text("\n".join(val) + "\n")
-    (root / "testing_list.txt").write_text("\n".join(test) + "\n")
-    if noise:
-        write_wav(root / "_background_noise_" / "white.wav", np.random.default_rng(0).uniform(-.3, .3, 3 * RATE))
 
 
 def test_read_wav_round_trip_and_rejections(tmp_path):

@@ -3,36 +3,10 @@ import numpy as np
 import pytest
 import torch
 
+from fixture_data import toy_rows, write_ts, write_ts_set
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
 from ltdrnn.tasks.uea_ucr import read_ts
-
-HEADER = """# a comment line
-@problemName {name}
-@timeStamps false
-@missing {missing}
-@univariate {uni}
-@dimensions {dims}
-@equalLength {equal}
-@classLabel true a b c
-@data
-"""
-
-
-def write_ts(path, rows, dims=1, equal=True, missing=False, name="Toy"):
-    text = HEADER.format(name=name, missing=str(missing).lower(), uni=str(dims == 1).lower(), dims=dims,
-                         equal=str(equal).lower())
-    lines = [":".join(",".join(str(v) for v in dim) for dim in series) + f":{label}" for series, label in rows]
-    path.write_text(text + "\n".join(lines) + "\n")
-
-
-def toy_rows(n, dims, rng, lengths=None):
-    labels = ["a", "b", "c"]
-    out = []
-    for i in range(n):
-        length = lengths[i % len(lengths)] if lengths else 6
-        out.append(([rng.normal(size=length).round(4).tolist() for _ in range(dims)], labels[i % 3]))
-    return out
 
 
 def test_reader_multivariate_unequal_length_and_missing(tmp_path):
@@ -67,10 +41,8 @@ def test_reader_rejects_bad_files(tmp_path):
 
 def test_task_splits_znorm_and_padding(tmp_path):
     rng = np.random.default_rng(1)
-    folder = tmp_path / "ucr_uea" / "Toy"
-    folder.mkdir(parents=True)
-    write_ts(folder / "Toy_TRAIN.ts", toy_rows(30, 2, rng, lengths=[4, 9]), dims=2, equal=False)
-    write_ts(folder / "Toy_TEST.ts", toy_rows(9, 2, rng, lengths=[5]), dims=2, equal=False)
+    write_ts_set(tmp_path, toy_rows(30, 2, rng, lengths=[4, 9]), toy_rows(9, 2, rng, lengths=[5]), dims=2,
+                 equal=False)
     task = build_task("ucr", dataset="Toy", data_dir=str(tmp_path), val_fraction=0.2, znorm=True)
     assert [len(task.dataset(s)) for s in ("train", "val", "test")] == [24, 6, 9]
     assert task.info.input_size == 2 and task.info.output_size == 3 and task.info.seq_len is None

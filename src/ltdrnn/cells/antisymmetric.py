@@ -12,18 +12,11 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .base import Cell, check_positive_float
+from .base import Cell, check_nonnegative_float, check_positive_float
 from .registry import ParamCount, register
 
 _PAPER = ("Chang, Chen, Haber & Chi 2019, AntisymmetricRNN: A Dynamical System View on Recurrent "
           "Neural Networks (ICLR)")
-
-
-def _check_nonnegative_float(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
-            or not math.isfinite(value):
-        raise ValueError(f"{name}: expected a non-negative finite number, got {value!r}")
-    return float(value)
 
 
 @register("antisymmetric", family="baseline", paper=_PAPER,
@@ -57,8 +50,8 @@ class AntisymmetricRNN(Cell):
                  dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.eps = check_positive_float("eps", eps)
-        self.gamma = _check_nonnegative_float("gamma", gamma)
-        self.init_std = _check_nonnegative_float("init_std", init_std)
+        self.gamma = check_nonnegative_float("gamma", gamma)
+        self.init_std = check_nonnegative_float("init_std", init_std)
         if not isinstance(gated, bool):
             raise TypeError(f"gated: expected a bool, got {gated!r}")
         self.gated = gated

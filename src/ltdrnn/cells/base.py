@@ -260,9 +260,25 @@ def check_nonnegative_int(name: str, value: Any) -> int:
     return value
 
 
+def _is_real_number(value: Any) -> bool:
+    """An int or float that is finite (bools are rejected although they are ints)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def check_finite_float(name: str, value: Any) -> float:
+    if not _is_real_number(value):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def check_nonnegative_float(name: str, value: Any) -> float:
+    if not _is_real_number(value) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative finite number, got {value!r}")
+    return float(value)
+
+
 def check_positive_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or not math.isfinite(value):
+    if not _is_real_number(value) or value <= 0:
         raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
     return float(value)
 

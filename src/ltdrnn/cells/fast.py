@@ -6,23 +6,16 @@ Shapes follow the legend in :mod:`ltdrnn.cells.base`.
 """
 from __future__ import annotations
 
-import math
 from typing import Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .base import Cell, activation, check_positive_int
+from .base import Cell, activation, check_finite_float, check_positive_int
 from .registry import ParamCount, register
 
 _PAPER = ("Kusupati et al. 2018, FastGRNN: A Fast, Accurate, Stable and Tiny Kilobyte Sized Gated "
           "Recurrent Neural Network (NeurIPS)")
-
-
-def _check_finite(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    return float(value)
 
 
 class FastBase(Cell):
@@ -99,8 +92,8 @@ class FastRNN(FastBase):
         super().__init__(input_size, hidden_size, w_rank, u_rank, impl=impl, device=device, dtype=dtype)
         self.nonlinearity = nonlinearity
         self.phi = activation(nonlinearity, "nonlinearity")
-        self.alpha_init = _check_finite("alpha_init", alpha_init)
-        self.beta_init = _check_finite("beta_init", beta_init)
+        self.alpha_init = check_finite_float("alpha_init", alpha_init)
+        self.beta_init = check_finite_float("beta_init", beta_init)
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.alpha = nn.Parameter(torch.empty(1, **self.factory))
         self.beta = nn.Parameter(torch.empty(1, **self.factory))
@@ -151,8 +144,8 @@ class FastGRNN(FastBase):
         self.gate_nonlinearity, self.update_nonlinearity = gate_nonlinearity, update_nonlinearity
         self.gate_phi = activation(gate_nonlinearity, "gate_nonlinearity")
         self.update_phi = activation(update_nonlinearity, "update_nonlinearity")
-        self.zeta_init = _check_finite("zeta_init", zeta_init)
-        self.nu_init = _check_finite("nu_init", nu_init)
+        self.zeta_init = check_finite_float("zeta_init", zeta_init)
+        self.nu_init = check_finite_float("nu_init", nu_init)
         self.bias_gate = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.bias_update = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.zeta = nn.Parameter(torch.empty(1, **self.factory))

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .base import Cell, State, mask_outputs, select_state
+from .base import Cell, State, check_finite_float, mask_outputs, select_state
 from .registry import ParamCount, register
 
 _SRNN_T5 = "SRNN paper Table 5 (adding, d=2, H=128), incl. a {head}-parameter linear head"
@@ -172,12 +172,9 @@ class LSTM(TorchRNNCell):
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
                  forget_bias: float | None = None, impl: str = "auto", device=None, dtype=None) -> None:
-        if forget_bias is not None and (isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float))
-                                        or not math.isfinite(forget_bias)):
-            raise ValueError(f"forget_bias: expected a finite number or None, got {forget_bias!r}")
+        self.forget_bias = None if forget_bias is None else check_finite_float("forget_bias", forget_bias)
         if forget_bias is not None and not bias:
             raise ValueError("forget_bias: needs bias=True (there is no bias to set)")
-        self.forget_bias = None if forget_bias is None else float(forget_bias)
         super().__init__(input_size, hidden_size, bias=bias, impl=impl, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
@@ -344,9 +341,7 @@ class UGRNN(Cell):
     def __init__(self, input_size: int, hidden_size: int, gate_bias: float = 1.0, impl: str = "auto",
                  device=None, dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
-        if isinstance(gate_bias, bool) or not isinstance(gate_bias, (int, float)) or not math.isfinite(gate_bias):
-            raise ValueError(f"gate_bias: expected a finite number, got {gate_bias!r}")
-        self.gate_bias = float(gate_bias)
+        self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self.weight_ih = nn.Parameter(torch.empty(2 * hidden_size, input_size, **self.factory))
         self.weight_hh = nn.Parameter(torch.empty(2 * hidden_size, hidden_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(2 * hidden_size, **self.factory))

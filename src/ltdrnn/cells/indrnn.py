@@ -10,7 +10,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .base import Cell, activation, check_positive_float
+from .base import Cell, activation, check_positive_float, check_positive_int
 from .registry import register
 
 
@@ -20,8 +20,7 @@ def recurrent_bound(steps: int, gamma: float = 2.0) -> float:
     With relu, ``prod_t u = u^T`` is the gradient factor over the sequence; keeping ``|u|^T <= gamma``
     stops it from exploding (the paper uses gamma = 2 and clips after every update).
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
-        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    steps = check_positive_int("steps", steps)
     return float(check_positive_float("gamma", gamma) ** (1.0 / steps))
 
 

@@ -94,11 +94,36 @@ class ExpOrthogonal(nn.Module):
         return self.linear.weight
 
 
+class ModReluRNN(Cell):
+    """``h_t = modrelu(M h_{t-1} + W x_t, b)`` with the recurrent matrix ``M`` of :meth:`recurrent_matrix`.
+
+    Subclasses create ``weight_ih (H, I)``, ``bias (H,)`` and ``init`` and build ``M`` from their own
+    parameters; ``M`` is formed once per :meth:`precompute` call, not once per step.
+    """
+
+    def recurrent_matrix(self) -> Tensor:
+        """``M``, ``(H, H)``: each subclass builds it from its own parameters."""
+        raise NotImplementedError
+
+    def precompute(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """``-> (W x_t (T, B, H), M^T broadcast over T)``."""
+        m_t = self.recurrent_matrix().T
+        return x @ self.weight_ih.T, m_t.expand(x.shape[0], *m_t.shape)
+
+    def step(self, p_t: Tuple[Tensor, Tensor], state: Tensor) -> Tuple[Tensor, Tensor]:
+        p, m_t = p_t
+        h = modrelu(p + state @ m_t, self.bias)
+        return h, h
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", init={self.init!r}"
+
+
 @register("exprnn", family="baseline",
           paper="Lezcano-Casado & Martinez-Rubio 2019, Cheap Orthogonal Constraints in Neural Networks: "
                 "A Simple Parametrization of the Orthogonal and Unitary Group (ICML)",
           variants={"cayley": {"init": "cayley"}})
-class ExpRNN(Cell):
+class ExpRNN(ModReluRNN):
     """expRNN: an orthogonal recurrent matrix ``B = exp(A)`` and the modReLU activation.
 
     State ``h (B, H)``::
@@ -130,24 +155,11 @@ class ExpRNN(Cell):
         """The orthogonal ``B``, ``(H, H)``."""
         return self.recurrent()
 
-    def precompute(self, x: Tensor) -> Tuple[Tensor, Tensor]:
-        """``-> (W x_t (T, B, H), B^T broadcast over T)``; ``exp(A)`` is computed once per call."""
-        b_t = self.recurrent_matrix().T
-        return x @ self.weight_ih.T, b_t.expand(x.shape[0], *b_t.shape)
-
-    def step(self, p_t: Tuple[Tensor, Tensor], state: Tensor) -> Tuple[Tensor, Tensor]:
-        p, b_t = p_t
-        h = modrelu(p + state @ b_t, self.bias)
-        return h, h
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", init={self.init!r}"
-
 
 @register("nnrnn", family="baseline",
           paper="Kerg et al. 2019, Non-normal Recurrent Neural Network (nnRNN): learning long time "
                 "dependencies while improving expressivity with transient dynamics (NeurIPS)")
-class NonNormalRNN(Cell):
+class NonNormalRNN(ModReluRNN):
     """nnRNN: a recurrent matrix in real Schur form, ``V = P (Lambda + T) P^T``.
 
     State ``h (B, H)``, ``H`` even::
@@ -205,20 +217,8 @@ class NonNormalRNN(Cell):
         p = self.basis()
         return p @ self.schur_form() @ p.T
 
-    def precompute(self, x: Tensor) -> Tuple[Tensor, Tensor]:
-        v_t = self.recurrent_matrix().T
-        return x @ self.weight_ih.T, v_t.expand(x.shape[0], *v_t.shape)
-
-    def step(self, p_t: Tuple[Tensor, Tensor], state: Tensor) -> Tuple[Tensor, Tensor]:
-        p, v_t = p_t
-        h = modrelu(p + state @ v_t, self.bias)
-        return h, h
-
     def losses(self) -> dict[str, Tensor]:
         return {"eigenvalue_radius": ((self.radius - 1) ** 2).sum()}
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", init={self.init!r}"
 
 
 @register("urnn", family="baseline",

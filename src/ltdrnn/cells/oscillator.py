@@ -9,15 +9,8 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .base import Cell, State, check_choice, check_positive_float
+from .base import Cell, State, check_choice, check_nonnegative_float, check_positive_float
 from .registry import register
-
-
-def _check_nonnegative(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
-            or not math.isfinite(value):
-        raise ValueError(f"{name}: expected a non-negative finite number, got {value!r}")
-    return float(value)
 
 
 class TwoStateCell(Cell):
@@ -57,8 +50,8 @@ class CoRNN(TwoStateCell):
                  dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.dt = check_positive_float("dt", dt)
-        self.gamma = _check_nonnegative("gamma", gamma)
-        self.eps = _check_nonnegative("eps", eps)
+        self.gamma = check_nonnegative_float("gamma", gamma)
+        self.eps = check_nonnegative_float("eps", eps)
         self.scheme = check_choice("scheme", scheme, ("imex", "explicit"))
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.weight_hh = nn.Parameter(torch.empty(hidden_size, 2 * hidden_size, **self.factory))

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA
-from .base import check_positive_float
+from .base import check_nonnegative_float, check_positive_float
 from .registry import register
 from .sarnn import MaskedCell, gru_candidate, init_uniform, sum_over_valid_steps
 
@@ -57,12 +57,9 @@ class VCRNN(MaskedCell):
             raise ValueError(f"target: expected a fraction in [0, 1], got {target!r}")
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon < 0.5:
             raise ValueError(f"epsilon: expected a number in [0, 0.5), got {epsilon!r}")
-        if isinstance(sharpness_increment, bool) or not isinstance(sharpness_increment, (int, float)) \
-                or not 0 <= sharpness_increment < math.inf:
-            raise ValueError(f"sharpness_increment: expected a finite number >= 0, got {sharpness_increment!r}")
         self.target, self.epsilon = float(target), float(epsilon)
+        self.sharpness_increment = check_nonnegative_float("sharpness_increment", sharpness_increment)
         self.initial_sharpness = check_positive_float("sharpness", sharpness)
-        self.sharpness_increment = float(sharpness_increment)
         self.sharpness = self.initial_sharpness
         self.weight_ih = nn.Parameter(torch.empty(3 * hidden_size, input_size, **self.factory))
         self.weight_hh = nn.Parameter(torch.empty(3 * hidden_size, hidden_size, **self.factory))

@@ -83,6 +83,8 @@ class _CopyBase(_GeneratedTask):
 
     vocab: int
     length: int
+    DATA: int
+    BLANK: int
 
     def __init__(self, one_hot: bool, n_train: int, n_val: int, n_test: int, seed: int,
                  fresh_train: bool):
@@ -91,6 +93,18 @@ class _CopyBase(_GeneratedTask):
 
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def copy_tokens(self, rng: np.random.Generator, copied: int, marker: int,
+                    marker_at: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Inputs: ``copied`` uniform data symbols, blanks, ``marker`` at index ``marker_at``, blanks.
+        Targets: blanks, then the same symbols as the last ``copied`` steps."""
+        symbols = rng.integers(0, self.DATA, size=copied)
+        inputs = np.full(self.length, self.BLANK, dtype=np.int64)
+        inputs[:copied] = symbols
+        inputs[marker_at] = marker
+        targets = np.full(self.length, self.BLANK, dtype=np.int64)
+        targets[-copied:] = symbols
+        return inputs, targets
 
     def make(self, rng: np.random.Generator) -> Tuple[Tensor, Tensor]:
         inputs, targets = self.tokens(rng)
@@ -131,13 +145,7 @@ class CopyTask(_CopyBase):
                    "data_symbols": self.DATA})
 
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
-        symbols = rng.integers(0, self.DATA, size=self.COPIED)
-        inputs = np.full(self.length, self.BLANK, dtype=np.int64)
-        inputs[:self.COPIED] = symbols
-        inputs[self.T + self.COPIED - 1] = self.DELIMITER
-        targets = np.full(self.length, self.BLANK, dtype=np.int64)
-        targets[-self.COPIED:] = symbols
-        return inputs, targets
+        return self.copy_tokens(rng, self.COPIED, self.DELIMITER, marker_at=self.T + self.COPIED - 1)
 
 
 @register_task("copy_mist")
@@ -178,13 +186,7 @@ class MistCopyTask(_CopyBase):
                    "blank_error_rate": self.L / self.length})
 
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
-        symbols = rng.integers(0, self.DATA, size=self.L)
-        inputs = np.full(self.length, self.BLANK, dtype=np.int64)
-        inputs[:self.L] = symbols
-        inputs[self.L + self.delay - 1] = self.GO
-        targets = np.full(self.length, self.BLANK, dtype=np.int64)
-        targets[-self.L:] = symbols
-        return inputs, targets
+        return self.copy_tokens(rng, self.L, self.GO, marker_at=self.L + self.delay - 1)
 
 
 @register_task("tarnn_toy")
