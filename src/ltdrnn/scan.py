@@ -213,3 +213,57 @@ def relu_accumulate(c: Tensor, g0: Tensor) -> Tensor:
     s = c.to(wide).permute(1, 2, 0).cumsum(-1)
     floor = torch.minimum(s.cummin(-1).values, -g0.to(wide).unsqueeze(-1))
     return (s - floor).permute(2, 0, 1).to(c.dtype)
+
+
+# ---- one-call streaming steps (csrc/stream_step.c) ------------------------------------------------
+#: Largest batch for which the cells' lean ``forward`` uses the compiled streaming step. Its products
+#: are plain loops: at batch 1 they beat BLAS plus op dispatch (2-8x at H=128); at large batch BLAS
+#: wins. Measured crossover at H=128: batch 16 for TARNN, beyond 32 for SRNN, MIST and SA-RNN.
+STREAM_MAX_BATCH = 8
+_STREAM_POINTERS = {"tarnn_stream": 4, "srnn_stream": 3, "mist_stream": 4, "sarnn_stream": 5}
+
+
+def stream_kernel(name: str, dtype: torch.dtype):
+    """The function ``<name>_f32``/``_f64`` of ``csrc/stream_step.c``, or None when compiled kernels
+    are off or unavailable, or for another dtype."""
+    if dtype not in (torch.float32, torch.float64):
+        return None
+    lib = load_kernel("stream_step")
+    if lib is None:
+        return None
+    function = getattr(lib, f"{name}_{'f32' if dtype == torch.float32 else 'f64'}")
+    if function.argtypes is None:  # declare 64-bit sizes, or ctypes would pass 32-bit ints
+        function.argtypes = [ctypes.c_void_p] * (2 + _STREAM_POINTERS[name]) + [ctypes.c_long]
+        function.restype = ctypes.c_int
+    return function
+
+
+def can_stream_in_kernel(x_t, state, dtype: torch.dtype, input_size: int, state_tail: tuple) -> bool:
+    """Whether one step of ``x_t (B, d)`` from the tensor ``state (B, *state_tail)`` may use the
+    compiled streaming step: no autograd, CPU, the shapes the kernel expects, matching float dtypes,
+    batch at most :data:`STREAM_MAX_BATCH`. Anything else takes the cell's general path (which also
+    raises the clear errors for bad input)."""
+    return (not torch.is_grad_enabled() and isinstance(x_t, Tensor) and isinstance(state, Tensor)
+            and x_t.dim() == 2 and 0 < x_t.shape[0] <= STREAM_MAX_BATCH and x_t.shape[1] == input_size
+            and state.shape == (x_t.shape[0], *state_tail) and x_t.device.type == "cpu"
+            and state.device.type == "cpu" and x_t.dtype == state.dtype == dtype)
+
+
+class StreamOperands:
+    """The weights of one streaming-step call: contiguous copies kept alive, the C array of their
+    addresses (``None`` becomes NULL) and the C array of sizes, built once per parameter change."""
+
+    def __init__(self, tensors, sizes) -> None:
+        self.dtype = next(t for t in tensors if t is not None).dtype
+        self.tensors = [None if t is None else t.detach().contiguous() for t in tensors]
+        self.pointer_array = (ctypes.c_void_p * len(self.tensors))(
+            *[None if t is None else t.data_ptr() for t in self.tensors])
+        self.size_array = (ctypes.c_long * len(sizes))(*sizes)
+        self.pointers, self.sizes = ctypes.addressof(self.pointer_array), ctypes.addressof(self.size_array)
+
+
+def run_stream_kernel(function, operands: StreamOperands, *arrays: Tensor) -> None:
+    """Call a streaming step on contiguous tensors (the batch size is the first axis of the first)."""
+    status = function(operands.pointers, operands.sizes, *[a.data_ptr() for a in arrays], arrays[0].shape[0])
+    if status != 0:
+        raise MemoryError("stream_step: the kernel could not allocate its work space")

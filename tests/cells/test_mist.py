@@ -160,3 +160,34 @@ def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypa
     for key in (("kernel", "1"), ("kernel", "0")):
         for a, b in zip(results[key], results["reference", "0"]):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+@pytest.mark.parametrize("batch", [1, 3, 9])
+@pytest.mark.parametrize("num_delays", [1, 4])
+def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, num_delays):
+    """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallbacks, through the
+    cell and through the layer's step."""
+    import ltdrnn.cells.mist as module
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
+    calls = []
+    real = ltdrnn.scan.run_stream_kernel
+    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
+    cell = make(num_delays=num_delays)
+    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 6)
+    x, history0 = torch.randn(12, batch, 3), torch.randn(batch, cell.history_size, 6)
+    for _ in range(2):
+        expected, expected_final = cell.scan(x, history0, impl="reference")
+        with torch.no_grad():
+            for run in (cell, lambda x_t, s: layer.step(x_t, s[None])):
+                state, outputs = history0, []
+                for x_t in x:
+                    h, state = run(x_t, state)
+                    state = state[0] if state.dim() == 4 else state
+                    outputs.append(h)
+                torch.testing.assert_close(torch.stack(outputs), expected.detach())
+                torch.testing.assert_close(state, expected_final.detach())
+            for p in cell.parameters():     # an optimiser step: the cached operands must follow
+                p.mul_(1.1)
+    used = kernels and batch <= ltdrnn.scan.STREAM_MAX_BATCH and ltdrnn.scan.load_kernel("stream_step")
+    assert (len(calls) > 0) == bool(used)

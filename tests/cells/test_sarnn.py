@@ -206,3 +206,43 @@ def test_clear_errors():
         ltdrnn.build("sarnn", 3, 8, slope=0)
     with pytest.raises(ValueError, match="impl"):
         ltdrnn.build("sarnn", 3, 8, recurrence="lstm", impl="fused")
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+@pytest.mark.parametrize("batch", [1, 3, 9])
+@pytest.mark.parametrize("impl", ["fused", "sparse"])
+def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, impl):
+    """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallback, through the cell
+    and through the layer's step: outputs, masks, probabilities and the budget."""
+    import ltdrnn.cells.sarnn as module
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
+    calls = []
+    real = ltdrnn.scan.run_stream_kernel
+    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
+    cell = make(slope=1.5, impl=impl)
+    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 8)
+    x, h0 = torch.randn(10, batch, 3), torch.randn(batch, 8)
+    for _ in range(2):
+        expected, expected_final = cell.scan(x, h0, impl="reference")
+        expected_aux = dict(cell.aux)
+        assert 0 < expected_aux["update_mask"].mean() < 1      # both updated and skipped units occur
+        with torch.no_grad():
+            for run in (cell, lambda x_t, h: layer.step(x_t, h[None])):
+                state, outputs, masks, probs, budget = h0, [], [], [], 0
+                for x_t in x:
+                    h, state = run(x_t, state)
+                    state = state[0] if state.dim() == 3 else state
+                    outputs.append(h)
+                    masks.append(cell.aux["update_mask"][0])
+                    probs.append(cell.aux["update_prob"][0])
+                    budget = budget + cell.losses()["budget"]
+                torch.testing.assert_close(torch.stack(outputs), expected.detach())
+                torch.testing.assert_close(state, expected_final.detach())
+                torch.testing.assert_close(torch.stack(masks), expected_aux["update_mask"])
+                torch.testing.assert_close(torch.stack(probs), expected_aux["update_prob"].detach())
+                torch.testing.assert_close(budget, expected_aux["update_prob"].sum(0).mean().detach())
+            for p in cell.parameters():     # an optimiser step: the cached operands must follow
+                p.mul_(1.1)
+        cell.set_epoch(5)                   # and so must a new slope
+    used = kernels and batch <= ltdrnn.scan.STREAM_MAX_BATCH and ltdrnn.scan.load_kernel("stream_step")
+    assert (len(calls) > 0) == bool(used)

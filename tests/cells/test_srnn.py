@@ -221,3 +221,60 @@ def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkey
         assert (tiny * 1).item() != 0, "a kernel switched the process to flush-to-zero"
     finally:
         torch.set_flush_denormal(was_flushing)
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+@pytest.mark.parametrize("batch", [1, 3, 9])
+@pytest.mark.parametrize("options", [{}, {"activation": "tanh", "gate": False}, {"fr_layers": 3},
+                                     {"fr_layers": 0}])
+def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, options):
+    """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback, through
+    the cell and through the layer's step."""
+    import ltdrnn.cells.srnn as module
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
+    calls = []
+    real = scan_module.run_stream_kernel
+    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
+    cell = make(hyper_size=5, **options)
+    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 16)
+    x, h0 = torch.randn(10, batch, 3), torch.randn(batch, 16)
+    for _ in range(2):
+        expected, expected_final = cell.scan(x, h0, impl="reference")
+        with torch.no_grad():
+            for run in (cell, lambda x_t, h: layer.step(x_t, h[None])):
+                state, outputs = h0, []
+                for x_t in x:
+                    h, state = run(x_t, state)
+                    state = state[0] if state.dim() == 3 else state
+                    outputs.append(h)
+                torch.testing.assert_close(torch.stack(outputs), expected.detach())
+                torch.testing.assert_close(state, expected_final.detach())
+            for p in cell.parameters():     # an optimiser step: the cached operands must follow
+                p.mul_(1.1)
+    used = kernels and batch <= scan_module.STREAM_MAX_BATCH and scan_module.load_kernel("stream_step")
+    assert (len(calls) > 0) == bool(used)
+
+
+@pytest.mark.parametrize("input_size", [1, 4, 5, 9])
+@pytest.mark.parametrize("options", [{}, {"gate": False}, {"activation": "tanh"}])
+def test_kernel_equals_the_loop_whether_it_forms_the_gate_itself_or_reads_it(input_size, options):
+    """Inputs up to GATE_IN_KERNEL_MAX_INPUT wide: the kernel forms the gate's logits and returns
+    dL/dW_g and dL/dx itself; wider inputs: the logits come from BLAS. Also through a batch-first
+    layer, whose output gradient reaches the kernel transposed (read with its strides, not copied)."""
+    from ltdrnn.cells.srnn import GATE_IN_KERNEL_MAX_INPUT
+    assert GATE_IN_KERNEL_MAX_INPUT == 4
+    cell = make(input_size=input_size, hyper_size=5, **options)
+    x, h0 = torch.randn(300, 3, input_size), torch.randn(3, 16)
+    for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    layer = ltdrnn.Recurrent(lambda d, h: cell, input_size, 16)
+    grads = {}
+    for impl in ("kernel", "reference"):
+        cell.impl = impl
+        cell.zero_grad()
+        xb = x.transpose(0, 1).clone().requires_grad_()
+        out, _ = layer(xb)
+        out[:, -1].square().sum().backward()
+        grads[impl] = [out.detach(), xb.grad] + [p.grad.clone() for p in cell.parameters()]
+    for a, b in zip(grads["kernel"], grads["reference"]):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

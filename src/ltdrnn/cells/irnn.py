@@ -103,8 +103,9 @@ class ParameterCache:
     def __init__(self) -> None:
         self.key, self.value = None, None
 
-    def get(self, tensors, compute):
-        key = tuple((p.data_ptr(), p._version) for p in tensors)
+    def get(self, tensors, compute, extra=None):
+        """The cached ``compute()``, recomputed when a tensor or the hashable ``extra`` changes."""
+        key = (tuple((p.data_ptr(), p._version) for p in tensors), extra)
         if key != self.key:
             self.key, self.value = key, compute()
         return self.value

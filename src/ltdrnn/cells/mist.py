@@ -14,8 +14,10 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..scan import empty_buffer, load_kernel, release, scratch_buffer
+from ..scan import (StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, release,
+                    run_stream_kernel, scratch_buffer, stream_kernel)
 from .base import Cell, check_positive_int, mask_outputs
+from .irnn import ParameterCache
 from .registry import ParamCount, register
 
 _TABLE1 = ("MIST paper Table 1 (pMNIST, d=1, H=139): ~42,000 for the whole model; the cell has 40,326 "
@@ -88,6 +90,7 @@ class MISTCell(Cell):
         # history index of h_{t-2^i} when history[:, -1] is h_{t-1}
         self.register_buffer("delay_index", torch.tensor([self.history_size - k for k in self.delays],
                                                          device=device), persistent=False)
+        self._stream_cache = ParameterCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -118,15 +121,42 @@ class MISTCell(Cell):
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
         """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
 
-        Without gradient recording and with ``impl`` resolving to ``"kernel"``, the element-wise part
-        runs in the compiled kernel (:meth:`_stream_kernel`); otherwise ``step(precompute(x_t))``.
+        Without gradient recording and with ``impl`` resolving to ``"kernel"``, the whole step is one
+        call of ``csrc/stream_step.c`` at batch up to :data:`~ltdrnn.scan.STREAM_MAX_BATCH`
+        (:meth:`_stream_in_kernel`); at larger batch the element-wise part runs in the compiled
+        ``mist_step`` kernel (:meth:`_stream_kernel`); otherwise ``step(precompute(x_t))``.
         """
+        if state is not None and self.resolved_impl() == "kernel":
+            stepped = self._stream_in_kernel(x_t, state)
+            if stepped is not None:
+                return stepped
         self.check_input(x_t, expected_dims=2, name="x_t")
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
         if not torch.is_grad_enabled() and self.resolved_impl() == "kernel" and kernel_supports(x_t):
             return self._stream_kernel(x_t, state)
         return self.step(self.precompute(x_t), state)
+
+    def _stream_in_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor] | None:
+        """``(h_t, new history)`` from one call of the compiled streaming step, or None where it
+        does not apply."""
+        if torch.is_grad_enabled():
+            return None
+        operands = self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands)
+        if not can_stream_in_kernel(x_t, history, operands.dtype, self.input_size,
+                                    (self.history_size, self.hidden_size)):
+            return None
+        kernel = stream_kernel("mist_stream", history.dtype)
+        if kernel is None:
+            return None
+        history = history.contiguous()
+        h, new_history = history.new_empty(x_t.shape[0], self.hidden_size), torch.empty_like(history)
+        run_stream_kernel(kernel, operands, x_t.contiguous(), history, h, new_history)
+        return h, new_history
+
+    def _stream_operands(self) -> StreamOperands:
+        return StreamOperands((self.weight_ih, self.bias, self.weight_hh, self.weight_mix),
+                              (self.input_size, self.hidden_size, self.num_delays, self.history_size))
 
     def _stream_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
         """Inference step with the compiled kernel reading the delayed states from ``history``."""
@@ -143,6 +173,10 @@ class MISTCell(Cell):
 
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, Tensor]:
+        if impl == "kernel" and x.shape[0] == 1:  # one step (streaming through the layer)
+            stepped = self._stream_in_kernel(x[0], state)
+            if stepped is not None:
+                return stepped[0].unsqueeze(0), stepped[1]
         if impl in ("fused", "kernel"):
             outputs, final, states = MISTScan.apply(
                 x, state, self.weight_ih, self.bias, self.weight_hh, self.weight_mix, self.delays,

@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
+from ..scan import StreamOperands, can_stream_in_kernel, run_stream_kernel, stream_kernel
 from .base import Cell, FinalStateRecorder, State, check_choice, check_positive_float, mask_outputs
+from .irnn import ParameterCache
 from .registry import register
 
 _PAPER = ("Hartvigsen, Sen, Kong & Rundensteiner 2020, Learning to Selectively Update State Neurons "
@@ -236,6 +238,7 @@ class SARNN(MaskedCell):
         self.coord_weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.coord_weight_hh = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.coord_bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
+        self._stream_cache = ParameterCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -289,8 +292,49 @@ class SARNN(MaskedCell):
             new_state = (h_new, straight_through_mix(u, prob, c_cand, c))
         return h_new, new_state, {"update_mask": u, "update_prob": prob}
 
+    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """One step from raw input, as :meth:`Cell.forward`. Without autograd, with a GRU, a fast
+        ``impl`` and batch up to :data:`~ltdrnn.scan.STREAM_MAX_BATCH`, the whole step is one call of
+        ``csrc/stream_step.c`` (which computes the candidate only for the units it updates)."""
+        if state is not None and self.resolved_impl() != "reference":
+            h = self._stream_in_kernel(x_t, state)
+            if h is not None:
+                return h, h
+        return super().forward(x_t, state)
+
+    def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
+        """``h_t`` from one call of the compiled streaming step (recording ``aux``), or None where it
+        does not apply."""
+        if torch.is_grad_enabled():
+            return None
+        operands = self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands,
+                                          self.slope)
+        if not can_stream_in_kernel(x_t, h, operands.dtype, self.input_size, (self.hidden_size,)):
+            return None
+        kernel = stream_kernel("sarnn_stream", h.dtype)
+        if kernel is None:
+            return None
+        h = h.contiguous()
+        out, prob, mask = torch.empty_like(h), torch.empty_like(h), torch.empty_like(h)
+        run_stream_kernel(kernel, operands, x_t.contiguous(), h, out, prob, mask)
+        # what record_aux(..., lengths=None) keeps; set through __dict__ because nn.Module's
+        # __setattr__ costs microseconds, a large share of a streaming step
+        vars(self).update(aux={"update_mask": mask[None], "update_prob": prob[None]}, _valid=None)
+        return out
+
+    def _stream_operands(self) -> StreamOperands:
+        """The GRU weights and the coordinator scaled as in :meth:`precompute` (same ops, same values)."""
+        half = 0.5 * self.slope
+        return StreamOperands((self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh,
+                               self.coord_weight_ih * half, self.coord_bias * half + 0.5,
+                               self.scaled_coord_weight()), (self.input_size, self.hidden_size))
+
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, State]:
+        if x.shape[0] == 1:  # one step (streaming through the layer)
+            h = self._stream_in_kernel(x[0], state)
+            if h is not None:
+                return h.unsqueeze(0), h
         gi, coord_in = self.precompute(x)
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters()))

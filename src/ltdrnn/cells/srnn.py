@@ -13,9 +13,11 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..scan import empty_buffer, load_kernel, pointer, relu_accumulate, release, scratch_buffer
+from ..scan import (StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, pointer,
+                    relu_accumulate, release, run_stream_kernel, scratch_buffer, stream_kernel)
 from .base import (Cell, check_choice, check_nonnegative_int, check_positive_int,
                    mask_outputs)
+from .irnn import ParameterCache
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
@@ -84,6 +86,7 @@ class SRNNCell(Cell):
         self.fr_out = nn.Linear(widths[-1], hidden_size, **self.factory)
         self.gate_layer = nn.Linear(input_size, hidden_size, **self.factory) if gate else None
         self._act = torch.relu if activation == "relu" else torch.tanh
+        self._stream_cache = ParameterCache()
 
     def reset_parameters(self) -> None:
         """PyTorch's ``nn.Linear`` default for every layer of ``beta``."""
@@ -105,14 +108,56 @@ class SRNNCell(Cell):
         return h, h
 
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
-        """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup."""
+        """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup.
+
+        Without autograd, at batch up to :data:`~ltdrnn.scan.STREAM_MAX_BATCH` and with ``impl``
+        resolving to ``"kernel"``, the whole step is one call of ``csrc/stream_step.c``."""
+        if state is not None and self.resolved_impl() == "kernel":
+            h = self._stream_in_kernel(x_t, state)
+            if h is not None:
+                return h, h
         self.check_input(x_t, expected_dims=2, name="x_t")
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
         return self.step(self.precompute(x_t), state)
 
+    def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
+        """``h_t`` from one call of the compiled streaming step, or None where it does not apply."""
+        if torch.is_grad_enabled():
+            return None
+        operands = self._stream_cache.get(self._beta_parameters(), self._stream_operands)
+        if not can_stream_in_kernel(x_t, h, operands.dtype, self.input_size, (self.hidden_size,)):
+            return None
+        kernel = stream_kernel("srnn_stream", h.dtype)
+        if kernel is None:
+            return None
+        h = h.contiguous()
+        out = torch.empty_like(h)
+        run_stream_kernel(kernel, operands, x_t.contiguous(), h, out)
+        return out
+
+    def _beta_parameters(self) -> list:
+        """The weights and biases of beta's layers, in order: f_r's hidden layers, f_r's last layer,
+        the gate. Read from the module dicts directly: ``parameters()`` costs several us per call."""
+        modules = self._modules
+        layers = [*modules["fr_hidden"]._modules.values(), modules["fr_out"]]
+        if modules.get("gate_layer") is not None:
+            layers.append(modules["gate_layer"])
+        return [p for layer in layers for p in (layer._parameters["weight"], layer._parameters["bias"])]
+
+    def _stream_operands(self) -> StreamOperands:
+        tensors = self._beta_parameters()
+        if not self.gate:
+            tensors += [None, None]
+        return StreamOperands(tensors, (self.input_size, self.hidden_size, self.hyper_size, self.fr_layers,
+                                        int(self.activation == "relu")))
+
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, Tensor]:
+        if impl == "kernel" and x.shape[0] == 1:  # one step (streaming through the layer)
+            h = self._stream_in_kernel(x[0], state)
+            if h is not None:
+                return h.unsqueeze(0), h
         if impl == "closed_form":
             outputs = shift_relu_closed_form(self.precompute(x), state)
         elif impl == "kernel" and kernel_supports(x):
@@ -205,58 +250,78 @@ class KernelScan(torch.autograd.Function):
 
     ``forward(features (T, B, k), W_f (H, k), b_f, x (T, B, d), W_g (H, d) | None, b_g | None,
     h0 (B, H), relu) -> h (T, B, H)`` with ``f = features W_f^T + b_f``, ``g = x W_g^T + b_g`` and
-    ``h_t = act(roll(h_{t-1}, 1) + f_t * sigmoid(g_t))``. The matrix products stay in PyTorch (BLAS);
-    the kernel fuses the gate, shift, add and activation (forward) and their derivatives (backward),
-    so each large ``(T, B, H)`` array is read or written as few times as possible.
+    ``h_t = act(roll(h_{t-1}, 1) + f_t * sigmoid(g_t))``. The matrix products stay in PyTorch (BLAS),
+    without their biases: the kernel adds those, and in the backward pass sums their gradients, so
+    no pass over a ``(T, B, H)`` array is spent on a bias. The kernel fuses the gate, shift, add and
+    activation (forward) and their derivatives (backward), and reads the output gradient with its
+    own strides (the transposed gradient of a batch-first output is not copied).
     """
 
     @staticmethod
     def forward(ctx, features, w_f, b_f, x, w_g, b_g, h0, relu):
         lib = load_kernel("srnn_scan")
         steps, batch, hidden = features.shape[0], features.shape[1], w_f.shape[0]
-        f = _affine_into(empty_buffer((steps, batch, hidden), features), features, w_f, b_f)
-        g = None if w_g is None else _affine_into(empty_buffer((steps, batch, hidden), x), x, w_g, b_g)
+        f = _product_into(empty_buffer((steps, batch, hidden), features), features, w_f)
+        inline_gate = w_g is not None and x.shape[-1] <= GATE_IN_KERNEL_MAX_INPUT
+        if inline_gate:   # the kernel forms the gate's logits from x itself
+            g, x, w_g = None, x.contiguous(), w_g.contiguous()
+        else:
+            g = None if w_g is None else _product_into(empty_buffer((steps, batch, hidden), x), x, w_g)
+        b_f, b_g = b_f.contiguous(), None if b_g is None else b_g.contiguous()
         h0 = h0.contiguous()
         h = empty_buffer(f.shape, f)
-        _c_function(lib, "srnn_forward", f.dtype)(
-            pointer(f), pointer(g), pointer(h0), pointer(h), steps, batch, hidden, int(relu))
-        ctx.relu = relu
-        ctx.save_for_backward(features, w_f, x, w_g, f, g, h)
+        status = _c_function(lib, "srnn_forward", f.dtype)(
+            pointer(f), pointer(b_f), pointer(g), pointer(b_g), pointer(x if inline_gate else None),
+            pointer(w_g if inline_gate else None), x.shape[-1], pointer(h0), pointer(h),
+            steps, batch, hidden, int(relu))
+        if status != 0:
+            raise MemoryError("srnn_forward: the kernel could not allocate its work space")
+        ctx.relu, ctx.inline_gate = relu, inline_gate
+        ctx.save_for_backward(features, w_f, b_f, x, w_g, b_g, f, g, h)
         return h
 
     @staticmethod
     def backward(ctx, dh):
-        features, w_f, x, w_g, f, g, h = ctx.saved_tensors
+        features, w_f, b_f, x, w_g, b_g, f, g, h = ctx.saved_tensors
         lib = load_kernel("srnn_scan")
         steps, batch, hidden = h.shape
-        dh = dh.contiguous()
+        inline_gate = ctx.inline_gate
+        if dh.stride(-1) != 1:
+            dh = dh.contiguous()
         # df and dg never leave this call: reuse them across calls
         df = scratch_buffer(h.shape, h)
-        dg = None if g is None else scratch_buffer(h.shape, h)
-        dh0 = torch.empty_like(h[0])
+        dg = scratch_buffer(h.shape, h) if g is not None else None
+        dh0, d_bf = torch.empty_like(h[0]), torch.empty_like(b_f)
+        d_bg = None if b_g is None else torch.empty_like(b_g)
+        d_wg = torch.empty_like(w_g) if inline_gate else None
+        d_x = torch.empty_like(x) if inline_gate and ctx.needs_input_grad[3] else None
         status = _c_function(lib, "srnn_backward", h.dtype)(
-            pointer(dh), pointer(h), pointer(f), pointer(g), pointer(df), pointer(dg), pointer(dh0),
-            steps, batch, hidden, int(ctx.relu))
+            pointer(dh), dh.stride(0), dh.stride(1), pointer(h), pointer(f), pointer(b_f), pointer(g),
+            pointer(b_g), pointer(x if inline_gate else None), pointer(w_g if inline_gate else None),
+            x.shape[-1], pointer(df), pointer(dg), pointer(dh0), pointer(d_bf), pointer(d_bg),
+            pointer(d_wg), pointer(d_x), steps, batch, hidden, int(ctx.relu))
         if status != 0:
             raise MemoryError("srnn_backward: the kernel could not allocate its work buffers")
         df2 = df.view(-1, hidden)
         feats2 = features.reshape(-1, features.shape[-1])
         d_features = (df2 @ w_f).view_as(features) if ctx.needs_input_grad[0] else None
         d_wf = df2.t() @ feats2 if ctx.needs_input_grad[1] else None
-        d_bf = df2.sum(0) if ctx.needs_input_grad[2] else None
-        d_x = d_wg = d_bg = None
         if dg is not None:
             dg2 = dg.view(-1, hidden)
             d_x = (dg2 @ w_g).view_as(x) if ctx.needs_input_grad[3] else None
             d_wg = dg2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[4] else None
-            d_bg = dg2.sum(0) if ctx.needs_input_grad[5] else None
         release(df, dg)
         return d_features, d_wf, d_bf, d_x, d_wg, d_bg, dh0, None
 
 
-def _affine_into(out: Tensor, inputs: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``out = inputs weight^T + bias`` for ``inputs (T, B, k)``, written into ``out (T, B, H)``."""
-    torch.addmm(bias, inputs.reshape(-1, inputs.shape[-1]), weight.t(), out=out.view(-1, out.shape[-1]))
+#: Largest input size d for which the kernel forms the gate's logits ``W_g x_t`` itself (d
+#: multiply-adds per element) instead of reading them from a (T, B, H) array filled by BLAS.
+GATE_IN_KERNEL_MAX_INPUT = 4
+
+
+def _product_into(out: Tensor, inputs: Tensor, weight: Tensor) -> Tensor:
+    """``out = inputs weight^T`` (no bias) for ``inputs (T, B, k)``, written into ``out (T, B, H)``."""
+    torch.mm(inputs.reshape(-1, inputs.shape[-1]), weight.t(), out=out.view(-1, out.shape[-1]))
     return out
 
 
@@ -266,12 +331,16 @@ def kernel_supports(x: Tensor) -> bool:
             and load_kernel("srnn_scan") is not None)
 
 
-_SIGNATURES = {"srnn_forward": 4, "srnn_backward": 7}  # number of pointer arguments before T, B, H, relu
+_POINTER, _SIZE = ctypes.c_void_p, ctypes.c_long
+_SIGNATURES = {  # the arguments before T, B, H, relu
+    "srnn_forward": [_POINTER] * 6 + [_SIZE] + [_POINTER] * 2,
+    "srnn_backward": [_POINTER, _SIZE, _SIZE] + [_POINTER] * 7 + [_SIZE] + [_POINTER] * 7,
+}
 
 
 def _c_function(lib, name: str, dtype: torch.dtype):
     function = getattr(lib, f"{name}_{'f32' if dtype == torch.float32 else 'f64'}")
     if function.argtypes is None:  # declare 64-bit sizes, or ctypes would pass 32-bit ints
-        function.argtypes = [ctypes.c_void_p] * _SIGNATURES[name] + [ctypes.c_long] * 3 + [ctypes.c_int]
+        function.argtypes = _SIGNATURES[name] + [ctypes.c_long] * 3 + [ctypes.c_int]
         function.restype = ctypes.c_int
     return function

@@ -18,11 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..scan import StreamOperands, can_stream_in_kernel, run_stream_kernel, stream_kernel
 from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
 from .irnn import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, EulerSteps, ParameterCache,
                    final_state_at_lengths, join_counter, scalars, split_counter)
 from .registry import ParamCount, register
 
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
 
@@ -197,7 +199,12 @@ class TARNN(Cell):
 
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
-        and with the fused implementation it skips the sequence machinery."""
+        and with the fused implementation it skips the sequence machinery: at batch up to
+        :data:`~ltdrnn.scan.STREAM_MAX_BATCH` the whole step is one call of ``csrc/stream_step.c``."""
+        if state is not None and self.resolved_impl() == "fused":
+            s = self._stream_in_kernel(x_t, state)
+            if s is not None:
+                return s, s
         if not self.streams(x_t, state):
             return super().forward(x_t, state)
         s = self._stream_step(x_t, state)
@@ -211,11 +218,29 @@ class TARNN(Cell):
                 and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
 
     def own_parameters(self) -> tuple:
-        return (*self._parameters.values(), self.steps.eta)
+        return (*self._parameters.values(), self._modules["steps"]._parameters["eta"])
+
+    def _stream_in_kernel(self, x_t: Tensor, s: Tensor) -> Tensor | None:
+        """``s_m`` from one call of the compiled streaming step (recording ``aux``), or None where it
+        does not apply (a per-time-step state is a tuple, so it never does)."""
+        if torch.is_grad_enabled():
+            return None
+        operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1]
+        if not can_stream_in_kernel(x_t, s, operands.dtype, self.input_size, (self.hidden_size,)):
+            return None
+        kernel = stream_kernel("tarnn_stream", s.dtype)
+        if kernel is None:
+            return None
+        s = s.contiguous()
+        out, beta = torch.empty_like(s), torch.empty_like(s)
+        run_stream_kernel(kernel, operands, x_t.contiguous(), s, out, beta)
+        self.aux["beta"] = beta[None]
+        return out
 
     def _stream_step(self, x_t: Tensor, s: Tensor) -> Tensor:
-        """One step without autograd, on matrices cached until a parameter changes."""
-        weight_t, bias, state_t, chains = self._stream_cache.get(self.own_parameters(), self._stream_operands)
+        """One step without autograd in a few PyTorch ops, on matrices cached until a parameter changes."""
+        weight_t, bias, state_t, chains, _ = self._stream_cache.get(self.own_parameters(),
+                                                                    self._stream_operands)
         batch = x_t.shape[0]
         if batch not in chains:
             chains[batch] = _EulerChain(self.K, batch, self.hidden_size, scalars(self.steps.eta),
@@ -228,7 +253,12 @@ class TARNN(Cell):
 
     def _stream_operands(self):
         weight, bias = self.input_weights()
-        return weight.t().contiguous(), bias, self.state_weights().t().contiguous(), {}
+        state_weights = self.state_weights()
+        kernel_operands = StreamOperands(
+            (weight, bias, state_weights, self.weight_U, self.steps.eta),
+            (self.input_size, self.hidden_size, self.K, _ACTIVATION_CODES[self.activation],
+             int(self.A_kind == "coupled"), int(self.gate == "inside")))
+        return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, State]:
@@ -237,8 +267,10 @@ class TARNN(Cell):
         Per-time-step step sizes fall back to the reference loop."""
         if self.per_time_step:
             return self.scan_reference(x, state, lengths)
-        if x.shape[0] == 1 and not torch.is_grad_enabled():
-            h = self._stream_step(x[0], state)
+        if x.shape[0] == 1 and not torch.is_grad_enabled():  # one step (streaming through the layer)
+            h = self._stream_in_kernel(x[0], state)
+            if h is None:
+                h = self._stream_step(x[0], state)
             return h.unsqueeze(0), h
         outputs, betas = _FusedTARNN.apply(x, *self.input_weights(), state, self.state_weights(),
                                            self.weight_U, self.steps.eta, self.activation, self.A_kind,
@@ -347,8 +379,8 @@ class _FusedTARNN(torch.autograd.Function):
                     torch.addmm(gd[i], d, u, out=gd[i - 1])
                     _add_a_transposed(gd[i - 1], dg, a_kind)
             if k > 1:
-                torch.sum(grad_g, 0, out=rows[:, :hidden])
-                torch.sum(dpre, 0, out=rows[:, hidden:2 * hidden])
+                _sum_into(dgs, rows[:, :hidden])
+                _sum_into(dps, rows[:, hidden:2 * hidden])
                 grad_u.addmm_(dpre[1:].view(-1, hidden).t(), chain.deltas[:k - 1].view(-1, hidden))
             torch.mul(grad_delta, g_t, out=products)    # [i]: grad_delta_{i+1} * G_i
             if inside:   # d beta = sum_i eta_i grad_delta_{i+1} G_i;  d eta_i = <grad_delta_{i+1} beta, G_i>
@@ -423,6 +455,14 @@ def _euler_increment(delta: Tensor | None, g: Tensor, beta: Tensor | None, eta: 
     if beta is None:
         return torch.add(delta, g, alpha=eta, out=out)
     return torch.addcmul(delta, beta, g, value=eta, out=out)
+
+
+def _sum_into(parts, out: Tensor) -> None:
+    """``out = parts[0] + parts[1] + ...`` (at least two ``(B, H)`` blocks). Into a strided ``out``,
+    ``torch.sum(stack, 0, out=out)`` zero-fills and then reduces, at about three times this cost."""
+    torch.add(parts[0], parts[1], out=out)
+    for part in parts[2:]:
+        out.add_(part)
 
 
 def _add_a(g: Tensor, delta: Tensor, a_kind: str) -> None:
