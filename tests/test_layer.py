@@ -134,3 +134,27 @@ def test_misuse_errors_name_the_problem():
         Recurrent(Elman(3, 5), 3, 5)
     with pytest.raises(ValueError, match="unknown name"):
         Recurrent("no-such-cell", 3, 5)
+
+
+def test_streaming_still_validates_a_state_whose_layout_changed():
+    layer = Recurrent(Elman, 3, 5, num_layers=2)
+    _, state = layer.step(torch.randn(2, 3))
+    layer.step(torch.randn(2, 3), state)  # this layout is now known
+    with pytest.raises(ValueError, match="state"):
+        layer.step(torch.randn(2, 3), state[:, :1])
+    with pytest.raises(ValueError, match="input_size"):
+        layer.step(torch.randn(2, 4), state)
+    with pytest.raises(TypeError, match="dtype"):
+        layer.step(torch.randn(2, 3, dtype=torch.float64), state)
+
+
+def test_streaming_checks_the_input_dtype_again_after_the_layer_is_converted():
+    layer = Recurrent(Elman, 3, 5)
+    x = torch.randn(2, 3)
+    _, state = layer.step(x)
+    layer.step(x, state)
+    layer.double()
+    with pytest.raises(TypeError, match="dtype"):
+        layer.step(x, state.double())
+    y, _ = layer.step(x.double(), state.double())
+    assert y.dtype == torch.float64

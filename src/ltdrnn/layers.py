@@ -104,16 +104,54 @@ class Recurrent(nn.Module):
         return (x.transpose(0, 1) if self.batch_first else x), final_state
 
     def step(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
-        """One streaming step: ``x_t (B, d)`` or ``(d,)`` -> ``(y_t (B, H), state)``."""
+        """One streaming step: ``x_t (B, d)`` or ``(d,)`` -> ``(y_t (B, H), state)``.
+
+        Equivalent to ``forward`` over a one-step sequence, but calls each cell directly and checks
+        the state's layout in full only when it changes: the per-call cost matters at batch 1.
+        """
         if self.bidirectional:
             raise ValueError("step: a bidirectional layer cannot stream (its backward direction needs "
                              "the whole sequence); use forward")
         if not isinstance(x_t, Tensor) or x_t.dim() not in (1, 2):
             raise ValueError(f"x_t: expected a tensor of shape (B, {self.input_size}) or "
                              f"({self.input_size},), got {_describe(x_t)}")
-        output, state = self.forward(x_t.unsqueeze(-2) if self.batch_first or x_t.dim() == 1
-                                     else x_t.unsqueeze(0), state)
-        return (output.squeeze(-2) if self.batch_first or x_t.dim() == 1 else output.squeeze(0)), state
+        if x_t.shape[-1] != self.input_size:
+            self._check_features(x_t, "x_t")
+        unbatched = x_t.dim() == 1
+        x = x_t.unsqueeze(0) if unbatched else x_t
+        parts = self._step_state(state, x, unbatched)
+        finals = []
+        for index, cell in enumerate(self.cells):
+            if index > 0:
+                x = self.between_layers(x)
+            x, final = cell(x, parts[index])
+            finals.append(final)
+        final_state = _stack_states(finals)
+        if unbatched:
+            return x.squeeze(0), map_state(lambda s: s.squeeze(1), final_state)
+        return x, final_state
+
+    def _step_state(self, state: State | None, x: Tensor, unbatched: bool) -> List[State]:
+        """The per-cell states for ``step``; input and state are checked in full once per layout."""
+        if state is None:
+            self._check_features(x, "x_t")
+            return [c.init_state(x.shape[0], x.device, x.dtype) for c in self.cells]
+        if unbatched:
+            state = map_state(lambda s: s.unsqueeze(1), state)
+        layout = (_state_layout(state), x.shape[0], x.dtype, x.device)
+        if layout != self.__dict__.get("_checked_layout"):
+            self._check_features(x, "x_t")
+            parts = self._split_state(state, x.shape[0], x, unbatched=False)
+            self.__dict__["_checked_layout"] = layout
+            return parts
+        if isinstance(state, Tensor):
+            return list(state.unbind(0))
+        return list(zip(*[part.unbind(0) for part in state]))
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .double(), ... may change the dtype the streamed input must have: check it again.
+        self.__dict__.pop("_checked_layout", None)
+        return super()._apply(fn, *args, **kwargs)
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
         """The stacked zero state for ``batch_size`` sequences (each tensor ``(L*D, B, ...)``)."""
@@ -162,18 +200,21 @@ class Recurrent(nn.Module):
             layout = "(B, T, d)" if self.batch_first else "(T, B, d)"
             raise ValueError(f"input: expected {layout} or unbatched (T, d) with d={self.input_size}, "
                              f"got shape {tuple(input.shape)}")
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"input: expected last dimension input_size={self.input_size}, "
-                             f"got shape {tuple(input.shape)}")
+        self._check_features(input, "input")
         if x.shape[0] == 0:
             raise ValueError("input: expected at least one time step, got an empty sequence")
-        if not x.is_floating_point():
-            raise TypeError(f"input: expected a floating-point tensor, got dtype {x.dtype}")
-        dtype = next(self.parameters()).dtype if any(True for _ in self.parameters()) else x.dtype
-        if x.dtype != dtype:
-            raise TypeError(f"input: dtype {x.dtype} does not match the layer's parameters ({dtype}); "
-                            f"convert one of them, e.g. layer.to({x.dtype})")
         return x, unbatched
+
+    def _check_features(self, x: Tensor, name: str) -> None:
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: expected last dimension input_size={self.input_size}, "
+                             f"got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+        parameter = self.cells[0]._any_parameter(required=False)
+        if parameter is not None and x.dtype != parameter.dtype:
+            raise TypeError(f"{name}: dtype {x.dtype} does not match the layer's parameters "
+                            f"({parameter.dtype}); convert one of them, e.g. layer.to({x.dtype})")
 
     @staticmethod
     def _check_lengths(lengths: Tensor | None, batch: int, steps: int, device) -> Tensor | None:
@@ -218,6 +259,15 @@ def _stack_states(states: Sequence[State]) -> State:
     if isinstance(first, Tensor):
         return torch.stack(list(states))
     return tuple(torch.stack([s[i] for s in states]) for i in range(len(first)))
+
+
+def _state_layout(state: State) -> tuple:
+    """Shapes and dtypes of a state, nested like it: a cheap key for "already validated"."""
+    if isinstance(state, Tensor):
+        return (tuple(state.shape), state.dtype)
+    if isinstance(state, (tuple, list)):
+        return tuple(_state_layout(part) for part in state)
+    return (type(state),)
 
 
 def _check_state_like(given: State, expected: State, path: str = "state") -> None:

@@ -212,9 +212,9 @@ def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkey
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # a new file, so its constructors really run
     monkeypatch.setattr(scan_module, "_LOADED", {})
-    tiny = torch.tensor([1e-40])  # a float32 subnormal
-    was_flushing = (tiny * 1).item() == 0
+    was_flushing = (torch.tensor([1e-40]) * 1).item() == 0  # an earlier test (train()) may flush
     torch.set_flush_denormal(False)
+    tiny = torch.tensor([1e-40])  # a float32 subnormal, made while subnormals are kept
     try:
         assert scan_module.load_kernel("srnn_scan") is not None
         assert scan_module.load_kernel("mist_step") is not None

@@ -165,6 +165,10 @@ class Cell(nn.Module):
                             f"convert one of them, e.g. cell.to({x.dtype})")
 
     def _any_parameter(self, required: bool = True) -> Tensor | None:
+        # The cell's own parameters first: walking ``parameters()`` costs ~5 us, a lot per streamed step.
+        for p in self._parameters.values():
+            if p is not None:
+                return p
         for p in self.parameters():
             return p
         for b in self.buffers():
