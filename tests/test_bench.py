@@ -1,0 +1,227 @@
+"""The benchmark's bookkeeping: schema, coverage of the registry, ratios, targets and the report.
+
+Nothing here asserts a speed: the runs use tiny shapes (T=8, B=2, H=4) and only the consistency of
+what the benchmark derives from its own measurements is checked.
+"""
+import json
+import math
+
+import pytest
+import torch
+
+import ltdrnn
+from ltdrnn import bench
+
+SECTIONS = "train,inference,stream,scaling,flops,skip"
+
+
+def tiny_argv(tmp_path, *extra):
+    options = [f"--option={name}.{key}={value!r}" for name in ltdrnn.list_cells()
+               for key, value in ltdrnn.entry(name).test_options.items()]
+    return ["--shapes", "8x3", "--batch", "2", "--hidden", "4", "--repeats", "2", "--warmup", "1",
+            "--lengths", "4,8", "--scaling-shape", "8x3", "--stream-steps", "2", "--skip-fractions", "0,0.5",
+            "--threads", "1", "--no-malloc-tuning", "--sections", SECTIONS,
+            "--option=irnn[K=1,lowrank].rank=2", *options,
+            "--out", str(tmp_path / "bench.json"), "--markdown", str(tmp_path / "bench.md"), *extra]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """One tiny benchmark run over the whole registry: (JSON result, markdown text)."""
+    tmp_path = tmp_path_factory.mktemp("bench")
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(tiny_argv(tmp_path)) == 0
+    finally:  # the benchmark sets both for the whole process; give the other tests torch's defaults
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+    return json.loads((tmp_path / "bench.json").read_text()), (tmp_path / "bench.md").read_text()
+
+
+def test_json_has_the_machine_settings_and_every_section(report):
+    result, _ = report
+    assert result["schema"] == bench.SCHEMA
+    machine = result["machine"]
+    assert machine["torch"] == torch.__version__ and machine["torch_threads"] == 1
+    assert machine["matmul_peak"]["gflops"] > 0 and machine["cpu"]
+    assert result["settings"]["shapes"] == ["8x3"] and result["settings"]["batch"] == 2
+    for section in SECTIONS.split(","):
+        assert result[section], section
+    assert "memory" not in result and "malloc" not in result
+    for record in result["train"] + result["inference"]:
+        assert len(record["samples"]) == 2 and record["median"] == pytest.approx(
+            sorted(record["samples"])[0] / 2 + sorted(record["samples"])[1] / 2)
+
+
+def test_every_registered_cell_and_variant_is_measured(report):
+    result, _ = report
+    named = set(result["subjects"]) | {a for info in result["subjects"].values() for a in info["aliases"]}
+    assert set(ltdrnn.list_cells()) | {v.name for v in bench.VARIANTS} | {"nn.LSTM", "nn.GRU"} <= named
+    assert result["errors"] == []
+    for section in ("train", "inference", "stream"):
+        assert {r["subject"] for r in result[section]} == set(result["subjects"]), section
+    assert {r["subject"] for r in result["scaling"]} == set(result["subjects"])
+
+
+def test_ratios_are_the_quotients_of_the_medians(report):
+    result, _ = report
+    for section in ("train", "inference"):
+        medians = {r["subject"]: r["median"] for r in result[section]}
+        for record in result[section]:
+            assert record["ratio_lstm"] == pytest.approx(record["median"] / medians["nn.LSTM"])
+            assert record["ratio_gru"] == pytest.approx(record["median"] / medians["nn.GRU"])
+    stream = {r["subject"]: r for r in result["stream"]}
+    for record in result["stream"]:
+        assert record["ratio_lstmcell"] == pytest.approx(record["cell_median"] / stream["nn.LSTM"]["cell_median"])
+        assert record["ratio_lstm_layer"] == pytest.approx(
+            record["layer_median"] / stream["nn.LSTM"]["layer_median"])
+    lstm = next(r["medians"] for r in result["scaling"] if r["subject"] == "nn.LSTM")
+    for record in result["scaling"]:
+        assert record["ratio_lstm"] == pytest.approx([s / b for s, b in zip(record["medians"], lstm)])
+        assert record["per_step"] == pytest.approx([s / t for s, t in zip(record["medians"], record["lengths"])])
+        assert record["slope"] == pytest.approx(bench.loglog_slope(record["lengths"], record["medians"]))
+
+
+def test_flops_use_the_measured_medians(report):
+    result, _ = report
+    train = {r["subject"]: r["median"] for r in result["train"]}
+    peak = result["machine"]["matmul_peak"]["gflops"]
+    for record in result["flops"]:
+        expected = 3 * record["forward_flops_per_sequence"] * 2 / train[record["subject"]] / 1e9
+        assert record["train_gflops"] == pytest.approx(expected)
+        assert record["train_peak_fraction"] == pytest.approx(expected / peak)
+    lstm = next(r for r in result["flops"] if r["subject"] == "nn.LSTM")
+    # 8 steps of the 4H x (d + H) weights, one multiply-add (2 FLOPs) each
+    assert lstm["forward_flops_per_sequence"] == 2 * 8 * 4 * 4 * (3 + 4)
+
+
+def test_targets_follow_from_the_measurements(report):
+    result, _ = report
+    rows = result["targets"]
+    labels = {r["target"] for r in rows}
+    assert {t.label for t in bench.TRAIN_TARGETS} <= labels
+    assert {f"{name} streaming step, batch 1" for name in ltdrnn.list_cells("source")} <= labels
+    train = {r["subject"]: r["median"] for r in result["train"]}
+    stream = {r["subject"]: r["cell_median"] for r in result["stream"]}
+    for row in rows:
+        medians = stream if row["section"] == "stream" else train
+        assert row["measured"] == pytest.approx(medians[row["measured_as"]] / medians[row["baseline"]])
+        assert row["passed"] == (row["measured"] <= row["limit"])
+        if not row["passed"]:
+            assert row["miss_percent"] == pytest.approx(100 * (row["measured"] / row["limit"] - 1))
+
+
+def test_markdown_has_the_target_rows_and_the_tables(report):
+    result, markdown = report
+    assert result["command"] in markdown
+    for row in result["targets"]:
+        assert row["target"] in markdown
+    assert markdown.count("| pass |") + markdown.count("**miss** by") == len(result["targets"])
+    for title in ("## Targets", "## Training step", "## Inference", "## Streaming step", "## Scaling in T",
+                  "## SA-RNN skipping inference"):
+        assert title in markdown
+
+
+def test_skip_section_forces_the_requested_fraction(report):
+    result, _ = report
+    records = result["skip"]
+    assert {r["impl"] for r in records} == {"sparse", "fused"} and {r["batch"] for r in records} == {1, 2}
+    for record in records:
+        assert record["measured_skip"] == pytest.approx(record["target_skip"])
+
+
+def test_variant_equal_to_the_defaults_is_an_alias():
+    subjects = {s.name: s for s in bench.registry_subjects(["srnn", "srnn[relu]", "tarnn[K=1]"], {})}
+    assert "srnn[relu]" in subjects["srnn"].aliases and "srnn[relu]" not in subjects
+    assert subjects["tarnn[K=1]"].options == {"K": 1}
+    assert list(subjects)[:2] == ["nn.LSTM", "nn.GRU"]
+
+
+def test_options_apply_per_cell_and_a_variant_keeps_its_own():
+    options = bench.parse_options(["tarnn.K=2", "tarnn.eta=0.5", "tarnn[K=1].impl=reference"])
+    assert options == {"tarnn": {"K": 2, "eta": 0.5}, "tarnn[K=1]": {"impl": "reference"}}
+    subjects = {s.name: s for s in bench.registry_subjects(["tarnn", "tarnn[K=1]"], options)}
+    assert subjects["tarnn"].options == {"K": 2, "eta": 0.5}
+    assert subjects["tarnn[K=1]"].options == {"K": 1, "eta": 0.5, "impl": "reference"}
+
+
+def test_cell_list_keeps_commas_inside_variant_names():
+    assert bench.split_names("srnn, irnn[K=1,lowrank],tarnn[K=1]") == ["srnn", "irnn[K=1,lowrank]", "tarnn[K=1]"]
+
+
+def test_unknown_names_and_options_are_reported():
+    with pytest.raises(ValueError, match="unknown name"):
+        bench.registry_subjects(["no_such_cell"], {})
+    subject = bench.registry_subjects(["srnn"], {"srnn": {"no_such_option": 1}})[-1]
+    assert "no_such_option" in subject.error
+    with pytest.raises(ValueError, match="NAME.KEY=VALUE"):
+        bench.parse_options(["tarnn=1"])
+    with pytest.raises(ValueError, match="unknown shape"):
+        bench.parse_shapes("adding,nope")
+    assert bench.parse_shapes("adding,12x5")[1] == bench.Shape("12x5", 12, 5)
+
+
+def test_missing_cell_gives_an_unmeasured_target_row():
+    settings = {"shapes": ["s"], "sections": ["train", "stream"]}
+    result = {"settings": settings, "errors": [], "train": [
+        {"subject": "nn.LSTM", "shape": "s", "median": 2.0}, {"subject": "mist", "shape": "s", "median": 3.0}],
+        "subjects": {"nn.LSTM": {"family": "torch", "cell": None, "aliases": [], "error": None},
+                     "mist": {"family": "source", "cell": "mist", "aliases": [], "error": None}}}
+    rows = {r["target"]: r for r in bench.evaluate_targets(result)}
+    mist = rows["MIST training step"]
+    assert mist["measured"] == 1.5 and mist["passed"] is False
+    assert mist["miss_percent"] == pytest.approx(100 * (1.5 / 0.7 - 1))
+    assert rows["SRNN (relu) training step"]["passed"] is None
+    assert "not selected" in rows["SRNN (relu) training step"]["note"]
+    assert "not measured" in bench.target_verdict(rows["mist streaming step, batch 1"])
+
+
+def test_loglog_slope_recovers_the_power():
+    lengths = [250, 1000, 4000]
+    assert bench.loglog_slope(lengths, [3e-4 * t for t in lengths]) == pytest.approx(1.0)
+    assert bench.loglog_slope(lengths, [1e-6 * t * t for t in lengths]) == pytest.approx(2.0)
+
+
+def test_copy_shape_is_one_hot():
+    x = bench.SHAPES["copy"].batch(3, steps=5)
+    assert x.shape == (3, 5, 10) and torch.equal(x.sum(-1), torch.ones(3, 5))
+
+
+def test_memory_probe_counts_at_least_the_output_tensor():
+    spec = {"subject": bench.subject_spec(bench.Subject("nn.LSTM", None)),
+            "shape": {"name": "s", "steps": 200, "input_size": 3, "one_hot": False},
+            "batch": 64, "hidden": 64, "threads": 1, "malloc_tuning": False}
+    result = bench.run_probe("memory", spec)
+    output_mb = 200 * 64 * 64 * 4 / 2 ** 20
+    assert result["inference_peak_mb"] >= output_mb
+    assert result["train_peak_mb"] > result["inference_peak_mb"]
+
+
+def test_render_reproduces_the_markdown_from_the_json(report, tmp_path, capsys):
+    result, markdown = report
+    (tmp_path / "in.json").write_text(json.dumps(result))
+    assert bench.main(["--render", str(tmp_path / "in.json"), "--markdown", str(tmp_path / "out.md")]) == 0
+    assert (tmp_path / "out.md").read_text() == markdown
+
+
+def test_a_failing_run_is_dropped_and_recorded():
+    def broken():
+        raise RuntimeError("boom")
+    calls = []
+    errors = []
+    samples = bench.interleaved_samples({("bad", "cell"): broken, "good": lambda: calls.append(1)},
+                                        repeats=3, warmup=1, errors=errors, context={"section": "stream"})
+    assert list(samples) == ["good"] and len(samples["good"]) == 3 and len(calls) == 4
+    assert errors == [{"section": "stream", "subject": "bad", "error": "RuntimeError: boom"}]
+
+
+def test_timing_probe_reports_a_median_per_subject():
+    spec = {"subjects": [bench.subject_spec(bench.Subject("nn.LSTM", None)),
+                         bench.subject_spec(bench.registry_subjects(["srnn"], {})[-1])],
+            "shape": {"name": "s", "steps": 8, "input_size": 3, "one_hot": False}, "batch": 2, "hidden": 4,
+            "threads": torch.get_num_threads(), "repeats": 2, "warmup": 1, "mode": "default"}
+    try:
+        medians = bench.timing_probe(spec)
+    finally:
+        torch.set_flush_denormal(False)
+    assert set(medians) == {"nn.LSTM", "srnn"} and all(m > 0 for m in medians.values())
