@@ -6,7 +6,7 @@
     ltdrnn report [--store results.db] [--out report] [--study NAME]
     ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
     ltdrnn list cells|tasks|presets
-    ltdrnn bench ...  /  ltdrnn sweep ...      handed to ltdrnn.bench / ltdrnn.sweep
+    ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep"}
+DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce"}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="render the results store as markdown + HTML")
     report.add_argument("--store", default="results.db")
     report.add_argument("--out", default="report")
-    report.add_argument("--study", help="only runs of this study")
+    report.add_argument("--study", help="only runs of this study (and its sweep summary, if any)")
+    report.add_argument("--sweeps", default="sweeps.db", help="Optuna storage of sweep studies "
+                        "(SQLite path or database URL; default: sweeps.db)")
     report.add_argument("--no-plots", action="store_true")
     report.set_defaults(handler=cmd_report)
 
@@ -111,8 +113,10 @@ def cmd_train(args) -> int:
         overrides.append("train.progress=false")
     cfg = load_config(args.config, overrides)
     record = train(cfg, resume=args.resume)
-    print(_one_line(record))
-    print(f"run dir: {record['run_dir']}" + (f"; stored in {cfg.results}" if cfg.results else ""))
+    # Under torchrun every rank returns here after the process group is gone; rank 0 speaks for all.
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(_one_line(record))
+        print(f"run dir: {record['run_dir']}" + (f"; stored in {cfg.results}" if cfg.results else ""))
     return 0 if record["status"] == "finished" else 1
 
 
@@ -127,6 +131,10 @@ def cmd_report(args) -> int:
     paths = render_report(args.store, args.out, study=args.study, plots=not args.no_plots)
     print(paths["markdown"].read_text())
     print(f"\nwritten: {paths['markdown']}, {paths['html']}")
+    if args.study:
+        from .sweep import has_study, study_report
+        if has_study(args.study, args.sweeps):
+            print(study_report(args.study, args.sweeps, args.out, plots=not args.no_plots)["markdown"].read_text())
     return 0
 
 

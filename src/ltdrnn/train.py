@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import distributed as D
 from . import metrics as M
 from .config import ConfigError, RunConfig, load_config, save_config
 from .models import build_model
@@ -59,6 +60,8 @@ def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
             ``loss``, ``model``); a callback may raise to stop the run.
         on_validation: called with every history entry (``step``, ``val_metric``, ...); if one returns
             True the run stops there with status ``pruned`` (sweeps' pruners), is tested and stored.
+
+    Under torchrun (``WORLD_SIZE`` > 1) this trains data-parallel; see :mod:`ltdrnn.distributed`.
     """
     cfg = cfg if isinstance(cfg, RunConfig) else load_config(cfg)
     # numpy computes (and caches) its float limits on first use and warns if denormals are flushed by then
@@ -66,11 +69,12 @@ def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
     torch.set_flush_denormal(True)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    run = Run(cfg, resume)
-    record = run.fit(list(callbacks), list(on_validation))
-    if cfg.results:
-        from .results import ResultStore
-        ResultStore(cfg.results).add(record)
+    with D.process_group(cfg.train.device):
+        run = Run(cfg, resume)
+        record = run.fit(list(callbacks), list(on_validation))
+        if cfg.results and D.is_main():
+            from .results import ResultStore
+            ResultStore(cfg.results).add(record)
     return record
 
 
@@ -106,6 +110,8 @@ def evaluate(model: nn.Module, task, split: str, batch_size: int, max_batches: O
         for i, indices in enumerate(_chunks(range(len(dataset)), batch_size)):
             if max_batches is not None and i >= max_batches:
                 break
+            if not D.owns(i):
+                continue
             x, y, lengths = _batch(task, dataset, indices, device)
             pred = model(x, lengths)
             evaluator.add(pred, y, lengths)
@@ -114,6 +120,8 @@ def evaluate(model: nn.Module, task, split: str, batch_size: int, max_batches: O
                 kept += (1 - skip) * len(indices)
                 total += len(indices)
     model.train(was_training)
+    D.reduce_sums(evaluator)
+    kept, total = D.all_reduce_sum([kept, total])
     return evaluator.summary(), (1 - kept / total if total else None)
 
 
@@ -123,17 +131,20 @@ class Run:
 
     def __init__(self, cfg: RunConfig, resume: bool) -> None:
         self.cfg = cfg
-        self.device = torch.device(cfg.train.device)
+        self.device = D.local_device(cfg.train.device)
         checkpoint = self._find_checkpoint(resume)
-        self.run_id = checkpoint["run_id"] if checkpoint else new_run_id(cfg)
+        self.run_id = D.broadcast_object(checkpoint["run_id"] if checkpoint else new_run_id(cfg))
         self.run_dir = Path(cfg.run_dir or Path("runs") / self.run_id)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
+        if D.is_main():
+            save_config(cfg, self.run_dir / "config.yaml")
 
         seed_everything(cfg.train.seed)
         self.task = build_task(cfg.task.name, **cfg.task.options)
         self.info = self.task.info
         self.model = build_model(cfg.model, self.info).to(self.device)
+        self.net = D.wrap_model(self.model, self.device)
+        D.seed_rank(cfg.train.seed)
         self.optimizer = build_optimizer(cfg, self.model)
         self.scheduler = (torch.optim.lr_scheduler.StepLR(self.optimizer, cfg.optim.halve_every, gamma=0.5)
                           if cfg.optim.halve_every else None)
@@ -158,7 +169,7 @@ class Run:
         """Train until the step/epoch budget is used, the loss diverges or a judge prunes the run."""
         self.callbacks, self.judges = callbacks, list(judges)
         cfg = self.cfg.train
-        self.progress = _progress(self.total_steps(), self.step, cfg.progress, self.run_label())
+        self.progress = _progress(self.total_steps(), self.step, cfg.progress and D.is_main(), self.run_label())
         try:
             while self.status == "finished" and not self.finished():
                 self.model.set_epoch(self.epoch)
@@ -201,13 +212,15 @@ class Run:
                       "run_dir": self.run_dir})
 
     def train_step(self, indices: List[int]):
+        reduction = self.cfg.optim.loss_reduction
+        indices, factor = D.local_part(indices, reduction)
         x, y, lengths = _batch(self.task, self.train_set, indices, self.device)
         self.model.train()
-        pred = self.model(x, lengths)
-        loss = M.task_loss(pred, y, self.info, lengths, self.cfg.optim.loss_reduction)
+        pred = self.net(x, lengths)
+        loss = M.task_loss(pred, y, self.info, lengths, reduction)
         terms = self.model.losses()
         self._check_loss_names(terms)
-        total = loss
+        total = loss * factor if factor != 1.0 else loss
         for name, weight in self.cfg.train.loss_weights.items():
             if weight:
                 total = total + weight * terms[name]
@@ -216,7 +229,7 @@ class Run:
         if self.cfg.optim.clip_norm:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
         self.optimizer.step()
-        return float(loss.detach()), {k: float(v.detach()) for k, v in terms.items()}
+        return D.global_loss(loss.detach(), factor, reduction), {k: float(v.detach()) for k, v in terms.items()}
 
     def end_epoch(self) -> None:
         self.epoch += 1
@@ -240,16 +253,19 @@ class Run:
             from .analysis.gradients import state_jacobian_norm
             entry["jacobian_norm"] = state_jacobian_norm(self.model, self.example_batch())
         self.history.append(entry)
-        with open(self.run_dir / "history.jsonl", "a") as f:
-            f.write(json.dumps(entry) + "\n")
-        if any([judge(entry) for judge in self.judges]):  # every judge sees every entry
+        if D.is_main():
+            with open(self.run_dir / "history.jsonl", "a") as f:
+                f.write(json.dumps(entry) + "\n")
+        # every judge sees every entry; rank 0 judges and every rank follows
+        if D.broadcast_object(any([judge(entry) for judge in self.judges]) if D.is_main() else None):
             self.status = "pruned"
         score = summary[self.cfg.train.select_on]
         if self.best is None or self.better(score, self.best["score"]):
             self.best = {"score": score, "metric": summary["metric"], "step": self.step,
                          "state": copy.deepcopy(self.model.state_dict())}
-            atomic_save({"model": self.best["state"], "config": self.cfg.to_dict(), "step": self.step,
-                         "run_id": self.run_id}, self.run_dir / BEST)
+            if D.is_main():
+                atomic_save({"model": self.best["state"], "config": self.cfg.to_dict(), "step": self.step,
+                             "run_id": self.run_id}, self.run_dir / BEST)
 
     def better(self, new: float, old: float) -> bool:
         if not math.isfinite(new):
@@ -294,16 +310,20 @@ class Run:
             "metrics": results, "timings": timings, "history": self.history, "run_dir": str(self.run_dir),
             "version": version_info(),
         }
-        (self.run_dir / "result.json").write_text(json.dumps(record, indent=2, default=str))
+        if D.is_main():
+            (self.run_dir / "result.json").write_text(json.dumps(record, indent=2, default=str))
         return record
 
     # ---- checkpoints -------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
+        rng_by_rank = D.all_gather_object(rng_states())
+        if not D.is_main():
+            return
         atomic_save({
             "run_id": self.run_id, "config": self.cfg.to_dict(), "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-            "rng": rng_states(), "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+            "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank, "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "best": self.best, "history": self.history, "train_time": self.train_time, "status": self.status,
             "running": self.running,
         }, self.run_dir / CHECKPOINT)
@@ -314,9 +334,9 @@ class Run:
         if not self.cfg.run_dir:
             raise ConfigError("run_dir: resuming needs the run directory of the interrupted run, got none")
         path = Path(self.cfg.run_dir) / CHECKPOINT
-        if not path.exists():
+        checkpoint = D.load_on_main(lambda p: torch.load(p, map_location="cpu", weights_only=False), path)
+        if checkpoint is None:
             return None
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         saved = _comparable(checkpoint["config"])
         if saved != _comparable(self.cfg.to_dict()):
             changed = sorted(k for k in set(saved) | set(_comparable(self.cfg.to_dict()))
@@ -331,10 +351,11 @@ class Run:
             self.scheduler.load_state_dict(checkpoint["scheduler"])
         for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
             setattr(self, key, checkpoint[key])
-        set_rng_states(checkpoint["rng"])
+        set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
         # the log on disk may hold evaluations made after the checkpoint; the checkpoint's history rules
-        with open(self.run_dir / "history.jsonl", "w") as f:
-            f.writelines(json.dumps(entry) + "\n" for entry in self.history)
+        if D.is_main():
+            with open(self.run_dir / "history.jsonl", "w") as f:
+                f.writelines(json.dumps(entry) + "\n" for entry in self.history)
 
     # ---- small helpers -----------------------------------------------------------------------------
     def total_steps(self) -> int:
