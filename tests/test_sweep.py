@@ -218,7 +218,7 @@ TINY = ["model.cell=tiny", "model.hidden_size=6", "task.name=tiny", "task.option
         "train.latency=false"]
 
 
-def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_path, monkeypatch):
+def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_path, monkeypatch, capsys):
     install(monkeypatch)
     torch.set_num_threads(1)
     spec = S.load_spec("mist/pmnist")
@@ -255,6 +255,13 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
     text = paths["markdown"].read_text()
     assert "Top 1 of 10 finished trials by validation (top 10%" in text
     assert paths["sensitivity"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    from ltdrnn.cli import main
+    capsys.readouterr()
+    assert main(["report", "--store", store, "--out", str(tmp_path / "cli-report"), "--study", "mist-tiny",
+                 "--sweeps", str(tmp_path / "s.db"), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "Top 1 of 10 finished trials by validation" in printed  # the study's summary, after the runs table
 
 
 def test_top_k_rules():
