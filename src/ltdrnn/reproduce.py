@@ -1,0 +1,990 @@
+"""Reproduce the source papers' headline claims and publish them, with the papers' numbers, in REPRODUCTION.md.
+
+    ltdrnn reproduce list                                  the claims, and their verdicts so far
+    ltdrnn reproduce run CLAIM [CLAIM ...] | all [--budget quick|paper] [--set KEY=VALUE ...]
+                                                           train the claim's runs into the store, analyse
+    ltdrnn reproduce report                                REPRODUCTION.md + plots from the store
+    ltdrnn reproduce check                                 validate the claims table
+
+The claims table is packaged data, ``ltdrnn/presets/reproduce/_claims.yaml``. A claim names the paper's
+numbers and their sources, the runs that measure ours (a label, a preset, overrides, analyses), two
+budgets (``quick``: what a small CPU carries; ``paper``: the paper's protocol) and ``checks``:
+expressions over measured numbers such as ``metric(tarnn) >= 0.99`` or
+``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``. All checks true -> reproduced, some -> partly, none ->
+not reproduced; a claim with a run missing is "not run yet".
+
+Every run is a normal ``train(cfg)`` run stored in the results store (``reproduction/results.db``) with
+``study = "reproduce/<claim>/<budget>"`` and ``name = <label>``; the command that produced it is kept in
+the run's ``notes``. Analyses (gradient norm versus lag, MIST Fig. 2; ||dh_T/dh_1|| / ||dh_T/dh_{T-1}||,
+iRNN Fig. 3) go to the table ``reproduce_analyses`` of the same database. ``report`` reads only the
+database, so the document can be regenerated anywhere the database is.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import os
+import shlex
+import sys
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+BUDGETS = ("quick", "paper")
+DEFAULT_STORE = "reproduction/results.db"
+DEFAULT_DOC = "REPRODUCTION.md"
+DEFAULT_PLOTS = "reproduction"
+DEFAULT_RUNS = "runs/reproduce"
+ANALYSES = ("gradient_vs_lag", "jacobian_ratio")
+STATUSES = ("reproduced", "partly", "not reproduced", "not run yet")
+
+
+class ClaimError(ValueError):
+    """The claims table is malformed; the message names the claim and the key."""
+
+
+# ---- the claims table ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a claim: ``label`` (the name checks use), a preset, overrides and analyses."""
+    label: str
+    preset: str
+    overrides: Tuple[str, ...] = ()
+    analyses: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Overrides applied to every run (``overrides``) and to single runs (``runs``), and what they mean."""
+    name: str
+    overrides: Tuple[str, ...]
+    runs: Dict[str, Tuple[str, ...]]
+    note: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """A verdict rule: an expression over measured numbers and the sentence it stands for."""
+    expr: str
+    says: str
+
+    @property
+    def expression(self) -> "Expression":
+        return Expression(self.expr)
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    title: str
+    claim: str
+    paper_numbers: Tuple[Dict[str, str], ...]
+    runs: Tuple[RunSpec, ...]
+    budgets: Dict[str, Budget]
+    checks: Tuple[Check, ...]
+
+    @property
+    def labels(self) -> List[str]:
+        return [r.label for r in self.runs]
+
+    def study(self, budget: str) -> str:
+        return f"reproduce/{self.id}/{budget}"
+
+    def overrides(self, spec: RunSpec, budget: str, extra: Sequence[str] = ()) -> List[str]:
+        """The overrides of one run under a budget, in the order they apply (later wins)."""
+        b = self.budgets[budget]
+        return [*spec.overrides, *b.overrides, *b.runs.get(spec.label, ()), *extra]
+
+
+def _keys(data: Dict[str, Any], where: str, required: Iterable[str], optional: Iterable[str] = ()) -> None:
+    if not isinstance(data, dict):
+        raise ClaimError(f"{where}: expected a mapping, got {data!r}")
+    allowed = set(required) | set(optional)
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ClaimError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(allowed))}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise ClaimError(f"{where}: missing key {missing[0]!r}")
+
+
+def _strings(value: Any, where: str) -> Tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ClaimError(f"{where}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def parse_claim(data: Dict[str, Any]) -> Claim:
+    """A :class:`Claim` from plain data; keys and types are checked (not presets: see ``validate``)."""
+    _keys(data, "claim", ("id", "paper", "title", "claim", "paper_numbers", "runs", "budgets", "checks"))
+    cid = data["id"]
+    runs = []
+    for i, run in enumerate(data["runs"] or []):
+        where = f"claim {cid!r}: runs[{i}]"
+        _keys(run, where, ("label", "preset"), ("overrides", "analyses"))
+        analyses = _strings(run.get("analyses"), f"{where}.analyses")
+        for kind in analyses:
+            if kind not in ANALYSES:
+                raise ClaimError(f"{where}.analyses: expected one of {', '.join(ANALYSES)}, got {kind!r}")
+        runs.append(RunSpec(str(run["label"]), str(run["preset"]), _strings(run.get("overrides"),
+                                                                             f"{where}.overrides"), analyses))
+    labels = [r.label for r in runs]
+    if not runs or len(set(labels)) != len(labels):
+        raise ClaimError(f"claim {cid!r}: runs: expected at least one run and unique labels, got {labels}")
+    budgets = {}
+    for name in BUDGETS:
+        if name not in (data["budgets"] or {}):
+            raise ClaimError(f"claim {cid!r}: budgets: missing budget {name!r}")
+    for name, budget in data["budgets"].items():
+        where = f"claim {cid!r}: budgets.{name}"
+        _keys(budget, where, ("overrides", "note"), ("runs",))
+        per_run = {}
+        for label, overrides in (budget.get("runs") or {}).items():
+            if label not in labels:
+                raise ClaimError(f"{where}.runs: unknown run label {label!r}; labels: {', '.join(labels)}")
+            per_run[label] = _strings(overrides, f"{where}.runs.{label}")
+        budgets[name] = Budget(name, _strings(budget["overrides"], f"{where}.overrides"), per_run,
+                               str(budget["note"]))
+    checks = []
+    for i, check in enumerate(data["checks"] or []):
+        where = f"claim {cid!r}: checks[{i}]"
+        _keys(check, where, ("expr", "says"))
+        try:
+            expression = Expression(check["expr"])
+        except ClaimError as error:
+            raise ClaimError(f"{where}: {error}") from None
+        unknown = sorted(expression.labels() - set(labels))
+        if unknown:
+            raise ClaimError(f"{where}: unknown run label {unknown[0]!r} in {check['expr']!r}; labels: "
+                             f"{', '.join(labels)}")
+        checks.append(Check(check["expr"], str(check["says"])))
+    if not checks:
+        raise ClaimError(f"claim {cid!r}: checks: expected at least one check")
+    numbers = []
+    for i, number in enumerate(data["paper_numbers"] or []):
+        _keys(number, f"claim {cid!r}: paper_numbers[{i}]", ("what", "value", "source"))
+        numbers.append({k: str(v) for k, v in number.items()})
+    return Claim(str(cid), str(data["paper"]), str(data["title"]), str(data["claim"]), tuple(numbers),
+                 tuple(runs), budgets, tuple(checks))
+
+
+def load_claims(text: Optional[str] = None) -> List[Claim]:
+    """The packaged claims (or those of a YAML ``text``), in the table's order."""
+    import yaml
+    if text is None:
+        text = (resources.files("ltdrnn") / "presets" / "reproduce" / "_claims.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    _keys(data, "claims file", ("claims",))
+    claims = [parse_claim(c) for c in data["claims"]]
+    ids = [c.id for c in claims]
+    if len(set(ids)) != len(ids):
+        raise ClaimError(f"claims file: claim ids must be unique, got {ids}")
+    return claims
+
+
+def find_claim(claims: Sequence[Claim], cid: str) -> Claim:
+    for claim in claims:
+        if claim.id == cid:
+            return claim
+    raise ClaimError(f"unknown claim {cid!r}; claims: {', '.join(c.id for c in claims)}")
+
+
+def validate(claims: Sequence[Claim]) -> List[str]:
+    """Problems of the table that parsing cannot see: every preset loads under every budget, with a
+    registered cell and task. Returns one message per problem (empty: valid)."""
+    from .cells.registry import list_cells
+    from .config import ConfigError, load_config
+    from .tasks import list_tasks
+    cells, tasks = set(list_cells()), set(list_tasks())
+    problems = []
+    for claim in claims:
+        for spec in claim.runs:
+            for budget in claim.budgets:
+                where = f"{claim.id}/{spec.label} ({budget})"
+                try:
+                    cfg = load_config(spec.preset, claim.overrides(spec, budget))
+                except (ConfigError, OSError) as error:
+                    problems.append(f"{where}: {error}")
+                    continue
+                if cfg.model.cell not in cells:
+                    problems.append(f"{where}: cell {cfg.model.cell!r} is not registered")
+                if cfg.task.name not in tasks:
+                    problems.append(f"{where}: task {cfg.task.name!r} is not registered")
+    return problems
+
+
+# ---- verdict expressions ---------------------------------------------------------------------------
+# name -> number of arguments after the run label
+MEASURES = {"metric": 0, "baseline": 0, "params": 0, "train_s": 0, "skip": 0, "best_val": 0,
+            "steps_to": 1, "lag_ratio": 0, "jac_ratio": 0}
+AGGREGATES = {"min": min, "max": max, "abs": abs}
+_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
+            ast.Eq, ast.NotEq, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.UnaryOp, ast.USub,
+            ast.Not, ast.Call, ast.Name, ast.Constant, ast.Load)
+
+
+class Unmeasured(LookupError):
+    """A check needs a number that the stored runs do not have."""
+
+
+class Expression:
+    """A verdict rule such as ``metric(tarnn) >= 0.99 and steps_to(lstm, 0.05) > 300``.
+
+    Allowed: numbers, ``inf``, arithmetic (+ - * /), comparisons (also chained), and/or/not, the
+    measures ``metric(run)``, ``baseline(run)``, ``params(run)``, ``train_s(run)``, ``skip(run)``,
+    ``best_val(run)``, ``steps_to(run, threshold)``, ``lag_ratio(run)`` (gradient norm at the largest
+    lag / its peak over lags), ``jac_ratio(run)`` (``||dh_T/dh_1|| / ||dh_T/dh_{T-1}||``) (``run`` is a
+    label of the claim) and ``min``, ``max``, ``abs``. Anything else is refused when parsed.
+    """
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ClaimError(f"expr: expected a string, got {text!r}")
+        try:
+            self.tree = ast.parse(text, mode="eval")
+        except SyntaxError as error:
+            raise ClaimError(f"expr {text!r}: not an expression ({error.msg})") from None
+        self.text = text
+        self._check(self.tree)
+
+    def _check(self, tree: ast.AST) -> None:
+        for node in ast.walk(tree):
+            if not isinstance(node, _ALLOWED):
+                raise ClaimError(f"expr {self.text!r}: {type(node).__name__} is not allowed")
+            if isinstance(node, ast.Constant) and (isinstance(node.value, bool)
+                                                   or not isinstance(node.value, (int, float))):
+                raise ClaimError(f"expr {self.text!r}: only numbers are allowed as constants, got "
+                                 f"{node.value!r}")
+            if isinstance(node, ast.Call):
+                self._check_call(node)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and not self._is_label(node) and node.id != "inf" \
+                    and not self._is_function(node):
+                raise ClaimError(f"expr {self.text!r}: unknown name {node.id!r} (run labels go inside a "
+                                 f"measure, e.g. metric({node.id}))")
+
+    def _check_call(self, node: ast.Call) -> None:
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        if node.keywords or name not in {**MEASURES, **AGGREGATES}:
+            raise ClaimError(f"expr {self.text!r}: unknown function {ast.unparse(node.func)!r}; functions: "
+                             f"{', '.join([*MEASURES, *AGGREGATES])}")
+        if name in MEASURES:
+            if len(node.args) != 1 + MEASURES[name] or not isinstance(node.args[0], ast.Name):
+                raise ClaimError(f"expr {self.text!r}: {name} takes a run label"
+                                 + (f" and {MEASURES[name]} number(s)" if MEASURES[name] else "")
+                                 + f", got {ast.unparse(node)!r}")
+        elif not node.args:
+            raise ClaimError(f"expr {self.text!r}: {name} needs arguments")
+
+    def _measure_calls(self) -> List[ast.Call]:
+        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                and n.func.id in MEASURES]
+
+    def _is_label(self, node: ast.Name) -> bool:
+        return any(call.args and call.args[0] is node for call in self._measure_calls())
+
+    def _is_function(self, node: ast.Name) -> bool:
+        return any(isinstance(n, ast.Call) and n.func is node for n in ast.walk(self.tree))
+
+    def labels(self) -> set:
+        return {call.args[0].id for call in self._measure_calls()}
+
+    def evaluate(self, measure: Callable[[str, str, Tuple[float, ...]], float]):
+        """``(value, [(call text, number), ...])``; ``measure(name, label, args)`` gives each number and
+        may raise :class:`Unmeasured`."""
+        seen: List[Tuple[str, float]] = []
+        return self._eval(self.tree.body, measure, seen), seen
+
+    def _eval(self, node, measure, seen):
+        ev = lambda n: self._eval(n, measure, seen)  # noqa: E731
+        if isinstance(node, ast.Constant):
+            return float(node.value)
+        if isinstance(node, ast.Name):
+            return math.inf
+        if isinstance(node, ast.UnaryOp):
+            return -ev(node.operand) if isinstance(node.op, ast.USub) else not ev(node.operand)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+                   ast.Div: lambda: a / b if b else math.copysign(math.inf, a) if a else math.nan}
+            return ops[type(node.op)]()
+        if isinstance(node, ast.BoolOp):
+            values = [bool(ev(v)) for v in node.values]
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        if isinstance(node, ast.Compare):
+            left, result = ev(node.left), True
+            for op, right_node in zip(node.ops, node.comparators):
+                right = ev(right_node)
+                ok = {ast.Lt: left < right, ast.LtE: left <= right, ast.Gt: left > right,
+                      ast.GtE: left >= right, ast.Eq: left == right, ast.NotEq: left != right}[type(op)]
+                result = result and ok
+                left = right
+            return result
+        name = node.func.id
+        if name in AGGREGATES:
+            return AGGREGATES[name](*[ev(a) for a in node.args])
+        args = tuple(ev(a) for a in node.args[1:])
+        value = float(measure(name, node.args[0].id, args))
+        seen.append((ast.unparse(node), value))
+        return value
+
+
+# ---- measured numbers ------------------------------------------------------------------------------
+class Measurements:
+    """The numbers a claim's checks read: the latest stored row and analyses of each run label."""
+
+    def __init__(self, rows: Dict[str, Dict[str, Any]], analyses: Optional[Dict[str, Dict[str, Any]]] = None):
+        self.rows = rows
+        self.analyses = analyses or {}
+
+    def __call__(self, name: str, label: str, args: Tuple[float, ...]) -> float:
+        row = self.rows.get(label)
+        if row is None:
+            raise Unmeasured(f"run {label!r} has no stored result")
+        metrics = row.get("metrics") or {}
+        if name == "metric":
+            return math.nan if row.get("metric") is None else float(row["metric"])
+        if name == "steps_to":
+            return steps_to(row, args[0])
+        if name in ("lag_ratio", "jac_ratio"):
+            kind = "gradient_vs_lag" if name == "lag_ratio" else "jacobian_ratio"
+            data = self.analyses.get(label, {}).get(kind)
+            if data is None:
+                raise Unmeasured(f"run {label!r} has no {kind} analysis")
+            return float(data["ratio"])
+        value = {"baseline": metrics.get("baseline"), "params": row.get("params"),
+                 "train_s": row.get("train_time_s"), "skip": metrics.get("skip_fraction"),
+                 "best_val": metrics.get("val_best")}[name]
+        if value is None:
+            raise Unmeasured(f"run {label!r} has no {name}")
+        return float(value)
+
+
+def steps_to(row: Dict[str, Any], threshold: float) -> float:
+    """The first validated step whose metric reaches ``threshold`` (<= for MSE/CE, >= for accuracy);
+    ``inf`` if none did."""
+    higher = bool((row.get("metrics") or {}).get("higher_is_better"))
+    for entry in row.get("history") or []:
+        value = entry.get("val_metric")
+        if value is None or not math.isfinite(value):
+            continue
+        if (value >= threshold) if higher else (value <= threshold):
+            return float(entry["step"])
+    return math.inf
+
+
+@dataclass
+class CheckResult:
+    check: Check
+    passed: Optional[bool]          # None: not measured
+    values: List[Tuple[str, float]] = field(default_factory=list)
+    missing: str = ""
+
+    def text(self) -> str:
+        if self.passed is None:
+            return f"{self.check.says}: not measured ({self.missing})"
+        shown = ", ".join(f"{call} = {_call_value(call, v)}" for call, v in _unique(self.values))
+        return f"{self.check.says}: {shown} -> {'yes' if self.passed else 'no'}"
+
+
+def _call_value(call: str, value: float) -> str:
+    return "never" if call.startswith("steps_to") and value == math.inf else format_number(value)
+
+
+@dataclass
+class Verdict:
+    status: str
+    reason: str
+    budget: Optional[str]
+    checks: List[CheckResult]
+
+
+def _unique(pairs):
+    seen, out = set(), []
+    for key, value in pairs:
+        if key not in seen:
+            seen.add(key)
+            out.append((key, value))
+    return out
+
+
+def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Verdict:
+    """The verdict of ``claim`` from the measured numbers, with a reason written from them."""
+    missing = [label for label in claim.labels if label not in measurements.rows]
+    results = []
+    for check in claim.checks:
+        try:
+            value, values = check.expression.evaluate(measurements)
+            results.append(CheckResult(check, bool(value), values))
+        except Unmeasured as error:
+            results.append(CheckResult(check, None, missing=str(error)))
+    if missing:
+        done = len(claim.labels) - len(missing)
+        reason = (f"{done} of {len(claim.labels)} runs finished"
+                  + (f" at the {budget!r} budget" if budget else "") + f"; missing: {', '.join(missing)}.")
+        return Verdict("not run yet", reason, budget, results)
+    passed = sum(1 for r in results if r.passed)
+    status = ("reproduced" if passed == len(results) else "partly" if passed else "not reproduced")
+    diverged = [label for label, row in measurements.rows.items() if row.get("status") != "finished"]
+    reason = "; ".join(r.text() for r in results) + "."
+    if diverged:
+        reason += f" Diverged: {', '.join(diverged)}."
+    if status != "reproduced" and budget != "paper":
+        reason += (f" Measured at the reduced {budget!r} budget: a failed check may mean too little "
+                   "training rather than a wrong claim; the paper budget decides.")
+    return Verdict(status, reason, budget, results)
+
+
+def format_number(value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == int(value) and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+# ---- the analyses store ----------------------------------------------------------------------------
+class Store:
+    """The results store plus the table ``reproduce_analyses`` (one row per analysis of a run)."""
+
+    def __init__(self, location: str) -> None:
+        from .results import ResultStore
+        self.results = ResultStore(location)
+        sa = self.results.sa
+        self.table = sa.Table(
+            "reproduce_analyses", sa.MetaData(),
+            sa.Column("id", sa.String(64), primary_key=True),
+            sa.Column("run_id", sa.String(200), nullable=False, index=True),
+            sa.Column("study", sa.String(200), index=True),
+            sa.Column("label", sa.String(100)),
+            sa.Column("kind", sa.String(40), nullable=False),
+            sa.Column("created", sa.String(40), nullable=False),
+            sa.Column("data", sa.Text, nullable=False))
+        for attempt in range(3):  # another process may create it at the same moment
+            try:
+                self.table.metadata.create_all(self.results.engine, checkfirst=True)
+                break
+            except sa.exc.OperationalError:
+                if attempt == 2:
+                    raise
+
+    def add_analysis(self, run_id: str, study: str, label: str, kind: str, data: Dict[str, Any]) -> None:
+        row = {"id": uuid.uuid4().hex, "run_id": run_id, "study": study, "label": label, "kind": kind,
+               "created": datetime.now(timezone.utc).isoformat(), "data": json.dumps(data)}
+        with self.results.engine.begin() as connection:
+            connection.execute(self.table.insert().values(**row))
+
+    def analyses(self, study: str) -> Dict[str, Dict[str, Dict[str, Any]]]:
+        """``{run_id: {kind: data}}`` for one study (the latest analysis of each kind)."""
+        sa = self.results.sa
+        query = sa.select(self.table).where(self.table.c.study == study).order_by(self.table.c.created)
+        out: Dict[str, Dict[str, Any]] = {}
+        with self.results.engine.connect() as connection:
+            for row in connection.execute(query).mappings():
+                out.setdefault(row["run_id"], {})[row["kind"]] = json.loads(row["data"])
+        return out
+
+    def measurements(self, claim: Claim, budget: str) -> Measurements:
+        """The latest stored run of each label under ``budget`` and its analyses."""
+        study = claim.study(budget)
+        rows: Dict[str, Dict[str, Any]] = {}
+        for row in self.results.rows(study=study):
+            if row["name"] in claim.labels:
+                rows[row["name"]] = row  # oldest first: the latest wins
+        by_run = self.analyses(study)
+        return Measurements(rows, {label: by_run.get(row["id"], {}) for label, row in rows.items()})
+
+    def shown_budget(self, claim: Claim) -> Tuple[Optional[str], Measurements]:
+        """The budget whose runs the document shows: the paper budget if complete, else quick if
+        complete, else the one with more runs finished (None: nothing stored)."""
+        found = {b: self.measurements(claim, b) for b in BUDGETS}
+        for budget in ("paper", "quick"):
+            if len(found[budget].rows) == len(claim.labels):
+                return budget, found[budget]
+        budget = max(("quick", "paper"), key=lambda b: len(found[b].rows))
+        if not found[budget].rows:
+            return None, found["quick"]
+        return budget, found[budget]
+
+
+# ---- running a claim -------------------------------------------------------------------------------
+def invocation(claim_id: str, budget: str, extra: Sequence[str]) -> str:
+    """The command line that runs one claim (kept in each run's notes)."""
+    words = ["ltdrnn", "reproduce", "run", claim_id, "--budget", budget]
+    for item in extra:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def train_command(spec: RunSpec, overrides: Sequence[str]) -> str:
+    """The ``ltdrnn train`` command equivalent to one run (without the analyses)."""
+    return " ".join(shlex.quote(w) for w in ["ltdrnn", "train", spec.preset, *overrides])
+
+
+def run_config(claim: Claim, spec: RunSpec, budget: str, store: str, runs_dir: str,
+               extra: Sequence[str] = (), progress: bool = False):
+    from .config import load_config
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    overrides = claim.overrides(spec, budget, extra)
+    # the notes keep both command lines as run, so the document shows them even if the table changes
+    notes = f"{invocation(claim.id, budget, extra)}\n{train_command(spec, overrides)}"
+    bookkeeping = [f"study={claim.study(budget)}", f"name={spec.label}", f"results={store}",
+                   f"run_dir={Path(runs_dir) / claim.id / budget / f'{spec.label}-{stamp}'}",
+                   f"train.progress={str(progress).lower()}"]
+    cfg = load_config(spec.preset, overrides + bookkeeping)
+    cfg.notes = notes
+    return cfg
+
+
+def run_claim(claim: Claim, budget: str = "quick", store: str = DEFAULT_STORE, runs_dir: str = DEFAULT_RUNS,
+              extra: Sequence[str] = (), only: Optional[Sequence[str]] = None, skip_done: bool = False,
+              progress: bool = False, log: Callable[[str], None] = print) -> List[str]:
+    """Train the claim's runs under ``budget`` into ``store`` and store their analyses; returns the
+    labels that failed (a failing run does not stop the others)."""
+    from .train import train
+    if budget not in claim.budgets:
+        raise ClaimError(f"budget: expected one of {', '.join(claim.budgets)}, got {budget!r}")
+    unknown = sorted(set(only or ()) - set(claim.labels))
+    if unknown:
+        raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: "
+                         f"{', '.join(claim.labels)}")
+    stored = Store(store)
+    done = set(stored.measurements(claim, budget).rows) if skip_done else set()
+    failed = []
+    for spec in claim.runs:
+        if (only and spec.label not in only) or spec.label in done:
+            continue
+        cfg = run_config(claim, spec, budget, store, runs_dir, extra, progress)
+        log(f"[{claim.id}/{budget}] {spec.label}: {train_command(spec, claim.overrides(spec, budget, extra))}")
+        watcher = AnalysisWatcher(spec, cfg)
+        try:
+            record = train(cfg, callbacks=[watcher])
+            for kind, data in watcher.finish(record).items():
+                stored.add_analysis(record["id"], cfg.study, spec.label, kind, data)
+        except Exception as error:  # one failing run must not stop the claim's others
+            failed.append(spec.label)
+            log(f"[{claim.id}/{budget}] {spec.label}: FAILED {type(error).__name__}: {error}")
+            continue
+        m = record["metrics"]
+        log(f"[{claim.id}/{budget}] {spec.label}: {record['status']}, test {m['metric_name']} "
+            f"{format_number(m['metric'])}, {m['params']} params, {record['timings']['train_s']:.1f} s, "
+            f"{record['timings']['steps']} steps")
+    return failed
+
+
+class AnalysisWatcher:
+    """A training callback: keeps the model, and for ``jacobian_ratio`` measures the ratio every
+    ``train.eval_every`` steps on 32 fixed validation sequences (iRNN Fig. 3b over iterations).
+    ``gradient_vs_lag`` is measured after training on 100 test examples drawn with a fixed seed."""
+
+    def __init__(self, spec: RunSpec, cfg) -> None:
+        self.spec, self.cfg = spec, cfg
+        self.model = None
+        self.every = cfg.train.eval_every or 50
+        self.trace: List[Dict[str, float]] = []
+        self._batch = None
+
+    def __call__(self, state: Dict[str, Any]) -> None:
+        self.model = state["model"]
+        if "jacobian_ratio" in self.spec.analyses and state["step"] % self.every == 0:
+            x = self.batch("val", 32)[0][0]
+            self.trace.append({"step": state["step"], **jacobian_ratio(self.model, x)})
+
+    def batch(self, split: str, size: int):
+        if self._batch is None or self._batch[0] != split:
+            import torch
+
+            from .tasks.base import build_task
+            task = build_task(self.cfg.task.name, **self.cfg.task.options)
+            dataset = task.dataset(split)
+            # a fixed random sample: stored splits may be ordered by class
+            order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:size]
+            x, y, lengths = task.collate([dataset[i] for i in order.tolist()])
+            self._batch = (split, (x, y, lengths), task.info)
+        return self._batch[1], self._batch[2]
+
+    def finish(self, record: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+        """The analyses of the trained model (the weights at the last step)."""
+        out: Dict[str, Dict[str, Any]] = {}
+        if self.model is None:
+            return out
+        if "gradient_vs_lag" in self.spec.analyses:
+            from .analysis.gradients import gradient_vs_lag
+            self._batch = None
+            batch, info = self.batch("test", 100)
+            curve = [float(v) for v in gradient_vs_lag(self.model, batch, info)]
+            # relative to the peak, not to lag 0: a cell whose output is not the tensor kept in its
+            # state (MIST's ring buffer) has no gradient on the state at lag 0
+            peak = max(curve)
+            out["gradient_vs_lag"] = {"curve": curve, "ratio": curve[-1] / peak if peak else math.nan,
+                                      "examples": int(batch[0].shape[0]), "step": record["timings"]["steps"]}
+        if "jacobian_ratio" in self.spec.analyses:
+            final = jacobian_ratio(self.model, self.batch("val", 32)[0][0])
+            steps = record["timings"]["steps"]
+            trace = [t for t in self.trace if t["step"] != steps] + [{"step": steps, **final}]
+            out["jacobian_ratio"] = {**final, "trace": trace}
+        return out
+
+
+def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]:
+    """``||dh_T/dh_1||_F``, ``||dh_T/dh_{T-1}||_F`` (means over the batch) and their ratio (iRNN Fig. 3b).
+
+    ``h_t`` is the first layer's whole state after step t. Frobenius norms are estimated with
+    ``probes`` Gaussian vectors v (``E||v^T J||^2 = ||J||_F^2``); the same v serve both Jacobians.
+    Needs a one-layer, one-direction model; the global RNG is left untouched.
+    """
+    import torch
+    rnn = model.rnn
+    if rnn.num_layers != 1 or rnn.bidirectional:
+        raise ValueError("jacobian_ratio: expected a one-layer, one-direction model, got "
+                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}")
+    cell = rnn.cells[0]
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.enable_grad():
+        inputs = (model.embed(x) if model.embed is not None else x).detach().transpose(0, 1)
+        p = cell.precompute(inputs)
+        slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else list(p.unbind(0))
+        if len(slices) < 3:
+            raise ValueError(f"jacobian_ratio: expected sequences of at least 3 steps, got {len(slices)}")
+        state = cell.init_state(x.shape[0], x.device, x.dtype)
+        kept = {}
+        for t, p_t in enumerate(slices):
+            _, state = cell.step(p_t, state)
+            if t in (0, len(slices) - 2):
+                kept[t] = _float_tensors(state)
+        last = _float_tensors(state)
+        starts = list(kept)
+        squares = {t: torch.zeros(x.shape[0]) for t in starts}
+        for _ in range(probes):
+            vs = [torch.randn(s.shape, generator=generator, dtype=s.dtype) for s in last]
+            # one backward pass gives v^T J for both starting points
+            grads = iter(torch.autograd.grad(last, [s for t in starts for s in kept[t]], grad_outputs=vs,
+                                             retain_graph=True, allow_unused=True))
+            for t in starts:
+                for _ in kept[t]:
+                    g = next(grads)
+                    if g is not None:
+                        squares[t] += (g.detach().flatten(1) ** 2).sum(1)
+    model.train(was_training)
+    first, previous = (float((squares[t] / probes).sqrt().mean()) for t in (0, len(slices) - 2))
+    return {"first": first, "previous": previous, "ratio": first / previous if previous else math.nan}
+
+
+def _float_tensors(state) -> List[Any]:
+    import torch
+    if isinstance(state, torch.Tensor):
+        return [state] if state.is_floating_point() and state.requires_grad else []
+    return [t for part in state for t in _float_tensors(part)]
+
+
+# ---- the document ----------------------------------------------------------------------------------
+def _metric_text(value: Optional[float], name: Optional[str]) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{100 * value:.1f}%" if name == "accuracy" else f"{value:.4g}"
+
+
+def _setting(config: Dict[str, Any]) -> str:
+    task = config.get("task", {})
+    options = task.get("options", {})
+    shown = {k: v for k, v in options.items() if k in ("T", "perm_seed", "crop", "n", "source")}
+    return task.get("name", "?") + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
+
+
+def _budget_text(row: Dict[str, Any]) -> str:
+    config, timings = row.get("config") or {}, row.get("timings") or {}
+    options = config.get("task", {}).get("options", {})
+    data = options.get("n_train") or options.get("n")
+    parts = [f"{timings.get('steps')} steps", f"{timings.get('epochs', 0):.2g} epochs",
+             f"batch {config.get('train', {}).get('batch_size')}"]
+    if data:
+        parts.append(f"{data:,} train seqs")
+    elif options.get("source"):
+        parts.append(f"data {options['source']}")
+    return ", ".join(parts)
+
+
+def _analysis_text(data: Dict[str, Dict[str, Any]]) -> str:
+    parts = []
+    if "gradient_vs_lag" in data:
+        g = data["gradient_vs_lag"]
+        parts.append(f"grad at lag {len(g['curve']) - 1} / peak = {format_number(g['ratio'])}")
+    if "jacobian_ratio" in data:
+        j = data["jacobian_ratio"]
+        parts.append(f"‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖ = {format_number(j['ratio'])}")
+    return "; ".join(parts)
+
+
+def run_rows(claim: Claim, measurements: Measurements) -> List[List[str]]:
+    header = ["run", "cell", "task", "budget used", "test metric", "trivial baseline", "params", "train s",
+              "skip %", "analysis", "command"]
+    out = [header]
+    for spec in claim.runs:
+        row = measurements.rows.get(spec.label)
+        if row is None:
+            out.append([spec.label, "", "", "", "not run yet", "", "", "", "", "", ""])
+            continue
+        m, config = row.get("metrics") or {}, row.get("config") or {}
+        name = m.get("metric_name")
+        skip = m.get("skip_fraction")
+        out.append([spec.label, row["cell"], _setting(config), _budget_text(row),
+                    f"{name} {_metric_text(row.get('metric'), name)}" + ("" if row["status"] == "finished"
+                                                                         else f" ({row['status']})"),
+                    _metric_text(m.get("baseline"), name), str(row.get("params")),
+                    f"{row.get('train_time_s') or 0:.1f}", "-" if skip is None else f"{100 * skip:.1f}",
+                    _analysis_text(measurements.analyses.get(spec.label, {})),
+                    f"`{_notes(row)[1]}`"])
+    return out
+
+
+def _notes(row: Dict[str, Any]) -> Tuple[str, str]:
+    """``(reproduce command, train command)`` as kept in a run's notes by :func:`run_config`."""
+    lines = ((row.get("config") or {}).get("notes") or "").splitlines()
+    return (lines[0] if lines else "?"), (lines[1] if len(lines) > 1 else "?")
+
+
+def _commands(measurements: Measurements) -> List[str]:
+    seen: List[str] = []
+    for row in measurements.rows.values():
+        command = _notes(row)[0]
+        if command not in seen:
+            seen.append(command)
+    return seen
+
+
+def _table(rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |"
+              for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def _ours(verdict: Verdict) -> str:
+    values = _unique([pair for r in verdict.checks for pair in r.values])
+    return "; ".join(f"{call} = {_call_value(call, v)}" for call, v in values) or "-"
+
+
+def render(store: str = DEFAULT_STORE, out: str = DEFAULT_DOC, plots_dir: str = DEFAULT_PLOTS,
+           claims: Optional[Sequence[Claim]] = None, plots: bool = True) -> Path:
+    """Write the reproduction document (and its plots) from the store; returns its path."""
+    claims = list(claims if claims is not None else load_claims())
+    stored = Store(store)
+    out_path, plot_root = Path(out), Path(plots_dir)
+    sections, summary = [], [["claim", "paper", "paper's numbers", "ours", "verdict", "budget"]]
+    for claim in claims:
+        budget, measurements = stored.shown_budget(claim)
+        verdict = judge(claim, measurements, budget)
+        figures = make_plots(claim, measurements, plot_root) if plots and measurements.rows else []
+        numbers = "; ".join(f"{n['what']}: {n['value']}" for n in claim.paper_numbers)
+        summary.append([f"[{claim.id}](#{claim.id})", claim.paper, numbers, _ours(verdict),
+                        f"**{verdict.status}**", budget or "-"])
+        sections.append(claim_section(claim, verdict, measurements, budget, figures, out_path.parent))
+    counts = {s: sum(1 for row in summary[1:] if row[4] == f"**{s}**") for s in STATUSES}
+    doc = [
+        "# Reproduction of the papers' headline claims", "",
+        f"Generated by `ltdrnn reproduce report` from `{store}` (do not edit by hand; "
+        "[docs/reproduction.md](docs/reproduction.md) explains how it works and how to re-run a line). "
+        f"Claims: {len(claims)}; " + ", ".join(f"{s}: {n}" for s, n in counts.items()) + ".", "",
+        "Every number of ours below comes from the results database and was produced by the command "
+        "shown with it. Most claims were measured at a reduced `quick` budget that a 2-core CPU "
+        "carries in minutes (stated per claim); `--budget paper` runs the papers' protocols. The machine "
+        "was shared with other jobs, so training times are noisy and only comparable within a claim. "
+        "Verdicts follow each claim's rules: all checks hold -> reproduced, some -> partly, none -> not "
+        "reproduced; a claim with a run missing is 'not run yet'.", "",
+        "## Summary", "", _table(summary), "",
+    ]
+    doc += sections
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text("\n".join(doc))
+    return out_path
+
+
+def claim_section(claim: Claim, verdict: Verdict, measurements: Measurements, budget: Optional[str],
+                  figures: List[Path], doc_dir: Path) -> str:
+    lines = [f"## {claim.id}", "", f"**{claim.title}** ({claim.paper}). {claim.claim}", "",
+             "Paper:", "", _table([["what", "paper's number", "source"]]
+                                 + [[n["what"], n["value"], n["source"]] for n in claim.paper_numbers]), ""]
+    shown = budget or "quick"
+    lines += [f"Run it: `ltdrnn reproduce run {claim.id} --budget quick` ({claim.budgets['quick'].note}); "
+              f"at the paper's budget: `ltdrnn reproduce run {claim.id} --budget paper` "
+              f"({claim.budgets['paper'].note}).", ""]
+    if measurements.rows:
+        commands = _commands(measurements)
+        lines += [f"Ours ({shown} budget), produced by " + ", ".join(f"`{c}`" for c in commands) + ":", "",
+                  _table(run_rows(claim, measurements)), ""]
+    lines += ["Verdict rules: " + "; ".join(f"`{c.expr}` ({c.says})" for c in claim.checks) + ".", "",
+              f"**Verdict: {verdict.status}.** {verdict.reason}", ""]
+    if verdict.status == "not run yet":
+        lines += [f"Not run yet: `ltdrnn reproduce run {claim.id} --budget {shown} --skip-done` trains the "
+                  "missing runs.", ""]
+    for figure in figures:
+        lines += [f"![{figure.stem}]({os.path.relpath(figure, doc_dir)})", ""]
+    return "\n".join(lines)
+
+
+def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Path]:
+    """Learning curves of the claim's runs, and the plots of its analyses."""
+    import torch
+
+    from .analysis.plots import gradient_lag_plot
+    paths = []
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    drawn = False
+    for label, row in measurements.rows.items():
+        points = [(h["step"], h["val_metric"]) for h in row.get("history") or []
+                  if h.get("val_metric") is not None and math.isfinite(h["val_metric"])]
+        if points:
+            ax.plot(*zip(*points), marker=".", label=label)
+            drawn = True
+    if drawn:
+        first = next(iter(measurements.rows.values()))
+        baseline = (first.get("metrics") or {}).get("baseline")
+        if baseline is not None and len({(r.get("metrics") or {}).get("baseline")
+                                         for r in measurements.rows.values()}) == 1:
+            ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="trivial baseline")
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel(f"validation {first.get('metric_name') or 'metric'}")
+        ax.set_title(f"{claim.id}: validation curves")
+        ax.legend(fontsize=7)
+        paths.append(_save(fig, root / f"{claim.id}-curves.png"))
+    else:
+        plt.close(fig)
+    curves = {label: torch.tensor(a["gradient_vs_lag"]["curve"]) for label, a in measurements.analyses.items()
+              if "gradient_vs_lag" in a}
+    if curves:
+        paths.append(gradient_lag_plot(curves, root / f"{claim.id}-gradient-lag.png",
+                                       title=f"{claim.id}: mean ||dL/dstate_(T-tau)|| (100 examples)"))
+    traces = {label: a["jacobian_ratio"]["trace"] for label, a in measurements.analyses.items()
+              if "jacobian_ratio" in a}
+    if traces:
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        for label, trace in traces.items():
+            ax.plot([t["step"] for t in trace], [max(t["ratio"], 1e-30) for t in trace], marker=".", label=label)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("||dh_T/dh_1|| / ||dh_T/dh_(T-1)||\n(float32 underflow drawn at 1e-30)", fontsize=8)
+        ax.set_title(f"{claim.id}: gradient ratio during training")
+        ax.legend(fontsize=7)
+        paths.append(_save(fig, root / f"{claim.id}-jacobian-ratio.png"))
+    return paths
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    _pyplot().close(fig)
+    return path
+
+
+# ---- command line ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ltdrnn reproduce", description="Measure the papers' headline "
+                                     "claims with ltdrnn and publish them in REPRODUCTION.md.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    listing = sub.add_parser("list", help="the claims and their verdicts so far")
+    listing.add_argument("--store", default=DEFAULT_STORE)
+
+    run = sub.add_parser("run", help="train the runs of one or more claims (or 'all') into the store")
+    run.add_argument("claims", nargs="+", metavar="CLAIM", help="claim ids (ltdrnn reproduce list) or 'all'")
+    run.add_argument("--budget", default="quick", choices=BUDGETS)
+    run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default {DEFAULT_STORE})")
+    run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default {DEFAULT_RUNS})")
+    run.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                     help="override applied to every run after the budget, e.g. --set train.threads=1")
+    run.add_argument("--only", help="comma-separated run labels to train (default: all of the claim)")
+    run.add_argument("--skip-done", action="store_true", help="skip labels already stored for this budget")
+    run.add_argument("--report", action="store_true", help="regenerate the document afterwards")
+    run.add_argument("--out", default=DEFAULT_DOC)
+    run.add_argument("--plots", default=DEFAULT_PLOTS)
+    run.add_argument("--progress", action="store_true", help="show a progress bar per run")
+
+    report = sub.add_parser("report", help="write REPRODUCTION.md and its plots from the store")
+    report.add_argument("--store", default=DEFAULT_STORE)
+    report.add_argument("--out", default=DEFAULT_DOC)
+    report.add_argument("--plots", default=DEFAULT_PLOTS)
+    report.add_argument("--no-plots", action="store_true")
+
+    sub.add_parser("check", help="validate the claims table (presets load, cells and tasks registered)")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.command:
+        build_parser().print_help()
+        return 2
+    from .config import ConfigError
+    try:
+        return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report, "check": _cmd_check}[args.command](args)
+    except (ClaimError, ConfigError) as error:
+        print(f"ltdrnn reproduce {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _cmd_list(args) -> int:
+    claims = load_claims()
+    stored = Store(args.store) if Path(args.store).exists() else None
+    for claim in claims:
+        status = "not run yet"
+        if stored is not None:
+            budget, measurements = stored.shown_budget(claim)
+            verdict = judge(claim, measurements, budget)
+            status = verdict.status + (f" ({budget})" if budget else "")
+        print(f"{claim.id:24s} {claim.paper:26s} {len(claim.runs)} runs  {status:28s} {claim.title}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    claims = load_claims()
+    chosen = claims if args.claims == ["all"] else [find_claim(claims, cid) for cid in args.claims]
+    only = [s for s in args.only.split(",") if s] if args.only else None
+    failed = []
+    for claim in chosen:
+        failed += [f"{claim.id}/{label}" for label in
+                   run_claim(claim, args.budget, args.store, args.runs, args.extra, only, args.skip_done,
+                             args.progress, log=lambda line: print(line, flush=True))]
+    if args.report:
+        print(f"written: {render(args.store, args.out, args.plots, claims)}")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cmd_report(args) -> int:
+    path = render(args.store, args.out, args.plots, plots=not args.no_plots)
+    print(f"written: {path}")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    problems = validate(load_claims())
+    for line in problems:
+        print(line)
+    print(f"{len(load_claims())} claims, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
