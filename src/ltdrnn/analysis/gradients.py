@@ -64,11 +64,12 @@ def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info)
     model.train(was_training)
     norms = []
     for tensors in kept:
-        squares = torch.zeros(x.shape[0])
+        # Squares in float64: a float32 gradient of 1e-20 would square to 0 and hide a tiny but real norm.
+        squares = torch.zeros(x.shape[0], dtype=torch.float64)
         for s in tensors:
             g = next(grads)
             if g is not None:
-                squares += (g.detach().flatten(1) ** 2).sum(1)
+                squares += (g.detach().double().flatten(1) ** 2).sum(1)
         norms.append(squares.sqrt().mean())
     return torch.stack(norms).flip(0).detach()
 
@@ -95,11 +96,11 @@ def state_jacobian_norm(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], p
         for p_t in slices[1:]:
             _, state = cell.step(p_t, state)
         last = _state_tensors(state)
-        total = torch.zeros(x.shape[0])
+        total = torch.zeros(x.shape[0], dtype=torch.float64)
         for _ in range(probes):
             vs = [torch.randn(s.shape, generator=generator, dtype=s.dtype) for s in last]
             grads = torch.autograd.grad(last, first, grad_outputs=vs, retain_graph=True, allow_unused=True)
-            total += sum((g.flatten(1) ** 2).sum(1) for g in grads if g is not None)
+            total += sum((g.double().flatten(1) ** 2).sum(1) for g in grads if g is not None)
     model.train(was_training)
     return float((total / probes).sqrt().mean())
 
