@@ -66,7 +66,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .config import ConfigError, RunConfig, load_config, read_file
+from .config import ConfigError, RunConfig, load_config, read_file, yaml_number
 
 DEFAULT_STORAGE = "sqlite:///sweeps.db"
 DISTRIBUTIONS = ("float", "log-float", "int", "categorical")
@@ -224,28 +224,18 @@ def _param(name: str, raw: Any) -> Param:
         choices = raw.get("choices")
         if not isinstance(choices, list) or not choices:
             raise ConfigError(f"{key}.choices: expected a non-empty list, got {choices!r}")
-        return Param(name, kind, choices=[_number(c) for c in choices])
-    low, high = _number(raw.get("low")), _number(raw.get("high"))
+        return Param(name, kind, choices=[yaml_number(c) for c in choices])
+    low, high = yaml_number(raw.get("low")), yaml_number(raw.get("high"))
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
         raise ConfigError(f"{key}: expected numbers low < high, got low={raw.get('low')!r}, high={raw.get('high')!r}")
     if kind == "log-float" and low <= 0:
         raise ConfigError(f"{key}.low: a log-float range must be positive, got {low!r}")
     if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
         raise ConfigError(f"{key}: an int range needs integer bounds, got low={low!r}, high={high!r}")
-    step = _number(raw.get("step"))
+    step = yaml_number(raw.get("step"))
     if step is not None and (kind == "log-float" or not step > 0):
         raise ConfigError(f"{key}.step: expected a positive step (not with log-float), got {step!r}")
     return Param(name, kind, low=low, high=high, step=step)
-
-
-def _number(value: Any) -> Any:
-    # YAML 1.1 reads 1e-4 (no dot) as a string; such values are meant as numbers
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _validate_spec(spec: SweepSpec) -> None:
