@@ -93,6 +93,16 @@ class EulerSteps(nn.Module):
         return f"K={self.steps}, init={self.init}{extra}"
 
 
+def fused_streaming_applies(cell, x_t, state) -> bool:
+    """Whether an Euler cell's ``forward`` may take its lean streaming path (used as the ``streams``
+    method of iRNN and TARNN): no autograd, the fused impl, a plain tensor state and well-formed input;
+    anything unusual (including input that :meth:`Cell.forward` rejects with a clear error) goes the
+    general way."""
+    return (not torch.is_grad_enabled() and not cell.per_time_step and isinstance(state, Tensor)
+            and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == cell.input_size
+            and x_t.dtype == state.dtype == cell.bias.dtype and cell.resolved_impl() == "fused")
+
+
 class ParameterCache:
     """Values derived from some parameters, recomputed only when one of them changes.
 
@@ -313,12 +323,7 @@ class IRNN(Cell):
         h = self._stream_step(x_t, state)
         return h, h
 
-    def streams(self, x_t, state) -> bool:
-        """Whether :meth:`forward` may take the streaming path; anything unusual (including input that
-        :meth:`Cell.forward` rejects with a clear error) goes the general way."""
-        return (not torch.is_grad_enabled() and not self.per_time_step and isinstance(state, Tensor)
-                and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == self.input_size
-                and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
+    streams = fused_streaming_applies
 
     def own_parameters(self) -> tuple:
         return (*self._parameters.values(), self.steps.eta)

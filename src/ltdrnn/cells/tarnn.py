@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..scan import StreamOperands, can_stream_in_kernel, run_stream_kernel, stream_kernel
 from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
 from .irnn import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, EulerSteps, ParameterCache,
-                   final_state_at_lengths, join_counter, scalars, split_counter)
+                   final_state_at_lengths, fused_streaming_applies, join_counter, scalars, split_counter)
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
@@ -210,12 +210,7 @@ class TARNN(Cell):
         s = self._stream_step(x_t, state)
         return s, s
 
-    def streams(self, x_t, state) -> bool:
-        """Whether :meth:`forward` may take the streaming path; anything unusual (including input that
-        :meth:`Cell.forward` rejects with a clear error) goes the general way."""
-        return (not torch.is_grad_enabled() and not self.per_time_step and isinstance(state, Tensor)
-                and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == self.input_size
-                and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
+    streams = fused_streaming_applies
 
     def own_parameters(self) -> tuple:
         return (*self._parameters.values(), self._modules["steps"]._parameters["eta"])
