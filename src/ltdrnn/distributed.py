@@ -37,8 +37,10 @@ when saving and ``load_on_main`` / ``own_entry`` when resuming.
 """
 from __future__ import annotations
 
+import gc
 import os
 import random
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -50,6 +52,9 @@ from torch import nn
 
 # different ranks must draw different dropout masks; the offset keeps rank seeds apart from run seeds
 RANK_SEED_STRIDE = 1_000_003
+
+# every DistributedDataParallel wrapper made by ``wrap_model``, so ``teardown`` can release their reducers
+_WRAPPERS: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 
 
 # ---- the process group ------------------------------------------------------------------------------
@@ -84,11 +89,34 @@ def setup(device: str = "cpu") -> bool:
 
 
 def teardown(created: bool, wait: bool = True) -> None:
-    """End the process group if ``setup`` created it; with ``wait``, after every rank has arrived."""
+    """End the process group if ``setup`` created it; with ``wait``, after every rank has arrived.
+
+    The DDP wrappers' reducers are released first (``release_wrappers``), whatever still refers to the
+    wrappers (a failed run's traceback does).
+    """
     if created and dist.is_initialized():
         if wait:
             dist.barrier()
+        release_wrappers()
         dist.destroy_process_group()
+
+
+def release_wrappers() -> None:
+    """Free the reducer (and its logger) of every DDP wrapper ``wrap_model`` made; the wrappers become
+    unusable for training.
+
+    Why: a reducer holds the process group through a C++ pointer whose destructor keeps the GIL. If the
+    reducer is freed after ``destroy_process_group`` it is the group's last owner, and destroying a gloo
+    group joins its worker threads, one of which may still need the GIL to free its last finished work:
+    a deadlock. It was seen (gdb) when a rank's run failed and the traceback kept the wrapper alive past
+    the teardown. Freed here, while the group is still registered, the reducer drops one reference only,
+    and ``destroy_process_group`` frees the group with the GIL released.
+    """
+    gc.collect()  # wrappers that are garbage in reference cycles go now, while the group is alive
+    for wrapper in list(_WRAPPERS):
+        for name in ("logger", "reducer"):
+            wrapper.__dict__.pop(name, None)
+    _WRAPPERS.clear()
 
 
 @contextmanager
@@ -167,7 +195,9 @@ def wrap_model(model: nn.Module, device: torch.device) -> nn.Module:
     if not active():
         return model
     device_ids = [device.index] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    wrapper = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    _WRAPPERS.add(wrapper)
+    return wrapper
 
 
 # ---- data -------------------------------------------------------------------------------------------
