@@ -62,6 +62,17 @@ def test_unknown_key_exits_2_with_the_key_and_the_valid_ones(tmp_path, capsys):
     assert "unknown config key 'train.stepz'" in err and "steps" in err and "batch_size" in err
 
 
+def test_train_overrides_may_follow_the_options_in_order_and_other_strays_are_refused(capsys):
+    from ltdrnn.cli import parse
+    args = parse(["train", "quick/toy-lstm", "optim.lr=1", "--run-dir", "d", "optim.lr=2", "--quiet", "train.steps=3"])
+    assert args.overrides == ["optim.lr=1", "optim.lr=2", "train.steps=3"] and args.run_dir == "d" and args.quiet
+    with pytest.raises(SystemExit) as refused:
+        parse(["train", "quick/toy-lstm", "--run-dir", "d", "stray"])
+    assert refused.value.code == 2 and "unrecognized arguments: stray" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(["report", "train.steps=3"])  # only train takes overrides
+
+
 def test_bench_and_sweep_are_handed_over_with_their_arguments(monkeypatch, capsys):
     seen = {}
     fake = types.ModuleType("ltdrnn.bench")

@@ -27,7 +27,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return _delegate(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if not getattr(args, "handler", None):
         build_parser().print_help()
         return 2
@@ -37,6 +37,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as error:
         print(f"ltdrnn {args.command}: {error}", file=sys.stderr)
         return 2
+
+
+def parse(argv: List[str]) -> argparse.Namespace:
+    """Parse a command line; ``train`` takes its KEY=VALUE overrides before or after the options
+    (argparse alone stops collecting a positional list at the first option)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "train":
+        late = [item for item in extra if "=" in item and not item.startswith("-")]
+        args.overrides = [*args.overrides, *late]
+        extra = [item for item in extra if item not in late]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:

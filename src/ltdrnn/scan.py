@@ -1,4 +1,5 @@
-"""Shared machinery for running recurrences fast: closed forms and small compiled kernels.
+"""Shared machinery for running recurrences fast: helpers of the cells' fused loops (activations into
+buffers, a cache of parameter-derived operands), closed forms and small compiled kernels.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base` (time-major ``(T, B, H)``).
 
@@ -190,6 +191,51 @@ def _madvise():
 def pointer(tensor: Tensor | None) -> ctypes.c_void_p:
     """The data address of a contiguous CPU tensor for a C call (NULL for None)."""
     return ctypes.c_void_p(None if tensor is None else tensor.data_ptr())
+
+# ---- helpers of the fused loops (hand-written forward and backward over a sequence) ------------------
+ACTIVATION_INTO = {
+    # phi(x, out=buffer), for the fused loops
+    "relu": lambda x, out: torch.clamp_min(x, 0, out=out),
+    "tanh": lambda x, out: torch.tanh(x, out=out),
+    "sigmoid": lambda x, out: torch.sigmoid(x, out=out),
+}
+ACTIVATION_BACKWARD_INTO = {
+    # gradient through phi from phi's output, written into ``out``: the backward needs only that output
+    "relu": lambda grad, y, out: torch.ops.aten.threshold_backward.grad_input(grad, y, 0, grad_input=out),
+    "tanh": lambda grad, y, out: torch.ops.aten.tanh_backward.grad_input(grad, y, grad_input=out),
+    "sigmoid": lambda grad, y, out: torch.ops.aten.sigmoid_backward.grad_input(grad, y, grad_input=out),
+}
+
+
+class ParameterCache:
+    """Values derived from some parameters, recomputed only when one of them changes.
+
+    The key is every given tensor's storage and version counter, so in-place optimiser updates,
+    ``load_state_dict`` and ``module.to(...)`` invalidate it.
+    """
+
+    def __init__(self) -> None:
+        self.key, self.value = None, None
+
+    def get(self, tensors, compute, extra=None):
+        """The cached ``compute()``, recomputed when a tensor or the hashable ``extra`` changes."""
+        key = (tuple((p.data_ptr(), p._version) for p in tensors), extra)
+        if key != self.key:
+            self.key, self.value = key, compute()
+        return self.value
+
+
+def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
+    """The state after each sequence's last true step, from the unmasked outputs ``(T, B, H)``."""
+    if lengths is None:
+        return outputs[-1]
+    index = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, -1, outputs.shape[-1])
+    return outputs.gather(0, index)[0]
+
+
+def scalars(values: Tensor) -> list:
+    """Python floats of a small parameter, for the fused loops (no graph, no per-step tensor ops)."""
+    return [float(v) for v in values.detach().reshape(-1).tolist()]
 
 
 # ---- closed forms -------------------------------------------------------------------------------------

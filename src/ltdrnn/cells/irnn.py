@@ -1,5 +1,5 @@
 """iRNN, the incremental RNN (Kag, Zhang & Saligrama, ICLR 2020), and the Euler-step helpers it shares
-with TARNN.
+with TARNN (the step sizes, the step counter in the state, the streaming predicate).
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. The paper runs K Euler steps of an ODE per time
 step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equilibrium of the ODE:
@@ -23,22 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
 from .base import (Cell, State, activation as activation_function, check_choice, check_positive_float,
                    check_positive_int, mask_outputs)
 from .registry import ParamCount, register
 
-ACTIVATION_INTO = {
-    # phi(x, out=buffer), for the fused loops
-    "relu": lambda x, out: torch.clamp_min(x, 0, out=out),
-    "tanh": lambda x, out: torch.tanh(x, out=out),
-    "sigmoid": lambda x, out: torch.sigmoid(x, out=out),
-}
-ACTIVATION_BACKWARD_INTO = {
-    # gradient through phi from phi's output, written into ``out``: the backward needs only that output
-    "relu": lambda grad, y, out: torch.ops.aten.threshold_backward.grad_input(grad, y, 0, grad_input=out),
-    "tanh": lambda grad, y, out: torch.ops.aten.tanh_backward.grad_input(grad, y, grad_input=out),
-    "sigmoid": lambda grad, y, out: torch.ops.aten.sigmoid_backward.grad_input(grad, y, grad_input=out),
-}
 
 
 class EulerSteps(nn.Module):
@@ -103,24 +92,6 @@ def fused_streaming_applies(cell, x_t, state) -> bool:
             and x_t.dtype == state.dtype == cell.bias.dtype and cell.resolved_impl() == "fused")
 
 
-class ParameterCache:
-    """Values derived from some parameters, recomputed only when one of them changes.
-
-    The key is every given tensor's storage and version counter, so in-place optimiser updates,
-    ``load_state_dict`` and ``module.to(...)`` invalidate it.
-    """
-
-    def __init__(self) -> None:
-        self.key, self.value = None, None
-
-    def get(self, tensors, compute, extra=None):
-        """The cached ``compute()``, recomputed when a tensor or the hashable ``extra`` changes."""
-        key = (tuple((p.data_ptr(), p._version) for p in tensors), extra)
-        if key != self.key:
-            self.key, self.value = key, compute()
-        return self.value
-
-
 def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:
     """``state -> (h, counter)``; the counter is None unless step sizes are per time step."""
     if cell_per_time_step:
@@ -130,19 +101,6 @@ def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tenso
 
 def join_counter(h: Tensor, counter: Tensor | None) -> State:
     return h if counter is None else (h, counter)
-
-
-def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
-    """The state after each sequence's last true step, from the unmasked outputs ``(T, B, H)``."""
-    if lengths is None:
-        return outputs[-1]
-    index = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, -1, outputs.shape[-1])
-    return outputs.gather(0, index)[0]
-
-
-def scalars(values: Tensor) -> list:
-    """Python floats of a small parameter, for the fused loops (no graph, no per-step tensor ops)."""
-    return [float(v) for v in values.detach().reshape(-1).tolist()]
 
 
 @register(

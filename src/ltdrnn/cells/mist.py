@@ -14,10 +14,9 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..scan import (StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, release,
+from ..scan import (ParameterCache, StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, release,
                     run_stream_kernel, scratch_buffer, stream_kernel)
 from .base import Cell, check_positive_int, mask_outputs
-from .irnn import ParameterCache
 from .registry import ParamCount, register
 
 _TABLE1 = ("MIST paper Table 1 (pMNIST, d=1, H=139): ~42,000 for the whole model; the cell has 40,326 "

@@ -19,9 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
-from ..scan import StreamOperands, can_stream_in_kernel, run_stream_kernel, stream_kernel
+from ..scan import ParameterCache, StreamOperands, can_stream_in_kernel, run_stream_kernel, stream_kernel
 from .base import Cell, FinalStateRecorder, State, check_choice, check_positive_float, mask_outputs
-from .irnn import ParameterCache
 from .registry import register
 
 _PAPER = ("Hartvigsen, Sen, Kong & Rundensteiner 2020, Learning to Selectively Update State Neurons "

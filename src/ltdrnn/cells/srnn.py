@@ -13,11 +13,10 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..scan import (StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, pointer,
+from ..scan import (ParameterCache, StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, pointer,
                     relu_accumulate, release, run_stream_kernel, scratch_buffer, stream_kernel)
 from .base import (Cell, check_choice, check_nonnegative_int, check_positive_int,
                    mask_outputs)
-from .irnn import ParameterCache
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..scan import StreamOperands, can_stream_in_kernel, run_stream_kernel, stream_kernel
+from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, StreamOperands, can_stream_in_kernel,
+                    final_state_at_lengths, run_stream_kernel, scalars, stream_kernel)
 from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
-from .irnn import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, EulerSteps, ParameterCache,
-                   final_state_at_lengths, fused_streaming_applies, join_counter, scalars, split_counter)
+from .irnn import EulerSteps, fused_streaming_applies, join_counter, split_counter
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
