@@ -73,6 +73,17 @@ def test_train_overrides_may_follow_the_options_in_order_and_other_strays_are_re
         parse(["report", "train.steps=3"])  # only train takes overrides
 
 
+def test_missing_runs_checkpoints_and_stores_exit_2_naming_the_path(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", str(tmp_path / "nowhere")]) == 2
+    assert f"{tmp_path / 'nowhere'}: no such run directory or checkpoint file" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "empty")]) == 2
+    assert "has no checkpoint (best.pt or last.pt)" in capsys.readouterr().err
+    assert main(["report", "--store", str(tmp_path / "none.db"), "--out", str(tmp_path / "r")]) == 2
+    assert "no results database there" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "r").exists()
+
+
 def test_bench_and_sweep_are_handed_over_with_their_arguments(monkeypatch, capsys):
     seen = {}
     fake = types.ModuleType("ltdrnn.bench")

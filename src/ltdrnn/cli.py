@@ -34,7 +34,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .config import ConfigError
     try:
         return args.handler(args) or 0
-    except ConfigError as error:
+    except (ConfigError, FileNotFoundError) as error:
         print(f"ltdrnn {args.command}: {error}", file=sys.stderr)
         return 2
 
@@ -142,6 +142,9 @@ def cmd_eval(args) -> int:
 
 def cmd_report(args) -> int:
     from .results import render_report
+    if "://" not in args.store and not Path(args.store).is_file():
+        raise FileNotFoundError(f"--store {args.store}: no results database there (train or run something "
+                                "first, or name the database that holds the results)")
     paths = render_report(args.store, args.out, study=args.study, plots=not args.no_plots)
     print(paths["markdown"].read_text())
     print(f"\nwritten: {paths['markdown']}, {paths['html']}")

@@ -81,15 +81,28 @@ def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
 def evaluate_checkpoint(path: str | Path, split: str = "test", overrides: Optional[List[str]] = None
                         ) -> Dict[str, float]:
     """Metrics of a saved checkpoint (``best.pt``/``last.pt`` or a run dir) on ``split``."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / BEST if (path / BEST).exists() else path / CHECKPOINT
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(checkpoint_file(path), map_location="cpu", weights_only=False)
     cfg = load_config(checkpoint["config"], overrides)
     task = build_task(cfg.task.name, **cfg.task.options)
     model = build_model(cfg.model, task.info)
     model.load_state_dict(checkpoint["model"])
     return evaluate(model, task, split, cfg.train.eval_batch_size or cfg.train.batch_size)[0]
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """``path`` itself if it is a file, else the run directory's ``best.pt`` (or ``last.pt``).
+
+    Raises FileNotFoundError naming what was looked for."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such run directory or checkpoint file")
+    for name in (BEST, CHECKPOINT):
+        if (path / name).is_file():
+            return path / name
+    raise FileNotFoundError(f"{path}: the run directory has no checkpoint ({BEST} or {CHECKPOINT}); "
+                            "was the run started with this directory?")
 
 
 def seed_everything(seed: int) -> None:

@@ -27,6 +27,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Opti
     from ..config import load_config
     from ..models import build_model
     from ..tasks import build_task
+    from ..train import checkpoint_file
 
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
@@ -34,8 +35,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Opti
     if unknown:
         raise ValueError(f"plots: unknown kind {sorted(unknown)[0]!r}; expected some of {', '.join(KINDS)}")
     wanted = set(kinds or KINDS)
-    checkpoint = torch.load(run_dir / ("best.pt" if (run_dir / "best.pt").exists() else "last.pt"),
-                            map_location="cpu", weights_only=False)
+    checkpoint = torch.load(checkpoint_file(run_dir), map_location="cpu", weights_only=False)
     cfg = load_config(checkpoint["config"])
     task = build_task(cfg.task.name, **cfg.task.options)
     model = build_model(cfg.model, task.info)
