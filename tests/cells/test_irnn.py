@@ -124,6 +124,8 @@ def test_eta_per_time_step_uses_the_row_of_each_true_time_step():
     assert state[1].tolist() == [6, 6, 6]
     with pytest.raises(ValueError, match="max_length"):
         cell.scan(x[:1], state)
+    with pytest.raises(ValueError, match="max_length"):  # too long from the first step
+        cell.scan(torch.randn(7, 3, 2, dtype=DT))
 
 
 def test_parameter_count_formula():

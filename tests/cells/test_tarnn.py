@@ -174,6 +174,8 @@ def test_eta_per_time_step_carries_a_counter_and_checks_max_length():
     assert state[1].tolist() == [5, 5, 5]
     with pytest.raises(ValueError, match="max_length"):
         cell.scan(x[:1], state)
+    with pytest.raises(ValueError, match="max_length"):  # too long from the first step
+        cell.scan(torch.randn(6, 3, 2, dtype=DT))
 
 
 @pytest.mark.parametrize("options,match", [

@@ -77,6 +77,12 @@ class EulerSteps(nn.Module):
                              f"steps, but this call reaches time step {last}; build the cell with a "
                              f"larger max_length")
 
+    def check_scan(self, state: State | None, steps: int) -> None:
+        """Raise unless a scan of ``steps`` time steps from ``state`` (None: from step 0) stays within
+        ``max_length``; nothing to check without per-time-step step sizes."""
+        if self.per_time_step:
+            self.check_room(torch.zeros(1, dtype=torch.long) if state is None else state[1], steps)
+
     def extra_repr(self) -> str:
         extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
         return f"K={self.steps}, init={self.init}{extra}"
@@ -246,10 +252,7 @@ class IRNN(Cell):
 
     def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
              impl: str | None = None) -> Tuple[Tensor, State]:
-        if state is not None:
-            self.steps.check_room(split_counter(self.per_time_step, state)[1], x.shape[0])
-        elif self.per_time_step:
-            self.steps.check_room(torch.zeros(1, dtype=torch.long), x.shape[0])
+        self.steps.check_scan(state, x.shape[0])
         return super().scan(x, state, lengths, impl)
 
     # ---- the fused path ----------------------------------------------------------------------------

@@ -169,10 +169,7 @@ class TARNN(Cell):
 
     def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
              impl: str | None = None) -> Tuple[Tensor, State]:
-        if state is not None:
-            self.steps.check_room(split_counter(self.per_time_step, state)[1], x.shape[0])
-        elif self.per_time_step:
-            self.steps.check_room(torch.zeros(1, dtype=torch.long), x.shape[0])
+        self.steps.check_scan(state, x.shape[0])
         return super().scan(x, state, lengths, impl)
 
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
