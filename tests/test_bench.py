@@ -4,7 +4,6 @@ Nothing here asserts a speed: the runs use tiny shapes (T=8, B=2, H=4) and only 
 what the benchmark derives from its own measurements is checked.
 """
 import json
-import math
 
 import pytest
 import torch

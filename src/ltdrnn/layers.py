@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .cells.base import Cell, State, check_nonnegative_int, check_positive_int, map_state
+from .cells.base import Cell, State, check_positive_int, map_state
 from .cells.registry import build
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]

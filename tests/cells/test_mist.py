@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ltdrnn
+from stream_helpers import check_streaming_matches_reference
 
 
 def make(input_size=3, hidden_size=6, seed=0, **options):
@@ -169,25 +170,6 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallbacks, through the
     cell and through the layer's step."""
     import ltdrnn.cells.mist as module
-    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
-    calls = []
-    real = ltdrnn.scan.run_stream_kernel
-    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
     cell = make(num_delays=num_delays)
-    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 6)
     x, history0 = torch.randn(12, batch, 3), torch.randn(batch, cell.history_size, 6)
-    for _ in range(2):
-        expected, expected_final = cell.scan(x, history0, impl="reference")
-        with torch.no_grad():
-            for run in (cell, lambda x_t, s: layer.step(x_t, s[None])):
-                state, outputs = history0, []
-                for x_t in x:
-                    h, state = run(x_t, state)
-                    state = state[0] if state.dim() == 4 else state
-                    outputs.append(h)
-                torch.testing.assert_close(torch.stack(outputs), expected.detach())
-                torch.testing.assert_close(state, expected_final.detach())
-            for p in cell.parameters():     # an optimiser step: the cached operands must follow
-                p.mul_(1.1)
-    used = kernels and batch <= ltdrnn.scan.STREAM_MAX_BATCH and ltdrnn.scan.load_kernel("stream_step")
-    assert (len(calls) > 0) == bool(used)
+    check_streaming_matches_reference(monkeypatch, module, kernels, cell, x, history0)

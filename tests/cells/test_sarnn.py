@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import ltdrnn
+from stream_helpers import check_streaming_matches_reference
 from ltdrnn.cells.sarnn import hard_sigmoid, skip_fraction
 
 
@@ -215,34 +216,17 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallback, through the cell
     and through the layer's step: outputs, masks, probabilities and the budget."""
     import ltdrnn.cells.sarnn as module
-    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
-    calls = []
-    real = ltdrnn.scan.run_stream_kernel
-    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
+
+    def expected(cell):
+        mask, prob = cell.aux["update_mask"], cell.aux["update_prob"]
+        assert 0 < mask.mean() < 1      # both updated and skipped units occur
+        # the budget is the mean update probability; summed over the steps it is the scan's budget
+        return {"mask": mask, "prob": prob, "budget": prob.mean(dim=(1, 2))}
+
+    def step(cell):
+        return {"mask": cell.aux["update_mask"][0], "prob": cell.aux["update_prob"][0],
+                "budget": cell.losses()["budget"]}
+
     cell = make(slope=1.5, impl=impl)
-    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 8)
-    x, h0 = torch.randn(10, batch, 3), torch.randn(batch, 8)
-    for _ in range(2):
-        expected, expected_final = cell.scan(x, h0, impl="reference")
-        expected_aux = dict(cell.aux)
-        assert 0 < expected_aux["update_mask"].mean() < 1      # both updated and skipped units occur
-        with torch.no_grad():
-            for run in (cell, lambda x_t, h: layer.step(x_t, h[None])):
-                state, outputs, masks, probs, budget = h0, [], [], [], 0
-                for x_t in x:
-                    h, state = run(x_t, state)
-                    state = state[0] if state.dim() == 3 else state
-                    outputs.append(h)
-                    masks.append(cell.aux["update_mask"][0])
-                    probs.append(cell.aux["update_prob"][0])
-                    budget = budget + cell.losses()["budget"]
-                torch.testing.assert_close(torch.stack(outputs), expected.detach())
-                torch.testing.assert_close(state, expected_final.detach())
-                torch.testing.assert_close(torch.stack(masks), expected_aux["update_mask"])
-                torch.testing.assert_close(torch.stack(probs), expected_aux["update_prob"].detach())
-                torch.testing.assert_close(budget, expected_aux["update_prob"].sum(0).mean().detach())
-            for p in cell.parameters():     # an optimiser step: the cached operands must follow
-                p.mul_(1.1)
-        cell.set_epoch(5)                   # and so must a new slope
-    used = kernels and batch <= ltdrnn.scan.STREAM_MAX_BATCH and ltdrnn.scan.load_kernel("stream_step")
-    assert (len(calls) > 0) == bool(used)
+    check_streaming_matches_reference(monkeypatch, module, kernels, cell, torch.randn(10, batch, 3),
+                                      torch.randn(batch, 8), step_records=step, expected_records=expected)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ltdrnn
+from stream_helpers import check_streaming_matches_reference
 from ltdrnn import scan as scan_module
 from ltdrnn.cells.srnn import SRNNCell, shift_relu_closed_form
 
@@ -231,28 +232,9 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback, through
     the cell and through the layer's step."""
     import ltdrnn.cells.srnn as module
-    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
-    calls = []
-    real = scan_module.run_stream_kernel
-    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
     cell = make(hyper_size=5, **options)
-    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 16)
     x, h0 = torch.randn(10, batch, 3), torch.randn(batch, 16)
-    for _ in range(2):
-        expected, expected_final = cell.scan(x, h0, impl="reference")
-        with torch.no_grad():
-            for run in (cell, lambda x_t, h: layer.step(x_t, h[None])):
-                state, outputs = h0, []
-                for x_t in x:
-                    h, state = run(x_t, state)
-                    state = state[0] if state.dim() == 3 else state
-                    outputs.append(h)
-                torch.testing.assert_close(torch.stack(outputs), expected.detach())
-                torch.testing.assert_close(state, expected_final.detach())
-            for p in cell.parameters():     # an optimiser step: the cached operands must follow
-                p.mul_(1.1)
-    used = kernels and batch <= scan_module.STREAM_MAX_BATCH and scan_module.load_kernel("stream_step")
-    assert (len(calls) > 0) == bool(used)
+    check_streaming_matches_reference(monkeypatch, module, kernels, cell, x, h0)
 
 
 @pytest.mark.parametrize("input_size", [1, 4, 5, 9])

@@ -5,6 +5,7 @@ import torch
 from torch.autograd.functional import jacobian
 
 import ltdrnn
+from stream_helpers import check_streaming_matches_reference
 from ltdrnn.cells.tarnn import TARNN
 
 DT = torch.float64
@@ -269,29 +270,8 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, options):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback."""
     import ltdrnn.cells.tarnn as module
-    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
-    calls = []
-    real = ltdrnn.scan.run_stream_kernel
-    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
     torch.manual_seed(0)
     cell = TARNN(3, 8, eta=0.2, **options)
-    layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 8)
-    x = torch.randn(10, batch, 3)
-    for _ in range(2):
-        expected, expected_final = cell.scan(x, impl="reference")
-        expected_beta = cell.aux["beta"]
-        with torch.no_grad():
-            for run in (cell, lambda x_t, s: layer.step(x_t, None if s is None else s[None])):
-                state, outputs, betas = None, [], []
-                for x_t in x:
-                    h, state = run(x_t, state)
-                    state = state[0] if state.dim() == 3 else state
-                    outputs.append(h)
-                    betas.append(cell.aux["beta"][0])
-                torch.testing.assert_close(torch.stack(outputs), expected.detach())
-                torch.testing.assert_close(state, expected_final.detach())
-                torch.testing.assert_close(torch.stack(betas), expected_beta)
-            for p in cell.parameters():     # an optimiser step: the cached operands must follow
-                p.mul_(1.1)
-    used = kernels and batch <= ltdrnn.scan.STREAM_MAX_BATCH and ltdrnn.scan.load_kernel("stream_step")
-    assert (len(calls) > 0) == bool(used)
+    check_streaming_matches_reference(monkeypatch, module, kernels, cell, torch.randn(10, batch, 3), None,
+                                      step_records=lambda c: {"beta": c.aux["beta"][0]},
+                                      expected_records=lambda c: {"beta": c.aux["beta"]})
