@@ -96,6 +96,49 @@ def test_checkpoints_hold_the_resolved_config(tmp_path):
     assert not list((tmp_path / "run").glob("*.tmp"))
 
 
+def test_malloc_tuning_is_applied_unless_turned_off(tmp_path, monkeypatch):
+    import ltdrnn.train as train_module
+    calls = []
+    monkeypatch.setattr(train_module, "tune_malloc", lambda: calls.append(1) or True)
+    run(tmp_path / "on", ["train.steps=2"])
+    run(tmp_path / "off", ["train.steps=2", "train.malloc_tuning=false"])
+    assert calls == [1]
+
+
+MALLOC_PROBE = """
+import ctypes, sys, torch
+from ltdrnn.scan import tune_malloc
+libc = ctypes.CDLL("libc.so.6")
+if not hasattr(libc, "mallinfo2"):
+    sys.exit(3)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                 "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+def mmapped_by(size):
+    before = libc.mallinfo2().hblkhd
+    block = torch.empty(size, dtype=torch.uint8)
+    return libc.mallinfo2().hblkhd - before
+size = 64 << 20
+print(mmapped_by(size) >= size, tune_malloc(), mmapped_by(size))
+"""
+
+
+def test_tune_malloc_serves_large_blocks_from_the_heap():
+    """In a fresh process (the setting is process-wide): a 64 MB block is mmap-ed with glibc's
+    defaults and comes from the heap after ``tune_malloc``."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # glibc's defaults
+    done = subprocess.run([sys.executable, "-c", MALLOC_PROBE], capture_output=True, text=True, timeout=120,
+                          env=env)
+    if done.returncode == 3:
+        pytest.skip("not glibc >= 2.33 (no mallinfo2)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "0"]
+
+
 def test_lr_halves_every_tau_epochs(tmp_path):
     # 64 training items / batch 16 = 4 steps per epoch; tau = 2 epochs
     record = run(tmp_path, ["train.epochs=5", "train.steps=null", "train.batch_size=16", "train.eval_every=0",

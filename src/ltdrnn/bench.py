@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import ctypes
 import faulthandler
 import inspect
 import io
@@ -45,16 +44,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor, nn
 
+from .scan import MALLOC_ENV, tune_malloc
+
 SCHEMA = "ltdrnn.bench/1"
 LSTM, GRU = "nn.LSTM", "nn.GRU"
 TORCH_SUBJECTS = (LSTM, GRU)
 SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip", "malloc")
 DEFAULT_SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip")
 
-# glibc mallopt parameters (malloc.h) and the equivalent environment variables
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-TRIM_THRESHOLD = 2 ** 31 - 1
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
 
 # ---- what is measured ------------------------------------------------------------------------------
@@ -601,7 +598,7 @@ def memory_probe(spec: Dict[str, Any]) -> Dict[str, Any]:
 def timing_probe(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Run inside a fresh process: median training step seconds of each subject (interleaved)."""
     if spec["mode"] == "mallopt":
-        apply_malloc_tuning()
+        tune_malloc()
     prepare_process(spec["threads"], False)
     shape = Shape(**spec["shape"])
     x = shape.batch(spec["batch"])
@@ -681,22 +678,12 @@ def measure_malloc(subjects: Sequence[Subject], settings: Settings, errors: List
 
 
 # ---- the machine -------------------------------------------------------------------------------------
-def apply_malloc_tuning() -> bool:
-    """Tell glibc to serve large blocks from the heap and never trim it (what the MALLOC_* variables
-    do), so that the big temporaries of every step reuse memory instead of new zeroed pages."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    except (OSError, AttributeError):
-        return False
-
-
 def prepare_process(threads: int, malloc_tuning: bool) -> bool:
     """Settings every measuring process shares; returns whether the malloc tuning is active."""
     torch.set_flush_denormal(True)
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    tuned = apply_malloc_tuning() if malloc_tuning else False
+    tuned = tune_malloc() if malloc_tuning else False
     return tuned or all(os.environ.get(k) == v for k, v in MALLOC_ENV.items())
 
 

@@ -104,6 +104,8 @@ class TrainConfig:
     (0: only at evaluations). ``track_gradients``: record ||dh_T/dh_1|| at every evaluation.
     ``select_on``: the validation quantity that picks the checkpoint used for the test: the task's
     ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy).
+    ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
+    (:func:`ltdrnn.scan.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     """
     epochs: Optional[int] = None
     steps: Optional[int] = None
@@ -120,6 +122,7 @@ class TrainConfig:
     progress: bool = True
     latency: bool = True
     threads: Optional[int] = None
+    malloc_tuning: bool = True
     select_on: str = "metric"
 
 

@@ -238,6 +238,30 @@ def scalars(values: Tensor) -> list:
     return [float(v) for v in values.detach().reshape(-1).tolist()]
 
 
+# ---- the process's allocator ---------------------------------------------------------------------------
+# glibc mallopt parameters (malloc.h) and the environment variables that set the same at start-up
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+TRIM_THRESHOLD = 2 ** 31 - 1
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+
+
+def tune_malloc() -> bool:
+    """Tell glibc to serve large blocks from the heap and never trim it (what the ``MALLOC_*``
+    variables do); returns whether it took effect (False off glibc).
+
+    Why: with glibc's defaults every large block is mmap-ed and returned on free, so each training
+    step of a long sequence writes its big buffers into fresh zeroed pages (page faults at a few GB/s).
+    With the tuning, freed blocks are reused: measured 1.2-1.3x faster training steps for our cells and
+    1.5-1.9x for nn.LSTM/nn.GRU (docs/benchmarks.md). The cost: memory freed after a peak stays with
+    the process. It changes the whole process and cannot be undone, so callers make it optional.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    except (OSError, AttributeError):
+        return False
+
+
 # ---- closed forms -------------------------------------------------------------------------------------
 def relu_accumulate(c: Tensor, g0: Tensor) -> Tensor:
     """Solve ``g_t = max(0, g_{t-1} + c_t)`` for all t at once.

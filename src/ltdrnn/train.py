@@ -36,6 +36,7 @@ from . import distributed as D
 from . import metrics as M
 from .config import ConfigError, RunConfig, load_config, save_config
 from .models import build_model
+from .scan import tune_malloc
 from .tasks.base import build_task
 
 CHECKPOINT = "last.pt"
@@ -69,6 +70,8 @@ def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
     torch.set_flush_denormal(True)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    if cfg.train.malloc_tuning:
+        tune_malloc()
     with D.process_group(cfg.train.device):
         run = Run(cfg, resume)
         record = run.fit(list(callbacks), list(on_validation))
@@ -474,7 +477,7 @@ def version_info() -> Dict[str, Any]:
 
 
 # settings that change how a run is watched, not what it computes
-_COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads"}
+_COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads", "train.malloc_tuning"}
 
 
 def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
