@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
+from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, empty_buffer, final_state_at_lengths,
+                    scalars)
 from .base import (Cell, State, activation as activation_function, check_choice, check_positive_float,
                    check_positive_int, mask_outputs)
 from .registry import ParamCount, register
@@ -357,14 +358,16 @@ class _FusedIRNN(torch.autograd.Function):
         phi = ACTIVATION_INTO[act]
         x, h = x.detach(), h0.detach()
         flat_x = x.reshape(-1, x.shape[-1])
-        c = torch.addmm(bias.detach(), flat_x, weight.detach().t()).view(steps, batch, hidden)
+        # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
+        c = empty_buffer((steps, batch, hidden), flat_x)
+        torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
         m = _dense_operator(first.detach(), second.detach())
         m_t = m.t().contiguous()
         keep = any(ctx.needs_input_grad)   # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
-        phis = c.new_empty(k, span, batch, hidden)
-        inputs = c.new_empty(k, span, batch, hidden)       # y_0 of every step is filled in after the loop
-        outputs = c.new_empty(steps, batch, hidden)
+        phis = empty_buffer((k, span, batch, hidden), c)
+        inputs = empty_buffer((k, span, batch, hidden), c)   # y_0 of every step is filled in after the loop
+        outputs = empty_buffer((steps, batch, hidden), c)
         pre, last = c.new_empty(batch, hidden), c.new_empty(batch, hidden)
         for t in range(steps):
             slot = t if keep else 0

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, StreamOperands, can_stream_in_kernel,
-                    final_state_at_lengths, run_stream_kernel, scalars, stream_kernel)
+                    empty_buffer, final_state_at_lengths, run_stream_kernel, scalars, stream_kernel)
 from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
 from .irnn import EulerSteps, fused_streaming_applies, join_counter, split_counter
 from .registry import ParamCount, register
@@ -308,8 +308,9 @@ class _FusedTARNN(torch.autograd.Function):
         training = any(ctx.needs_input_grad)
         store = training and k == 1 and gate == "inside"
         in_place = store or not training    # P is needed again only by a recomputing backward
-        phis, gs = (p.new_empty(steps, k, batch, hidden) if store else p.new_empty(0) for _ in range(2))
-        betas, outputs = p.new_empty(steps, batch, hidden), p.new_empty(steps, batch, hidden)
+        # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
+        phis, gs = (empty_buffer((steps, k, batch, hidden), p) if store else p.new_empty(0) for _ in range(2))
+        betas, outputs = empty_buffer((steps, batch, hidden), p), empty_buffer((steps, batch, hidden), p)
         w_t = state_weights.detach().t().contiguous()
         slots = zip(phis.unbind(0), gs.unbind(0)) if store else ((None, None) for _ in range(steps))
         for p_t, beta_t, out_t, (phi_t, g_t) in zip(p.unbind(0), betas.unbind(0), outputs.unbind(0), slots):
