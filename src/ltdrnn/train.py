@@ -339,7 +339,8 @@ class Run:
             "run_id": self.run_id, "config": self.cfg.to_dict(), "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-            "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank, "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+            "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank,
+            "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "best": self.best, "history": self.history, "train_time": self.train_time, "status": self.status,
             "running": self.running,
         }, self.run_dir / CHECKPOINT)
