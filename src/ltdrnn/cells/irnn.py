@@ -1,5 +1,4 @@
-"""iRNN, the incremental RNN (Kag, Zhang & Saligrama, ICLR 2020), and the Euler-step helpers it shares
-with TARNN (the step sizes, the step counter in the state, the streaming predicate).
+"""iRNN, the incremental RNN (Kag, Zhang & Saligrama, ICLR 2020).
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. The paper runs K Euler steps of an ODE per time
 step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equilibrium of the ODE:
@@ -27,87 +26,9 @@ from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, e
                     scalars)
 from .base import (Cell, State, activation as activation_function, check_choice, check_positive_float,
                    check_positive_int, mask_outputs)
+from .euler import EulerSteps, fused_streaming_applies, join_counter, split_counter
 from .registry import ParamCount, register
 
-
-
-class EulerSteps(nn.Module):
-    """The learned Euler step sizes ``eta``, per Euler step and optionally per time step.
-
-    ``eta`` is ``(K,)``, or ``(max_length, K)`` with ``per_time_step=True`` (the paper's ``eta_k^i``);
-    in that case the cell's state carries a step counter ``(B,)`` int64 so that chunked and streamed
-    runs use the row of the true time step.
-    """
-
-    def __init__(self, steps: int, init: float, per_time_step: bool, max_length: int | None,
-                 factory: dict) -> None:
-        super().__init__()
-        self.steps = check_positive_int("K", steps)
-        self.init = check_positive_float("eta", init)
-        if not isinstance(per_time_step, bool):
-            raise TypeError(f"eta_per_time_step: expected a bool, got {per_time_step!r}")
-        self.per_time_step = per_time_step
-        if per_time_step:
-            if max_length is None:
-                raise ValueError("max_length: expected a positive integer when eta_per_time_step=True "
-                                 "(one row of step sizes per time step), got None")
-            self.max_length = check_positive_int("max_length", max_length)
-        elif max_length is not None:
-            raise ValueError(f"max_length: only used with eta_per_time_step=True; expected None, "
-                             f"got {max_length!r}")
-        else:
-            self.max_length = None
-        shape = (self.max_length, steps) if per_time_step else (steps,)
-        self.eta = nn.Parameter(torch.empty(shape, **factory))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.constant_(self.eta, self.init)
-
-    def at(self, counter: Tensor | None) -> Tensor:
-        """Step sizes of one time step: ``(K,)``, or ``(B, K)`` for the sequences' counters ``(B,)``."""
-        return self.eta if counter is None else self.eta[counter]
-
-    def check_room(self, counter: Tensor | None, steps: int) -> None:
-        """Raise unless every sequence can run ``steps`` more time steps within ``max_length``."""
-        if counter is None or counter.numel() == 0:
-            return
-        last = int(counter.max()) + steps
-        if last > self.max_length:
-            raise ValueError(f"max_length: the per-time-step step sizes cover {self.max_length} time "
-                             f"steps, but this call reaches time step {last}; build the cell with a "
-                             f"larger max_length")
-
-    def check_scan(self, state: State | None, steps: int) -> None:
-        """Raise unless a scan of ``steps`` time steps from ``state`` (None: from step 0) stays within
-        ``max_length``; nothing to check without per-time-step step sizes."""
-        if self.per_time_step:
-            self.check_room(torch.zeros(1, dtype=torch.long) if state is None else state[1], steps)
-
-    def extra_repr(self) -> str:
-        extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
-        return f"K={self.steps}, init={self.init}{extra}"
-
-
-def fused_streaming_applies(cell, x_t, state) -> bool:
-    """Whether an Euler cell's ``forward`` may take its lean streaming path (used as the ``streams``
-    method of iRNN and TARNN): no autograd, the fused impl, a plain tensor state and well-formed input;
-    anything unusual (including input that :meth:`Cell.forward` rejects with a clear error) goes the
-    general way."""
-    return (not torch.is_grad_enabled() and not cell.per_time_step and isinstance(state, Tensor)
-            and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == cell.input_size
-            and x_t.dtype == state.dtype == cell.bias.dtype and cell.resolved_impl() == "fused")
-
-
-def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:
-    """``state -> (h, counter)``; the counter is None unless step sizes are per time step."""
-    if cell_per_time_step:
-        return state[0], state[1]
-    return state, None
-
-
-def join_counter(h: Tensor, counter: Tensor | None) -> State:
-    return h if counter is None else (h, counter)
 
 
 @register(
@@ -176,7 +97,8 @@ class IRNN(Cell):
     def __init__(self, input_size: int, hidden_size: int, K: int = 1, rank: int | None = 16,
                  projection: bool = True, alpha: float = 1.0, learn_alpha: bool = False, eta: float = 1e-2,
                  eta_per_time_step: bool = False, max_length: int | None = None, start: str = "zero",
-                 activation: str = "relu", impl: str = "auto", device=None, dtype=None) -> None:
+                 activation: str = "relu", eta_param: str = "exp", impl: str = "auto", device=None,
+                 dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.K = check_positive_int("K", K)
         self.rank = None if rank is None else check_positive_int("rank", rank)
@@ -191,7 +113,7 @@ class IRNN(Cell):
         self.start = check_choice("start", start, ("zero", "state"))
         self.activation = activation
         self.phi = activation_function(activation)
-        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
         self._stream_cache = ParameterCache()
         self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
@@ -288,7 +210,7 @@ class IRNN(Cell):
     streams = fused_streaming_applies
 
     def own_parameters(self) -> tuple:
-        return (*self._parameters.values(), self.steps.eta)
+        return (*self._parameters.values(), self.steps.parameter)
 
     def _stream_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         """One step without autograd: a few ops on matrices cached until a parameter changes."""
@@ -306,7 +228,7 @@ class IRNN(Cell):
         first, second = self.recurrent_operator()
         m = first if second is None else _dense_operator(first, second)
         alpha = float(self.alpha())
-        return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.eta), alpha
+        return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.values()), alpha
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, State]:
@@ -323,7 +245,7 @@ class IRNN(Cell):
         if second is None:
             second = first.new_empty(0)
         alpha = self.log_alpha.exp() if self.learn_alpha else x.new_tensor(self.alpha_init)
-        outputs = _FusedIRNN.apply(x, weight, bias, state, first, second, self.steps.eta, alpha,
+        outputs = _FusedIRNN.apply(x, weight, bias, state, first, second, self.steps.values(), alpha,
                                    self.activation, 1.0 if self.start == "zero" else 2.0)
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
 

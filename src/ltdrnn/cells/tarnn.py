@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, StreamOperands, can_stream_in_kernel,
                     empty_buffer, final_state_at_lengths, run_stream_kernel, scalars, stream_kernel)
 from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
-from .irnn import EulerSteps, fused_streaming_applies, join_counter, split_counter
+from .euler import EulerSteps, fused_streaming_applies, join_counter, split_counter
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
@@ -84,8 +84,8 @@ class TARNN(Cell):
 
     def __init__(self, input_size: int, hidden_size: int, K: int = 5, A: str = "identity",
                  activation: str = "relu", gate: str = "inside", eta: float = 0.01,
-                 eta_per_time_step: bool = False, max_length: int | None = None, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+                 eta_per_time_step: bool = False, max_length: int | None = None, eta_param: str = "exp",
+                 impl: str = "auto", device=None, dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.A_kind = check_choice("A", A, ("identity", "coupled"))
         if A == "coupled" and hidden_size % 2:
@@ -94,7 +94,7 @@ class TARNN(Cell):
         self.activation = activation
         self.phi = activation_function(activation)
         self.gate = check_choice("gate", gate, ("inside", "outside"))
-        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
         self.K = self.steps.steps
         h, d = hidden_size, input_size
         self.weight_B1 = nn.Parameter(torch.empty(h, d, **self.factory))
@@ -210,7 +210,7 @@ class TARNN(Cell):
     streams = fused_streaming_applies
 
     def own_parameters(self) -> tuple:
-        return (*self._parameters.values(), self._modules["steps"]._parameters["eta"])
+        return (*self._parameters.values(), self.steps.parameter)
 
     def _stream_in_kernel(self, x_t: Tensor, s: Tensor) -> Tensor | None:
         """``s_m`` from one call of the compiled streaming step (recording ``aux``), or None where it
@@ -235,7 +235,7 @@ class TARNN(Cell):
                                                                     self._stream_operands)
         batch = x_t.shape[0]
         if batch not in chains:
-            chains[batch] = _EulerChain(self.K, batch, self.hidden_size, scalars(self.steps.eta),
+            chains[batch] = _EulerChain(self.K, batch, self.hidden_size, scalars(self.steps.values()),
                                         self.activation, self.A_kind, self.gate, self.weight_U, s)
         out, beta = torch.empty_like(s), torch.empty_like(s)
         p_t = torch.addmm(bias, x_t, weight_t)
@@ -247,7 +247,7 @@ class TARNN(Cell):
         weight, bias = self.input_weights()
         state_weights = self.state_weights()
         kernel_operands = StreamOperands(
-            (weight, bias, state_weights, self.weight_U, self.steps.eta),
+            (weight, bias, state_weights, self.weight_U, self.steps.values()),
             (self.input_size, self.hidden_size, self.K, _ACTIVATION_CODES[self.activation],
              int(self.A_kind == "coupled"), int(self.gate == "inside")))
         return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
@@ -265,7 +265,7 @@ class TARNN(Cell):
                 h = self._stream_step(x[0], state)
             return h.unsqueeze(0), h
         outputs, betas = _FusedTARNN.apply(x, *self.input_weights(), state, self.state_weights(),
-                                           self.weight_U, self.steps.eta, self.activation, self.A_kind,
+                                           self.weight_U, self.steps.values(), self.activation, self.A_kind,
                                            self.gate)
         self.aux["beta"] = mask_outputs(betas, lengths)
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)

@@ -1,0 +1,125 @@
+"""What the two Euler-step cells, TARNN (:mod:`ltdrnn.cells.tarnn`) and iRNN (:mod:`ltdrnn.cells.irnn`),
+share: the learned step sizes, the step counter in the state, and the streaming predicate.
+
+Both papers analyse ``z_i = z_{i-1} + eta_i F(z_{i-1})`` with a step size ``eta > 0``; a negative step
+turns the ODE's damping into anti-damping. A raw learned ``eta`` of 1e-3 under Adam at lr 1e-2 changes
+sign within three optimiser steps (measured; see docs/cells/tarnn.md), so the step sizes are positive
+by construction, ``eta = exp(log_eta)``, unless the literal raw parameter is asked for.
+"""
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .base import State, check_choice, check_positive_float, check_positive_int
+
+ETA_PARAMS = ("exp", "raw")
+
+
+class EulerSteps(nn.Module):
+    """The learned Euler step sizes ``eta``, per Euler step and optionally per time step.
+
+    ``eta`` is ``(K,)``, or ``(max_length, K)`` with ``per_time_step=True`` (the paper's ``eta_k^i``);
+    in that case the cell's state carries a step counter ``(B,)`` int64 so that chunked and streamed
+    runs use the row of the true time step.
+
+    ``param="exp"`` (default) learns ``log_eta`` and uses ``eta = exp(log_eta) > 0``; ``param="raw"``
+    learns ``eta`` itself, as printed (it can change sign under training). :meth:`values` gives ``eta``
+    either way; :meth:`assign_` sets it.
+    """
+
+    def __init__(self, steps: int, init: float, per_time_step: bool, max_length: int | None,
+                 factory: dict, param: str = "exp") -> None:
+        super().__init__()
+        self.steps = check_positive_int("K", steps)
+        self.init = check_positive_float("eta", init)
+        self.param = check_choice("eta_param", param, ETA_PARAMS)
+        if not isinstance(per_time_step, bool):
+            raise TypeError(f"eta_per_time_step: expected a bool, got {per_time_step!r}")
+        self.per_time_step = per_time_step
+        if per_time_step:
+            if max_length is None:
+                raise ValueError("max_length: expected a positive integer when eta_per_time_step=True "
+                                 "(one row of step sizes per time step), got None")
+            self.max_length = check_positive_int("max_length", max_length)
+        elif max_length is not None:
+            raise ValueError(f"max_length: only used with eta_per_time_step=True; expected None, "
+                             f"got {max_length!r}")
+        else:
+            self.max_length = None
+        shape = (self.max_length, steps) if per_time_step else (steps,)
+        name = "log_eta" if self.param == "exp" else "eta"
+        self.register_parameter(name, nn.Parameter(torch.empty(shape, **factory)))
+        self.reset_parameters()
+
+    @property
+    def parameter(self) -> nn.Parameter:
+        """The learned tensor: ``log_eta`` or, with ``param="raw"``, ``eta``."""
+        return self.log_eta if self.param == "exp" else self.eta
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.parameter, math.log(self.init) if self.param == "exp" else self.init)
+
+    def values(self) -> Tensor:
+        """``eta``: ``(K,)`` or ``(max_length, K)``, differentiable in the learned tensor."""
+        return self.log_eta.exp() if self.param == "exp" else self.eta
+
+    @torch.no_grad()
+    def assign_(self, eta) -> None:
+        """Set ``eta`` (a number or a tensor broadcastable to its shape); positive with ``param="exp"``."""
+        eta = torch.as_tensor(eta, dtype=self.parameter.dtype, device=self.parameter.device)
+        if self.param == "exp":
+            if not bool((eta > 0).all()):
+                raise ValueError("eta: expected positive step sizes with eta_param='exp', got "
+                                 f"{eta.min().item()!r} as the smallest")
+            eta = eta.log()
+        self.parameter.copy_(eta.expand_as(self.parameter))
+
+    def at(self, counter: Tensor | None) -> Tensor:
+        """Step sizes of one time step: ``(K,)``, or ``(B, K)`` for the sequences' counters ``(B,)``."""
+        eta = self.values()
+        return eta if counter is None else eta[counter]
+
+    def check_room(self, counter: Tensor | None, steps: int) -> None:
+        """Raise unless every sequence can run ``steps`` more time steps within ``max_length``."""
+        if counter is None or counter.numel() == 0:
+            return
+        last = int(counter.max()) + steps
+        if last > self.max_length:
+            raise ValueError(f"max_length: the per-time-step step sizes cover {self.max_length} time "
+                             f"steps, but this call reaches time step {last}; build the cell with a "
+                             f"larger max_length")
+
+    def check_scan(self, state: State | None, steps: int) -> None:
+        """Raise unless a scan of ``steps`` time steps from ``state`` (None: from step 0) stays within
+        ``max_length``; nothing to check without per-time-step step sizes."""
+        if self.per_time_step:
+            self.check_room(torch.zeros(1, dtype=torch.long) if state is None else state[1], steps)
+
+    def extra_repr(self) -> str:
+        extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
+        return f"K={self.steps}, init={self.init}, param={self.param!r}{extra}"
+
+
+def fused_streaming_applies(cell, x_t, state) -> bool:
+    """Whether an Euler cell's ``forward`` may take its lean streaming path (used as the ``streams``
+    method of iRNN and TARNN): no autograd, the fused impl, a plain tensor state and well-formed input;
+    anything unusual (including input that :meth:`Cell.forward` rejects with a clear error) goes the
+    general way."""
+    return (not torch.is_grad_enabled() and not cell.per_time_step and isinstance(state, Tensor)
+            and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == cell.input_size
+            and x_t.dtype == state.dtype == cell.bias.dtype and cell.resolved_impl() == "fused")
+
+
+def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:
+    """``state -> (h, counter)``; the counter is None unless step sizes are per time step."""
+    if cell_per_time_step:
+        return state[0], state[1]
+    return state, None
+
+
+def join_counter(h: Tensor, counter: Tensor | None) -> State:
+    return h if counter is None else (h, counter)
