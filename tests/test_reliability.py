@@ -205,7 +205,7 @@ def test_a_float_written_without_a_dot_is_a_number_in_a_file_too(tmp_path):
     assert cfg.optim.lr == 0.001 and cfg.model.options["eps"] == 0.05
 
 
-@pytest.mark.parametrize("name", ["../../../etc/passwd", "quick/../../cli", "/etc/passwd", "quick//toy-lstm"])
+@pytest.mark.parametrize("name", ["../../nosuch/x", "quick/../../cli", "quick//toy-lstm", "./quick/toy-lstm"])
 def test_a_preset_name_cannot_leave_the_presets(name):
     with pytest.raises(ConfigError, match="packaged preset name"):
         load_config(name)

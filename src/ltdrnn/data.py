@@ -52,7 +52,7 @@ def integer_labels(values, name: str) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     bad = ~np.isfinite(values) | (values != np.round(values))
     if bad.any():
-        raise DataFileError(f"{name}: expected whole-number class labels, got {values[bad][0]!r}")
+        raise DataFileError(f"{name}: expected whole-number class labels, got {float(values[bad][0])!r}")
     return values.astype(np.int64)
 
 

@@ -45,8 +45,9 @@ def _parse_dimension(text: str, path: Path, line_no: int) -> np.ndarray:
         raise DataFileError(f"{path}:{line_no}: time-stamped series '(t,v)' are not supported; "
                             "expected comma-separated values")
     try:
-        values = np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")],
-                          dtype=np.float32)
+        with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused below
+            values = np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")],
+                              dtype=np.float32)
     except ValueError as error:
         raise DataFileError(f"{path}:{line_no}: expected comma-separated numbers, got {text[:40]!r}") from error
     if np.isinf(values).any():  # an infinity, or a number beyond float32's range; '?' marks missing values
