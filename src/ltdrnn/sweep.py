@@ -515,7 +515,7 @@ def train_objective(trial, cfg: RunConfig) -> float:
             trial.report(value, entry["step"])
             return trial.should_prune()
 
-        record = train(cfg, resume=True, on_validation=[report])
+        record = train(cfg, resume="auto", on_validation=[report])
     metrics = record["metrics"]
     for key, value in (("run_id", record["id"]), ("run_status", record["status"]),
                        ("test_metric", metrics["metric"]), ("metric_name", metrics["metric_name"])):
