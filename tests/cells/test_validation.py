@@ -132,3 +132,15 @@ def test_sarnn_warns_when_trained_past_its_gradient_limit(monkeypatch):
         cell.scan(torch.randn(4, 2, D))          # at the limit
         with torch.no_grad():
             cell.scan(torch.randn(5, 2, D))      # inference: gradients are not computed
+
+
+def test_checking_a_state_draws_no_random_numbers():
+    # random_updates' init_state draws its key from torch's generator; the check must leave it alone
+    cell = _cell("random_updates")
+    state = cell.init_state(2)
+    torch.manual_seed(5)
+    cell.scan(torch.randn(3, 2, D), state)
+    after_check = torch.rand(1)
+    torch.manual_seed(5)
+    torch.randn(3, 2, D)
+    assert torch.equal(after_check, torch.rand(1))

@@ -209,9 +209,15 @@ class Cell(nn.Module):
         key = (batch_size, like.dtype, like.device)
         layouts = self.__dict__.setdefault("_state_layouts", {})
         if key not in layouts:
-            layouts[key] = state_layout(self.init_state(batch_size, like.device, like.dtype))
+            layouts[key] = state_layout(self._expected_state(batch_size, like))
         if state_layout(state) != layouts[key]:
-            check_state_like(state, self.init_state(batch_size, like.device, like.dtype), name)
+            check_state_like(state, self._expected_state(batch_size, like), name)
+
+    def _expected_state(self, batch_size: int, like: Tensor) -> State:
+        # init_state may draw random numbers (random_updates' key); checking must not consume them, or
+        # a resumed run would draw differently from an uninterrupted one
+        with torch.random.fork_rng(devices=[]):
+            return self.init_state(batch_size, like.device, like.dtype)
 
     def _any_parameter(self, required: bool = True) -> Tensor | None:
         # The cell's own parameters first: walking ``parameters()`` costs ~5 us, a lot per streamed step.
