@@ -9,7 +9,7 @@ import ltdrnn
 from ltdrnn.cells.base import GradientGrowthWarning
 from ltdrnn.cells.registry import build, list_cells
 
-D, H = 3, 8
+D, H = 3, 16  # clockwork needs H >= its 10 modules, iRNN H >= its default rank 16
 
 
 def _cell(name, **options):
@@ -34,7 +34,7 @@ def test_lstm_with_a_state_one_unit_too_wide_raises_instead_of_reaching_torchs_o
     cell = _cell("lstm")
     h, c = cell.init_state(4)
     wide = (torch.zeros(4, H + 1), torch.zeros(4, H + 1))
-    with pytest.raises(ValueError, match=r"state\[0\]: expected a tensor of shape \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"state\[0\]: expected a tensor of shape \(4, 16\)"):
         cell(torch.randn(4, D), wide)
 
 
