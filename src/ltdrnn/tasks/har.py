@@ -83,11 +83,11 @@ def _numbers(raw: bytes, name: str, columns: Optional[int]) -> np.ndarray:
         # numpy's C parser: no Python object per number, so memory stays a small multiple of the file
         table = np.loadtxt(io.BytesIO(raw), dtype=np.float32, ndmin=2)
     except (ValueError, UnicodeDecodeError) as error:
-        reason = " ".join(str(error).split())[:200]
-        raise DataFileError(f"{name}: expected {columns or 1} whitespace-separated numbers per line "
+        reason = " ".join(str(error).split(";")[0].split())[:200]  # numpy's advice after ';' does not apply
+        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, whitespace-separated "
                             f"({reason}; truncated file?). {HOW_TO_GET}") from None
     if table.shape[0] == 0 or table.shape[1] != (columns or 1):
-        raise DataFileError(f"{name}: expected lines of {columns or 1} numbers, got a table of shape "
+        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, got a table of shape "
                             f"{table.shape} (truncated file?). {HOW_TO_GET}")
     if not np.isfinite(table).all():
         raise DataFileError(f"{name}: expected finite numbers, got NaN or infinity. {HOW_TO_GET}")
