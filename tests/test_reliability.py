@@ -1,11 +1,9 @@
 """Issue 14: safe checkpoint loading, resuming, the results store under load, temp files, config limits,
 and the CLI's one-line errors."""
 import os
-import pickle
 import sqlite3
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,8 @@ from harness_helpers import install, tiny_config
 from ltdrnn.cli import main
 from ltdrnn.config import MAX_CONFIG_VALUES, ConfigError, load_config
 from ltdrnn.results import ResultStore
-from ltdrnn.train import (CHECKPOINT, CheckpointError, StoreError, TrainingInterrupted, atomic_save,
-                          load_checkpoint, remove_stale_temp_files, train)
+from ltdrnn.train import (CheckpointError, StoreError, atomic_save, load_checkpoint, remove_stale_temp_files,
+                          train)
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +55,8 @@ def test_a_crafted_checkpoint_runs_no_code(tmp_path, command, capsys):
         _plant_payload(run_dir / name, marker)
     config = str(run_dir / "config.yaml")
     argv = {"eval": ["eval", str(run_dir)], "plot": ["plot", str(run_dir), "--kinds", "curves"],
-            "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--quiet"]}[command]
+            "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--quiet"],
+            }[command]
     assert main(argv) == 2
     assert not marker.exists()
     err = capsys.readouterr().err
@@ -172,7 +171,8 @@ def test_interrupt_prints_the_resume_hint_and_exits_130(tmp_path, capsys, monkey
         if state["step"] == 3:
             raise KeyboardInterrupt
     original = trainer.Run.fit
-    monkeypatch.setattr(trainer.Run, "fit", lambda self, callbacks, judges=(): original(self, [ctrl_c], judges))
+    monkeypatch.setattr(trainer.Run, "fit",
+                        lambda self, callbacks, judges=(): original(self, [ctrl_c], judges))
     run_dir = tmp_path / "run"
     code = main(["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(run_dir), "--quiet"])
     assert code == 130

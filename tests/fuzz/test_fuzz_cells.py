@@ -28,7 +28,11 @@ _BUILT = {}
 def cell_of(name):
     if name not in _BUILT:
         torch.manual_seed(0)
-        _BUILT[name] = build(name, D, H, **({"K": 2} if name in ("tarnn", "irnn") else {}))
+        _BUILT[name] = build(name, D, H, **_small(name))
+
+
+def _small(name):
+    return {"K": 2} if name in ("tarnn", "irnn") else {}
     return _BUILT[name]
 
 
@@ -59,9 +63,9 @@ def inputs(draw, name):
     state = draw(st.sampled_from(["none", "good", "good", "batch", "width", "dtype", "kind"]))
     good = cell.init_state(max(batch, 1))
     tensors = list(good) if isinstance(good, tuple) else [good]
-    change = {"none": None, "good": lambda t: t.clone(), "batch": lambda t: t[:1].repeat(batch + 1, *[1] * (t.dim() - 1)),
-              "width": lambda t: torch.cat([t, t[..., :1]], -1), "dtype": lambda t: t.double(),
-              "kind": None}[state]
+    change = {"none": None, "good": lambda t: t.clone(),
+              "batch": lambda t: t[:1].repeat(batch + 1, *[1] * (t.dim() - 1)),
+              "width": lambda t: torch.cat([t, t[..., :1]], -1), "dtype": lambda t: t.double(), "kind": None}[state]
     if state == "none":
         state = None
     elif state == "kind":
@@ -145,7 +149,7 @@ def test_the_layer_equals_each_sequence_run_alone(name, data):
     try:
         torch.manual_seed(0)
         layer = ltdrnn.Recurrent(name, D, H, num_layers=data.draw(st.integers(1, 2)), batch_first=batch_first,
-                                 bidirectional=bidirectional, **({"K": 2} if name in ("tarnn", "irnn") else {}))
+                                 bidirectional=bidirectional, **_small(name))
     except (ValueError, TypeError) as error:
         assert_names_a_parameter(error)
         return

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixture_data import idx_bytes, toy_rows, write_batches, write_har, write_ptb, write_seizure, write_ts, write_wav
+from fixture_data import (idx_bytes, toy_rows, write_batches, write_har, write_ptb, write_seizure, write_ts,
+                          write_wav)
 from ltdrnn.data import DataFileError
 from ltdrnn.tasks.cifar import parse_batch
 from ltdrnn.tasks.har import read_har_part

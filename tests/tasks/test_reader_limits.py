@@ -1,7 +1,6 @@
 """Issue 14: the data readers refuse damaged or crafted files with a DataFileError naming the file,
 and never read more than their size cap."""
 import gzip
-import io
 import pickle
 import struct
 import tracemalloc
@@ -104,7 +103,8 @@ def _har_zip(tmp_path, replace=None):
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
         for path in sorted((tmp_path / "src").rglob("*.txt")):
             name = str(path.relative_to(tmp_path / "src"))
-            handle.writestr(name, replace(name) if replace and replace(name) is not None else path.read_bytes())
+            swapped = replace(name) if replace else None
+            handle.writestr(name, swapped if swapped is not None else path.read_bytes())
     return archive
 
 
