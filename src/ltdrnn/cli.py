@@ -1,7 +1,7 @@
 """The ``ltdrnn`` command.
 
     ltdrnn run [--group quick]                 the comparison: every preset of a group, table + report
-    ltdrnn train PRESET|FILE [key.sub=value ...] [--resume --run-dir DIR]
+    ltdrnn train PRESET|FILE [key.sub=value ...] [--resume[=auto] --run-dir DIR]
     ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
     ltdrnn report [--store results.db] [--out report] [--study NAME]
     ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
