@@ -6,3 +6,19 @@ from pathlib import Path
 TESTS = str(Path(__file__).resolve().parent)
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
+
+# Property-based (fuzz) tests, tests/fuzz: the "ci" profile, the default, is derandomised (the same
+# examples on every run) with a fixed budget per test, so the suite stays deterministic and inside CI's
+# time; HYPOTHESIS_PROFILE=explore searches with fresh random examples and a larger budget.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the fuzz tests skip themselves without Hypothesis
+    pass
+else:
+    import os
+
+    _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+    settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None, database=None,
+                              print_blob=True, suppress_health_check=_QUIET)
+    settings.register_profile("explore", max_examples=500, deadline=None, suppress_health_check=_QUIET)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,7 +1,7 @@
 """The ``ltdrnn`` command.
 
     ltdrnn run [--group quick]                 the comparison: every preset of a group, table + report
-    ltdrnn train PRESET|FILE [key.sub=value ...] [--resume --run-dir DIR]
+    ltdrnn train PRESET|FILE [key.sub=value ...] [--resume[=auto] --run-dir DIR]
     ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
     ltdrnn report [--store results.db] [--out report] [--study NAME]
     ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
@@ -24,19 +24,34 @@ DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltd
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run one command; a user mistake ends as one line on stderr and exit code 2, Ctrl-C as 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATED:
-        return _delegate(argv[0], argv[1:])
-    args = parse(argv)
-    if not getattr(args, "handler", None):
-        build_parser().print_help()
-        return 2
-    from .config import ConfigError
+    command = argv[0] if argv and not argv[0].startswith("-") else ""
     try:
+        if command in DELEGATED:
+            return _delegate(command, argv[1:])
+        args = parse(argv)
+        if not getattr(args, "handler", None):
+            build_parser().print_help()
+            return 2
         return args.handler(args) or 0
-    except (ConfigError, FileNotFoundError) as error:
-        print(f"ltdrnn {args.command}: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"ltdrnn {command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if not is_user_error(error):
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        print(f"ltdrnn {command}: {message}", file=sys.stderr)
         return 2
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` reports bad input or a bad environment rather than a bug: value errors (which
+    name the parameter), files that cannot be read or written, missing optional extras, and the
+    package's own errors (a stored run, an unwritable results store). Bugs keep their traceback."""
+    return (isinstance(error, (ValueError, OSError, ImportError))
+            or type(error).__module__.split(".")[0] == "ltdrnn")
 
 
 def parse(argv: List[str]) -> argparse.Namespace:
@@ -74,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train one configuration")
     train.add_argument("config", help="preset name (ltdrnn list presets) or YAML/JSON file")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 train.steps=500")
-    train.add_argument("--resume", action="store_true", help="continue from RUN_DIR/last.pt")
+    train.add_argument("--resume", nargs="?", const=True, default=False, choices=(True, "auto"),
+                       type=lambda value: value if value == "auto" else _bad_resume(value),
+                       help="continue from RUN_DIR/last.pt (an error if there is none); --resume=auto "
+                       "starts a new run when there is no checkpoint; a finished run stores its row "
+                       "if the store lacks it")
     train.add_argument("--run-dir", help="run directory (needed for --resume)")
     train.add_argument("--store", help="results database (overrides the config's results)")
     train.add_argument("--no-store", action="store_true", help="do not write a results row")
@@ -113,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- commands ----------------------------------------------------------------------------------------
+def _bad_resume(value: str):
+    raise argparse.ArgumentTypeError(f"expected nothing or 'auto' (--resume or --resume=auto), got {value!r}")
+
+
 def cmd_train(args) -> int:
     from .config import load_config
     from .train import train

@@ -268,10 +268,53 @@ def parse_override(text: str) -> tuple[List[str], Any]:
 def _read_scalar(raw: str) -> Any:
     import yaml
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw, "override")
     except yaml.YAMLError:
         return raw
     return yaml_number(value)
+
+
+#: Most values (scalars, list items, mapping entries) a config may hold once YAML aliases are expanded;
+#: presets hold under a hundred. Nested aliases multiply (``&a [*b, *b, ...]``): a dozen lines can
+#: stand for billions of values, which the trainer would copy and save.
+MAX_CONFIG_VALUES = 10_000
+
+# YAML 1.2 floats: YAML 1.1 (PyYAML) reads 1e-3, without a dot, as a string
+_FLOAT = (r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+          r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_LOADER: list = []
+
+
+def load_yaml(text: str, origin: str) -> Any:
+    """``yaml.safe_load(text)`` with ``1e-3`` read as a number, refusing data that expands (through
+    aliases) to more than :data:`MAX_CONFIG_VALUES` values; ``origin`` names the source in errors."""
+    import yaml
+    if not _LOADER:
+        import re
+
+        class Loader(yaml.SafeLoader):
+            pass
+        Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT), list("-+0123456789."))
+        _LOADER.append(Loader)
+    data = yaml.load(text, Loader=_LOADER[0])
+    check_size(data, origin)
+    return data
+
+
+def check_size(data: Any, origin: str, limit: int = MAX_CONFIG_VALUES) -> None:
+    """Raise ConfigError if ``data``, with shared (aliased) parts counted every time they appear, holds
+    more than ``limit`` values; stops counting at the limit, so the check itself stays cheap."""
+    pending, count = [data], 0
+    while pending:
+        node = pending.pop()
+        count += 1
+        if count > limit:
+            raise ConfigError(f"{origin}: expected at most {limit} values once YAML aliases are expanded, "
+                              "got more (nested aliases?)")
+        if isinstance(node, dict):
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
 
 
 def yaml_number(value: Any) -> Any:
@@ -306,11 +349,20 @@ def read_file(path: Union[str, Path]) -> Dict[str, Any]:
     """Plain data from a YAML (``.yaml``/``.yml``) or JSON file."""
     path = Path(path)
     text = path.read_text()
-    if path.suffix == ".json":
-        data = json.loads(text)
-    else:
-        import yaml
-        data = yaml.safe_load(text) or {}
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+            check_size(data, str(path))
+        else:
+            data = load_yaml(text, str(path)) or {}
+    except ConfigError:
+        raise
+    except ValueError as error:  # json.JSONDecodeError
+        raise ConfigError(f"{path}: not valid JSON ({error})") from None
+    except Exception as error:
+        if type(error).__module__.split(".")[0] != "yaml":
+            raise
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -367,12 +419,14 @@ def preset_data(name: str) -> Dict[str, Any]:
 
 
 def _read_preset(name: str) -> Dict[str, Any]:
+    if not isinstance(name, str) or any(part in ("", ".", "..") or "\\" in part for part in name.split("/")):
+        raise ConfigError(f"preset {name!r}: expected a packaged preset name such as tarnn/adding-750 "
+                          "(no empty, '.' or '..' parts) or an existing config file")
     item = _preset_root().joinpath(*f"{name}.yaml".split("/"))
     if not item.is_file():
         known = list_presets()
         raise ConfigError(f"preset {name!r}: no such preset or file; presets: {', '.join(known)}")
-    import yaml
-    data = yaml.safe_load(item.read_text()) or {}
+    data = load_yaml(item.read_text(), f"preset {name!r}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"preset {name!r}: expected a mapping at the top level")
     return data

@@ -41,6 +41,31 @@ class DataFileError(ValueError):
     """A dataset file exists but has the wrong checksum, format or size."""
 
 
+#: Most bytes a reader takes from one file or archive member. The largest real one, a CIFAR-10 batch,
+#: is 31 MB; the cap keeps a small crafted archive (a zip bomb) from filling the memory.
+MAX_MEMBER_BYTES = 256 << 20
+
+
+def integer_labels(values, name: str) -> np.ndarray:
+    """``values`` as int64 class labels, or a DataFileError naming ``name`` if one is not a whole number
+    (a label 2.9 is a damaged file, not class 2)."""
+    values = np.asarray(values, dtype=np.float64)
+    bad = ~np.isfinite(values) | (values != np.round(values))
+    if bad.any():
+        raise DataFileError(f"{name}: expected whole-number class labels, got {float(values[bad][0])!r}")
+    return values.astype(np.int64)
+
+
+def read_capped(stream, name: str, limit: int = MAX_MEMBER_BYTES) -> bytes:
+    """All bytes of the open binary ``stream`` (a file, a zip or tar member, a gzip stream), or a
+    DataFileError naming ``name`` if there are more than ``limit``; never reads more than ``limit + 1``."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise DataFileError(f"{name}: larger than {limit} bytes (uncompressed), far beyond the real "
+                            "dataset's files; not read")
+    return data
+
+
 def data_dir(path: Optional[PathLike] = None) -> Path:
     """The data root: ``path`` if given, else ``$LTDRNN_DATA``, else ``~/.cache/ltdrnn``."""
     if path is not None:

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .cells.base import Cell, State, check_positive_int, map_state
+from .cells.base import (Cell, State, check_lengths, check_positive_int, check_state_like, describe,
+                         map_state, state_layout)
 from .cells.registry import build
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
@@ -57,7 +58,9 @@ class Recurrent(nn.Module):
             raise TypeError(f"bidirectional: expected a bool, got {bidirectional!r}")
         self.dropout = float(dropout)
         self.bidirectional = bidirectional
-        self.batch_first = bool(batch_first)
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first: expected a bool, got {batch_first!r}")
+        self.batch_first = batch_first
         self.num_directions = 2 if bidirectional else 1
         factory = _cell_factory(cell)
         self.cells = nn.ModuleList(
@@ -80,7 +83,7 @@ class Recurrent(nn.Module):
         else:
             x, unbatched = self._time_major(input)
         batch, steps = x.shape[1], x.shape[0]
-        lengths = self._check_lengths(lengths, batch, steps, x.device)
+        lengths = check_lengths(lengths, batch, steps, x.device)
         states = self._split_state(state, batch, x, unbatched)
 
         finals: List[State] = []
@@ -114,7 +117,7 @@ class Recurrent(nn.Module):
                              "the whole sequence); use forward")
         if not isinstance(x_t, Tensor) or x_t.dim() not in (1, 2):
             raise ValueError(f"x_t: expected a tensor of shape (B, {self.input_size}) or "
-                             f"({self.input_size},), got {_describe(x_t)}")
+                             f"({self.input_size},), got {describe(x_t)}")
         if x_t.shape[-1] != self.input_size:
             self._check_features(x_t, "x_t")
         unbatched = x_t.dim() == 1
@@ -138,7 +141,7 @@ class Recurrent(nn.Module):
             return [c.init_state(x.shape[0], x.device, x.dtype) for c in self.cells]
         if unbatched:
             state = map_state(lambda s: s.unsqueeze(1), state)
-        layout = (_state_layout(state), x.shape[0], x.dtype, x.device)
+        layout = (state_layout(state), x.shape[0], x.dtype, x.device)
         if layout != self.__dict__.get("_checked_layout"):
             self._check_features(x, "x_t")
             parts = self._split_state(state, x.shape[0], x, unbatched=False)
@@ -201,8 +204,9 @@ class Recurrent(nn.Module):
             raise ValueError(f"input: expected {layout} or unbatched (T, d) with d={self.input_size}, "
                              f"got shape {tuple(input.shape)}")
         self._check_features(input, "input")
-        if x.shape[0] == 0:
-            raise ValueError("input: expected at least one time step, got an empty sequence")
+        if 0 in x.shape[:2]:
+            raise ValueError(f"input: expected at least one sequence and one time step, got an empty "
+                             f"input of shape {tuple(input.shape)}")
         return x, unbatched
 
     def _check_features(self, x: Tensor, name: str) -> None:
@@ -216,20 +220,6 @@ class Recurrent(nn.Module):
             raise TypeError(f"{name}: dtype {x.dtype} does not match the layer's parameters "
                             f"({parameter.dtype}); convert one of them, e.g. layer.to({x.dtype})")
 
-    @staticmethod
-    def _check_lengths(lengths: Tensor | None, batch: int, steps: int, device) -> Tensor | None:
-        if lengths is None:
-            return None
-        if isinstance(lengths, (list, tuple)):
-            lengths = torch.as_tensor(lengths)
-        if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.shape[0] != batch \
-                or lengths.is_floating_point() or lengths.is_complex():
-            raise ValueError(f"lengths: expected an integer tensor of shape ({batch},), got {_describe(lengths)}")
-        if len(lengths) and (int(lengths.min()) < 1 or int(lengths.max()) > steps):
-            raise ValueError(f"lengths: expected values in [1, {steps}] (the padded length), got "
-                             f"min {int(lengths.min())}, max {int(lengths.max())}")
-        return lengths.to(device=device, dtype=torch.long)
-
     def _split_state(self, state: State | None, batch: int, x: Tensor, unbatched: bool) -> List[State]:
         count = len(self.cells)
         if state is None:
@@ -237,7 +227,7 @@ class Recurrent(nn.Module):
         if unbatched:
             state = map_state(lambda s: s.unsqueeze(1), state)
         expected = _stack_states([c.init_state(batch, x.device, x.dtype) for c in self.cells])
-        _check_state_like(state, expected)
+        check_state_like(state, expected)
         if isinstance(state, Tensor):
             return list(state.unbind(0))
         return [tuple(part[i] for part in state) for i in range(count)]
@@ -259,37 +249,6 @@ def _stack_states(states: Sequence[State]) -> State:
     if isinstance(first, Tensor):
         return torch.stack(list(states))
     return tuple(torch.stack([s[i] for s in states]) for i in range(len(first)))
-
-
-def _state_layout(state: State) -> tuple:
-    """Shapes and dtypes of a state, nested like it: a cheap key for "already validated"."""
-    if isinstance(state, Tensor):
-        return (tuple(state.shape), state.dtype)
-    if isinstance(state, (tuple, list)):
-        return tuple(_state_layout(part) for part in state)
-    return (type(state),)
-
-
-def _check_state_like(given: State, expected: State, path: str = "state") -> None:
-    if isinstance(expected, Tensor):
-        if not isinstance(given, Tensor) or given.shape != expected.shape:
-            raise ValueError(f"{path}: expected a tensor of shape {tuple(expected.shape)} "
-                             f"(layers*directions, batch, ...), got {_describe(given)}")
-        if given.dtype != expected.dtype:
-            raise TypeError(f"{path}: expected dtype {expected.dtype}, got {given.dtype}")
-        return
-    if not isinstance(given, (tuple, list)) or len(given) != len(expected):
-        raise ValueError(f"{path}: expected a tuple of {len(expected)} tensors, got {_describe(given)}")
-    for i, (g, e) in enumerate(zip(given, expected)):
-        _check_state_like(g, e, f"{path}[{i}]")
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Tensor):
-        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return repr(value)
 
 
 def _reversal_index(steps: int, batch: int, lengths: Tensor | None, device) -> Tensor:

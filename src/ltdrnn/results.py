@@ -90,6 +90,12 @@ class ResultStore:
                 connection.execute(self.table.insert().values(**row))
         return row["id"]
 
+    def has(self, run_id: str) -> bool:
+        """Whether a row with this id is stored."""
+        query = self.sa.select(self.table.c.id).where(self.table.c.id == run_id)
+        with self.engine.connect() as connection:
+            return connection.execute(query).first() is not None
+
     def rows(self, study: Optional[str] = None, status: Optional[str] = None,
              cell: Optional[str] = None, task: Optional[str] = None) -> List[Dict[str, Any]]:
         """Stored runs, oldest first, JSON columns decoded."""

@@ -76,11 +76,12 @@ def _build(name: str) -> Path:
         raise RuntimeError("no C compiler found (gcc or cc on PATH, or $CC)")
     key = hashlib.sha256(source + " ".join(C_FLAGS).encode() + _cpu_signature().encode()
                          + compiler.encode()).hexdigest()[:16]
-    target = kernel_cache_dir() / f"{name}-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+    cache = kernel_cache_dir()
+    for cached in sorted(cache.glob(f"{name}-{key}-*.so")):
+        if _is_intact(cached):
+            return cached
+    cache.mkdir(mode=0o755, parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as work:
         src = Path(work) / f"{name}.c"
         src.write_bytes(source)
         obj, built = Path(work) / f"{name}.o", Path(work) / f"{name}.so"
@@ -89,8 +90,27 @@ def _build(name: str) -> Path:
             result = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if result.returncode != 0:
                 raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
+        target = cache / f"{name}-{key}-{_digest(built)}.so"
         os.replace(built, target)  # atomic: concurrent builders never see a half-written library
     return target
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _is_intact(path: Path) -> bool:
+    """Whether a cached library is the one that was built: its content hash is the one in its name
+    (a truncated or replaced file fails), and no other user could have written it (the file and its
+    directory are owned by this user and not writable by others)."""
+    try:
+        for item in (path, path.parent):
+            status = item.stat()
+            if status.st_uid != os.getuid() or status.st_mode & 0o002:
+                return False
+        return path.stem.rsplit("-", 1)[-1] == _digest(path)
+    except OSError:
+        return False
 
 
 def _cpu_signature() -> str:

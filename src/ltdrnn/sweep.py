@@ -128,6 +128,8 @@ class SweepSpec:
     def budget(self, trials: Optional[int] = None) -> int:
         """Trials in the whole study: the argument, the spec's ``trials``, or the grid's size."""
         if trials is not None:
+            if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+                raise ConfigError(f"trials: expected a positive number of trials, got {trials!r}")
             return trials
         if self.trials is not None:
             return self.trials
@@ -513,7 +515,7 @@ def train_objective(trial, cfg: RunConfig) -> float:
             trial.report(value, entry["step"])
             return trial.should_prune()
 
-        record = train(cfg, resume=True, on_validation=[report])
+        record = train(cfg, resume="auto", on_validation=[report])
     metrics = record["metrics"]
     for key, value in (("run_id", record["id"]), ("run_status", record["status"]),
                        ("test_metric", metrics["metric"]), ("metric_name", metrics["metric_name"])):
@@ -653,6 +655,9 @@ def run_workers(spec: SweepSpec, workers: int, storage: str, study: str, trials:
                 results: Optional[str] = None, heartbeat_s: int = 30, quiet: bool = False) -> List[Dict[str, int]]:
     """``workers`` processes on this machine, each a ``run_worker`` of the same study; returns the counts
     of the workers that ended normally (a worker that dies leaves its trial to the heartbeat rules)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers: expected a positive number of worker processes, got {workers!r}")
+    spec.budget(trials)  # a bad --trials fails here, before any worker starts
     threads = max(1, (os.cpu_count() or 1) // workers)
     args = [(spec.to_spec_data(), storage, study, trials, first_worker + i, list(overrides), runs_dir,
              results, heartbeat_s, threads, not quiet and i == 0) for i in range(workers)]
@@ -703,6 +708,9 @@ def study_summary(study: str, storage: str = DEFAULT_STORAGE) -> Dict[str, Any]:
     """The study as plain data: trials by state, the ranked finished trials, the top-k summary, importances."""
     optuna = _optuna()
     from optuna.trial import TrialState
+    if not has_study(study, storage):
+        raise ConfigError(f"study: no study {study!r} in {storage}; run one with 'ltdrnn sweep run' or name "
+                          "the storage that holds it (--storage)")
     store = open_storage(storage, heartbeat_s=30)
     handle = optuna.load_study(study_name=study, storage=store)
     fail_stale_trials(handle)  # a dead worker's trial shows as FAIL, not as running forever

@@ -20,6 +20,7 @@ import io
 import json
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -48,15 +49,27 @@ class TrainingInterrupted(RuntimeError):
     """Raised by a callback to stop a run after its latest checkpoint (used to test resuming)."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be loaded safely (not a checkpoint, damaged, or holding objects other
+    than tensors, numbers, strings and containers)."""
+
+
+class StoreError(RuntimeError):
+    """The finished run's row could not be written to the results store; the message says how to
+    store it later."""
+
+
 # ---- public entry points ---------------------------------------------------------------------------
-def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
+def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool | str = False,
           callbacks: Iterable[Callback] = (), on_validation: Iterable[Callable[[Dict[str, Any]], bool]] = ()
           ) -> Dict[str, Any]:
     """Train, select on validation, test, store; returns the result record (also ``result.json``).
 
     Args:
         cfg: a RunConfig, plain data, or a preset name / config file.
-        resume: continue from ``<run_dir>/last.pt`` if it exists (``cfg.run_dir`` must be set).
+        resume: True continues from ``<run_dir>/last.pt`` (``cfg.run_dir`` must be set) and raises
+            ConfigError if there is none; ``"auto"`` continues if it exists and starts afresh if not.
+            Resuming a finished run trains nothing: it stores the row if the store lacks it.
         callbacks: called after every optimiser step with the loop state (``step``, ``epoch``,
             ``loss``, ``model``); a callback may raise to stop the run.
         on_validation: called with every history entry (``step``, ``val_metric``, ...); if one returns
@@ -76,20 +89,94 @@ def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool = False,
         run = Run(cfg, resume)
         record = run.fit(list(callbacks), list(on_validation))
         if cfg.results and D.is_main():
-            from .results import ResultStore
-            ResultStore(cfg.results).add(record)
+            store_record(record, cfg.results, resumed=bool(resume))
     return record
+
+
+def store_record(record: Dict[str, Any], location: str, resumed: bool) -> None:
+    """Add the run's row to the store; when resuming, a row already there is left as it is.
+
+    Raises StoreError (saying how to store the row later) when the store cannot be written, e.g.
+    locked by other writers for longer than its busy timeout."""
+    from .results import ResultStore
+    try:
+        store = ResultStore(location)
+        if resumed and store.has(record["id"]):
+            return
+        store.add(record)
+    except Exception as error:
+        if type(error).__module__.split(".")[0] != "sqlalchemy" and not isinstance(error, OSError):
+            raise
+        run_dir = record["run_dir"]
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise StoreError(f"results: the run finished but its row could not be written to {location} "
+                         f"({reason}); result.json and last.pt in {run_dir} hold it: store it with "
+                         f"'ltdrnn train {Path(run_dir) / 'config.yaml'} --run-dir {run_dir} --resume' "
+                         "(trains nothing, adds the row)") from None
 
 
 def evaluate_checkpoint(path: str | Path, split: str = "test", overrides: Optional[List[str]] = None
                         ) -> Dict[str, float]:
     """Metrics of a saved checkpoint (``best.pt``/``last.pt`` or a run dir) on ``split``."""
-    checkpoint = torch.load(checkpoint_file(path), map_location="cpu", weights_only=False)
-    cfg = load_config(checkpoint["config"], overrides)
-    task = build_task(cfg.task.name, **cfg.task.options)
-    model = build_model(cfg.model, task.info)
-    model.load_state_dict(checkpoint["model"])
+    cfg, task, model = restore_model(path, overrides)
     return evaluate(model, task, split, cfg.train.eval_batch_size or cfg.train.batch_size)[0]
+
+
+def restore_model(path: str | Path, overrides: Optional[List[str]] = None):
+    """``(cfg, task, model)`` of a saved checkpoint (a file or a run directory), the weights loaded."""
+    checkpoint = load_checkpoint(checkpoint_file(path))
+    cfg = load_config(checkpoint["config"], overrides)
+    task, model = build_task_and_model(cfg)
+    model.load_state_dict(checkpoint["model"])
+    return cfg, task, model
+
+
+def load_checkpoint(path: str | Path) -> Dict[str, Any]:
+    """The contents of a checkpoint written by :func:`atomic_save`.
+
+    Loaded with ``weights_only=True``: only tensors, numbers, strings and containers come back, so a
+    crafted file cannot run code (checkpoints keep numpy's RNG state as a tensor for this reason).
+    Raises CheckpointError for anything else, naming the file."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: not a checkpoint that can be loaded safely ({first})") from None
+    if not isinstance(checkpoint, dict) or not {"config", "model"} <= set(checkpoint):
+        raise CheckpointError(f"{path}: not an ltdrnn checkpoint (expected a mapping with 'config' and "
+                              "'model')")
+    return checkpoint
+
+
+def build_task_and_model(cfg: RunConfig):
+    """``(task, model)`` of a config; a bad cell, task or option becomes a ConfigError naming it."""
+    try:
+        task = build_task(cfg.task.name, **cfg.task.options)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(_naming(error, "task", cfg.task.name)) from None
+    try:
+        model = build_model(cfg.model, task.info)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(_naming(error, "model", cfg.model.cell)) from None
+    return task, model
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device called ``name`` (``cuda`` -> this rank's GPU under torchrun), checked usable."""
+    try:
+        device = D.local_device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:
+        raise ConfigError(f"train.device: expected a torch device available here (such as cpu), got "
+                          f"{name!r} ({str(error).splitlines()[0]})") from None
+    return device
+
+
+def _naming(error: Exception, section: str, name: str) -> str:
+    message = str(error)
+    if message.split(":")[0] in ("cell", "task") or message.startswith(section):
+        return message
+    return f"{section} {name!r}: {message}"
 
 
 def checkpoint_file(path: str | Path) -> Path:
@@ -147,18 +234,19 @@ class Run:
 
     def __init__(self, cfg: RunConfig, resume: bool) -> None:
         self.cfg = cfg
-        self.device = D.local_device(cfg.train.device)
+        self.device = resolve_device(cfg.train.device)
         checkpoint = self._find_checkpoint(resume)
         self.run_id = D.broadcast_object(checkpoint["run_id"] if checkpoint else new_run_id(cfg))
         self.run_dir = Path(cfg.run_dir or Path("runs") / self.run_id)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if D.is_main():
+            remove_stale_temp_files(self.run_dir)
             save_config(cfg, self.run_dir / "config.yaml")
 
         seed_everything(cfg.train.seed)
-        self.task = build_task(cfg.task.name, **cfg.task.options)
+        self.task, model = build_task_and_model(cfg)
         self.info = self.task.info
-        self.model = build_model(cfg.model, self.info).to(self.device)
+        self.model = model.to(self.device)
         self.net = D.wrap_model(self.model, self.device)
         D.seed_rank(cfg.train.seed)
         self.optimizer = build_optimizer(cfg, self.model)
@@ -345,15 +433,21 @@ class Run:
             "running": self.running,
         }, self.run_dir / CHECKPOINT)
 
-    def _find_checkpoint(self, resume: bool) -> Optional[Dict[str, Any]]:
+    def _find_checkpoint(self, resume: bool | str) -> Optional[Dict[str, Any]]:
+        if resume not in (False, True, "auto"):
+            raise ConfigError(f"resume: expected True, False or 'auto', got {resume!r}")
         if not resume:
             return None
         if not self.cfg.run_dir:
             raise ConfigError("run_dir: resuming needs the run directory of the interrupted run, got none")
         path = Path(self.cfg.run_dir) / CHECKPOINT
-        checkpoint = D.load_on_main(lambda p: torch.load(p, map_location="cpu", weights_only=False), path)
+        checkpoint = D.load_on_main(load_checkpoint, path)
         if checkpoint is None:
-            return None
+            if resume == "auto":
+                return None
+            raise ConfigError(f"run_dir: nothing to resume, {path} does not exist (is {self.cfg.run_dir} "
+                              "the run directory of the interrupted run?); to start a new run when "
+                              "there is no checkpoint, resume with 'auto' (--resume=auto)")
         saved = _comparable(checkpoint["config"])
         if saved != _comparable(self.cfg.to_dict()):
             changed = sorted(k for k in set(saved) | set(_comparable(self.cfg.to_dict()))
@@ -433,25 +527,59 @@ def _batch(task, dataset, indices: List[int], device):
 
 
 def rng_states() -> Dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every RNG state, in types a ``weights_only`` load accepts (numpy's key array as a tensor)."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
+                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+    return {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
 
 
 def set_rng_states(states: Dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    n = states["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
     random.setstate(states["python"])
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``."""
+    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``.
+
+    The temporary file is removed if anything fails on the way (a full disk, an interrupt)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(buffer.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temp_files(run_dir: Path) -> List[Path]:
+    """Delete the temporary checkpoint files (``.last.pt.<pid>.tmp``) left in ``run_dir`` by processes
+    that no longer run (killed mid-write); returns the files removed. On a full disk they would
+    otherwise hold the space the next checkpoint needs."""
+    removed = []
+    for tmp in run_dir.glob(".*.pt.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def new_run_id(cfg: RunConfig) -> str:

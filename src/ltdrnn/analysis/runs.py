@@ -24,10 +24,7 @@ KINDS = ("curves", "lag", "mask", "beta", "unshifted")
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Optional[Sequence[str]] = None,
              batch_size: int = 16) -> List[Path]:
     """Write the requested (default: every applicable) plots of a run; returns the files written."""
-    from ..config import load_config
-    from ..models import build_model
-    from ..tasks import build_task
-    from ..train import checkpoint_file
+    from ..train import restore_model
 
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
@@ -35,11 +32,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Opti
     if unknown:
         raise ValueError(f"plots: unknown kind {sorted(unknown)[0]!r}; expected some of {', '.join(KINDS)}")
     wanted = set(kinds or KINDS)
-    checkpoint = torch.load(checkpoint_file(run_dir), map_location="cpu", weights_only=False)
-    cfg = load_config(checkpoint["config"])
-    task = build_task(cfg.task.name, **cfg.task.options)
-    model = build_model(cfg.model, task.info)
-    model.load_state_dict(checkpoint["model"])
+    cfg, task, model = restore_model(run_dir)
     model.eval()
     dataset = task.dataset("val")
     batch = task.collate([dataset[i] for i in range(min(batch_size, len(dataset)))])

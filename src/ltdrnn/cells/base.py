@@ -30,12 +30,18 @@ Extra outputs
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
 State = Union[Tensor, Tuple[Tensor, ...]]
+
+
+class GradientGrowthWarning(UserWarning):
+    """A cell is trained over more steps than its gradients are known to stay finite and usable for
+    (``Cell.gradient_length_limit``; the measurements are in docs/reliability.md)."""
 
 
 class Cell(nn.Module):
@@ -55,6 +61,9 @@ class Cell(nn.Module):
 
     impls: Tuple[str, ...] = ("reference",)
     default_impl: str = "reference"
+    #: Longest T over which the gradients are known to stay usable (measured, docs/reliability.md);
+    #: ``scan`` warns (GradientGrowthWarning) when it records gradients over more steps. None: no limit known.
+    gradient_length_limit: int | None = None
 
     def __init__(self, input_size: int, hidden_size: int, impl: str = "auto",
                  device=None, dtype=None) -> None:
@@ -99,12 +108,23 @@ class Cell(nn.Module):
         """One step on the time slice ``p_t`` of ``precompute(x)``: ``-> (h_t (B, H), state)``."""
         raise NotImplementedError
 
+    def __call__(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """``cell(x_t, state)``: check ``x_t`` and ``state``, then run :meth:`forward`.
+
+        The check sits here rather than in ``forward`` because several cells override ``forward`` with
+        lean streaming paths (compiled kernels, fused ops) that would read a wrongly sized state past
+        its end; this way every one of them only ever sees input that fits.
+        """
+        self.check_input(x_t, expected_dims=2, name="x_t")
+        if state is not None:
+            self.check_state(state, x_t.shape[0], x_t)
+        return super().__call__(x_t, state)
+
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, ``x_t (B, d)``: ``-> (h_t (B, H), state)``.
 
         Equivalent to ``scan(x_t[None], state)`` with the output's time axis removed.
         """
-        self.check_input(x_t, expected_dims=2, name="x_t")
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
         outputs, state = self.scan(x_t.unsqueeze(0), state)
@@ -117,15 +137,30 @@ class Cell(nn.Module):
         Args:
             x: ``(T, B, d)``.
             state: initial state (``init_state(B)`` if None).
-            lengths: ``(B,)`` int64 true lengths; steps ``t >= lengths[b]`` give zero outputs and the
-                final state of sequence ``b`` is the state after its step ``lengths[b] - 1``.
+            lengths: ``(B,)`` integer true lengths in ``[1, T]``; steps ``t >= lengths[b]`` give zero
+                outputs, their inputs are never read (whatever they hold, NaN included), and the final
+                state of sequence ``b`` is the state after its step ``lengths[b] - 1``.
             impl: overrides ``self.impl`` for this call.
 
         Returns:
             ``(outputs (T, B, H), final_state)``.
+
+        ``x``, ``state`` and ``lengths`` are checked here, once per call, before any fused or compiled
+        path runs.
         """
+        self.check_input(x, expected_dims=3, name="x")
+        lengths = check_lengths(lengths, x.shape[1], x.shape[0], x.device)
         if state is None:
             state = self.init_state(x.shape[1], x.device, x.dtype)
+        else:
+            self.check_state(state, x.shape[1], x)
+        x = zero_padding(x, lengths)
+        limit = self.gradient_length_limit
+        if limit is not None and x.shape[0] > limit and torch.is_grad_enabled():
+            warnings.warn(f"{type(self).__name__}: gradients over T={x.shape[0]} steps, more than the "
+                          f"{limit} up to which they are known to stay usable; past it they grow with T "
+                          "towards overflow (docs/reliability.md): clip them or train on shorter sequences",
+                          GradientGrowthWarning, stacklevel=2)
         if self.resolved_impl(impl) == "reference":
             return self.scan_reference(x, state, lengths)
         return self.scan_fast(x, state, lengths, self.resolved_impl(impl))
@@ -154,6 +189,9 @@ class Cell(nn.Module):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
         if x.dim() != expected_dims:
             raise ValueError(f"{name}: expected {expected_dims} dimensions, got shape {tuple(x.shape)}")
+        if 0 in x.shape[:-1]:
+            raise ValueError(f"{name}: expected at least one sequence and one time step, got an empty "
+                             f"tensor of shape {tuple(x.shape)}")
         if x.shape[-1] != self.input_size:
             raise ValueError(f"{name}: expected last dimension input_size={self.input_size}, "
                              f"got shape {tuple(x.shape)}")
@@ -163,6 +201,23 @@ class Cell(nn.Module):
         if p is not None and x.dtype != p.dtype:
             raise TypeError(f"{name}: dtype {x.dtype} does not match the cell's parameters ({p.dtype}); "
                             f"convert one of them, e.g. cell.to({x.dtype})")
+
+    def check_state(self, state: State, batch_size: int, like: Tensor, name: str = "state") -> None:
+        """Raise a clear error unless ``state`` has the layout of ``init_state(batch_size)`` in the
+        dtype and on the device of ``like``. The expected layout is computed once per
+        ``(batch_size, dtype, device)`` and kept, so a call costs one comparison of shapes."""
+        key = (batch_size, like.dtype, like.device)
+        layouts = self.__dict__.setdefault("_state_layouts", {})
+        if key not in layouts:
+            layouts[key] = state_layout(self._expected_state(batch_size, like))
+        if state_layout(state) != layouts[key]:
+            check_state_like(state, self._expected_state(batch_size, like), name)
+
+    def _expected_state(self, batch_size: int, like: Tensor) -> State:
+        # init_state may draw random numbers (random_updates' key); checking must not consume them, or
+        # a resumed run would draw differently from an uninterrupted one
+        with torch.random.fork_rng(devices=[]):
+            return self.init_state(batch_size, like.device, like.dtype)
 
     def _any_parameter(self, required: bool = True) -> Tensor | None:
         # The cell's own parameters first: walking ``parameters()`` costs ~5 us, a lot per streamed step.
@@ -239,9 +294,26 @@ def mask_outputs(outputs: Tensor, lengths: Tensor | None) -> Tensor:
     """Zero the outputs ``(T, B, ...)`` at steps ``t >= lengths[b]`` (like a PackedSequence round trip)."""
     if lengths is None:
         return outputs
-    steps = torch.arange(outputs.shape[0], device=outputs.device).unsqueeze(1)
-    valid = (steps < lengths.to(outputs.device).unsqueeze(0))
-    return outputs * valid.view(*valid.shape, *([1] * (outputs.dim() - 2))).to(outputs.dtype)
+    # ``where``, not a product: a NaN or Inf computed past a sequence's end must not survive as NaN*0
+    return torch.where(valid_steps(outputs, lengths), outputs, 0)
+
+
+def zero_padding(x: Tensor, lengths: Tensor | None) -> Tensor:
+    """``x (T, B, ...)`` with the steps ``t >= lengths[b]`` set to zero (``x`` itself when none are).
+
+    Padding may hold anything (NaN marks missing values in real series); zeroing it before
+    ``precompute`` keeps it out of every product, so neither outputs nor gradients see it.
+    """
+    if lengths is None or not bool((lengths < x.shape[0]).any()):
+        return x
+    return torch.where(valid_steps(x, lengths), x, 0)
+
+
+def valid_steps(x: Tensor, lengths: Tensor) -> Tensor:
+    """Boolean mask broadcastable to ``x (T, B, ...)``: True at steps ``t < lengths[b]``."""
+    steps = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    valid = steps < lengths.to(x.device).unsqueeze(0)
+    return valid.view(*valid.shape, *([1] * (x.dim() - 2)))
 
 
 def map_state(fn, state: State) -> State:
@@ -252,6 +324,62 @@ def map_state(fn, state: State) -> State:
 
 
 # ---- validation ----------------------------------------------------------------------------------
+def check_lengths(lengths: Any, batch: int, steps: int, device) -> Tensor | None:
+    """``lengths`` as an int64 tensor on ``device``, after checking it is ``(B,)`` integers (not bools)
+    in ``[1, T]``; None stays None."""
+    if lengths is None:
+        return None
+    if isinstance(lengths, (list, tuple)):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"lengths: expected integers, got {lengths!r}") from None
+    if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.shape[0] != batch \
+            or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths: expected an integer tensor of shape ({batch},), got {describe(lengths)}")
+    if len(lengths) and (int(lengths.min()) < 1 or int(lengths.max()) > steps):
+        raise ValueError(f"lengths: expected values in [1, {steps}] (the padded length), got "
+                         f"min {int(lengths.min())}, max {int(lengths.max())}")
+    return lengths.to(device=device, dtype=torch.long)
+
+
+def state_layout(state: Any) -> tuple:
+    """Shapes, dtypes and devices of a state, nested like it: a cheap key for "already validated"."""
+    if isinstance(state, Tensor):
+        return (tuple(state.shape), state.dtype, state.device)
+    if isinstance(state, (tuple, list)):
+        return tuple(state_layout(part) for part in state)
+    return (type(state),)
+
+
+def check_state_like(given: Any, expected: State, path: str = "state") -> None:
+    """Raise a ValueError/TypeError naming ``path`` unless ``given`` is laid out like ``expected``."""
+    if isinstance(expected, Tensor):
+        if not isinstance(given, Tensor) or given.shape != expected.shape:
+            raise ValueError(f"{path}: expected a tensor of shape {tuple(expected.shape)}, "
+                             f"got {describe(given)}")
+        if given.dtype != expected.dtype:
+            raise TypeError(f"{path}: expected dtype {expected.dtype}, got {given.dtype}")
+        if given.device != expected.device:
+            raise ValueError(f"{path}: expected a tensor on {expected.device} (where the input is), "
+                             f"got one on {given.device}")
+        return
+    if not isinstance(given, (tuple, list)) or len(given) != len(expected):
+        raise ValueError(f"{path}: expected a tuple of {len(expected)} tensors, got {describe(given)}")
+    for i, (g, e) in enumerate(zip(given, expected)):
+        check_state_like(g, e, f"{path}[{i}]")
+
+
+def describe(value: Any) -> str:
+    """A short description of a value for error messages."""
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    return text if len(text) <= 80 else f"a {type(value).__name__}"
+
+
 def check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..data import (ArrayDataset, DataFileError, download, find_first, load_data_pickle,
-                    majority_accuracy, md5sum, missing)
+                    majority_accuracy, md5sum, missing, read_capped)
 from ..data import data_dir as resolve_data_dir
 from .base import Task, TaskInfo, register_task
 from .synthetic import NoisePadded
@@ -50,6 +50,9 @@ def parse_batch(raw: bytes, source: str) -> Tuple[np.ndarray, np.ndarray]:
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise DataFileError(f"{source}: expected b'data' uint8 (n, 3072) and n labels, got data "
                             f"{data.dtype} {data.shape} and {len(labels)} labels. " + HOW_TO_GET)
+    if len(labels) and (labels.min() < 0 or labels.max() >= 10):
+        raise DataFileError(f"{source}: expected labels 0..9 (the ten CIFAR-10 classes), got values in "
+                            f"[{labels.min()}, {labels.max()}]. " + HOW_TO_GET)
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
@@ -66,7 +69,8 @@ def _read_batches(root: Path, verify: bool, allow_download: bool) -> Dict[str, b
             if verify and md5sum(path) != BATCH_MD5[name]:
                 raise DataFileError(f"{path}: md5 checksum mismatch: expected {BATCH_MD5[name]}, got "
                                     f"{md5sum(path)}. " + HOW_TO_GET)
-            raw[name] = path.read_bytes()
+            with open(path, "rb") as stream:
+                raw[name] = read_capped(stream, str(path))
         return raw
     archive = next((p for place in places if (p := find_first(place, [ARCHIVE])) is not None), None)
     if archive is None:
@@ -81,7 +85,8 @@ def _read_batches(root: Path, verify: bool, allow_download: bool) -> Dict[str, b
             absent = [n for n in TRAIN_BATCHES + ["test_batch"] if n not in members]
             if absent:
                 raise DataFileError(f"{archive}: archive lacks {', '.join(absent)}. " + HOW_TO_GET)
-            return {name: tar.extractfile(members[name]).read() for name in TRAIN_BATCHES + ["test_batch"]}
+            return {name: read_capped(tar.extractfile(members[name]), f"{archive}: {name}")
+                    for name in TRAIN_BATCHES + ["test_batch"]}
     except (tarfile.TarError, OSError, EOFError) as error:
         raise DataFileError(f"{archive}: not a readable tar.gz ({error}). " + HOW_TO_GET) from error
 

@@ -15,6 +15,7 @@ Normalisation: each of the 9 channels to zero mean, unit variance with training-
 """
 from __future__ import annotations
 
+import io
 import zipfile
 from pathlib import Path
 from typing import Callable, Dict, Optional
@@ -23,13 +24,16 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import ArrayDataset, DataFileError, DataNotFoundError, majority_accuracy
+from ..data import (ArrayDataset, DataFileError, DataNotFoundError, integer_labels, majority_accuracy,
+                    read_capped)
 from ..data import data_dir as resolve_data_dir
 from .base import Task, TaskInfo, register_task
 
 SIGNALS = [f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in "xyz"]
 FOLDER = "UCI HAR Dataset"
 STEPS = 128
+#: Most bytes read from one HAR file; the largest real one (a training signal) has about 15 MB
+MAX_FILE_BYTES = 64 << 20
 HOW_TO_GET = ("Get 'UCI HAR Dataset.zip' from https://archive.ics.uci.edu/dataset/240 and put the zip or "
               "the extracted 'UCI HAR Dataset' folder in <data_dir>/har/.")
 
@@ -44,7 +48,7 @@ def _opener(root: Path) -> Callable[[str], bytes]:
     for place in (root / "har", root):
         if (place / FOLDER).is_dir():
             base = place / FOLDER
-            return lambda rel: (base / rel).read_bytes()
+            return lambda rel: _read_file(base / rel)
     for place in (root / "har", root):
         archive = place / f"{FOLDER}.zip"
         if archive.exists():
@@ -53,26 +57,41 @@ def _opener(root: Path) -> Callable[[str], bytes]:
             except zipfile.BadZipFile as error:
                 raise DataFileError(f"{archive}: not a readable zip ({error}). {HOW_TO_GET}") from error
             names = {n.split(FOLDER + "/", 1)[-1]: n for n in handle.namelist() if FOLDER + "/" in n}
-            return lambda rel: handle.read(names[rel]) if rel in names else _absent(archive, rel)
+            return lambda rel: _read_member(handle, names, archive, rel)
     raise DataNotFoundError(f"HAR: neither '{FOLDER}/' nor '{FOLDER}.zip' found in {root / 'har'} or "
                             f"{root}. {HOW_TO_GET}")
 
 
-def _absent(archive: Path, rel: str) -> bytes:
-    raise DataFileError(f"{archive}: lacks {FOLDER}/{rel}. {HOW_TO_GET}")
+def _read_file(path: Path) -> bytes:
+    with open(path, "rb") as stream:
+        return read_capped(stream, str(path), MAX_FILE_BYTES)
+
+
+def _read_member(handle: zipfile.ZipFile, names: Dict[str, str], archive: Path, rel: str) -> bytes:
+    if rel not in names:
+        raise DataFileError(f"{archive}: lacks {FOLDER}/{rel}. {HOW_TO_GET}")
+    try:
+        with handle.open(names[rel]) as stream:
+            return read_capped(stream, f"{archive}: {rel}", MAX_FILE_BYTES)
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as error:
+        raise DataFileError(f"{archive}: {rel} cannot be read ({error}). {HOW_TO_GET}") from None
 
 
 def _numbers(raw: bytes, name: str, columns: Optional[int]) -> np.ndarray:
+    """The ``(lines, columns)`` float32 table of a text file of whitespace-separated finite numbers."""
     try:
-        rows = [np.array(line.split(), dtype=np.float32) for line in raw.decode().splitlines() if line.strip()]
+        # numpy's C parser: no Python object per number, so memory stays a small multiple of the file
+        table = np.loadtxt(io.BytesIO(raw), dtype=np.float32, ndmin=2)
     except (ValueError, UnicodeDecodeError) as error:
-        raise DataFileError(f"{name}: expected whitespace-separated numbers ({error}). {HOW_TO_GET}") from error
-    widths = {len(r) for r in rows}
-    expected = {columns} if columns else {1}
-    if widths != expected:
-        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, got widths {sorted(widths)} "
-                            f"(truncated file?). {HOW_TO_GET}")
-    return np.stack(rows)
+        reason = " ".join(str(error).split(";")[0].split())[:200]  # numpy's advice after ';' does not apply
+        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, whitespace-separated "
+                            f"({reason}; truncated file?). {HOW_TO_GET}") from None
+    if table.shape[0] == 0 or table.shape[1] != (columns or 1):
+        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, got a table of shape "
+                            f"{table.shape} (truncated file?). {HOW_TO_GET}")
+    if not np.isfinite(table).all():
+        raise DataFileError(f"{name}: expected finite numbers, got NaN or infinity. {HOW_TO_GET}")
+    return table
 
 
 def read_har_part(read: Callable[[str], bytes], part: str) -> Dict[str, np.ndarray]:
@@ -84,8 +103,8 @@ def read_har_part(read: Callable[[str], bytes], part: str) -> Dict[str, np.ndarr
             raise DataNotFoundError(f"HAR: {rel} is missing ({error}). {HOW_TO_GET}") from error
         return _numbers(raw, rel, columns)
     signals = [load(f"{part}/Inertial Signals/{s}_{part}.txt", STEPS) for s in SIGNALS]
-    activity = load(f"{part}/y_{part}.txt")[:, 0].astype(np.int64)
-    subject = load(f"{part}/subject_{part}.txt")[:, 0].astype(np.int64)
+    activity = integer_labels(load(f"{part}/y_{part}.txt")[:, 0], f"HAR {part}/y_{part}.txt")
+    subject = integer_labels(load(f"{part}/subject_{part}.txt")[:, 0], f"HAR {part}/subject_{part}.txt")
     counts = {len(s) for s in signals} | {len(activity), len(subject)}
     if len(counts) != 1:
         raise DataFileError(f"HAR {part}: signal, label and subject files disagree on the number of "

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import io
 import logging
+import math
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -25,7 +27,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..data import (ArrayDataset, DataFileError, DataNotFoundError, data_dir, download, find_first,
-                    majority_accuracy, stratified_split, verify_md5)
+                    majority_accuracy, read_capped, stratified_split, verify_md5)
 from .base import Task, TaskInfo, register_task
 from .synthetic import NoisePadded
 
@@ -47,10 +49,11 @@ IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
 
 def read_idx(path: Path) -> np.ndarray:
     """Parse an IDX file (gzip or raw): 2 zero bytes, a dtype code, ndim, ndim big-endian int32 dims."""
-    raw = path.read_bytes()
+    with open(path, "rb") as stream:
+        raw = read_capped(stream, str(path))
     if raw[:2] == b"\x1f\x8b":
         try:
-            raw = gzip.decompress(raw)
+            raw = read_capped(gzip.GzipFile(fileobj=io.BytesIO(raw)), f"{path} (unpacked)")
         except (OSError, EOFError) as error:
             raise DataFileError(f"{path}: corrupt or truncated gzip ({error}). {HOW_TO_GET}") from error
     if len(raw) < 4 or raw[:2] != b"\x00\x00" or raw[2] not in IDX_DTYPES:
@@ -62,7 +65,7 @@ def read_idx(path: Path) -> np.ndarray:
         raise DataFileError(f"{path}: IDX header truncated ({len(raw)} bytes). {HOW_TO_GET}")
     shape = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
     dtype = np.dtype(IDX_DTYPES[raw[2]])
-    expected = header + int(np.prod(shape)) * dtype.itemsize
+    expected = header + math.prod(shape) * dtype.itemsize  # Python ints: a crafted shape cannot overflow
     if len(raw) != expected:
         raise DataFileError(f"{path}: IDX size mismatch: header says shape {shape} ({expected} bytes), "
                             f"file has {len(raw)} bytes (truncated?). {HOW_TO_GET}")

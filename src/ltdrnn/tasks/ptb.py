@@ -36,8 +36,8 @@ def read_words(path: Path) -> List[str]:
     except UnicodeDecodeError as error:
         raise DataFileError(f"{path}: expected UTF-8 text ({error}). {HOW_TO_GET}") from error
     words = [w for line in text.splitlines() for w in line.split() + [EOS]]
-    if not words:
-        raise DataFileError(f"{path}: empty file. {HOW_TO_GET}")
+    if all(w == EOS for w in words):
+        raise DataFileError(f"{path}: no words (an empty or blank file). {HOW_TO_GET}")
     return words
 
 
@@ -94,6 +94,9 @@ class PtbTask(Task):
                 raise DataFileError(f"{files[split]}: words {sorted(unseen)[:5]} are not in the training "
                                     f"vocabulary and there is no {UNK} token")
             self.streams[split] = np.array([self.vocab.get(w, unk) for w in tokens], dtype=np.int64)
+            if len(tokens) <= seq_len:
+                raise DataFileError(f"{files[split]}: {len(tokens)} tokens, too few for one window of "
+                                    f"seq_len={seq_len} (needs {seq_len + 1}). {HOW_TO_GET}")
         self.seq_len = int(seq_len)
         self.info = TaskInfo(
             name="ptb", input_size=len(self.vocab), output_size=len(self.vocab), loss="cross_entropy",

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import ArrayDataset, DataFileError, DataNotFoundError, find_first, majority_accuracy
+from ..data import (ArrayDataset, DataFileError, DataNotFoundError, find_first, integer_labels,
+                    majority_accuracy)
 from ..data import data_dir as resolve_data_dir
 from ..data import stratified_split
 from .base import Task, TaskInfo, register_task
@@ -48,9 +49,10 @@ def read_seizure_csv(path: Path):
     try:
         body = [r for r in rows[1:] if r]
         x = np.array([[float(r[c]) for c in columns] for r in body], dtype=np.float32)
-        y = np.array([int(float(r[label_col])) for r in body], dtype=np.int64)
+        raw_labels = [float(r[label_col]) for r in body]
     except (ValueError, IndexError) as error:
         raise DataFileError(f"{path}: a data row is malformed or truncated ({error}). {HOW_TO_GET}") from error
+    y = integer_labels(raw_labels, f"{path}: column y")
     if not set(np.unique(y)) <= set(range(1, 6)):
         raise DataFileError(f"{path}: y must hold classes 1..5, got {sorted(set(np.unique(y)))[:8]}")
     return x, y

@@ -45,10 +45,15 @@ def _parse_dimension(text: str, path: Path, line_no: int) -> np.ndarray:
         raise DataFileError(f"{path}:{line_no}: time-stamped series '(t,v)' are not supported; "
                             "expected comma-separated values")
     try:
-        return np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")],
-                        dtype=np.float32)
+        with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused below
+            values = np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")],
+                              dtype=np.float32)
     except ValueError as error:
         raise DataFileError(f"{path}:{line_no}: expected comma-separated numbers, got {text[:40]!r}") from error
+    if np.isinf(values).any():  # an infinity, or a number beyond float32's range; '?' marks missing values
+        raise DataFileError(f"{path}:{line_no}: expected finite numbers (or '?' for a missing value), got "
+                            f"{text[:40]!r}")
+    return values
 
 
 def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
@@ -103,6 +108,9 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
     dims = {s.shape[1] for s in series}
     if len(dims) > 1:
         raise DataFileError(f"{path}: series have different numbers of dimensions {sorted(dims)}")
+    if "dimensions" in header and not header["dimensions"].isdigit():
+        raise DataFileError(f"{path}: expected '@dimensions <positive integer>', got "
+                            f"{header['dimensions'][:40]!r}")
     if "dimensions" in header and series and int(header["dimensions"]) != dims.pop():
         raise DataFileError(f"{path}: @dimensions says {header['dimensions']} but the data has "
                             f"{series[0].shape[1]}")

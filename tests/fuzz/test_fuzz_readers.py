@@ -1,0 +1,167 @@
+"""Fuzz: every data reader on mutated fixture files (bytes flipped, cut, inserted, duplicated).
+
+Property: a DataFileError naming the file, or arrays that hold what the format promises (finite
+values, whole-number labels within the declared classes, consistent lengths). Never another
+exception, never a silently damaged array.
+"""
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixture_data import (idx_bytes, toy_rows, write_batches, write_har, write_ptb, write_seizure, write_ts,
+                          write_wav)
+from ltdrnn.data import DataFileError
+from ltdrnn.tasks.cifar import parse_batch
+from ltdrnn.tasks.har import read_har_part
+from ltdrnn.tasks.mnist import read_idx
+from ltdrnn.tasks.ptb import EOS, read_words
+from ltdrnn.tasks.seizure import read_seizure_csv
+from ltdrnn.tasks.speech import read_wav
+from ltdrnn.tasks.uea_ucr import read_ts
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def mutated(draw, raw: bytes) -> bytes:
+    """``raw`` after a few random edits; the edits favour digits, separators and header bytes."""
+    data = bytearray(raw)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "insert", "duplicate", "digit"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if kind == "flip" and data:
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "cut":
+            data = data[:at] if draw(st.booleans()) else data[:at] + data[at + draw(st.integers(1, 64)):]
+        elif kind == "insert":
+            data[at:at] = draw(st.one_of(st.binary(min_size=1, max_size=8),
+                                         st.sampled_from([b"nan", b"inf", b"-", b"2.9", b"1e39", b"?", b",",
+                                                          b":", b"\n", b"\xff\xfe", b"\0\0\0\x09"])))
+        elif kind == "duplicate" and data:
+            data[at:at] = data[at:at + draw(st.integers(1, 256))]
+        elif kind == "digit" and data:
+            data[at] = ord(str(draw(st.integers(0, 9))))
+    return bytes(data)
+
+
+def _write(raw: bytes, name: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="fuzz-reader-"))
+    path = folder / name
+    path.write_bytes(raw)
+    return path
+
+
+def _fixture(write, name):
+    folder = Path(tempfile.mkdtemp(prefix="fuzz-fixture-"))
+    path = folder / name
+    write(path)
+    return path.read_bytes()
+
+
+IDX = idx_bytes(np.arange(2 * 4 * 4).reshape(2, 4, 4) % 256)
+TS = _fixture(lambda p: write_ts(p, toy_rows(4, 2, np.random.default_rng(0))), "x.ts")
+SEIZURE = _fixture(lambda p: write_seizure(p, n_per_class=(2, 1, 1, 1, 1)), "data.csv")
+PTB = _fixture(lambda p: write_ptb(p.parent) or (p.parent / "ptb.train.txt").rename(p), "ptb.txt")
+WAV = _fixture(lambda p: write_wav(p, np.zeros(800)), "a.wav")
+CIFAR = pickle.dumps(write_batches(Path(tempfile.mkdtemp()), per_batch=2)["test_batch"], protocol=2)
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_idx(data):
+    path = _write(data.draw(mutated(IDX)), "x-idx3-ubyte")
+    try:
+        array = read_idx(path)
+    except DataFileError as error:
+        assert str(path) in str(error)
+        return
+    assert array.size * array.dtype.itemsize + 4 + 4 * array.ndim == path.stat().st_size
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_ts(data):
+    path = _write(data.draw(mutated(TS)), "x.ts")
+    try:
+        parsed = read_ts(path)
+    except DataFileError as error:
+        assert str(path) in str(error)
+        return
+    assert len(parsed.series) == len(parsed.labels)
+    assert ((parsed.labels >= 0) & (parsed.labels < len(parsed.class_names))).all()
+    for series in parsed.series:
+        assert not np.isinf(series).any()  # NaN marks a missing value; infinities are refused
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_seizure(data):
+    path = _write(data.draw(mutated(SEIZURE)), "data.csv")
+    try:
+        x, y = read_seizure_csv(path)
+    except DataFileError as error:
+        assert str(path) in str(error)
+        return
+    assert len(x) == len(y) and x.shape[1:] == (178,) and set(np.unique(y)) <= {1, 2, 3, 4, 5}
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_ptb(data):
+    path = _write(data.draw(mutated(PTB)), "ptb.train.txt")
+    try:
+        words = read_words(path)
+    except DataFileError as error:
+        assert str(path) in str(error)
+        return
+    assert any(w != EOS for w in words) and all(w and not any(c.isspace() for c in w) for w in words)
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_cifar_batch(data):
+    raw = data.draw(mutated(CIFAR))
+    try:
+        images, labels = parse_batch(raw, "test_batch")
+    except DataFileError as error:
+        assert "test_batch" in str(error)
+        return
+    assert images.shape[1:] == (32, 32, 3) and len(images) == len(labels)
+    assert ((labels >= 0) & (labels < 10)).all()
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_wav(data):
+    path = _write(data.draw(mutated(WAV)), "a.wav")
+    try:
+        signal = read_wav(path)
+    except DataFileError as error:
+        assert str(path) in str(error)
+        return
+    assert signal.ndim == 1 and np.isfinite(signal).all() and np.abs(signal).max(initial=0) <= 1
+
+
+HAR_ROOT = Path(tempfile.mkdtemp(prefix="fuzz-har-"))
+write_har(HAR_ROOT, n_train=3, n_test=1)
+HAR_FILES = {str(p.relative_to(HAR_ROOT / "UCI HAR Dataset")): p.read_bytes()
+             for p in (HAR_ROOT / "UCI HAR Dataset" / "train").rglob("*.txt")}
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_har(data):
+    name = data.draw(st.sampled_from(sorted(HAR_FILES)))
+    files = dict(HAR_FILES, **{name: data.draw(mutated(HAR_FILES[name]))})
+    try:
+        part = read_har_part(files.__getitem__, "train")
+    except DataFileError as error:
+        assert name.rsplit("/", 1)[-1] in str(error) or "HAR train" in str(error)
+        return
+    assert part["x"].shape == (len(part["activity"]), 128, 9) and np.isfinite(part["x"]).all()
+    assert set(np.unique(part["activity"])) <= set(range(1, 7))

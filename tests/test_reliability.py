@@ -1,0 +1,260 @@
+"""Issue 14: safe checkpoint loading, resuming, the results store under load, temp files, config limits,
+and the CLI's one-line errors."""
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness_helpers import install, tiny_config
+from ltdrnn.cli import main
+from ltdrnn.config import MAX_CONFIG_VALUES, ConfigError, load_config
+from ltdrnn.results import ResultStore
+from ltdrnn.train import (CheckpointError, StoreError, atomic_save, load_checkpoint, remove_stale_temp_files,
+                          train)
+
+
+@pytest.fixture(autouse=True)
+def tiny(monkeypatch):
+    install(monkeypatch)
+    torch.set_num_threads(1)
+
+
+TINY = ["model.cell=tiny", "model.hidden_size=6", "task.name=tiny", "task.options={}", "train.steps=4",
+        "train.eval_every=2", "train.batch_size=8", "train.latency=false"]
+
+
+def _train(tmp_path, resume=False, **sections):
+    return train(load_config(tiny_config(tmp_path, train={"steps": 4, "eval_every": 2}, **sections)),
+                 resume=resume)
+
+
+# ---- checkpoints never run code -----------------------------------------------------------------------
+class _Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {_Payload.marker}",))
+
+
+def _plant_payload(path: Path, marker: Path) -> None:
+    """Replace the checkpoint by one whose unpickling would create ``marker`` through os.system."""
+    _Payload.marker = marker
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["payload"] = _Payload()
+    torch.save(checkpoint, path)
+
+
+@pytest.mark.parametrize("command", ["eval", "plot", "resume"])
+def test_a_crafted_checkpoint_runs_no_code(tmp_path, command, capsys):
+    _train(tmp_path)
+    run_dir = tmp_path / "run"
+    marker = tmp_path / "pwned"
+    for name in ("best.pt", "last.pt"):
+        _plant_payload(run_dir / name, marker)
+    config = str(run_dir / "config.yaml")
+    argv = {"eval": ["eval", str(run_dir)], "plot": ["plot", str(run_dir), "--kinds", "curves"],
+            "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--quiet"],
+            }[command]
+    assert main(argv) == 2
+    assert not marker.exists()
+    err = capsys.readouterr().err
+    assert "can be loaded safely" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_round_trips_every_rng_state_under_weights_only(tmp_path):
+    import random
+
+    import numpy as np
+    from ltdrnn.train import rng_states, set_rng_states
+    np.random.seed(3), random.seed(3), torch.manual_seed(3)
+    atomic_save({"config": {}, "model": {}, "rng": rng_states()}, tmp_path / "c.pt")
+    expected = (np.random.rand(3), random.random(), torch.rand(2))
+    set_rng_states(load_checkpoint(tmp_path / "c.pt")["rng"])
+    again = (np.random.rand(3), random.random(), torch.rand(2))
+    assert (expected[0] == again[0]).all() and expected[1] == again[1] and torch.equal(expected[2], again[2])
+
+
+def test_a_damaged_checkpoint_is_a_checkpoint_error(tmp_path):
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match="last.pt"):
+        load_checkpoint(path)
+
+
+# ---- resuming ---------------------------------------------------------------------------------------
+def test_resume_without_a_checkpoint_is_an_error_unless_auto(tmp_path):
+    with pytest.raises(ConfigError, match="nothing to resume.*--resume=auto"):
+        _train(tmp_path, resume=True)
+    assert not (tmp_path / "results.db").exists()
+    record = _train(tmp_path, resume="auto")
+    assert record["status"] == "finished" and record["timings"]["steps"] == 4
+
+
+def test_cli_resume_of_a_wrong_directory_exits_2_and_resume_auto_trains(tmp_path, capsys):
+    args = ["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(tmp_path / "empty"), "--quiet"]
+    assert main(args + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ltdrnn train: run_dir: nothing to resume") and "\n" not in err
+    assert main(args + ["--resume=auto"]) == 0
+    with pytest.raises(SystemExit) as caught:   # argparse's own one-line usage error
+        main(args + ["--resume=yes"])
+    assert caught.value.code == 2
+
+
+def test_resuming_a_stored_run_is_a_no_op_and_a_missing_row_is_stored(tmp_path):
+    record = _train(tmp_path)
+    store = ResultStore(str(tmp_path / "results.db"))
+    assert store.count() == 1
+    again = _train(tmp_path, resume=True)           # the second --resume used to raise ResultConflict
+    assert again["id"] == record["id"] and store.count() == 1
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("DELETE FROM runs")
+    _train(tmp_path, resume=True)
+    assert [r["id"] for r in store.rows()] == [record["id"]]
+
+
+def test_a_locked_store_loses_no_row_and_says_how_to_store_it(tmp_path, monkeypatch):
+    import ltdrnn.results as results
+
+    class Locked(ResultStore):
+        def __init__(self, location, busy_timeout_s=60.0):
+            super().__init__(location, busy_timeout_s=0.05)
+
+    locker = sqlite3.connect(tmp_path / "results.db", isolation_level=None)
+    locker.execute("CREATE TABLE IF NOT EXISTS hold (x)")
+    locker.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(results, "ResultStore", Locked)
+    try:
+        with pytest.raises(StoreError, match=r"--resume' \(trains nothing, adds the row\)") as caught:
+            _train(tmp_path, run_dir=str(tmp_path / "run2"))
+    finally:
+        locker.rollback()
+        locker.close()
+    assert str(tmp_path / "run2") in str(caught.value)
+    assert (tmp_path / "run2" / "result.json").exists()
+    monkeypatch.setattr(results, "ResultStore", ResultStore)
+    # what the message says to do
+    assert main(["train", str(tmp_path / "run2" / "config.yaml"), "--run-dir", str(tmp_path / "run2"),
+                 "--resume", "--quiet"]) == 0
+    assert len(ResultStore(str(tmp_path / "results.db")).rows()) == 1
+
+
+# ---- temporary files ----------------------------------------------------------------------------------
+def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        atomic_save({"a": 1}, tmp_path / "last.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_temp_files_of_dead_processes_are_removed_on_start(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stale = run_dir / f".last.pt.{dead.pid}.tmp"
+    alive = run_dir / f".last.pt.{os.getppid()}.tmp"
+    stale.write_bytes(b"x" * 10)
+    alive.write_bytes(b"x")
+    assert remove_stale_temp_files(run_dir) == [stale]
+    assert not stale.exists() and alive.exists()
+
+
+def test_interrupt_prints_the_resume_hint_and_exits_130(tmp_path, capsys, monkeypatch):
+    import ltdrnn.train as trainer
+
+    def ctrl_c(state):
+        if state["step"] == 3:
+            raise KeyboardInterrupt
+    original = trainer.Run.fit
+    monkeypatch.setattr(trainer.Run, "fit",
+                        lambda self, callbacks, judges=(): original(self, [ctrl_c], judges))
+    run_dir = tmp_path / "run"
+    code = main(["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(run_dir), "--quiet"])
+    assert code == 130
+    err = capsys.readouterr().err
+    assert f"--run-dir {run_dir} --resume" in err and "Traceback" not in err
+    assert not list(run_dir.glob(".*.tmp"))
+
+
+# ---- configs --------------------------------------------------------------------------------------
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_nested_yaml_aliases_are_refused_quickly(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(9))          # 10**9 values once expanded
+    with pytest.raises(ConfigError, match=f"at most {MAX_CONFIG_VALUES} values"):
+        load_config(str(path))
+    with pytest.raises(ConfigError, match="at most"):
+        load_config(None, ["model.options.x=[&a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], " + ", ".join(["*a"] * 2000) + "]"])
+
+
+def test_a_float_written_without_a_dot_is_a_number_in_a_file_too(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("optim: {lr: 1e-3}\ntrain: {steps: 2}\nmodel: {options: {eps: 5E-2}}\n")
+    cfg = load_config(str(path))
+    assert cfg.optim.lr == 0.001 and cfg.model.options["eps"] == 0.05
+
+
+@pytest.mark.parametrize("name", ["../../nosuch/x", "quick/../../cli", "quick//toy-lstm", "./quick/toy-lstm"])
+def test_a_preset_name_cannot_leave_the_presets(name):
+    with pytest.raises(ConfigError, match="packaged preset name"):
+        load_config(name)
+
+
+# ---- the CLI: one line and exit code 2 -------------------------------------------------------------
+def _cli_cases(tmp_path):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("model: [unclosed\n")
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text('{"model": ')
+    train = ["train", "quick/toy-lstm", "--no-store", "--quiet", "--run-dir", str(tmp_path / "r")]
+    return {
+        "malformed yaml": ["train", str(bad_yaml), "--no-store"],
+        "malformed json": ["train", str(bad_json), "--no-store"],
+        "unknown cell": [*train, "model.cell=nosuch"],
+        "unknown task": [*train, "task.name=nosuch"],
+        "bad cell option": [*train, "model.cell=gru", "model.options.nosuch=1"],
+        "bad task option": [*train, "task.name=adding", "task.options.T=-5"],
+        "bad device": [*train, "train.device=nosuch"],
+        "unavailable device": [*train, "train.device=cuda:7"],
+        "bad preset path": ["train", "../../x", "--no-store"],
+        "sweep trials": ["sweep", "run", "quick/adding-lstm", "--trials", "-1", "--storage",
+                         f"sqlite:///{tmp_path / 's.db'}"],
+        "sweep no study": ["sweep", "report", "--study", "nosuch", "--storage", f"sqlite:///{tmp_path / 's.db'}"],
+    }
+
+
+@pytest.mark.parametrize("case", ["malformed yaml", "malformed json", "unknown cell", "unknown task",
+                                  "bad cell option", "bad task option", "bad device", "unavailable device",
+                                  "bad preset path", "sweep trials", "sweep no study"])
+def test_cli_mistakes_end_in_one_line_and_exit_2(tmp_path, capsys, case):
+    pytest.importorskip("optuna") if case.startswith("sweep") else None
+    argv = _cli_cases(tmp_path)[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ltdrnn ") and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_installed_command_shows_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "ltdrnn.cli", "train", "quick/toy-lstm", "model.cell=nosuch",
+                             "--no-store"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("ltdrnn train: cell: unknown name 'nosuch'")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bug_still_shows_its_traceback(monkeypatch):
+    import ltdrnn.cli as cli
+    monkeypatch.setattr(cli, "cmd_list", lambda args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["list", "cells"])
