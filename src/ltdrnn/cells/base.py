@@ -154,6 +154,7 @@ class Cell(nn.Module):
             state = self.init_state(x.shape[1], x.device, x.dtype)
         else:
             self.check_state(state, x.shape[1], x)
+        self.check_room(state, x.shape[0])
         x = zero_padding(x, lengths)
         limit = self.gradient_length_limit
         if limit is not None and x.shape[0] > limit and torch.is_grad_enabled():
@@ -164,6 +165,10 @@ class Cell(nn.Module):
         if self.resolved_impl(impl) == "reference":
             return self.scan_reference(x, state, lengths)
         return self.scan_fast(x, state, lengths, self.resolved_impl(impl))
+
+    def check_room(self, state: State, steps: int) -> None:
+        """Raise unless ``steps`` more time steps can run from ``state``: a limit of cells with
+        per-time-step parameters (TARNN's and iRNN's ``eta_per_time_step``); none by default."""
 
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
                        ) -> Tuple[Tensor, State]:

@@ -93,12 +93,6 @@ class EulerSteps(nn.Module):
                              f"steps, but this call reaches time step {last}; build the cell with a "
                              f"larger max_length")
 
-    def check_scan(self, state: State | None, steps: int) -> None:
-        """Raise unless a scan of ``steps`` time steps from ``state`` (None: from step 0) stays within
-        ``max_length``; nothing to check without per-time-step step sizes."""
-        if self.per_time_step:
-            self.check_room(torch.zeros(1, dtype=torch.long) if state is None else state[1], steps)
-
     def extra_repr(self) -> str:
         extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
         return f"K={self.steps}, init={self.init}, param={self.param!r}{extra}"

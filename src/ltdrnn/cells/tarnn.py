@@ -189,10 +189,8 @@ class TARNN(Cell):
             self._betas.append(beta.detach())
         return z, join_counter(z, None if counter is None else counter + 1)
 
-    def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
-             impl: str | None = None) -> Tuple[Tensor, State]:
-        self.steps.check_scan(state, x.shape[0])
-        return super().scan(x, state, lengths, impl)
+    def check_room(self, state: State, steps: int) -> None:
+        self.steps.check_room(state[1] if self.per_time_step else None, steps)
 
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
                        ) -> Tuple[Tensor, State]:
