@@ -195,10 +195,12 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
 
 # ---- the page ------------------------------------------------------------------------------------
 def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Finished rows -> ``{"sets", "methods", "acc": {(method, set): [values]}, "params", "train_s"}``."""
+    """Finished rows -> ``{"sets", "methods", "acc": {(method, set): [values]}, "params", "train_s",
+    "best_epoch": {method: [epoch of the best validation, per run]}}``."""
     acc: Dict[tuple, List[float]] = {}
     params: Dict[tuple, int] = {}
     train_s: Dict[tuple, List[float]] = {}
+    best_epoch: Dict[str, List[float]] = {}
     for row in rows:
         if row["status"] != "finished" or row["metric"] is None:
             continue
@@ -207,12 +209,16 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         train_s.setdefault(key, []).append(row["train_time_s"] or 0.0)
         if row["params"] is not None:
             params[key] = row["params"]
+        steps, epochs = (row["timings"] or {}).get("steps"), (row["timings"] or {}).get("epochs")
+        if row["metrics"].get("best_step") is not None and steps:
+            best_epoch.setdefault(row["cell"], []).append(row["metrics"]["best_step"] * epochs / steps)
     sets = sorted({s for _, s in acc}, key=str.lower)
     cells = sorted({c for c, _ in acc})
     methods = [c for c in DEFAULT_CELLS if c in cells] + sorted(c for c in cells
                                                                  if c not in DEFAULT_CELLS + (REFERENCE,))
     methods += [REFERENCE] if REFERENCE in cells else []
-    return {"sets": sets, "methods": methods, "acc": acc, "params": params, "train_s": train_s}
+    return {"sets": sets, "methods": methods, "acc": acc, "params": params, "train_s": train_s,
+            "best_epoch": best_epoch}
 
 
 def mean_std(values: Sequence[float]) -> str:
@@ -268,13 +274,15 @@ def rank_rows(data: Dict[str, Any]) -> List[List[str]]:
 
 def cost_rows(data: Dict[str, Any]) -> List[List[str]]:
     out = [["method", "parameters (min-max over sets)", "training s per run (mean over sets)",
-            "training s per run (max set)"]]
+            "training s per run (max set)", "epoch of the best validation (median, max)"]]
     for m in data["methods"]:
         counts = [data["params"][(m, s)] for s in data["sets"] if (m, s) in data["params"]]
         times = {s: statistics.fmean(data["train_s"][(m, s)]) for s in data["sets"] if (m, s) in data["train_s"]}
         slowest = max(times, key=times.get)
+        epochs = data["best_epoch"].get(m)
         out.append([m, f"{min(counts)}-{max(counts)}" if counts else "-", f"{statistics.fmean(times.values()):.1f}",
-                    f"{times[slowest]:.1f} ({slowest})"])
+                    f"{times[slowest]:.1f} ({slowest})",
+                    f"{statistics.median(epochs):.0f}, {max(epochs):.0f}" if epochs else "-"])
     return out
 
 
@@ -364,6 +372,8 @@ def render_page(store: str, study: str, page: Path, recipe_prefix: Optional[str]
         "it. ROCKET and InceptionTime are the published numbers of the archive's result files (sources "
         "below), not run here.", "",
         "## Accuracy per set", "", markdown_table(accuracy_rows(data, published)), "",
+        f"Offline sets not in this study (found where the page was rendered): "
+        f"{', '.join(s for s in available_sets() if s not in data['sets']) or 'none'}.", "",
         "## Average rank", "",
         "Ranks by mean accuracy per set (1 = best), over the sets every method ran.", "",
         markdown_table(rank_rows(data)), ""]
