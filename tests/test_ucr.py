@@ -167,8 +167,11 @@ def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
     # srnn 0.7667 against MiniRocket 0.86 (9.3 points); srnn above lstm (0.70)
     assert "gap of 9.3 points: goal (within 5 points) not reached" in goal
     assert "Source cells above it: srnn; at or below it: none: goal (every source cell above LSTM) reached" in goal
-    page = ucr.render_page(str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md")
+    (tmp_path / "notes.md").write_text("## Discussion\n\nWritten by hand.\n")
+    page = ucr.render_page(str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md",
+                           notes=tmp_path / "notes.md")
     text = page.read_text()
+    assert "reached.\n\n## Discussion\n\nWritten by hand.\n\n## Parameters and training time" in text
     assert "| A | 60.0 ± 10.0 | 80.0 ± 0.0 | 83.0 ± 1.0 | - | - |" in text
     published = ucr.published_numbers()["GunPoint"]
     assert (f"| GunPoint | 60.0 ± 0.0 (n=2) | 70.0 ± 0.0 (n=2) | 90.0 ± 0.0 (n=2) | "

@@ -349,8 +349,10 @@ def commits(rows: List[Dict[str, Any]]) -> List[str]:
     return sorted(found)
 
 
-def render_page(store: str, study: str, page: Path, recipe_prefix: Optional[str] = "ucr-recipe/") -> Path:
-    """Write the benchmark page (and its CD diagram next to the store) from the database alone."""
+def render_page(store: str, study: str, page: Path, recipe_prefix: Optional[str] = "ucr-recipe/",
+                notes: Optional[Path] = None) -> Path:
+    """Write the benchmark page (and its CD diagram next to the store) from the database alone, plus the
+    hand-written ``notes`` (markdown) if given."""
     from .results import ResultStore, markdown_table
     results = ResultStore(store)
     rows = results.rows(study=study)
@@ -385,8 +387,10 @@ def render_page(store: str, study: str, page: Path, recipe_prefix: Optional[str]
                   "Critical-difference diagram drawn with `aeon.visualisation.plot_critical_difference` "
                   "(one-sided Wilcoxon signed-rank tests, Holm correction, alpha 0.1): methods joined by a bar "
                   "are not significantly different. With this few sets the test has little power.", ""]
-    lines += ["## Goal", ""] + goal_lines(data) + ["",
-              "## Parameters and training time", "",
+    lines += ["## Goal", ""] + goal_lines(data) + [""]
+    if notes is not None:
+        lines += [notes.read_text().rstrip(), ""]
+    lines += ["## Parameters and training time", "",
               "Training time is the optimiser's wall time of one run (one thread, on a machine shared with "
               "other jobs, so compare within a column with care); for MiniRocket it is the fit time.", "",
               markdown_table(cost_rows(data)), ""]
@@ -452,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--study", default=default_study("default", []), help="the study shown (default: "
                         f"{default_study('default', [])})")
     report.add_argument("--page", default=DEFAULT_PAGE, help=f"page to write (default: {DEFAULT_PAGE})")
+    report.add_argument("--notes", type=Path, help="markdown file inserted after the goal check (the "
+                        "discussion of the numbers; e.g. docs/ucr/notes.md)")
     return parser
 
 
@@ -511,7 +517,9 @@ def _cmd_run(args) -> int:
 def _cmd_report(args) -> int:
     if "://" not in args.store and not Path(args.store).is_file():
         raise BenchmarkError(f"--store {args.store}: no results database there (run `ltdrnn ucr run` first)")
-    print(f"written: {render_page(args.store, args.study, Path(args.page))}")
+    if args.notes is not None and not args.notes.is_file():
+        raise BenchmarkError(f"--notes {args.notes}: no such file")
+    print(f"written: {render_page(args.store, args.study, Path(args.page), notes=args.notes)}")
     return 0
 
 
