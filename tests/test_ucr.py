@@ -167,6 +167,8 @@ def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
     # srnn 0.7667 against MiniRocket 0.86 (9.3 points); srnn above lstm (0.70)
     assert "gap of 9.3 points: goal (within 5 points) not reached" in goal
     assert "Source cells above it: srnn; at or below it: none: goal (every source cell above LSTM) reached" in goal
+    store.add(_row("lstm", "A", 0, 0.5, study="ucr-recipe/x"))
+    store.add(_row("srnn", "A", 0, 0.7, study="ucr-recipe/x"))
     (tmp_path / "notes.md").write_text("## Discussion\n\nWritten by hand.\n")
     page = ucr.render_page(str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md",
                            notes=tmp_path / "notes.md")
@@ -178,6 +180,7 @@ def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
             f"{100 * published['rocket']:.1f} | {100 * published['inceptiontime']:.1f} |") in text
     assert "| C | 90.0 (n=1) |" in text and "| OnlySrnn | - | 50.0 (n=1) | - |" in text
     assert "| mean over 3 sets | 70.0 | 76.7 | 86.0 | - | - |" in text
+    assert "| ucr-recipe/x | lstm | A | 1 | 50.0 |" in text and "| ucr-recipe/x | all (mean of the cells) |  |  | 60.0 |" in text
     assert (tmp_path / "cd-ucr_default.png").stat().st_size > 0
     assert "](../cd-ucr_default.png)" in text
 

@@ -329,18 +329,22 @@ def cd_diagram(data: Dict[str, Any], path: Path) -> Optional[Path]:
 
 
 def recipe_rows(rows: List[Dict[str, Any]]) -> List[List[str]]:
-    """One row per study and cell: mean test accuracy over the sets it ran (the recipe's measurements)."""
+    """One row per study and cell, then one for all its cells: mean test accuracy over the sets each ran,
+    and over the cells' means (the recipe's measurements)."""
     by_study: Dict[str, List[Dict[str, Any]]] = {}
     for row in rows:
         by_study.setdefault(row["study"], []).append(row)
     out = [["study (recipe variant)", "cell", "sets", "runs", "mean accuracy %"]]
     for study in sorted(by_study):
         data = collect(by_study[study])
+        means = []
         for m in data["methods"]:
             sets = [s for s in data["sets"] if (m, s) in data["acc"]]
             runs = sum(len(data["acc"][(m, s)]) for s in sets)
-            mean = statistics.fmean(statistics.fmean(data["acc"][(m, s)]) for s in sets)
-            out.append([study, m, ",".join(sets), str(runs), f"{100 * mean:.1f}"])
+            means.append(statistics.fmean(statistics.fmean(data["acc"][(m, s)]) for s in sets))
+            out.append([study, m, ",".join(sets), str(runs), f"{100 * means[-1]:.1f}"])
+        if len(means) > 1:
+            out.append([study, "all (mean of the cells)", "", "", f"{100 * statistics.fmean(means):.1f}"])
     return out
 
 
@@ -416,8 +420,15 @@ def _preset_text() -> str:
 
 
 def _published_header() -> List[str]:
+    """The comment lines of ``published.csv``, an indented line joined to the one before it."""
     text = (resources.files("ltdrnn") / "presets" / "ucr" / "published.csv").read_text()
-    return [l for l in text.splitlines() if l.startswith("#")]
+    lines: List[str] = []
+    for line in text.splitlines():
+        if line.startswith("#   ") and lines:
+            lines[-1] += " " + line[1:].strip()
+        elif line.startswith("#"):
+            lines.append(line)
+    return lines
 
 
 def _relative(target: Path, page: Path) -> str:
