@@ -7,6 +7,7 @@
     ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
     ltdrnn list cells|tasks|presets
     ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
+    ltdrnn ucr sets|run|report ...             the UCR/UEA benchmark, handed to ltdrnn.ucr
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce"}
+DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce",
+             "ucr": "ltdrnn.ucr"}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -49,6 +49,8 @@ class ModelConfig:
     float input); 0 means none (token input then uses ``hidden_size``).
     ``tie_weights``: language model only, share the embedding and output matrices (needs
     ``embedding == hidden_size``).
+    ``pooling``: what a classifier or regressor reads: ``last`` (the output at each sequence's last true
+    step), or the ``mean`` / ``max`` of the outputs over its true steps.
     """
     cell: str = "lstm"
     hidden_size: int = 128
@@ -59,6 +61,7 @@ class ModelConfig:
     head: str = "auto"
     embedding: int = 0
     tie_weights: bool = False
+    pooling: str = "last"
 
 
 @dataclass
@@ -152,6 +155,7 @@ CHOICES = {
     "optim.name": ("adam", "rmsprop", "sgd"),
     "optim.loss_reduction": ("mean", "sum"),
     "model.head": ("auto", "classifier", "regressor", "tagger", "lm"),
+    "model.pooling": ("last", "mean", "max"),
     "train.select_on": ("metric", "loss"),
 }
 

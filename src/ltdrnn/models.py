@@ -2,7 +2,8 @@
 
 Shapes use the legend of :mod:`ltdrnn.cells.base`; all models are batch-first.
 
-    classifier / regressor (terminal):  x (B, T, d) -> y (B, o), read at each sequence's last true step
+    classifier / regressor (terminal):  x (B, T, d) -> y (B, o), read at each sequence's last true step,
+                                        or pooled over its true steps (mean or max)
     tagger (per step):                  x (B, T, d) -> y (B, T, o)
     lm (per step, tokens):              ids (B, T) -> logits (B, T, V), optionally tied to the embedding
 
@@ -22,6 +23,7 @@ from .layers import Recurrent
 from .tasks.base import TaskInfo
 
 TERMINAL_HEADS = ("classifier", "regressor")
+POOLINGS = ("last", "mean", "max")
 
 
 def choose_head(model: ModelConfig, info: TaskInfo) -> str:
@@ -47,15 +49,24 @@ class SequenceModel(nn.Module):
         tokens: the input is int64 ids ``(B, T)`` (an ``nn.Embedding`` is used).
         embedding: width of the input embedding (0: none for float input; ``hidden_size`` for tokens).
         tie_weights: share the embedding matrix with the output layer (lm).
+        pooling: what a terminal head reads from the outputs ``o_t (B, T, D*H)`` of a sequence of
+            length n: ``last`` (see :meth:`last_step`), ``mean`` = (1/n) sum_{t<n} o_t, or
+            ``max`` = max_{t<n} o_t elementwise.
         cell_options: keywords for the cell constructor.
     """
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, output_size: int, head: str,
                  num_layers: int = 1, dropout: float = 0.0, bidirectional: bool = False,
                  tokens: bool = False, embedding: int = 0, tie_weights: bool = False,
-                 **cell_options) -> None:
+                 pooling: str = "last", **cell_options) -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ConfigError(f"model.pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
+        if pooling != "last" and head not in TERMINAL_HEADS:
+            raise ConfigError(f"model.pooling: {pooling!r} pools a sequence into one output, but head {head!r} "
+                              "outputs every step; use pooling last")
         self.head = head
+        self.pooling = pooling
         self.terminal = head in TERMINAL_HEADS
         self.tokens = tokens
         width = embedding or (hidden_size if tokens else 0)
@@ -84,8 +95,18 @@ class SequenceModel(nn.Module):
             x = self.embed(x)
         out, _ = self.rnn(x, lengths=lengths)
         if self.terminal:
-            out = self.last_step(out, lengths)
+            out = self.last_step(out, lengths) if self.pooling == "last" else self.pool(out, lengths)
         return self.output(out)
+
+    def pool(self, out: Tensor, lengths: Optional[Tensor]) -> Tensor:
+        """``(B, T, D*H) -> (B, D*H)``: mean or max of the outputs over each sequence's true steps."""
+        if lengths is None:
+            return out.mean(dim=1) if self.pooling == "mean" else out.amax(dim=1)
+        lengths = lengths.to(out.device)
+        valid = (torch.arange(out.shape[1], device=out.device)[None, :] < lengths[:, None]).unsqueeze(-1)
+        if self.pooling == "mean":
+            return (out * valid).sum(dim=1) / lengths[:, None].to(out.dtype)
+        return out.masked_fill(~valid, float("-inf")).amax(dim=1)
 
     def last_step(self, out: Tensor, lengths: Optional[Tensor]) -> Tensor:
         """``(B, T, D*H) -> (B, D*H)``: the forward direction at each sequence's last true step; a
@@ -125,4 +146,5 @@ def build_model(model: ModelConfig, info: TaskInfo) -> SequenceModel:
     return SequenceModel(model.cell, info.input_size, model.hidden_size, info.output_size, head,
                          num_layers=model.num_layers, dropout=model.dropout,
                          bidirectional=model.bidirectional, tokens=info.input_kind == "tokens",
-                         embedding=model.embedding, tie_weights=model.tie_weights, **model.options)
+                         embedding=model.embedding, tie_weights=model.tie_weights, pooling=model.pooling,
+                         **model.options)

@@ -11,6 +11,11 @@ Splits: the official TEST file is the test split; the validation split is a stra
 Missing values (``?`` / NaN) become 0 after optional per-series z-normalisation (``znorm=True``:
 each dimension of each series to zero mean, unit variance over its observed steps).
 Unequal-length sets yield items of their own length; ``collate`` pads and returns the lengths.
+
+Your own series as arrays: ``arrays="my_series.npz"`` reads ``x_train``, ``y_train``, ``x_test``,
+``y_test`` from an ``.npz`` file (``np.savez``; read without unpickling) instead of ``.ts`` files;
+``x`` is ``(N, T)`` or ``(N, T, d)``, ``y`` holds the labels (numbers or strings, classes in sorted order).
+``dataset`` then only names the set in the results.
 """
 from __future__ import annotations
 
@@ -143,6 +148,36 @@ def find_ts_pair(name: str, path: Optional[str] = None, data_dir: Optional[str] 
                             f"{', '.join(str(p) for p in places)}. {HOW_TO_GET}")
 
 
+ARRAY_KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def read_arrays(path: str) -> Dict[str, TsFile]:
+    """``{"train": TsFile, "test": TsFile}`` from an ``.npz`` file holding :data:`ARRAY_KEYS`."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            data = {k: archive[k] for k in archive.files}
+    except (OSError, ValueError) as error:
+        raise DataFileError(f"arrays {path}: not a readable .npz file without pickled objects ({error})") from error
+    if any(k not in data for k in ARRAY_KEYS):
+        raise DataFileError(f"arrays {path}: expected arrays {', '.join(ARRAY_KEYS)}, got "
+                            f"{', '.join(data) or 'none'}")
+    names = sorted(set(data["y_train"].tolist()))
+    lookup = {name: i for i, name in enumerate(names)}
+    unknown = sorted(set(data["y_test"].tolist()) - set(names), key=str)
+    if unknown:
+        raise DataFileError(f"arrays {path}: y_test labels {unknown[:5]} are not among the y_train classes")
+    files = {}
+    for split in ("train", "test"):
+        x, y = data[f"x_{split}"], data[f"y_{split}"]
+        if x.ndim not in (2, 3) or len(x) != len(y):
+            raise DataFileError(f"arrays {path}: expected x_{split} of shape (N, T) or (N, T, d) with N = "
+                                f"len(y_{split}) = {len(y)}, got {x.shape}")
+        series = x.astype(np.float32).reshape(*x.shape[:2], -1)
+        files[split] = TsFile(list(series), np.array([lookup[v] for v in y.tolist()], dtype=np.int64),
+                              [str(n) for n in names])
+    return files
+
+
 def znormalise(series: np.ndarray) -> np.ndarray:
     mean = np.nanmean(series, axis=0, keepdims=True)
     std = np.nanstd(series, axis=0, keepdims=True)
@@ -164,12 +199,18 @@ class UeaUcrTask(Task):
     """x ``(T_i, d)`` float; y ``()`` class index (classes in the file's ``@classLabel`` order)."""
 
     def __init__(self, dataset: str = "GunPoint", path: Optional[str] = None, data_dir: Optional[str] = None,
-                 val_fraction: float = 0.2, split_seed: int = 0, znorm: bool = False):
+                 val_fraction: float = 0.2, split_seed: int = 0, znorm: bool = False,
+                 arrays: Optional[str] = None):
         if not 0 <= val_fraction < 1:
             raise ValueError(f"val_fraction: expected a value in [0, 1), got {val_fraction}")
-        files = find_ts_pair(dataset, path, data_dir)
-        train = read_ts(files["train"])
-        test = read_ts(files["test"], class_names=train.class_names)
+        if arrays is not None:
+            files = {"arrays": Path(arrays)}
+            loaded = read_arrays(arrays)
+            train, test = loaded["train"], loaded["test"]
+        else:
+            files = find_ts_pair(dataset, path, data_dir)
+            train = read_ts(files["train"])
+            test = read_ts(files["test"], class_names=train.class_names)
         prepare = (lambda s: np.nan_to_num(znormalise(s) if znorm else s, nan=0.0).astype(np.float32))
         train_series = [prepare(s) for s in train.series]
         test_series = [prepare(s) for s in test.series]

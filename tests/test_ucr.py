@@ -1,0 +1,250 @@
+"""The UCR/UEA benchmark (``ltdrnn ucr``), the pooled classifier heads and the arrays input of the recipe."""
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+import torch
+
+from fixture_data import toy_rows, write_ts, write_ts_set
+from ltdrnn import cli, ucr
+from ltdrnn.config import ConfigError, load_config
+from ltdrnn.data import DataFileError
+from ltdrnn.models import SequenceModel
+from ltdrnn.tasks import build_task
+from ltdrnn.tasks.uea_ucr import aeon_data_dir
+
+
+# ---- pooling heads -----------------------------------------------------------------------------------
+def _model(pooling, head="classifier"):
+    torch.manual_seed(0)
+    return SequenceModel("lstm", 3, 5, 4, head, pooling=pooling)
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean", "max"])
+def test_pooled_head_on_a_padded_batch_equals_each_sequence_alone(pooling):
+    model = _model(pooling)
+    x = torch.randn(3, 7, 3)
+    lengths = torch.tensor([7, 4, 2])
+    x_padded = x.clone()
+    for i, n in enumerate(lengths):
+        x_padded[i, n:] = 99.0  # padding must not leak into the pooled value
+    batched = model(x_padded, lengths)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(batched[i], model(x[i:i + 1, :n])[0])
+
+
+def test_mean_and_max_pooling_read_every_step_of_the_outputs():
+    x = torch.randn(2, 6, 3)
+    outputs = {}
+    for pooling in ("mean", "max"):
+        model = _model(pooling)
+        seen = []
+        model.output.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0]))
+        model(x)
+        outputs[pooling] = seen[0]
+    states, _ = _model("mean").rnn(x)
+    torch.testing.assert_close(outputs["mean"], states.mean(dim=1))
+    torch.testing.assert_close(outputs["max"], states.amax(dim=1))
+    assert not torch.allclose(outputs["mean"], states[:, -1])
+
+
+def test_pooling_is_validated_with_the_key_named():
+    with pytest.raises(ConfigError, match=r"model.pooling: expected one of last, mean, max, got 'avg'"):
+        load_config("ucr/default", ["model.pooling=avg"])
+    with pytest.raises(ConfigError, match=r"model.pooling: 'mean' pools .* head 'tagger'"):
+        _model("mean", head="tagger")
+
+
+# ---- the recipe on arrays ------------------------------------------------------------------------------
+def _arrays(rng, n, length=12, dims=2):
+    y = np.array(["up", "down"] * (n // 2))
+    x = rng.normal(size=(n, length, dims)).astype(np.float32)
+    return x, y
+
+
+def test_arrays_give_the_same_task_as_the_same_series_in_ts_files(tmp_path):
+    rng = np.random.default_rng(0)
+    (x_train, y_train), (x_test, y_test) = _arrays(rng, 20), _arrays(rng, 6)
+    np.savez(tmp_path / "mine.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    from_arrays = build_task("uea_ucr", arrays=str(tmp_path / "mine.npz"), znorm=True)
+    names = {"down": "a", "up": "b"}  # sorted class order, as the .ts files declare theirs
+    rows = lambda x, y: [(series.T.round(6).tolist(), names[label]) for series, label in zip(x, y)]  # noqa: E731
+    write_ts_set(tmp_path, rows(x_train, y_train), rows(x_test, y_test), name="Mine", dims=2)
+    from_ts = build_task("uea_ucr", dataset="Mine", data_dir=str(tmp_path), znorm=True)
+    assert from_arrays.info.extra["classes"] == ["down", "up"]
+    for split in ("train", "val", "test"):
+        a, b = from_arrays.dataset(split), from_ts.dataset(split)
+        assert len(a) == len(b) > 0
+        for i in range(len(a)):
+            torch.testing.assert_close(a[i][0], b[i][0], atol=1e-5, rtol=0)
+            assert int(a[i][1]) == int(b[i][1])
+
+
+def test_arrays_errors_name_what_was_expected(tmp_path):
+    np.savez(tmp_path / "partial.npz", x_train=np.zeros((4, 5)), y_train=np.zeros(4))
+    with pytest.raises(DataFileError, match=r"expected arrays x_train, y_train, x_test, y_test, got x_train, "
+                                            r"y_train"):
+        build_task("uea_ucr", arrays=str(tmp_path / "partial.npz"))
+    np.savez(tmp_path / "shape.npz", x_train=np.zeros((4, 5)), y_train=np.zeros(3), x_test=np.zeros((2, 5)),
+             y_test=np.zeros(2))
+    with pytest.raises(DataFileError, match=r"x_train of shape \(N, T\) or \(N, T, d\) with N = len\(y_train\) "
+                                            r"= 3, got \(4, 5\)"):
+        build_task("uea_ucr", arrays=str(tmp_path / "shape.npz"))
+    np.savez(tmp_path / "objects.npz", x_train=np.array([np.zeros(3), np.zeros(4)], dtype=object),
+             y_train=np.zeros(2), x_test=np.zeros((1, 3)), y_test=np.zeros(1))
+    with pytest.raises(DataFileError, match="without pickled objects"):
+        build_task("uea_ucr", arrays=str(tmp_path / "objects.npz"))
+
+
+# ---- sets and published numbers -----------------------------------------------------------------------
+def test_available_sets_are_the_classification_pairs_of_the_data_dir_and_aeon(tmp_path):
+    rng = np.random.default_rng(0)
+    write_ts_set(tmp_path, toy_rows(6, 1, rng), toy_rows(3, 1, rng), name="Mine")
+    regression = tmp_path / "ucr_uea" / "Prices"
+    regression.mkdir(parents=True)
+    for part in ("TRAIN", "TEST"):
+        (regression / f"Prices_{part}.ts").write_text("@problemName Prices\n@targetLabel true\n@data\n1,2:3.5\n")
+    only_train = tmp_path / "ucr_uea" / "Half"
+    only_train.mkdir()
+    write_ts(only_train / "Half_TRAIN.ts", toy_rows(3, 1, rng))
+    found = ucr.available_sets(str(tmp_path))
+    assert "Mine" in found and "Prices" not in found and "Half" not in found
+    if aeon_data_dir() is not None:
+        assert {"GunPoint", "BasicMotions"} <= set(found)
+        assert "UnitTest" not in found  # aeon's test fixture, not an archive set
+
+
+def test_published_numbers_parse_with_their_sources():
+    numbers = ucr.published_numbers()
+    assert len(numbers) >= 128
+    assert set(numbers["GunPoint"]) == {"rocket", "inceptiontime"}
+    assert all(0 < v <= 1 for row in numbers.values() for v in row.values())
+    sources = " ".join(ucr._published_header())
+    assert "github.com/angus924/rocket" in sources and "github.com/hfawaz/InceptionTime" in sources
+
+
+def test_padded_array_is_channels_first_and_zero_padded():
+    series = [np.arange(6, dtype=np.float32).reshape(3, 2), np.ones((1, 2), dtype=np.float32)]
+    out = ucr.padded_array(series, 4)
+    assert out.shape == (2, 2, 4)
+    np.testing.assert_array_equal(out[0], [[0, 2, 4, 0], [1, 3, 5, 0]])
+    np.testing.assert_array_equal(out[1], [[1, 0, 0, 0], [1, 0, 0, 0]])
+
+
+# ---- the page from a store -----------------------------------------------------------------------------
+def _row(cell, dataset, seed, accuracy, study="ucr/default", params=100, train_s=2.0):
+    stamp = datetime.now(timezone.utc)
+    return {"id": f"{cell}-{dataset}-{seed}-{study}", "status": "finished", "created": stamp.isoformat(),
+            "cell": cell, "task": "uea_ucr", "study": study, "name": dataset,
+            "config": {"train": {"seed": seed}}, "metrics": {"metric_name": "accuracy", "metric": accuracy,
+                                                          "params": params},
+            "timings": {"train_s": train_s}, "version": {"git_commit": "abc"}}
+
+
+def _store(tmp_path, accuracies, study="ucr/default"):
+    from ltdrnn.results import ResultStore
+    store = ResultStore(str(tmp_path / "results.db"))
+    for (cell, dataset), values in accuracies.items():
+        for seed, value in enumerate(values):
+            store.add(_row(cell, dataset, seed, value, study))
+    return store
+
+
+def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
+    pytest.importorskip("aeon", reason="the critical-difference diagram needs aeon")
+    accuracies = {("lstm", "A"): [0.5, 0.7, 0.6], ("srnn", "A"): [0.8] * 3, ("minirocket", "A"): [0.82, 0.84, 0.83],
+                  ("lstm", "GunPoint"): [0.6, 0.6], ("srnn", "GunPoint"): [0.7, 0.7],
+                  ("minirocket", "GunPoint"): [0.9, 0.9],
+                  ("lstm", "C"): [0.9], ("srnn", "C"): [0.8], ("minirocket", "C"): [0.85],
+                  ("srnn", "OnlySrnn"): [0.5]}
+    store = _store(tmp_path, accuracies)
+    data = ucr.collect(store.rows(study="ucr/default"))
+    assert data["methods"] == ["lstm", "srnn", "minirocket"]
+    assert ucr.complete_sets(data) == ["A", "C", "GunPoint"]
+    assert ucr.average_ranks(data, ["A", "C", "GunPoint"]) == pytest.approx({"lstm": 7 / 3, "srnn": 7 / 3,
+                                                                       "minirocket": 4 / 3})
+    goal = "\n".join(ucr.goal_lines(data))
+    # srnn 0.7667 against MiniRocket 0.86 (9.3 points); srnn above lstm (0.70)
+    assert "gap of 9.3 points: goal (within 5 points) not reached" in goal
+    assert "Source cells above it: srnn; at or below it: none: goal (every source cell above LSTM) reached" in goal
+    store.add(_row("lstm", "A", 0, 0.5, study="ucr-recipe/x"))
+    store.add(_row("srnn", "A", 0, 0.7, study="ucr-recipe/x"))
+    (tmp_path / "notes.md").write_text("## Discussion\n\nWritten by hand.\n")
+    page = ucr.render_page(str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md",
+                           notes=tmp_path / "notes.md")
+    text = page.read_text()
+    assert "reached.\n\n## Discussion\n\nWritten by hand.\n\n## Parameters and training time" in text
+    assert "| A | 60.0 ± 10.0 | 80.0 ± 0.0 | 83.0 ± 1.0 | - | - |" in text
+    published = ucr.published_numbers()["GunPoint"]
+    assert (f"| GunPoint | 60.0 ± 0.0 (n=2) | 70.0 ± 0.0 (n=2) | 90.0 ± 0.0 (n=2) | "
+            f"{100 * published['rocket']:.1f} | {100 * published['inceptiontime']:.1f} |") in text
+    assert "| C | 90.0 (n=1) |" in text and "| OnlySrnn | - | 50.0 (n=1) | - |" in text
+    assert "| mean over 3 sets | 70.0 | 76.7 | 86.0 | - | - |" in text
+    assert "| ucr-recipe/x | lstm | A | 1 | 50.0 |" in text and "| ucr-recipe/x | all (mean of the cells) |  |  | 60.0 |" in text
+    assert (tmp_path / "cd-ucr_default.png").stat().st_size > 0
+    assert "](../cd-ucr_default.png)" in text
+
+
+def test_report_without_the_study_is_a_clear_error(tmp_path, capsys):
+    _store(tmp_path, {("lstm", "A"): [0.5]}, study="other")
+    code = cli.main(["ucr", "report", "--store", str(tmp_path / "results.db"), "--page", str(tmp_path / "p.md")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"ltdrnn ucr report: --study ucr/default: no finished runs of this "
+                                               f"study in {tmp_path / 'results.db'}")
+
+
+# ---- the command ---------------------------------------------------------------------------------------
+def test_run_rejects_unknown_sets_cells_and_keys_before_training(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    write_ts_set(tmp_path, toy_rows(6, 1, rng), toy_rows(3, 1, rng), name="Mine")
+    common = ["ucr", "run", "--data-dir", str(tmp_path), "--store", str(tmp_path / "r.db")]
+    assert cli.main(common + ["--sets", "Mine,Nope"]) == 2
+    assert "--sets: expected comma-separated names among" in capsys.readouterr().err
+    assert cli.main(common + ["--sets", "Mine", "--cells", "lstm,gruu"]) == 2
+    assert "--cells: expected comma-separated names among" in capsys.readouterr().err
+    assert cli.main(common + ["--sets", "Mine", "--seeds", "0"]) == 2
+    assert "--seeds: expected a positive number of seeds, got 0" in capsys.readouterr().err
+    assert cli.main(common + ["--sets", "Mine", "--set", "optim.lrr=1"]) == 2
+    assert "unknown config key 'optim.lrr'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def _learnable_rows(n, rng, length, dims=1):
+    """Class a: a rising ramp, class b: a falling one, plus noise (any sensible classifier separates them)."""
+    ramp = np.linspace(-1, 1, length)
+    rows = []
+    for i in range(n):
+        label = "ab"[i % 2]
+        sign = 1 if label == "a" else -1
+        rows.append(([(sign * ramp + 0.1 * rng.normal(size=length)).round(4).tolist() for _ in range(dims)], label))
+    return rows
+
+
+@pytest.mark.slow
+def test_benchmark_end_to_end_on_two_small_sets_at_a_tiny_budget(tmp_path, capsys):
+    pytest.importorskip("aeon", reason="MiniRocket comes from aeon")
+    rng = np.random.default_rng(0)
+    write_ts_set(tmp_path, _learnable_rows(20, rng, 16), _learnable_rows(10, rng, 16), name="Ramps")
+    write_ts_set(tmp_path, _learnable_rows(20, rng, 12, dims=2), _learnable_rows(10, rng, 12, dims=2),
+                 name="Ramps2D", dims=2)
+    store, page = tmp_path / "results.db", tmp_path / "docs" / "benchmarks-ucr.md"
+    argv = ["ucr", "run", "--sets", "Ramps,Ramps2D", "--cells", "lstm,srnn", "--seeds", "2", "--budget", "quick",
+            "--set", "train.epochs=2", "--set", "model.hidden_size=8", "--study", "tiny", "--store", str(store),
+            "--runs", str(tmp_path / "runs"), "--data-dir", str(tmp_path), "--page", str(page)]
+    assert cli.main(argv) == 0
+    from ltdrnn.results import ResultStore
+    rows = ResultStore(str(store)).rows(study="tiny")
+    assert sorted((r["cell"], r["name"], r["config"]["train"]["seed"]) for r in rows) == sorted(
+        (c, s, seed) for c in ("lstm", "srnn", "minirocket") for s in ("Ramps", "Ramps2D") for seed in (0, 1))
+    trained = [r for r in rows if r["cell"] != "minirocket"]
+    assert {r["config"]["train"]["epochs"] for r in trained} == {2}
+    assert {r["config"]["model"]["hidden_size"] for r in trained} == {8}
+    assert all(r["metric"] == 1.0 for r in rows if r["cell"] == "minirocket")
+    text = page.read_text()
+    assert "| Ramps | " in text and "| Ramps2D | " in text and "| mean over 2 sets |" in text
+    assert (tmp_path / "cd-tiny.png").is_file()
+    # a second call finds every run stored and trains nothing
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    assert len(ResultStore(str(store)).rows(study="tiny")) == len(rows)
+    assert "seed" not in capsys.readouterr().out.replace("seeds", "")
