@@ -150,3 +150,15 @@ def test_plot_command_draws_what_applies_to_a_run(tmp_path, capsys):
     assert names == ["curves.png", "gradient_vs_lag.png", "jacobian.png", "update_mask.png"]
     with pytest.raises(ValueError, match="unknown kind 'betas'"):
         main(["plot", record["run_dir"], "--kinds", "betas"])
+
+
+def test_runs_under_different_readings_are_separate_rows():
+    def row(reading, metric):
+        options = {} if reading is None else {"reading": reading}
+        return {"cell": "tarnn", "task": "adding", "status": "finished", "metric": metric,
+                "metric_name": "mse", "params": 1, "train_time_s": 1.0, "metrics": {},
+                "config": {"model": {"options": options}, "task": {"options": {"T": 200}}}}
+    summary = results.summarise([row("paper", 0.16), row("code", 0.01), row("code", 0.03), row(None, 0.1)])
+    assert summary["cells"] == ["tarnn", "tarnn[code]", "tarnn[paper]"]
+    code = summary["table"][("tarnn[code]", "adding(T=200)")]
+    assert code["n"] == 2 and code["mean"] == pytest.approx(0.02)

@@ -166,6 +166,13 @@ def setting_label(task: str, options: Dict[str, Any]) -> str:
     return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
 
 
+def model_label(row: Dict[str, Any]) -> str:
+    """The row's cell, with the reading it ran under when its config names one (TARNN, iRNN):
+    ``"tarnn[code]"``. Runs of one cell under different readings are different models."""
+    options = (row.get("config") or {}).get("model", {}).get("options", {})
+    return f"{row['cell']}[{options['reading']}]" if "reading" in options else row["cell"]
+
+
 def _matches(number: Dict[str, Any], cell: str, task: str, options: Dict[str, Any]) -> bool:
     if number["cell"] != cell or number["task"] != task:
         return False
@@ -182,7 +189,7 @@ def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         options = (row["config"] or {}).get("task", {}).get("options", {})
         column = setting_label(row["task"], options)
         options_of[column] = (row["task"], options)
-        groups.setdefault((row["cell"], column), []).append(row)
+        groups.setdefault((model_label(row), column), []).append(row)
     columns = sorted(options_of)
     cells = sorted({cell for cell, _ in groups})
     table: Dict[tuple, Dict[str, Any]] = {}
@@ -190,7 +197,7 @@ def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     for (cell, column), members in groups.items():
         values = [r["metric"] for r in members]
         task, options = options_of[column]
-        paper = [n for n in numbers if _matches(n, cell, task, options)]
+        paper = [n for n in numbers if _matches(n, members[-1]["cell"], task, options)]
         table[(cell, column)] = {
             "mean": statistics.fmean(values), "std": statistics.pstdev(values) if len(values) > 1 else None,
             "n": len(values), "metric_name": members[-1]["metric_name"],

@@ -23,12 +23,14 @@ def one_step(cell, x_t, s_prev, impl="reference"):
     return out[0]
 
 
-def explicit_parts(cell, x, s):
+def explicit_parts(cell, x, s, damping=False):
+    """beta and G written out; ``damping`` adds the authors' code's ``-s`` (reading="code")."""
     beta = torch.sigmoid(s @ cell.weight_Us.T + x @ cell.weight_Wx.T + cell.bias_beta)
 
-    def field(z):   # A z + B u + b_lin + phi(U z + W u + b), without beta
-        return (z @ cell.A.T + x @ cell.weight_B1.T + s @ cell.weight_B2.T + cell.bias_linear
-                + cell.phi(z @ cell.weight_U.T + x @ cell.weight_W1.T + s @ cell.weight_W2.T + cell.bias))
+    def field(z):   # A z + B u + b_lin + phi(U z + W u + b) [- s], without beta
+        g = (z @ cell.A.T + x @ cell.weight_B1.T + s @ cell.weight_B2.T + cell.bias_linear
+             + cell.phi(z @ cell.weight_U.T + x @ cell.weight_W1.T + s @ cell.weight_W2.T + cell.bias))
+        return g - s if damping else g
     return beta, field
 
 
@@ -41,11 +43,12 @@ def randomise(cell, scale=0.3):
 # ---- the equations as written -------------------------------------------------------------------
 @pytest.mark.parametrize("impl", ["reference", "fused"])
 @pytest.mark.parametrize("A", ["identity", "coupled"])
-def test_two_euler_steps_with_the_gate_inside(impl, A):
-    cell = cell64(K=2, A=A, activation="tanh")
+@pytest.mark.parametrize("reading", ["paper", "code"])
+def test_two_euler_steps_with_the_gate_inside(impl, A, reading):
+    cell = cell64(K=2, A=A, activation="tanh", reading=reading)
     randomise(cell)
     x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
-    beta, field = explicit_parts(cell, x, s)
+    beta, field = explicit_parts(cell, x, s, damping=reading == "code")
     eta = cell.steps.values()
     z = s + eta[0] * beta * field(s)
     z = z + eta[1] * beta * field(z)
@@ -53,15 +56,22 @@ def test_two_euler_steps_with_the_gate_inside(impl, A):
 
 
 @pytest.mark.parametrize("impl", ["reference", "fused"])
-def test_gate_outside_mixes_after_the_euler_steps(impl):
-    cell = cell64(K=2, gate="outside")
+@pytest.mark.parametrize("reading", ["paper", "code"])
+def test_gate_outside_mixes_after_the_euler_steps(impl, reading):
+    cell = cell64(K=2, gate="outside", reading=reading)
     randomise(cell)
     x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
-    beta, field = explicit_parts(cell, x, s)
+    beta, field = explicit_parts(cell, x, s, damping=reading == "code")
     eta = cell.steps.values()
     z = s + eta[0] * field(s)
     z = z + eta[1] * field(z)
     torch.testing.assert_close(one_step(cell, x, s, impl), (1 - beta) * s + beta * z)
+
+
+@pytest.mark.parametrize("reading,gate,bias", [("paper", "inside", -3.0), ("paper", "outside", -3.0),
+                                               ("code", "inside", 0.0), ("code", "outside", -3.0)])
+def test_time_constant_bias_init_follows_the_reading(reading, gate, bias):
+    assert torch.all(TARNN(2, 8, reading=reading, gate=gate).bias_beta == bias)
 
 
 def test_coupled_a_matrix():
@@ -90,14 +100,14 @@ def test_a_unit_with_beta_zero_keeps_its_state_exactly(impl, gate):
 
 
 # ---- Theorem 1: A + B2 = 0, U + W2 = 0, ||U|| < 1 give ds_m/ds_{m-1} -> I as K grows ----------------
-def theorem1_jacobian(K, A="identity", constrained=True):
-    cell = cell64(K=K, A=A, activation="tanh", eta=0.5)
+def theorem1_jacobian(K, A="identity", constrained=True, reading="paper"):
+    cell = cell64(K=K, A=A, activation="tanh", eta=0.5, reading=reading)
     with torch.no_grad():
         cell.bias_beta.zero_()
         cell.weight_Us.mul_(5.0)              # beta away from saturation and sensitive to s
         cell.weight_U.mul_(0.5 / torch.linalg.matrix_norm(cell.weight_U, 2))
-        if constrained:
-            cell.weight_B2.copy_(-cell.A)
+        if constrained:   # the whole weight of s in the linear term is -A (B2 - I with the code's damping)
+            cell.weight_B2.copy_(-cell.A + (torch.eye(4, dtype=DT) if reading == "code" else 0))
             cell.weight_W2.copy_(-cell.weight_U)
     x, s = torch.randn(1, 2, dtype=DT), torch.randn(1, 4, dtype=DT)
     j = jacobian(lambda sp: one_step(cell, x, sp)[0], s)[:, 0, :]
@@ -105,11 +115,12 @@ def theorem1_jacobian(K, A="identity", constrained=True):
 
 
 @pytest.mark.parametrize("A", ["identity", "coupled"])
-def test_theorem1_setting_gives_identity_state_jacobian(A):
-    j, cell = theorem1_jacobian(300, A)
+@pytest.mark.parametrize("reading", ["paper", "code"])
+def test_theorem1_setting_gives_identity_state_jacobian(A, reading):
+    j, cell = theorem1_jacobian(300, A, reading=reading)
     assert torch.linalg.matrix_norm(j - torch.eye(4, dtype=DT), 2) < 1e-6
     assert all(v.abs() < 1e-20 for v in cell.losses().values())
-    j_few, _ = theorem1_jacobian(2, A)
+    j_few, _ = theorem1_jacobian(2, A, reading=reading)
     assert torch.linalg.matrix_norm(j_few - torch.eye(4, dtype=DT), 2) > 1e-2
 
 

@@ -25,6 +25,7 @@ from .euler import EulerSteps, fused_streaming_applies, join_counter, split_coun
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
+READINGS = ("paper", "code")
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
 
@@ -83,7 +84,7 @@ class TARNN(Cell):
     default_impl = "fused"
 
     def __init__(self, input_size: int, hidden_size: int, K: int = 5, A: str = "identity",
-                 activation: str = "relu", gate: str = "inside", eta: float = 0.01,
+                 activation: str = "relu", gate: str = "inside", reading: str = "paper", eta: float = 0.01,
                  eta_per_time_step: bool = False, max_length: int | None = None, eta_param: str = "exp",
                  impl: str = "auto", device=None, dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
@@ -94,6 +95,8 @@ class TARNN(Cell):
         self.activation = activation
         self.phi = activation_function(activation)
         self.gate = check_choice("gate", gate, ("inside", "outside"))
+        self.reading = check_choice("reading", reading, READINGS)
+        self.damping = reading == "code"
         self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
         self.K = self.steps.steps
         h, d = hidden_size, input_size
@@ -125,12 +128,25 @@ class TARNN(Cell):
                 nn.init.normal_(p, 0.0, 0.1)
         nn.init.zeros_(self.bias)
         nn.init.zeros_(self.bias_linear)
-        nn.init.constant_(self.bias_beta, -3.0)
+        nn.init.constant_(self.bias_beta, self.beta_bias_init())
         self.steps.reset_parameters()
 
     @property
     def per_time_step(self) -> bool:
         return self.steps.per_time_step
+
+    def beta_bias_init(self) -> float:
+        """``b_beta`` at init: -3 (paper A.4); the authors' code uses -3 only with the gate outside the
+        Euler loop and 0 with it inside (``reading="code"``)."""
+        return 0.0 if self.reading == "code" and self.gate == "inside" else -3.0
+
+    def state_matrix(self) -> Tensor:
+        """The weight of ``s_{m-1}`` in the linear term of ``G``: ``B2``, or ``B2 - I`` with
+        ``reading="code"`` (the authors' code adds ``-s_{m-1}`` to G: extra damping)."""
+        if not self.damping:
+            return self.weight_B2
+        return self.weight_B2 - torch.eye(self.hidden_size, device=self.weight_B2.device,
+                                          dtype=self.weight_B2.dtype)
 
     # ---- the maths, literally ----------------------------------------------------------------------
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
@@ -154,6 +170,8 @@ class TARNN(Cell):
         bx, wx, gx = p_t.chunk(3, dim=-1)
         beta = torch.sigmoid(F.linear(s, self.weight_Us) + gx)
         linear_u = bx + F.linear(s, self.weight_B2)            # B u + b_lin
+        if self.damping:
+            linear_u = linear_u - s                            # the authors' code: G(z) = ... - z - s
         inside_u = wx + F.linear(s, self.weight_W2)            # W u + b
         eta = self.steps.at(counter)
         z = s
@@ -184,15 +202,16 @@ class TARNN(Cell):
         return outputs, final
 
     def losses(self) -> dict[str, Tensor]:
-        """Theorem 1's regulariser terms, unweighted: ``||A + B2||_F^2`` and ``||U + W2||_F^2``."""
-        return {"omega_A": (self.A + self.weight_B2).square().sum(),
+        """Theorem 1's regulariser terms, unweighted: ``||A + B2||_F^2`` and ``||U + W2||_F^2`` (with
+        ``reading="code"``, ``B2 - I``: the whole weight of ``s_{m-1}`` in the linear term)."""
+        return {"omega_A": (self.A + self.state_matrix()).square().sum(),
                 "omega_U": (self.weight_U + self.weight_W2).square().sum()}
 
     # ---- the fused path ----------------------------------------------------------------------------
     def state_weights(self) -> Tensor:
         """``[B2 + A; W2 + U; U_s]`` ``(3H, H)``: everything the state meets in a time step's first
         Euler step (``z_0 = s``), for one matmul."""
-        return torch.cat([self.weight_B2 + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
+        return torch.cat([self.state_matrix() + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
 
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
@@ -272,7 +291,7 @@ class TARNN(Cell):
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, K={self.K}, A={self.A_kind!r}, activation={self.activation!r}, "
-                f"gate={self.gate!r}")
+                f"gate={self.gate!r}, reading={self.reading!r}")
 
 
 class _FusedTARNN(torch.autograd.Function):
