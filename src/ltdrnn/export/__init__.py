@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -89,16 +90,20 @@ def export(source, format: str, out: str | Path | None = None, *, int8: bool = F
     out = Path(out) if out is not None else default_out
     step = StreamingStep(model)
     cells = [cell.registry_name for cell in step.cells]
-    name = name or re.sub(r"\W", "_", f"ltdrnn_{cells[0]}")
+    from .c_export import check_c_supported, check_name
+    name = check_name(name or re.sub(r"\W", "_", f"ltdrnn_{cells[0]}"))
     if format == "c":
-        from .c_export import check_c_supported
         for cell in step.cells:
             check_c_supported(cell)
     out.mkdir(parents=True, exist_ok=True)
     written = _write(format, step, out, name, int8, cells)
-    report = _report(format, int8, name, origin, step, cells, written, task)
-    if measure and task is not None:
-        _measure(report, format, model, step, written, task, split, latency_steps)
+    try:
+        report = _report(format, int8, name, origin, step, cells, written, task)
+        if measure and task is not None:
+            _measure(report, format, model, step, written, task, split, latency_steps)
+    finally:   # the compiled library and benchmark: build products of the measurement, not deliverables
+        if written.get("work") is not None:
+            shutil.rmtree(written["work"], ignore_errors=True)
     report["out"] = str(out)
     _save(report, out)
     return report

@@ -17,7 +17,12 @@ in float and scaled once. Biases and per-unit vectors stay float (a few hundred 
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -401,10 +406,17 @@ UNSUPPORTED_OPTIONS: Dict[str, Callable[[object], str | None]] = {
 }
 
 
+def check_name(name) -> str:
+    """``name`` if it can be a file base name and a C symbol prefix, else :class:`ExportError`."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ExportError(f"name: expected a C identifier (letters, digits, _; not starting with a digit), "
+                          f"got {name!r}")
+    return name
+
+
 def generate_c(step: StreamingStep, name: str, int8: bool = False) -> CSource:
     """The C source and header of ``step`` under the symbol prefix ``name`` (a C identifier)."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
-        raise ExportError(f"name: expected a C identifier (letters, digits, _), got {name!r}")
+    check_name(name)
     for cell in step.cells:
         check_c_supported(cell)
     model = step.model
@@ -505,14 +517,11 @@ CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror")
 
 def find_compiler() -> str | None:
     """``$CC`` or the system's ``cc``; None when there is none."""
-    import os
-    import shutil
     return os.environ.get("CC") or shutil.which("cc")
 
 
 def compile_c(sources, target: Path, shared: bool) -> Path:
     """Compile with the system compiler (warnings are errors): a shared library or an executable."""
-    import subprocess
     compiler = find_compiler()
     if compiler is None:
         raise ExportError("C compiler: none found (set CC or install cc) to compile the generated step")
@@ -527,7 +536,6 @@ def compile_c(sources, target: Path, shared: bool) -> Path:
 
 def library_step(library: Path, name: str, state_size: int, output_size: int):
     """``(x_t (B, d), state (B, S)) -> (y (B, o), state)`` calling ``NAME_step`` row by row (numpy)."""
-    import ctypes
     function = getattr(ctypes.CDLL(str(library)), f"{name}_step")
     function.argtypes = [ctypes.c_void_p] * 3
     function.restype = None
@@ -546,7 +554,6 @@ def step_latency_ns(header: Path, source: Path, name: str, steps: int, work: Pat
     """CPU nanoseconds per call of the compiled ``NAME_step`` at batch 1, timed inside C on the thread's
     CPU clock (a loop of ``steps`` calls on a varying input after a warm-up), so neither Python or ctypes
     overhead nor waiting for a core on a shared machine is counted."""
-    import subprocess
     bench = work / "bench_main.c"
     bench.write_text(_BENCH.format(name=name, upper=name.upper(), header=header.name, steps=steps))
     binary = compile_c([bench, source], work / "bench_step", shared=False)
@@ -590,7 +597,6 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     if find_compiler() is None:
         result["notes"].append("no C compiler found: the generated code was not compiled, parity not measured")
         return result
-    import tempfile
     work = Path(tempfile.mkdtemp(prefix="ltdrnn-c-"))
     library = compile_c([source], work / f"lib{name}.so", shared=True)
     result["step"] = library_step(library, name, step.state_size, step.output_size)

@@ -33,12 +33,12 @@ def parity(model: nn.Module, step: StreamingStep, run: StepFunction, task, split
     dataset = task.dataset(split)
     eager, exported, labels = [], [], []
     model.eval()
+    wrapped = _numpy_step(run)
     for start in range(0, len(dataset), batch_size):
         x, y, lengths = task.collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         with torch.no_grad():
             eager.append(as_numpy(model(x, lengths)))
         state = np.zeros((x.shape[0], step.state_size), dtype=np.float32)
-        wrapped = _numpy_step(run)
         exported.append(run_sequences(wrapped, state, as_numpy(x).astype(np.float32),
                                       None if lengths is None else lengths.tolist()))
         labels.append(as_numpy(y))

@@ -90,6 +90,7 @@ class StreamingStep(nn.Module):
         self.model = model.eval()
         self.cells = list(model.rnn.cells)
         self.parts = state_layout(self.cells)
+        self.tuple_states = [not isinstance(cell.init_state(1), Tensor) for cell in self.cells]
         self.state_size = sum(p.size for p in self.parts)
         self.input_size = model.embed.in_features if model.embed is not None else model.rnn.input_size
         self.output_size = model.output.out_features
@@ -116,8 +117,8 @@ class StreamingStep(nn.Module):
         for part in self.parts:
             piece = state[:, part.offset:part.offset + part.size].reshape(batch, *part.shape)
             per_layer[part.layer].append(piece)
-        return [pieces[0] if isinstance(cell.init_state(1), Tensor) else tuple(pieces)
-                for cell, pieces in zip(self.cells, per_layer)]
+        return [tuple(pieces) if is_tuple else pieces[0]
+                for is_tuple, pieces in zip(self.tuple_states, per_layer)]
 
     def pack(self, states: List[State]) -> Tensor:
         """One state per layer -> ``(B, S)``."""
