@@ -271,6 +271,8 @@ def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fm
     assert saved == json.loads(json.dumps(report))
     parity = saved["parity"]
     assert parity["sequences"] == 400 and parity["split"] == "test"
+    assert parity["output_scale"] > 0
+    assert parity["max_rel_error"] == pytest.approx(parity["max_abs_error"] / parity["output_scale"])
     assert parity["accuracy_eager"] == pytest.approx(record["metrics"]["metric"])
     if int8:
         assert parity["agreement"] >= 0.99 and saved["targets"]["int8_agreement>=99%"] is True

@@ -168,9 +168,12 @@ def _targets(report) -> Dict[str, Optional[bool]]:
     """Which of issue 17's targets this export meets (None: not measured or not applicable)."""
     parity, latency = report["parity"] or {}, report["latency_us"] or {}
     error, agreement = parity.get("max_abs_error"), parity.get("agreement")
+    relative = parity.get("max_rel_error")
     speedup = latency.get("c_speedup_vs_torch_step")
     return {
         "fp32_max_abs_error<=1e-5": None if report["int8"] or error is None else error <= TARGETS["max_abs_error"],
+        "fp32_max_rel_error<=1e-5": None if report["int8"] or relative is None
+        else relative <= TARGETS["max_abs_error"],
         "fp32_agreement=100%": None if report["int8"] or agreement is None else agreement >= TARGETS["agreement"],
         "int8_agreement>=99%": None if not report["int8"] or agreement is None
         else agreement >= TARGETS["int8_agreement"],
@@ -200,7 +203,8 @@ def summary(report: Dict[str, Any]) -> str:
     if parity:
         lines += ["| measure | value |", "|---|---|",
                   f"| test sequences | {parity['sequences']} |",
-                  f"| max abs error vs eager | {parity['max_abs_error']:.3g} |"]
+                  f"| max abs error vs eager | {parity['max_abs_error']:.3g} (largest output "
+                  f"{parity['output_scale']:.3g}; relative {parity['max_rel_error']:.2g}) |"]
         if parity["agreement"] is not None:
             lines += [f"| prediction agreement | {100 * parity['agreement']:.2f}% |",
                       f"| accuracy eager / export | {100 * parity['accuracy_eager']:.2f}% / "

@@ -26,9 +26,12 @@ def parity(model: nn.Module, step: StreamingStep, run: StepFunction, task, split
            batch_size: int = 256) -> Dict[str, Optional[float]]:
     """Max absolute output error and, for a classifier, prediction agreement and accuracies.
 
-    Returns ``{"sequences", "max_abs_error", "agreement", "accuracy_eager", "accuracy_export",
-    "accuracy_delta"}``; the last four are None for a regressor (no class predictions). Agreement and
-    accuracies are fractions in [0, 1]; ``accuracy_delta = accuracy_export - accuracy_eager``.
+    Returns ``{"sequences", "max_abs_error", "output_scale", "max_rel_error", "agreement",
+    "accuracy_eager", "accuracy_export", "accuracy_delta"}``: ``output_scale`` is the largest ``|y|`` of
+    eager PyTorch over the split and ``max_rel_error = max_abs_error / output_scale`` (float32 rounding
+    grows with the outputs: a model with logits in the hundreds cannot match to 1e-5 absolute, as its own
+    fused and reference paths do not). The last four are None for a regressor (no class predictions).
+    Agreement and accuracies are fractions in [0, 1]; ``accuracy_delta = accuracy_export - accuracy_eager``.
     """
     dataset = task.dataset(split)
     eager, exported, labels = [], [], []
@@ -43,8 +46,9 @@ def parity(model: nn.Module, step: StreamingStep, run: StepFunction, task, split
                                       None if lengths is None else lengths.tolist()))
         labels.append(as_numpy(y))
     eager, exported, labels = np.concatenate(eager), np.concatenate(exported), np.concatenate(labels)
-    result = {"sequences": int(len(eager)), "max_abs_error": float(np.abs(eager - exported).max()),
-              "agreement": None, "accuracy_eager": None, "accuracy_export": None, "accuracy_delta": None}
+    error, scale = float(np.abs(eager - exported).max()), float(np.abs(eager).max())
+    result = {"sequences": int(len(eager)), "max_abs_error": error, "output_scale": scale,
+              "max_rel_error": error / scale if scale > 0 else error, "agreement": None, "accuracy_eager": None, "accuracy_export": None, "accuracy_delta": None}
     if task.info.loss == "cross_entropy":
         predicted_eager, predicted_export = eager.argmax(-1), exported.argmax(-1)
         result["agreement"] = float((predicted_eager == predicted_export).mean())
