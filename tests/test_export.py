@@ -70,6 +70,17 @@ def test_packed_state_round_trips_and_starts_at_zero():
     assert torch.equal(step.init_state(3), torch.zeros(3, step.state_size))
 
 
+def test_initial_state_is_the_cells_own():
+    # SkipRNN starts its update probability at 1: a zero state would change its first step
+    model = make_model("skiprnn_gru", {})
+    step = StreamingStep(model)
+    assert torch.equal(step.init_state(2), step.pack([model.rnn.cells[0].init_state(2)]))
+    assert step.init_state(2)[:, -1].eq(1).all()
+    x, lengths = sequences()
+    with torch.no_grad():
+        assert torch.allclose(step.run(x, lengths), model(x, lengths), atol=1e-5, rtol=0)
+
+
 # ---- generated C ----------------------------------------------------------------------------------------
 def compiled(tmp_path, model, int8=False, name="net"):
     step = StreamingStep(model)
@@ -85,7 +96,7 @@ def test_generated_c_step_matches_eager_pytorch(tmp_path, cell, options, layers)
     x, lengths = sequences()
     with torch.no_grad():
         expected = model(x, lengths).numpy()
-    state = np.zeros((x.shape[0], step.state_size), np.float32)
+    state = step.init_state(x.shape[0]).numpy()
     got = run_sequences(written["step"], state, x.numpy(), lengths.tolist())
     assert np.abs(got - expected).max() <= 1e-5
 
@@ -102,8 +113,7 @@ def test_int8_c_step_is_quantised_and_close(tmp_path, cell):
     x, lengths = sequences()
     with torch.no_grad():
         expected = model(x, lengths).numpy()
-    zeros = np.zeros((x.shape[0], step.state_size), np.float32)
-    got = run_sequences(int8["step"], zeros, x.numpy(), lengths.tolist())
+    got = run_sequences(int8["step"], step.init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist())
     error = np.abs(got - expected).max()
     assert 0 < error <= 0.02 * np.abs(expected).max()          # quantised, but close
     assert int8["generated"].weight_bytes < 0.4 * fp32["generated"].weight_bytes
@@ -160,8 +170,7 @@ def test_onnx_step_is_checked_and_matches_eager(tmp_path, cell, options):
     x, lengths = sequences()
     with torch.no_grad():
         expected = model(x, lengths).numpy()
-    zeros = np.zeros((x.shape[0], StreamingStep(model).state_size), np.float32)
-    got = run_sequences(written["step"], zeros, x.numpy(), lengths.tolist())
+    got = run_sequences(written["step"], StreamingStep(model).init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist())
     assert np.abs(got - expected).max() <= 1e-5
 
 

@@ -139,6 +139,8 @@ def _report(format, int8, name, origin, step, cells, written, task) -> Dict[str,
         # the generated C's const arrays (what a device stores); without C support, 4 bytes per parameter
         "weight_bytes": {"fp32": fp32.weight_bytes if fp32 else 4 * parameters,
                          "int8": quantised.weight_bytes if quantised else None},
+        # the state to start every sequence from; null means zeros (the C init function sets it either way)
+        "initial_state": step.init_state(1)[0].tolist() if step.init_state(1).any() else None,
         "memory_bytes": {"state": 4 * step.state_size, "scratch": fp32.scratch_bytes if fp32 else None},
         "parity": None, "latency_us": None, "targets": None,
         "notes": list(written["notes"]),

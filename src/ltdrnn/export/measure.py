@@ -41,7 +41,7 @@ def parity(model: nn.Module, step: StreamingStep, run: StepFunction, task, split
         x, y, lengths = task.collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         with torch.no_grad():
             eager.append(as_numpy(model(x, lengths)))
-        state = np.zeros((x.shape[0], step.state_size), dtype=np.float32)
+        state = as_numpy(step.init_state(x.shape[0])).astype(np.float32)
         exported.append(run_sequences(wrapped, state, as_numpy(x).astype(np.float32),
                                       None if lengths is None else lengths.tolist()))
         labels.append(as_numpy(y))
@@ -109,7 +109,7 @@ def torch_step_latencies(model: nn.Module, steps: int) -> Dict[str, float]:
 def runner_latency_us(run: StepFunction, step: StreamingStep, steps: int) -> float:
     """Per-step microseconds of an exported step function at batch 1 (its runtime's own overhead included)."""
     x = np.zeros((1, step.input_size), dtype=np.float32)
-    state = [np.zeros((1, step.state_size), dtype=np.float32)]
+    state = [as_numpy(step.init_state(1)).astype(np.float32)]
 
     def call():
         state[0] = run(x, state[0])[1]

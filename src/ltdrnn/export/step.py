@@ -75,8 +75,8 @@ def check_exportable(model) -> None:
 class StreamingStep(nn.Module):
     """One step of a trained :class:`~ltdrnn.models.SequenceModel`, with its state packed flat.
 
-    ``forward(x_t (B, d), state (B, S)) -> (y_t (B, o), state (B, S))``; ``init_state(B)`` is zeros,
-    as every cell starts. Equivalent to::
+    ``forward(x_t (B, d), state (B, S)) -> (y_t (B, o), state (B, S))``; ``init_state(B)`` packs the
+    cells' own initial states (zeros for most; SkipRNN starts its update probability at 1). Equivalent to::
 
         for each layer l:  x_t, s_l = cell_l.step(cell_l.precompute(x_t[None])[0], s_l)
         y_t = head(x_t)
@@ -96,8 +96,9 @@ class StreamingStep(nn.Module):
         self.output_size = model.output.out_features
 
     def init_state(self, batch_size: int = 1) -> Tensor:
+        """``(B, S)``: every cell's ``init_state(B)``, packed."""
         p = self.model.output.weight
-        return torch.zeros(batch_size, self.state_size, dtype=p.dtype, device=p.device)
+        return self.pack([cell.init_state(batch_size, p.device, p.dtype) for cell in self.cells])
 
     def forward(self, x_t: Tensor, state: Tensor) -> Tuple[Tensor, Tensor]:
         states = self.unpack(state)
