@@ -159,6 +159,6 @@ def test_runs_under_different_readings_are_separate_rows():
                 "metric_name": "mse", "params": 1, "train_time_s": 1.0, "metrics": {},
                 "config": {"model": {"options": options}, "task": {"options": {"T": 200}}}}
     summary = results.summarise([row("paper", 0.16), row("code", 0.01), row("code", 0.03), row(None, 0.1)])
-    assert summary["cells"] == ["tarnn", "tarnn[code]", "tarnn[paper]"]
-    code = summary["table"][("tarnn[code]", "adding(T=200)")]
+    assert summary["cells"] == ["tarnn", "tarnn[reading=code]", "tarnn[reading=paper]"]
+    code = summary["table"][("tarnn[reading=code]", "adding(T=200)")]
     assert code["n"] == 2 and code["mean"] == pytest.approx(0.02)

@@ -166,11 +166,15 @@ def setting_label(task: str, options: Dict[str, Any]) -> str:
     return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
 
 
+LABEL_OPTIONS = ("reading", "eta")   # cell options that make a different model of the same cell
+
+
 def model_label(row: Dict[str, Any]) -> str:
-    """The row's cell, with the reading it ran under when its config names one (TARNN, iRNN):
-    ``"tarnn[code]"``. Runs of one cell under different readings are different models."""
+    """The row's cell, with the options of :data:`LABEL_OPTIONS` its config sets (the Euler cells'
+    reading and initial step size): ``"tarnn[reading=code, eta=0.01]"``."""
     options = (row.get("config") or {}).get("model", {}).get("options", {})
-    return f"{row['cell']}[{options['reading']}]" if "reading" in options else row["cell"]
+    shown = [f"{k}={options[k]}" for k in LABEL_OPTIONS if k in options]
+    return f"{row['cell']}[{', '.join(shown)}]" if shown else row["cell"]
 
 
 def _matches(number: Dict[str, Any], cell: str, task: str, options: Dict[str, Any]) -> bool:

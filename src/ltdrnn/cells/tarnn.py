@@ -25,7 +25,7 @@ from .euler import EulerSteps, fused_streaming_applies, join_counter, split_coun
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
-READINGS = ("paper", "code")
+READINGS = ("paper", "code", "theorem")
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
 
@@ -129,6 +129,10 @@ class TARNN(Cell):
         nn.init.zeros_(self.bias)
         nn.init.zeros_(self.bias_linear)
         nn.init.constant_(self.bias_beta, self.beta_bias_init())
+        if self.reading == "theorem":   # start on Theorem 1's set A + B2 = 0, U + W2 = 0 (Omega = 0)
+            with torch.no_grad():
+                self.weight_B2.copy_(-self.A)
+                self.weight_W2.copy_(-self.weight_U)
         self.steps.reset_parameters()
 
     @property
