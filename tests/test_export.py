@@ -29,7 +29,7 @@ C_CASES = [
     ("srnn", {"hyper_size": 5, "activation": "tanh", "gate": False, "fr_layers": 3}, 1),
     ("srnn", {"fr_layers": 0}, 1), ("mist", {"num_delays": 3}, 1), ("sarnn", {}, 1),
     ("sarnn", {"recurrence": "lstm"}, 1), ("tarnn", {}, 1), ("tarnn", {"A": "coupled", "activation": "tanh"}, 1),
-    ("tarnn", {"gate": "outside", "activation": "sigmoid", "K": 3}, 2), ("tarnn", {"reading": "code"}, 1),
+    ("tarnn", {"gate": "outside", "activation": "sigmoid", "K": 3}, 2), ("tarnn", {"reading": "code"}, 1), ("tarnn", {"reading": "theorem"}, 1),
     ("irnn", {}, 1),
     ("irnn", {"rank": None, "start": "state", "alpha": 0.5}, 1), ("irnn", {"projection": False}, 1),
 ]
