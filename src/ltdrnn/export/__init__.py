@@ -76,18 +76,11 @@ def export(source, format: str, out: str | Path | None = None, *, int8: bool = F
         raise ExportError(f"int8: expected a bool, got {int8!r}")
     if isinstance(latency_steps, bool) or not isinstance(latency_steps, int) or latency_steps < 1:
         raise ExportError(f"latency_steps: expected a positive integer, got {latency_steps!r}")
-    if isinstance(source, (str, Path)):
-        model, cfg, run_task = load_trained(source)
-        task = task or run_task
-        origin = str(source)
-        default_out = Path(source if Path(source).is_dir() else Path(source).parent)
-        default_out = default_out / f"export-{format}{'-int8' if int8 else ''}"
-    else:
-        check_exportable(source)
-        model, origin, default_out = source.eval(), type(source).__name__, None
-    if out is None and default_out is None:
+    model, run_task, origin, run_dir = _source(source)
+    task = task or run_task
+    if out is None and run_dir is None:
         raise ExportError("out: expected an export directory when exporting a model object, got None")
-    out = Path(out) if out is not None else default_out
+    out = Path(out) if out is not None else run_dir / f"export-{format}{'-int8' if int8 else ''}"
     step = StreamingStep(model)
     cells = [cell.registry_name for cell in step.cells]
     from .c_export import check_c_supported, check_name
@@ -107,6 +100,16 @@ def export(source, format: str, out: str | Path | None = None, *, int8: bool = F
     report["out"] = str(out)
     _save(report, out)
     return report
+
+
+def _source(source):
+    """``(model, task or None, description, run directory or None)`` of a path or a model object."""
+    if isinstance(source, (str, Path)):
+        model, _, task = load_trained(source)
+        path = Path(source)
+        return model, task, str(source), path if path.is_dir() else path.parent
+    check_exportable(source)
+    return source.eval(), None, type(source).__name__, None
 
 
 def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, cells) -> Dict[str, Any]:
