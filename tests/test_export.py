@@ -156,7 +156,8 @@ def test_c_state_and_init_follow_the_header(tmp_path):
 # ---- ONNX and torch.export --------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("cell,options", [("lstm", {}), ("tarnn", {}),
-                                          ("sarnn", {}), ("mist", {"num_delays": 3})])
+                                          ("sarnn", {}), ("mist", {"num_delays": 3}), ("srnn", {"hyper_size": 5}),
+                                          ("irnn", {})])
 def test_onnx_step_is_checked_and_matches_eager(tmp_path, cell, options):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
