@@ -325,3 +325,16 @@ def test_cli_export_user_mistakes_exit_2_with_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["export", str(tmp_path), "--format", "tflite"])
     assert exit_info.value.code == 2
+
+
+@needs_cc
+def test_float_input_embedding_is_part_of_the_step_and_the_c(tmp_path):
+    torch.manual_seed(0)
+    model = SequenceModel("gru", 3, 16, 4, "classifier", embedding=5).eval()
+    step, written = compiled(tmp_path, model)
+    x, lengths = sequences()
+    with torch.no_grad():
+        expected = model(x, lengths)
+    assert torch.allclose(step.run(x, lengths), expected, atol=1e-5, rtol=0)
+    got = run_sequences(written["step"], step.init_state(6).numpy(), x.numpy(), lengths.tolist())
+    assert np.abs(got - expected.numpy()).max() <= 1e-5
