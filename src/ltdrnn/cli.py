@@ -6,6 +6,7 @@
     ltdrnn report [--store results.db] [--out report] [--study NAME]
     ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
     ltdrnn list cells|tasks|presets
+    ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR]
     ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
     ltdrnn ucr sets|run|report ...             the UCR/UEA benchmark, handed to ltdrnn.ucr
 """
@@ -128,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--group", help="presets of one group only")
     listing.set_defaults(handler=cmd_list)
 
+    export = sub.add_parser("export", help="export a trained run's streaming step (ONNX, torch.export, C) and "
+                            "measure its parity and latency")
+    export.add_argument("path", help="run directory or checkpoint file")
+    export.add_argument("--format", required=True, choices=("onnx", "pt2", "c"))
+    export.add_argument("--int8", action="store_true", help="int8 weights per output channel (onnx, c)")
+    export.add_argument("--out", help="export directory (default: RUN_DIR/export-FORMAT[-int8])")
+    export.add_argument("--name", help="file base name and C symbol prefix (default: ltdrnn_CELL)")
+    export.add_argument("--no-measure", action="store_true", help="write the files only (no parity/latency)")
+    export.add_argument("--latency-steps", type=int, default=20000, help="timed steps per latency figure")
+    export.set_defaults(handler=cmd_export)
+
     for name in DELEGATED:
         sub.add_parser(name, help=f"handed to {DELEGATED[name]}.main (see ltdrnn {name} --help)")
     return parser
@@ -201,6 +213,19 @@ def cmd_list(args) -> int:
         from .config import list_presets
         for name in list_presets(args.group):
             print(name)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import ExportError, export, summary
+    try:
+        report = export(args.path, args.format, args.out, int8=args.int8, name=args.name,
+                        measure=not args.no_measure, latency_steps=args.latency_steps)
+    except ExportError as error:
+        print(f"ltdrnn export: {error}", file=sys.stderr)
+        return 2
+    print(summary(report))
+    print(f"written: {report['out']} (report.json, report.md)")
     return 0
 
 
