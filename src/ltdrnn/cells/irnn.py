@@ -94,7 +94,7 @@ class IRNN(Cell):
         eta: initial Euler step size (paper: 1e-2).
         eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
-        reading: ``"residual"`` (default: the reading that learns the paper's tasks at its settings),
+        reading: ``"residual"`` (default; docs/cells/irnn.md gives the choice and its measurements),
             ``"paper"`` (Eq. 5/8 as printed) or ``"state"`` (``g_0 = h_{k-1}``; the printed fixed point).
         activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
@@ -119,7 +119,8 @@ class IRNN(Cell):
         self.rank = None if rank is None else check_positive_int("rank", rank)
         if self.rank is not None and self.rank > hidden_size:
             raise ValueError(f"rank: expected at most hidden_size={hidden_size}, got {rank}")
-        for name, flag in (("projection", projection), ("learn_alpha", learn_alpha), ("contractive", contractive)):
+        flags = (("projection", projection), ("learn_alpha", learn_alpha), ("contractive", contractive))
+        for name, flag in flags:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected a bool, got {flag!r}")
         self.projection = projection
@@ -277,7 +278,7 @@ class IRNN(Cell):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
                 f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
-                f"activation={self.activation!r}")
+                f"contractive={self.contractive}, activation={self.activation!r}")
 
 
 class _FusedIRNN(torch.autograd.Function):
