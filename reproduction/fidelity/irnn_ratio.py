@@ -4,7 +4,7 @@
 
 ``--init``: for each K and seed, the preset irnn/adding-750 at T=200 (paper settings, default reading)
 right after initialisation (seeded as ``ltdrnn train ... train.seed=S`` seeds it). Each RUN_DIR: the
-model of its last checkpoint (``last.pt``, the weights after the last step). Printed as one JSON line per
+weights the run was tested with (``best.pt``, the best validation loss). Printed as one JSON line per
 model; the batch is 32 validation sequences of the run's task (reproduce.jacobian_ratio).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
             print(json.dumps({"at": "init", "K": k, "seed": seed, "options": args.set, **ratio_of(cfg)}),
                   flush=True)
     for run in args.runs:
-        checkpoint = torch.load(Path(run) / "last.pt", map_location="cpu", weights_only=True)
+        checkpoint = torch.load(Path(run) / "best.pt", map_location="cpu", weights_only=True)
         cfg = load_config(checkpoint["config"])
         print(json.dumps({"at": "trained", "run": run, "step": checkpoint.get("step"),
                           "K": cfg.model.options.get("K"), "seed": cfg.train.seed,
