@@ -78,10 +78,10 @@ def test_each_reading_equals_a_hand_written_loop_of_its_equations(reading, K, co
     x, h0 = torch.randn(6, 3, 2, dtype=DT), torch.randn(3, 5, dtype=DT)
     weights = torch.randn(6, 3, 5, dtype=DT)
     results = []
-    for run in (lambda: cell.scan(x, h0, impl=impl)[0], lambda: hand_written_scan(cell, x, h0, reading, 1.1)):
+    runs = (lambda xs, h: cell.scan(xs, h, impl=impl)[0], lambda xs, h: hand_written_scan(cell, xs, h, reading, 1.1))
+    for run in runs:
         xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
-        x, h0 = xi, hi
-        out = run()
+        out = run(xi, hi)
         grads = torch.autograd.grad((out * weights).sum(), [xi, hi, *cell.parameters()])
         results.append((out, *grads))
     for got, expected in zip(*results):
