@@ -260,7 +260,10 @@ def test_fused_equals_reference_at_T_1000(options):
         results[impl] = {"out": out.detach(), "grad x": xi.grad, "grad h0": hi.grad,
                          **{n: p.grad.clone() for n, p in cell.named_parameters()}}
     for key, ref in results["reference"].items():
-        torch.testing.assert_close(results["fused"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
+        # float32 sums over 1000 steps: the residual reading's gradients reach ~100, so the absolute
+        # tolerance scales with each tensor's largest entry
+        atol = 1e-4 + 3e-5 * ref.abs().max().item()
+        torch.testing.assert_close(results["fused"][key], ref, atol=atol, rtol=1e-3, msg=key)
 
 
 # ---- streaming without autograd ---------------------------------------------------------------------
