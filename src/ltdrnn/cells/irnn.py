@@ -7,7 +7,8 @@ step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equi
     g_i = g_{i-1} + eta_i * (phi(P[U (g_{i-1} + h_{k-1}) + W x_k + b]) - alpha * (g_{i-1} + h_{k-1}))
     h_k = g_K
 
-(Eq. 5 without ``P``; Eq. 8, used in all the paper's experiments, with ``P = U = I + V H``.)
+(Eq. 5 without ``P``; Eq. 8, used in all the paper's experiments, with ``P = U = I + V H``.) The option
+``reading`` selects where the iteration starts and how ``h_k`` is read from it (:data:`READINGS`).
 
 Two implementations: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
 ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedIRNN`) that
@@ -29,6 +30,11 @@ from .base import (Cell, State, activation as activation_function, check_choice,
 from .euler import EulerSteps, fused_streaming_applies, join_counter, split_counter
 from .registry import ParamCount, register
 
+#: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
+#: "paper": g_0 = 0, h_k = g_K (Eq. 5/8 as printed); "state": g_0 = h_{k-1}, h_k = g_K (same fixed point);
+#: "residual": g_0 = 0, h_k = h_{k-1} + g_K.
+READINGS = {"paper": (1.0, 1.0), "state": (2.0, 1.0), "residual": (1.0, 0.0)}
+DEFAULT_RANK = 16
 
 
 @register(
@@ -39,7 +45,8 @@ from .registry import ParamCount, register
     variants={
         "full_rank_eq5": {"rank": None, "projection": False},
         "full_rank_eq8": {"rank": None, "projection": True},
-        "start_state_K3": {"start": "state", "K": 3},
+        "printed": {"reading": "paper", "contractive": False},
+        "state_reading_K3": {"reading": "state", "K": 3},
         "learn_alpha_tanh_K2": {"learn_alpha": True, "alpha": 1.5, "activation": "tanh", "K": 2},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "K": 2},
     },
@@ -61,29 +68,34 @@ class IRNN(Cell):
     """Incremental RNN: K Euler steps towards the equilibrium of an incremental CTRNN per time step.
 
     State ``h (B, H)`` (with ``eta_per_time_step``: ``(h, counter)``, counter ``(B,)`` int64, the
-    number of time steps taken so far). Output ``h_k``. With ``y_i = g_i + h_{k-1}``::
+    number of time steps taken so far). Output ``h_k``::
 
-        g_0 = 0 (start="zero", paper)  or  h_{k-1} (start="state")
+        g_0 = 0 ("paper", "residual")  or  h_{k-1} ("state")
         for i in 1..K:
             a   = U (g_{i-1} + h_{k-1}) + W x_k + b
             g_i = g_{i-1} + eta_i * (phi(P a  or  a) - alpha * (g_{i-1} + h_{k-1}))
-        h_k = g_K
+        h_k = g_K ("paper", "state")  or  h_{k-1} + g_K ("residual")
 
     ``U = I + V H`` (``V (H, r)``, ``H (r, H)``) when ``rank=r``, a dense ``(H, H)`` matrix when
-    ``rank=None``; ``P = U`` applied after the sum (Eq. 8) when ``projection=True``. K = 1 with the
-    zero start is the paper's SiRNN, ``h_k = eta (phi(U h_{k-1} + W x_k + b) - alpha h_{k-1})``.
+    ``rank=None``; ``P = U`` applied after the sum (Eq. 8) when ``projection=True``. K = 1 with
+    ``reading="paper"`` is the paper's SiRNN, ``h_k = eta (phi(U h_{k-1} + W x_k + b) - alpha h_{k-1})``;
+    with the default ``"residual"`` it is ``h_k = h_{k-1} + eta (phi(U h_{k-1} + W x_k + b) - alpha h_{k-1})``.
 
     Args:
         input_size: d.  hidden_size: H.
         K: Euler steps per time step (paper: 1 in most tables, up to 10 in the ablation).
-        rank: r of ``U = I + V H``; None for a dense ``U``.
+        rank: r of ``U = I + V H``; None for a dense ``U``; ``"auto"`` (default): ``min(16, hidden_size)``.
         projection: apply ``P = U`` after the sum, Eq. 8 (all the paper's experiments).
         alpha: the leak ``alpha > 0`` (paper: 1).
         learn_alpha: learn alpha, kept positive as ``exp(log_alpha)``.
+        contractive: keep Theorem 1's condition ``||M||_2 <= alpha`` (``M = P U``, or ``U`` without ``P``)
+            by using the leak ``max(alpha, ||M||_2)``, so that no Euler step expands (default True;
+            False is the printed model).
         eta: initial Euler step size (paper: 1e-2).
         eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
-        start: ``"zero"`` (paper, ``g_0 = 0``) or ``"state"`` (``g_0 = h_{k-1}``; same fixed point).
+        reading: ``"residual"`` (default; docs/cells/irnn.md gives the choice and its measurements),
+            ``"paper"`` (Eq. 5/8 as printed) or ``"state"`` (``g_0 = h_{k-1}``; the printed fixed point).
         activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
 
@@ -94,23 +106,28 @@ class IRNN(Cell):
     impls = ("reference", "fused")
     default_impl = "fused"
 
-    def __init__(self, input_size: int, hidden_size: int, K: int = 1, rank: int | None = 16,
+    def __init__(self, input_size: int, hidden_size: int, K: int = 1, rank: int | str | None = "auto",
                  projection: bool = True, alpha: float = 1.0, learn_alpha: bool = False, eta: float = 1e-2,
-                 eta_per_time_step: bool = False, max_length: int | None = None, start: str = "zero",
+                 eta_per_time_step: bool = False, max_length: int | None = None, reading: str = "residual",
+                 contractive: bool = True,
                  activation: str = "relu", eta_param: str = "exp", impl: str = "auto", device=None,
                  dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.K = check_positive_int("K", K)
+        if rank == "auto":
+            rank = min(DEFAULT_RANK, check_positive_int("hidden_size", hidden_size))
         self.rank = None if rank is None else check_positive_int("rank", rank)
         if self.rank is not None and self.rank > hidden_size:
             raise ValueError(f"rank: expected at most hidden_size={hidden_size}, got {rank}")
-        for name, flag in (("projection", projection), ("learn_alpha", learn_alpha)):
+        flags = (("projection", projection), ("learn_alpha", learn_alpha), ("contractive", contractive))
+        for name, flag in flags:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected a bool, got {flag!r}")
         self.projection = projection
         self.alpha_init = check_positive_float("alpha", alpha)
         self.learn_alpha = learn_alpha
-        self.start = check_choice("start", start, ("zero", "state"))
+        self.contractive = contractive
+        self.reading = check_choice("reading", reading, tuple(READINGS))
         self.activation = activation
         self.phi = activation_function(activation)
         self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
@@ -141,7 +158,13 @@ class IRNN(Cell):
         return self.steps.per_time_step
 
     def alpha(self) -> Tensor | float:
-        return self.log_alpha.exp() if self.learn_alpha else self.alpha_init
+        """The leak used by the dynamics: alpha, or with ``contractive`` ``max(alpha, ||M||_2)``."""
+        alpha = self.log_alpha.exp() if self.learn_alpha else self.alpha_init
+        if not self.contractive:
+            return alpha
+        first, second = self.recurrent_operator()
+        norm = torch.linalg.matrix_norm(first if second is None else _dense_operator(first, second), 2)
+        return torch.maximum(norm, torch.as_tensor(alpha, dtype=norm.dtype, device=norm.device))
 
     def apply_u(self, y: Tensor) -> Tensor:
         """``U y`` row-wise: ``(..., H) -> (..., H)``; ``U = I + V H`` or dense."""
@@ -164,14 +187,15 @@ class IRNN(Cell):
         h, counter = split_counter(self.per_time_step, state)
         eta = self.steps.at(counter)
         alpha = self.alpha()
-        g = torch.zeros_like(h) if self.start == "zero" else h
+        g = h if self.reading == "state" else torch.zeros_like(h)
         for i in range(self.K):
             y = g + h
             a = self.apply_u(y) + p_t
             drive = self.phi(self.apply_u(a) if self.projection else a)
             eta_i = eta[i] if counter is None else eta[:, i:i + 1]
             g = g + eta_i * (drive - alpha * y)
-        return g, join_counter(g, None if counter is None else counter + 1)
+        h_new = h + g if self.reading == "residual" else g
+        return h_new, join_counter(h_new, None if counter is None else counter + 1)
 
     def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
              impl: str | None = None) -> Tuple[Tensor, State]:
@@ -216,12 +240,13 @@ class IRNN(Cell):
         """One step without autograd: a few ops on matrices cached until a parameter changes."""
         operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
         weight_t, bias, m_t, etas, alpha = operands
-        y = h if self.start == "zero" else h * 2.0
+        s, r = READINGS[self.reading]
+        y = h if s == 1.0 else h * s
         c = torch.addmm(bias, x_t, weight_t)
         for eta in etas:
             drive = self.phi(torch.addmm(c, y, m_t))
             y = torch.add(y, drive.sub_(y, alpha=alpha), alpha=eta)
-        return y.sub_(h)
+        return y.sub_(h) if r == 1.0 else y
 
     def _stream_operands(self):
         weight, bias = self.input_map()
@@ -244,28 +269,30 @@ class IRNN(Cell):
         first, second = self.recurrent_operator()
         if second is None:
             second = first.new_empty(0)
-        alpha = self.log_alpha.exp() if self.learn_alpha else x.new_tensor(self.alpha_init)
+        alpha = self.alpha()
+        alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
         outputs = _FusedIRNN.apply(x, weight, bias, state, first, second, self.steps.values(), alpha,
-                                   self.activation, 1.0 if self.start == "zero" else 2.0)
+                                   self.activation, *READINGS[self.reading])
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
-                f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, start={self.start!r}, "
-                f"activation={self.activation!r}")
+                f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
+                f"contractive={self.contractive}, activation={self.activation!r}")
 
 
 class _FusedIRNN(torch.autograd.Function):
     """The iRNN recursion over a whole sequence, with a hand-written backward.
 
-    In the variable ``y_i = g_i + h_{t-1}``: ``y_0 = s h_{t-1}`` (``s = 1`` zero start, 2 state start),
-    ``y_{i+1} = y_i + eta_i (phi(M y_i + c_t) - alpha y_i)``, ``h_t = y_K - h_{t-1}``.
+    In the variable ``y_i = g_i + h_{t-1}``: ``y_0 = s h_{t-1}``,
+    ``y_{i+1} = y_i + eta_i (phi(M y_i + c_t) - alpha y_i)``, ``h_t = y_K - r h_{t-1}``, with ``(s, r)``
+    the reading's pair in :data:`READINGS` (the residual reading is simply ``h_t = y_K``).
     ``M`` is given dense (``first = M``, ``second`` empty) or as ``I + V' H`` (``first = V'``,
     ``second = H``). The loop always applies the dense ``M`` (one matmul per Euler step: fewer ops
     beat fewer FLOPs at these sizes); the factors' gradients come from the ``(H, H)`` gradient of M.
 
     Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
-    bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``.
+    bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``.
     Output ``(T, B, H)``. The Function computes ``c`` itself, so the buffer is its own: with K = 1 each
     step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the gradient of
     ``c`` into the same memory. Saved, Euler step first so that every per-step slice and every
@@ -273,7 +300,7 @@ class _FusedIRNN(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, h0, first, second, eta, alpha, act: str, s: float):
+    def forward(ctx, x, weight, bias, h0, first, second, eta, alpha, act: str, s: float, r: float):
         steps, batch, hidden = x.shape[0], x.shape[1], weight.shape[0]
         k = eta.shape[0]
         etas, a = scalars(eta), float(alpha)
@@ -300,22 +327,22 @@ class _FusedIRNN(torch.autograd.Function):
                 else:
                     torch.addmm(c[t], y, m_t, out=pre)
                 phi(pre, out=phis[i, slot])
-                nxt = inputs[i + 1, slot] if i + 1 < k else last
+                nxt = inputs[i + 1, slot] if i + 1 < k else (last if r == 1.0 else outputs[t])
                 _euler_update(y, phis[i, slot], etas[i], a, nxt)
                 y = nxt
-            h = torch.sub(y, h, out=outputs[t])
+            h = torch.sub(y, h, out=outputs[t]) if r == 1.0 else y
         if keep and s == 1.0:
             inputs[0, 0].copy_(h0)
             inputs[0, 1:].copy_(outputs[:-1])
         ctx.save_for_backward(phis, inputs, m, first, second, h0, x, weight)
         ctx.scratch = c
-        ctx.config = (etas, a, act, s)
+        ctx.config = (etas, a, act, s, r)
         return outputs
 
     @staticmethod
     def backward(ctx, grad_outputs):
         phis, inputs, m, first, second, h0, x, weight = ctx.saved_tensors
-        etas, a, act, s = ctx.config
+        etas, a, act, s, r = ctx.config
         k, steps, batch, hidden = phis.shape
         through_phi = ACTIVATION_BACKWARD_INTO[act]
         # [i, t]: gradient wrt pre_i, over eta_i; with K = 1 in the forward's c buffer (free by now)
@@ -331,12 +358,14 @@ class _FusedIRNN(torch.autograd.Function):
                 g_dot_y[i] += torch.dot(grad_y[i].view(-1), inputs[i, t].view(-1))
                 if i > 0:
                     torch.addmm(grad_y[i], d, m, beta=1 - etas[i] * a, alpha=etas[i], out=grad_y[i - 1])
-            # gradient wrt h_{t-1}: s * (gradient wrt y_0) - g, since y_0 = s h_{t-1}, h_t = y_K - h_{t-1}
+            # gradient wrt h_{t-1}: s * (gradient wrt y_0) - r g, since y_0 = s h_{t-1}, h_t = y_K - r h_{t-1}
             decay = s * (1 - etas[0] * a)
             if k == 1:
-                torch.addmm(g, d, m, beta=decay - 1, alpha=s * etas[0], out=carry)
+                torch.addmm(g, d, m, beta=decay - r, alpha=s * etas[0], out=carry)
             else:
-                torch.addmm(grad_y[0], d, m, beta=decay, alpha=s * etas[0], out=carry).sub_(g)
+                torch.addmm(grad_y[0], d, m, beta=decay, alpha=s * etas[0], out=carry)
+                if r == 1.0:
+                    carry.sub_(g)
         eta = torch.tensor(etas, dtype=phis.dtype, device=phis.device)
         flat_dpre, flat_inputs = dpre.view(k, -1, hidden), inputs.view(k, -1, hidden)
         grad_m = phis.new_zeros(hidden, hidden)
@@ -358,7 +387,7 @@ class _FusedIRNN(torch.autograd.Function):
         flat_x = x.reshape(-1, x.shape[-1])
         grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
         return (grad_x, (grad_c.t() @ flat_x).mul_(scale), grad_c.sum(0).mul_(scale), carry,
-                grad_first, grad_second, grad_eta, grad_alpha, None, None)
+                grad_first, grad_second, grad_eta, grad_alpha, None, None, None)
 
 
 def _dense_operator(first: Tensor, second: Tensor) -> Tensor:
