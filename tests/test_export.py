@@ -31,7 +31,8 @@ C_CASES = [
     ("sarnn", {"recurrence": "lstm"}, 1), ("tarnn", {}, 1), ("tarnn", {"A": "coupled", "activation": "tanh"}, 1),
     ("tarnn", {"gate": "outside", "activation": "sigmoid", "K": 3}, 2), ("tarnn", {"reading": "code"}, 1), ("tarnn", {"reading": "theorem"}, 1),
     ("irnn", {}, 1),
-    ("irnn", {"rank": None, "start": "state", "alpha": 0.5}, 1), ("irnn", {"projection": False}, 1),
+    ("irnn", {"rank": None, "reading": "state", "alpha": 0.5}, 1), ("irnn", {"projection": False}, 1),
+    ("irnn", {"reading": "paper"}, 1), ("irnn", {"contractive": True}, 1),
 ]
 IDS = [f"{cell}-{i}" for i, (cell, _, _) in enumerate(C_CASES)]
 

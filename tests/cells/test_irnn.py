@@ -45,9 +45,9 @@ def test_eq8_applies_p_after_the_sum_with_p_equal_to_low_rank_u():
     torch.testing.assert_close(one_step(cell, x, h), expected)
 
 
-def test_default_is_the_contractive_residual_reading():
+def test_default_is_the_unguarded_residual_reading():
     cell = IRNN(2, 4)
-    assert (cell.reading, cell.contractive) == ("residual", True)
+    assert (cell.reading, cell.contractive) == ("residual", False)
     assert set(READINGS) == {"paper", "state", "residual"}
 
 
@@ -140,7 +140,7 @@ def test_the_contraction_guard_keeps_every_step_from_expanding(reading):
 
 
 def test_the_guard_uses_the_spectral_norm_of_eq8s_operator():
-    cell = cell64(h=6, rank=3)
+    cell = cell64(h=6, rank=3, contractive=True)
     u = torch.eye(6, dtype=DT) + cell.weight_v @ cell.weight_h
     torch.testing.assert_close(cell.alpha(), torch.linalg.svdvals(u @ u)[0].clamp(min=1.0))
     assert cell64(h=6, rank=3, contractive=False).alpha() == 1.0
@@ -307,3 +307,22 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
     torch.testing.assert_close(out, expected.detach())
     torch.testing.assert_close(final, expected_final.detach())
 
+
+
+# ---- it learns: a short run of the adding task -------------------------------------------------------
+def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path):
+    """The preset's settings (Adam lr 1e-2, eta_0 = 1e-2, K = 1, clipping at norm 1) on adding T=100
+    at H=64: measured test MSE 0.0065, 0.0013, 0.0053 for seeds 0, 1, 2 after 400 steps; predicting 1
+    scores 0.167. Half the baseline is far from both."""
+    from ltdrnn.config import load_config
+    from ltdrnn.train import train
+    torch.set_num_threads(1)
+    cfg = load_config({
+        "model": {"cell": "irnn", "hidden_size": 64},
+        "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
+        "optim": {"name": "adam", "lr": 0.01, "clip_norm": 1.0},
+        "train": {"steps": 400, "batch_size": 64, "eval_every": 400, "seed": 0, "progress": False,
+                  "latency": False, "threads": 1},
+        "run_dir": str(tmp_path / "run"), "results": None})
+    result = train(cfg)
+    assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]

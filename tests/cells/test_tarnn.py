@@ -329,4 +329,4 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
                   "latency": False, "threads": 1},
         "run_dir": str(tmp_path / "run"), "results": None})
     result = train(cfg)
-    assert result["metrics"]["test_mse"] < 0.5 * result["metrics"]["baseline"]
+    assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]

@@ -45,7 +45,8 @@ DEFAULT_RANK = 16
     variants={
         "full_rank_eq5": {"rank": None, "projection": False},
         "full_rank_eq8": {"rank": None, "projection": True},
-        "printed": {"reading": "paper", "contractive": False},
+        "printed": {"reading": "paper"},
+        "guarded": {"contractive": True},
         "state_reading_K3": {"reading": "state", "K": 3},
         "learn_alpha_tanh_K2": {"learn_alpha": True, "alpha": 1.5, "activation": "tanh", "K": 2},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "K": 2},
@@ -89,8 +90,8 @@ class IRNN(Cell):
         alpha: the leak ``alpha > 0`` (paper: 1).
         learn_alpha: learn alpha, kept positive as ``exp(log_alpha)``.
         contractive: keep Theorem 1's condition ``||M||_2 <= alpha`` (``M = P U``, or ``U`` without ``P``)
-            by using the leak ``max(alpha, ||M||_2)``, so that no Euler step expands (default True;
-            False is the printed model).
+            by using the leak ``max(alpha, ||M||_2)``, so that no Euler step expands (default False,
+            as printed: the guard kept training stable but also removed the memory, see the docs).
         eta: initial Euler step size (paper: 1e-2).
         eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
@@ -109,7 +110,7 @@ class IRNN(Cell):
     def __init__(self, input_size: int, hidden_size: int, K: int = 1, rank: int | str | None = "auto",
                  projection: bool = True, alpha: float = 1.0, learn_alpha: bool = False, eta: float = 1e-2,
                  eta_per_time_step: bool = False, max_length: int | None = None, reading: str = "residual",
-                 contractive: bool = True,
+                 contractive: bool = False,
                  activation: str = "relu", eta_param: str = "exp", impl: str = "auto", device=None,
                  dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
@@ -197,10 +198,8 @@ class IRNN(Cell):
         h_new = h + g if self.reading == "residual" else g
         return h_new, join_counter(h_new, None if counter is None else counter + 1)
 
-    def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
-             impl: str | None = None) -> Tuple[Tensor, State]:
-        self.steps.check_scan(state, x.shape[0])
-        return super().scan(x, state, lengths, impl)
+    def check_room(self, state: State, steps: int) -> None:
+        self.steps.check_room(state[1] if self.per_time_step else None, steps)
 
     # ---- the fused path ----------------------------------------------------------------------------
     def recurrent_operator(self) -> Tuple[Tensor, Tensor | None]:

@@ -368,9 +368,12 @@ def _irnn(p: Program, cell, pre: str, x: str, s: str):
     m = first if second is None else _dense_operator(first, second)
     w_in, b_in, m_op = p.matrix(pre + "w_in", weight), p.vector(pre + "b_in", bias), p.matrix(pre + "m", m)
     eta = p.vector(pre + "eta", cell.steps.values())
-    alpha = _float(float(cell.alpha()))
-    start = "1.0f" if cell.start == "zero" else "2.0f"
-    # in y = g + h_{t-1}: y_0 = start * h, y_{i+1} = y_i + eta_i (phi(M y_i + c) - alpha y_i), h_t = y_K - h
+    with torch.no_grad():
+        alpha = _float(float(cell.alpha()))
+    from ..cells.irnn import READINGS
+    start, keep = (_float(v) for v in READINGS[cell.reading])
+    # in y = g + h_{t-1}: y_0 = start * h, y_{i+1} = y_i + eta_i (phi(M y_i + c) - alpha y_i),
+    # h_t = y_K - keep * h (keep = 0: the residual reading, h_t = y_K)
     lines = p.buffers(c=hidden, y=hidden, drive=hidden) + [
         _init_from("c", b_in, hidden), p.matvec("c", w_in, x),
         f"for (int j = 0; j < {hidden}; ++j) y[j] = {start} * {s}[j];",
@@ -378,7 +381,7 @@ def _irnn(p: Program, cell, pre: str, x: str, s: str):
         "    memcpy(drive, c, sizeof drive);", "    " + p.matvec("drive", m_op, "y"),
         f"    for (int j = 0; j < {hidden}; ++j) y[j] += {eta}[i] * ({p.act(cell.activation, 'drive[j]')} - "
         f"{alpha} * y[j]);", "}",
-        f"for (int j = 0; j < {hidden}; ++j) {s}[j] = y[j] - {s}[j];"]
+        f"for (int j = 0; j < {hidden}; ++j) {s}[j] = y[j] - {keep} * {s}[j];"]
     return lines, s
 
 
