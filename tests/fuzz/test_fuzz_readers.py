@@ -49,15 +49,19 @@ def mutated(draw, raw: bytes) -> bytes:
     return bytes(data)
 
 
+# every file the examples write lives under one directory, removed when the module is released
+_ROOT = tempfile.TemporaryDirectory(prefix="ltdrnn-fuzz-")
+
+
 def _write(raw: bytes, name: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="fuzz-reader-"))
+    folder = Path(tempfile.mkdtemp(prefix="fuzz-reader-", dir=_ROOT.name))
     path = folder / name
     path.write_bytes(raw)
     return path
 
 
 def _fixture(write, name):
-    folder = Path(tempfile.mkdtemp(prefix="fuzz-fixture-"))
+    folder = Path(tempfile.mkdtemp(prefix="fuzz-fixture-", dir=_ROOT.name))
     path = folder / name
     write(path)
     return path.read_bytes()
@@ -68,7 +72,7 @@ TS = _fixture(lambda p: write_ts(p, toy_rows(4, 2, np.random.default_rng(0))), "
 SEIZURE = _fixture(lambda p: write_seizure(p, n_per_class=(2, 1, 1, 1, 1)), "data.csv")
 PTB = _fixture(lambda p: write_ptb(p.parent) or (p.parent / "ptb.train.txt").rename(p), "ptb.txt")
 WAV = _fixture(lambda p: write_wav(p, np.zeros(800)), "a.wav")
-CIFAR = pickle.dumps(write_batches(Path(tempfile.mkdtemp()), per_batch=2)["test_batch"], protocol=2)
+CIFAR = pickle.dumps(write_batches(Path(tempfile.mkdtemp(dir=_ROOT.name)), per_batch=2)["test_batch"], protocol=2)
 
 
 @settings(max_examples=40)
@@ -147,7 +151,7 @@ def test_wav(data):
     assert signal.ndim == 1 and np.isfinite(signal).all() and np.abs(signal).max(initial=0) <= 1
 
 
-HAR_ROOT = Path(tempfile.mkdtemp(prefix="fuzz-har-"))
+HAR_ROOT = Path(tempfile.mkdtemp(prefix="fuzz-har-", dir=_ROOT.name))
 write_har(HAR_ROOT, n_train=3, n_test=1)
 HAR_FILES = {str(p.relative_to(HAR_ROOT / "UCI HAR Dataset")): p.read_bytes()
              for p in (HAR_ROOT / "UCI HAR Dataset" / "train").rglob("*.txt")}
