@@ -102,8 +102,10 @@ def test_fast_paths_equal_the_loop_at_T_3136_in_outputs_and_gradients(impl):
     h0 = torch.rand(2, 12)
     ref = outputs_and_grads(cell, x, h0, "reference")
     got = outputs_and_grads(cell, x, h0, impl)
+    # float32 sums over 3136 steps in another order: on this machine class one gradient entry of 0.66
+    # differs by 2.7e-4 (relative 4e-4) between the closed form and the loop, before and after 2026-11-23
     for a, b in zip(got, ref):
-        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3)
 
 
 def test_closed_form_in_float32_keeps_accuracy_when_the_running_sums_grow_large():
