@@ -142,7 +142,7 @@ def run_benchmark(sets: Sequence[str], cells: Sequence[str], seeds: int = SEEDS,
                     continue
                 cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
                 try:
-                    record = train(cfg, resume=True)
+                    record = train(cfg, resume="auto")   # resume a half-finished run, else start
                 except Exception as error:  # one failing cell must not stop the benchmark
                     failed.append(f"{cell}/{dataset}/seed{seed}: {type(error).__name__}: {error}")
                     log(f"  FAILED {failed[-1]}")

@@ -48,8 +48,9 @@ def read_wav(path: Path) -> np.ndarray:
             channels, width, rate = handle.getnchannels(), handle.getsampwidth(), handle.getframerate()
             declared = handle.getnframes()
             frames = handle.readframes(declared)
-    except (wave.Error, EOFError) as error:
-        raise DataFileError(f"{path}: not a readable wav file ({error}). {HOW_TO_GET}") from error
+    except (wave.Error, EOFError, RuntimeError) as error:   # the wave module raises a bare RuntimeError
+        # on some malformed chunk headers (found by tests/fuzz/test_fuzz_readers.py::test_wav)
+        raise DataFileError(f"{path}: not a readable wav file ({error!r}). {HOW_TO_GET}") from error
     if channels != 1 or width != 2 or rate != SAMPLE_RATE:
         raise DataFileError(f"{path}: expected mono 16-bit PCM at {SAMPLE_RATE} Hz, got {channels} "
                             f"channel(s), {8 * width}-bit, {rate} Hz")
