@@ -38,6 +38,8 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
         "gate_outside": {"gate": "outside", "activation": "sigmoid", "K": 3},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300},
         "K1": {"K": 1},
+        "code_reading": {"reading": "code"},
+        "theorem_reading_raw_eta": {"reading": "theorem", "eta_param": "raw"},
     },
     param_counts=(
         ParamCount(1, 128, 66_200, 67_200, {"A": "coupled"},
