@@ -69,7 +69,9 @@ def test_the_tarnn_irnn_grid_is_the_papers_grid():
     ({"optim.lr": {"distribution": "log-float", "low": 0.0, "high": 1}}, "must be positive"),
     ({"optim.lr": {"distribution": "float", "low": 2, "high": 1}}, "low < high"),
     ({"optim.lr": {"distribution": "categorical", "choices": []}}, "non-empty list"),
-    ({"optim.lr": {"distribution": "float", "low": 0.1, "high": 1, "bounds": 3}}, "unknown key 'bounds'"),
+    ({"optim.lr": {"distribution": "float", "low": 0.1, "high": 1, "bounds": 3}},
+     "unknown config key 'params.optim.lr.bounds'"),
+    ({"optim.lr": {"distribution": "float", "low": "0.1", "high": 1}}, "params.optim.lr.low: expected a number"),
 ])
 def test_bad_search_spaces_are_refused_naming_the_key(tmp_path, params, message):
     with pytest.raises(ConfigError, match=message):
