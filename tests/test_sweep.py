@@ -78,6 +78,19 @@ def test_bad_search_spaces_are_refused_naming_the_key(tmp_path, params, message)
         S.load_spec(json.loads(write_spec(tmp_path).read_text()) | {"params": params})
 
 
+@pytest.mark.parametrize("changes, message", [
+    ({"trials": "5"}, "sweep.trials: expected an integer"),
+    ({"set": "train.steps=1"}, "sweep.set: expected a list"),
+    ({"set": [3]}, r"sweep.set\[0\]: expected a string"),
+    ({"seed_per_trial": "yes"}, "sweep.seed_per_trial: expected true or false"),
+    ({"sampler": "grid-search"}, "sweep sampler: expected one of random, tpe, grid"),
+    ({"budget": 5}, "unknown config key 'sweep.budget'"),
+])
+def test_bad_spec_keys_and_types_are_refused_naming_the_key(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        S.load_spec(str(write_spec(tmp_path, **changes)))
+
+
 def test_a_searched_key_that_is_not_a_config_key_is_refused(tmp_path):
     spec = S.load_spec(str(write_spec(tmp_path, params={"optim.lrr": {"distribution": "float", "low": 0.1,
                                                                                 "high": 1}})))

@@ -8,6 +8,10 @@ Every cell of this group records, after each forward pass, ``aux["update_mask"]`
 (cells with soft masks record the ceiling of the mask, as the SA-RNN paper counts them), and
 ``aux["update_prob"]``: the soft quantity the mask comes from. :func:`skip_fraction` turns the masks
 into the paper's Skip % (eq. 10).
+
+Doc: docs/cells/sarnn.md
+Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
 """
 from __future__ import annotations
 
@@ -209,6 +213,23 @@ class SARNN(MaskedCell):
 
     Init: recurrence as torch.nn (``U(-1/sqrt(H), 1/sqrt(H))``); coordinator ``W_i``, ``w_u``, ``b``
     also ``U(-1/sqrt(H), 1/sqrt(H))`` (the paper does not say), so about half the units update at first.
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn.cells.sarnn import SARNN
+        >>> _ = torch.manual_seed(0)
+        >>> cell = SARNN(input_size=3, hidden_size=8)
+        >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
+        >>> outputs, state = cell.scan(x)
+        >>> outputs.shape, cell.aux["update_mask"].shape    # 1 where a unit was updated at a step
+        (torch.Size([20, 4, 8]), torch.Size([20, 4, 8]))
+        >>> reference, _ = cell.scan(x, impl="reference")
+        >>> torch.allclose(outputs, reference, atol=1e-6)
+        True
+        >>> skipped = 1 - cell.aux["update_mask"].mean()    # the paper's Skip %, as a fraction
+        >>> bool(0 <= skipped <= 1), sorted(cell.losses())  # the budget term, weighted by lambda
+        (True, ['budget'])
     """
 
     # The straight-through surrogate lets gradients grow with T: over 3 seeds (H=64) the largest
