@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 import ltdrnn
-from ltdrnn import scan
+from ltdrnn import kernels
 
 Records = Callable[[torch.nn.Module], Dict[str, Tensor]]
 
@@ -23,16 +23,16 @@ def no_records(cell) -> Dict[str, Tensor]:
     return {}
 
 
-def check_streaming_matches_reference(monkeypatch, module, kernels: bool, cell, x: Tensor, state0,
+def check_streaming_matches_reference(monkeypatch, use_kernels: bool, cell, x: Tensor, state0,
                                       step_records: Records = no_records,
                                       expected_records: Records = no_records) -> None:
     """``x (T, B, d)``; ``state0`` the initial state (or None). ``step_records(cell)`` is read after
     every streamed step; ``expected_records(cell)`` after the reference scan, each value stacked over
     time (``(T, ...)``)."""
-    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if kernels else "1")
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "" if use_kernels else "1")
     calls = []
-    real = scan.run_stream_kernel
-    monkeypatch.setattr(module, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
+    real = kernels.run_stream_kernel
+    monkeypatch.setattr(kernels, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
     layer = ltdrnn.Recurrent(lambda d, h: cell, cell.input_size, cell.hidden_size)
     for _ in range(2):
         expected, expected_final = cell.scan(x, state0, impl="reference")
@@ -53,5 +53,5 @@ def check_streaming_matches_reference(monkeypatch, module, kernels: bool, cell, 
                                                msg=lambda text, name=name: f"{name}: {text}")
             for p in cell.parameters():     # an optimiser step: the cached operands must follow
                 p.mul_(1.1)
-    used = kernels and x.shape[1] <= scan.STREAM_MAX_BATCH and scan.load_kernel("stream_step")
+    used = use_kernels and x.shape[1] <= kernels.STREAM_MAX_BATCH and kernels.load_kernel("stream_step")
     assert (len(calls) > 0) == bool(used)

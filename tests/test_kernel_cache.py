@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from ltdrnn import scan as scan_module
+from ltdrnn import kernels
 
 
 @pytest.fixture
@@ -13,27 +13,27 @@ def cache(tmp_path, monkeypatch):
         pytest.skip("no C compiler on this machine")
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))
-    monkeypatch.setattr(scan_module, "_LOADED", {})
+    monkeypatch.setattr(kernels, "_LOADED", {})
     return tmp_path / "kernels"
 
 
 def test_a_tampered_cached_library_is_rebuilt_not_loaded(cache):
-    built = scan_module._build("srnn_scan")
-    assert built.parent == cache and scan_module._is_intact(built)
-    assert scan_module._build("srnn_scan") == built          # an intact library is reused
+    built = kernels._build("srnn_scan")
+    assert built.parent == cache and kernels._is_intact(built)
+    assert kernels._build("srnn_scan") == built          # an intact library is reused
     original = built.read_bytes()
     built.write_bytes(original[:-64])                        # truncated (a full disk) or replaced
-    assert not scan_module._is_intact(built)
-    rebuilt = scan_module._build("srnn_scan")
-    assert rebuilt.read_bytes() != original[:-64] and scan_module._is_intact(rebuilt)
-    assert scan_module.load_kernel("srnn_scan") is not None
+    assert not kernels._is_intact(built)
+    rebuilt = kernels._build("srnn_scan")
+    assert rebuilt.read_bytes() != original[:-64] and kernels._is_intact(rebuilt)
+    assert kernels.load_kernel("srnn_scan") is not None
     _check_only_the_user_could_have_written_it(rebuilt, cache)
 
 
 def _check_only_the_user_could_have_written_it(built, cache):
     os.chmod(built, 0o777)
-    assert not scan_module._is_intact(built)
+    assert not kernels._is_intact(built)
     os.chmod(built, 0o755)
-    assert scan_module._is_intact(built)
+    assert kernels._is_intact(built)
     os.chmod(cache, 0o777)
-    assert not scan_module._is_intact(built)
+    assert not kernels._is_intact(built)

@@ -33,7 +33,7 @@ def store(tmp_path):
 
 
 def test_report_tables_group_runs_by_cell_and_setting(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(results, "paper_numbers", lambda: [
+    monkeypatch.setattr(results.report, "paper_numbers", lambda: [
         {"cell": "lstm", "task": "tiny", "metric": "accuracy", "value": 0.875, "source": "a test paper"},
         {"cell": "tiny", "task": "tiny", "setting": {"T": 99}, "metric": "accuracy", "value": 0.5,
          "source": "a setting we did not run"}])
@@ -57,6 +57,11 @@ def test_report_command_prints_the_markdown(store, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "tiny(T=4)" in out and "| lstm |" in out and "report.html" in out
     assert not list((tmp_path / "rep").glob("*.png"))
+
+
+def test_markdown_table_escapes_what_would_break_its_layout():
+    text = results.markdown_table([["name", "value"], ["a|b", 1.5], ["two\nlines", None]])
+    assert text.split("\n") == ["| name | value |", "|---|---|", "| a\\|b | 1.5 |", "| two lines | None |"]
 
 
 def test_packaged_paper_numbers_are_well_formed():

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from ltdrnn.results import ResultConflict, ResultStore, database_url
+from ltdrnn.results import ResultConflict, ResultStore, create_tables, database_url, sqlite_file
 
 
 def record(run_id, metric=0.5, study=None):
@@ -33,6 +33,36 @@ def test_round_trip_decodes_json_columns(tmp_path):
 def test_a_path_means_sqlite_and_urls_pass_through(tmp_path):
     assert database_url(str(tmp_path / "r.db")) == f"sqlite:///{tmp_path / 'r.db'}"
     assert database_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert sqlite_file(database_url(tmp_path / "r.db")) == tmp_path / "r.db"
+    assert sqlite_file("sqlite:///:memory:") is None and sqlite_file("postgresql://u@h/db") is None
+
+
+def test_table_creation_survives_a_racing_creator_and_gives_up_after_its_attempts(tmp_path):
+    sa = pytest.importorskip("sqlalchemy")
+    engine = sa.create_engine(database_url(tmp_path / "r.db"))
+    calls = []
+
+    class Racing(sa.MetaData):
+        """Fails like the loser of a race until ``losses`` calls have failed."""
+
+        def __init__(self, losses):
+            super().__init__()
+            self.losses = losses
+
+        def create_all(self, bind, checkfirst=True):
+            calls.append(checkfirst)
+            if len(calls) <= self.losses:
+                raise sa.exc.OperationalError("CREATE TABLE t", {}, Exception("table t already exists"))
+            super().create_all(bind, checkfirst=checkfirst)
+
+    metadata = Racing(losses=2)
+    sa.Table("t", metadata, sa.Column("x", sa.Integer, primary_key=True))
+    create_tables(sa, metadata, engine)
+    assert len(calls) == 3 and sa.inspect(engine).has_table("t")
+    calls.clear()
+    with pytest.raises(sa.exc.OperationalError):
+        create_tables(sa, Racing(losses=5), engine)
+    assert len(calls) == 3
 
 
 def test_rows_are_never_overwritten(tmp_path):

@@ -107,7 +107,7 @@ def test_malloc_tuning_is_applied_unless_turned_off(tmp_path, monkeypatch):
 
 MALLOC_PROBE = """
 import ctypes, sys, torch
-from ltdrnn.scan import tune_malloc
+from ltdrnn.memory import tune_malloc
 libc = ctypes.CDLL("libc.so.6")
 if not hasattr(libc, "mallinfo2"):
     sys.exit(3)
@@ -154,6 +154,26 @@ def test_set_epoch_is_called_each_epoch(tmp_path, monkeypatch):
     monkeypatch.setattr(TinyCell, "set_epoch", lambda self, epoch: seen.append(epoch))
     run(tmp_path, ["train.epochs=3", "train.steps=null", "train.batch_size=32", "train.eval_every=0"])
     assert sorted(set(seen)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_fresh_train_draws_new_training_items_every_epoch(tmp_path, monkeypatch, fresh):
+    import ltdrnn.train as train_module
+    real, seen = train_module._batch, []
+
+    def recording(task, dataset, indices, device):
+        batch = real(task, dataset, indices, device)
+        if dataset is task.dataset("train"):
+            seen.append(dict(zip(indices, batch[0].unbind(0))))
+        return batch
+
+    monkeypatch.setattr(train_module, "_batch", recording)
+    options = {"T": 6, "n_train": 4, "n_val": 4, "n_test": 4, "fresh_train": fresh}
+    run(tmp_path, ["train.epochs=2", "train.steps=null", "train.batch_size=4", "train.eval_every=0"],
+        model={"cell": "lstm", "hidden_size": 4}, task={"name": "adding", "options": options})
+    first, second = seen
+    assert sorted(first) == sorted(second) == [0, 1, 2, 3]
+    assert all(torch.equal(first[i], second[i]) for i in first) is not fresh
 
 
 def test_weighted_extra_loss_is_added(tmp_path):

@@ -51,7 +51,7 @@ def test_mean_and_max_pooling_read_every_step_of_the_outputs():
 def test_pooling_is_validated_with_the_key_named():
     with pytest.raises(ConfigError, match=r"model.pooling: expected one of last, mean, max, got 'avg'"):
         load_config("ucr/default", ["model.pooling=avg"])
-    with pytest.raises(ConfigError, match=r"model.pooling: 'mean' pools .* head 'tagger'"):
+    with pytest.raises(ValueError, match=r"model.pooling: 'mean' pools .* head 'tagger'"):
         _model("mean", head="tagger")
 
 

@@ -7,8 +7,8 @@
 The core imports only torch and numpy.
 """
 from .cells import Cell, ParamCount, build, list_cells
-from .cells.gated import load_torch_weights, recurrent_from_torch
 from .cells.registry import entry
+from .interop import load_torch_weights, recurrent_from_torch
 from .layers import Recurrent
 
 __version__ = "0.1.0"

@@ -108,7 +108,7 @@ class TrainConfig:
     ``select_on``: the validation quantity that picks the checkpoint used for the test: the task's
     ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy).
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
-    (:func:`ltdrnn.scan.tune_malloc`; faster steps, memory kept after a peak; process-wide).
+    (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     """
     epochs: Optional[int] = None
     steps: Optional[int] = None

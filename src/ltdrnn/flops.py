@@ -30,7 +30,7 @@ def flops_per_sequence(cell: Any, steps: int, skip_fraction: float | None = None
     Args:
         cell: any registered cell.
         steps: T.
-        skip_fraction: the fraction of unit updates skipped (e.g. :func:`ltdrnn.cells.sarnn.skip_fraction`
+        skip_fraction: the fraction of unit updates skipped (e.g. :func:`ltdrnn.cells.masked.skip_fraction`
             of a forward pass). None: the cell's own default (dense for learned masks, the fixed
             schedule for Clockwork, Phased LSTM and Random Updates).
     """

@@ -18,7 +18,6 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .config import ConfigError, ModelConfig
 from .layers import Recurrent
 from .tasks.base import TaskInfo
 
@@ -26,7 +25,7 @@ TERMINAL_HEADS = ("classifier", "regressor")
 POOLINGS = ("last", "mean", "max")
 
 
-def choose_head(model: ModelConfig, info: TaskInfo) -> str:
+def choose_head(model, info: TaskInfo) -> str:
     """The head named in the config, or for ``auto`` the one the task calls for."""
     if model.head != "auto":
         return model.head
@@ -61,10 +60,10 @@ class SequenceModel(nn.Module):
                  pooling: str = "last", **cell_options) -> None:
         super().__init__()
         if pooling not in POOLINGS:
-            raise ConfigError(f"model.pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
+            raise ValueError(f"model.pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
         if pooling != "last" and head not in TERMINAL_HEADS:
-            raise ConfigError(f"model.pooling: {pooling!r} pools a sequence into one output, but head {head!r} "
-                              "outputs every step; use pooling last")
+            raise ValueError(f"model.pooling: {pooling!r} pools a sequence into one output, but head {head!r} "
+                             "outputs every step; use pooling last")
         self.head = head
         self.pooling = pooling
         self.terminal = head in TERMINAL_HEADS
@@ -82,11 +81,11 @@ class SequenceModel(nn.Module):
         self.output = nn.Linear(hidden_size * self.rnn.num_directions, output_size)
         if tie_weights:
             if head != "lm" or not tokens:
-                raise ConfigError("model.tie_weights: only a language model (head lm, token input) can tie "
-                                  f"weights, got head {head!r}")
+                raise ValueError("model.tie_weights: only a language model (head lm, token input) can tie "
+                                 f"weights, got head {head!r}")
             if width != hidden_size or bidirectional:
-                raise ConfigError(f"model.tie_weights: needs embedding == hidden_size and one direction, got "
-                                  f"embedding {width}, hidden_size {hidden_size}")
+                raise ValueError(f"model.tie_weights: needs embedding == hidden_size and one direction, got "
+                                 f"embedding {width}, hidden_size {hidden_size}")
             self.output.weight = self.embed.weight
 
     def forward(self, x: Tensor, lengths: Optional[Tensor] = None) -> Tensor:
@@ -134,15 +133,17 @@ class SequenceModel(nn.Module):
         self.rnn.set_epoch(epoch)
 
 
-def build_model(model: ModelConfig, info: TaskInfo) -> SequenceModel:
-    """The model a config describes, sized for the task."""
+def build_model(model, info: TaskInfo) -> SequenceModel:
+    """The model a config's ``model`` section describes (a :class:`ltdrnn.config.ModelConfig` or
+    anything with its attributes), sized for the task. Bad values raise ValueError naming the key; the
+    harness reports them as ConfigError (:func:`ltdrnn.checkpoint.build_task_and_model`)."""
     head = choose_head(model, info)
     if head in TERMINAL_HEADS and info.target != "terminal":
-        raise ConfigError(f"model.head: {head!r} reads one output per sequence, but task {info.name!r} has "
-                          f"per-step targets; use tagger or lm")
+        raise ValueError(f"model.head: {head!r} reads one output per sequence, but task {info.name!r} has "
+                         f"per-step targets; use tagger or lm")
     if head in ("tagger", "lm") and info.target != "per_step":
-        raise ConfigError(f"model.head: {head!r} outputs every step, but task {info.name!r} has one target "
-                          f"per sequence; use classifier or regressor")
+        raise ValueError(f"model.head: {head!r} outputs every step, but task {info.name!r} has one target "
+                         f"per sequence; use classifier or regressor")
     return SequenceModel(model.cell, info.input_size, model.hidden_size, info.output_size, head,
                          num_layers=model.num_layers, dropout=model.dropout,
                          bidirectional=model.bidirectional, tokens=info.input_kind == "tokens",

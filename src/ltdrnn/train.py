@@ -5,8 +5,9 @@ The loop, in order, for every optimiser step::
     batch (seeded permutation of the epoch) -> model -> task loss + sum_k w_k * model.losses()[k]
     -> backward -> clip global norm -> optimiser step -> [validate] -> [checkpoint]
 
-and at the start of each epoch ``model.set_epoch(epoch)`` (SA-RNN's slope annealing), at its end the lr
-schedule (halve every tau epochs). The best validation state is kept and used for the test metrics.
+and at the start of each epoch ``model.set_epoch(epoch)`` (SA-RNN's slope annealing) and
+``task.set_epoch(epoch)`` (``fresh_train``: new training items), at its end the lr schedule (halve every
+tau epochs). The best validation state is kept and used for the test metrics.
 
 Exact resume: the batch order of an epoch is a permutation drawn from ``(seed, epoch)`` alone, and a
 checkpoint holds the model, optimiser, scheduler, every RNG state, the position inside the epoch, the
@@ -16,11 +17,8 @@ interrupted run to the same weights and metrics as a run that was never interrup
 from __future__ import annotations
 
 import copy
-import io
 import json
 import math
-import os
-import pickle
 import random
 import sys
 import time
@@ -35,23 +33,16 @@ from torch import nn
 
 from . import distributed as D
 from . import metrics as M
+from .checkpoint import (BEST, CHECKPOINT, CheckpointError, atomic_save, build_task_and_model,  # noqa: F401
+                         checkpoint_file, load_checkpoint, remove_stale_temp_files, restore_model)
 from .config import ConfigError, RunConfig, load_config, save_config
-from .models import build_model
-from .scan import tune_malloc
-from .tasks.base import build_task
+from .memory import tune_malloc
 
-CHECKPOINT = "last.pt"
-BEST = "best.pt"
 Callback = Callable[[Dict[str, Any]], None]
 
 
 class TrainingInterrupted(RuntimeError):
     """Raised by a callback to stop a run after its latest checkpoint (used to test resuming)."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file cannot be loaded safely (not a checkpoint, damaged, or holding objects other
-    than tensors, numbers, strings and containers)."""
 
 
 class StoreError(RuntimeError):
@@ -122,45 +113,6 @@ def evaluate_checkpoint(path: str | Path, split: str = "test", overrides: Option
     return evaluate(model, task, split, cfg.train.eval_batch_size or cfg.train.batch_size)[0]
 
 
-def restore_model(path: str | Path, overrides: Optional[List[str]] = None):
-    """``(cfg, task, model)`` of a saved checkpoint (a file or a run directory), the weights loaded."""
-    checkpoint = load_checkpoint(checkpoint_file(path))
-    cfg = load_config(checkpoint["config"], overrides)
-    task, model = build_task_and_model(cfg)
-    model.load_state_dict(checkpoint["model"])
-    return cfg, task, model
-
-
-def load_checkpoint(path: str | Path) -> Dict[str, Any]:
-    """The contents of a checkpoint written by :func:`atomic_save`.
-
-    Loaded with ``weights_only=True``: only tensors, numbers, strings and containers come back, so a
-    crafted file cannot run code (checkpoints keep numpy's RNG state as a tensor for this reason).
-    Raises CheckpointError for anything else, naming the file."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: not a checkpoint that can be loaded safely ({first})") from None
-    if not isinstance(checkpoint, dict) or not {"config", "model"} <= set(checkpoint):
-        raise CheckpointError(f"{path}: not an ltdrnn checkpoint (expected a mapping with 'config' and "
-                              "'model')")
-    return checkpoint
-
-
-def build_task_and_model(cfg: RunConfig):
-    """``(task, model)`` of a config; a bad cell, task or option becomes a ConfigError naming it."""
-    try:
-        task = build_task(cfg.task.name, **cfg.task.options)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(_naming(error, "task", cfg.task.name)) from None
-    try:
-        model = build_model(cfg.model, task.info)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(_naming(error, "model", cfg.model.cell)) from None
-    return task, model
-
-
 def resolve_device(name: str) -> torch.device:
     """The torch device called ``name`` (``cuda`` -> this rank's GPU under torchrun), checked usable."""
     try:
@@ -170,29 +122,6 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"train.device: expected a torch device available here (such as cpu), got "
                           f"{name!r} ({str(error).splitlines()[0]})") from None
     return device
-
-
-def _naming(error: Exception, section: str, name: str) -> str:
-    message = str(error)
-    if message.split(":")[0] in ("cell", "task") or message.startswith(section):
-        return message
-    return f"{section} {name!r}: {message}"
-
-
-def checkpoint_file(path: str | Path) -> Path:
-    """``path`` itself if it is a file, else the run directory's ``best.pt`` (or ``last.pt``).
-
-    Raises FileNotFoundError naming what was looked for."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such run directory or checkpoint file")
-    for name in (BEST, CHECKPOINT):
-        if (path / name).is_file():
-            return path / name
-    raise FileNotFoundError(f"{path}: the run directory has no checkpoint ({BEST} or {CHECKPOINT}); "
-                            "was the run started with this directory?")
 
 
 def seed_everything(seed: int) -> None:
@@ -277,6 +206,7 @@ class Run:
         try:
             while self.status == "finished" and not self.finished():
                 self.model.set_epoch(self.epoch)
+                self.task.set_epoch(self.epoch)
                 order = epoch_order(len(self.train_set), cfg.batch_size, cfg.seed, self.epoch)
                 while self.status == "finished" and self.batch_in_epoch < len(order) and not self.finished():
                     self.one_step(order[self.batch_in_epoch])
@@ -540,46 +470,6 @@ def set_rng_states(states: Dict[str, Any]) -> None:
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                          n["cached_gaussian"]))
     random.setstate(states["python"])
-
-
-def atomic_save(obj: Any, path: Path) -> None:
-    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``.
-
-    The temporary file is removed if anything fails on the way (a full disk, an interrupt)."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def remove_stale_temp_files(run_dir: Path) -> List[Path]:
-    """Delete the temporary checkpoint files (``.last.pt.<pid>.tmp``) left in ``run_dir`` by processes
-    that no longer run (killed mid-write); returns the files removed. On a full disk they would
-    otherwise hold the space the next checkpoint needs."""
-    removed = []
-    for tmp in run_dir.glob(".*.pt.*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
-    return removed
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by someone else
-        return True
-    return True
 
 
 def new_run_id(cfg: RunConfig) -> str:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn.cells.sarnn import skip_fraction
+from ltdrnn.cells.masked import skip_fraction
 from ltdrnn.flops import flops_per_sequence
 
 

@@ -284,3 +284,12 @@ def test_losses_are_finite_named_scalars(name):
     reseeded(name, layer, torch.randn(2, 5, layer.input_size))
     for key, value in layer.losses().items():
         assert isinstance(key, str) and value.dim() == 0 and torch.isfinite(value), key
+
+
+@pytest.mark.parametrize("name", ltdrnn.list_cells())
+def test_module_apply_reaches_every_submodule(name):
+    # nn.Module.apply is how users initialise weights (layer.apply(init_fn)); a cell must not shadow it
+    layer = make_layer(name, {})
+    visited = []
+    assert layer.apply(visited.append) is layer
+    assert {id(m) for m in visited} == {id(m) for m in layer.modules()} and visited[-1] is layer

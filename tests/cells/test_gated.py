@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import ltdrnn
-from ltdrnn.cells.gated import load_torch_weights, recurrent_from_torch
+from ltdrnn.interop import load_torch_weights, recurrent_from_torch
 
 TORCH_MODULES = {
     "lstm": lambda *a, **k: nn.LSTM(*a, **k),

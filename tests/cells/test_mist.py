@@ -169,7 +169,6 @@ def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypa
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, num_delays):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallbacks, through the
     cell and through the layer's step."""
-    import ltdrnn.cells.mist as module
     cell = make(num_delays=num_delays)
     x, history0 = torch.randn(12, batch, 3), torch.randn(batch, cell.history_size, 6)
-    check_streaming_matches_reference(monkeypatch, module, kernels, cell, x, history0)
+    check_streaming_matches_reference(monkeypatch, kernels, cell, x, history0)

@@ -7,7 +7,7 @@ from torch import nn
 
 import ltdrnn
 from stream_helpers import check_streaming_matches_reference
-from ltdrnn.cells.sarnn import hard_sigmoid, skip_fraction
+from ltdrnn.cells.masked import hard_sigmoid, skip_fraction
 
 
 def make(seed=0, d=3, h=8, **options):
@@ -113,6 +113,24 @@ def test_slope_annealing_schedule():
     assert steep.slope == 3.0
 
 
+def test_the_annealed_slope_travels_in_the_state_dict_and_through_a_checkpoint(tmp_path):
+    from ltdrnn.checkpoint import atomic_save, load_checkpoint
+    torch.manual_seed(0)
+    trained, restored = ltdrnn.Recurrent("sarnn", 3, 6), ltdrnn.Recurrent("sarnn", 3, 6)
+    trained.set_epoch(10)                                     # slope 1 + 0.04 * 10
+    atomic_save({"config": {}, "model": trained.state_dict()}, tmp_path / "c.pt")
+    restored.load_state_dict(load_checkpoint(tmp_path / "c.pt")["model"])   # weights_only
+    assert restored.cells[0].slope == trained.cells[0].slope == pytest.approx(1.4)
+    x = torch.randn(2, 7, 3)
+    trained(x), restored(x)
+    torch.testing.assert_close(restored.cells[0].aux["update_prob"], trained.cells[0].aux["update_prob"])
+    # a state dict saved before the slope was stored still loads; the cell keeps its own slope
+    older = {k: v for k, v in trained.state_dict().items() if not k.endswith("_extra_state")}
+    fresh = ltdrnn.Recurrent("sarnn", 3, 6)
+    fresh.load_state_dict(older)
+    assert fresh.cells[0].slope == 1.0
+
+
 def test_a_steeper_slope_moves_probabilities_away_from_one_half():
     x = torch.randn(5, 4, 3)
     cell = make()
@@ -215,7 +233,6 @@ def test_clear_errors():
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, impl):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallback, through the cell
     and through the layer's step: outputs, masks, probabilities and the budget."""
-    import ltdrnn.cells.sarnn as module
 
     def expected(cell):
         mask, prob = cell.aux["update_mask"], cell.aux["update_prob"]
@@ -228,5 +245,5 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
                 "budget": cell.losses()["budget"]}
 
     cell = make(slope=1.5, impl=impl)
-    check_streaming_matches_reference(monkeypatch, module, kernels, cell, torch.randn(10, batch, 3),
+    check_streaming_matches_reference(monkeypatch, kernels, cell, torch.randn(10, batch, 3),
                                       torch.randn(batch, 8), step_records=step, expected_records=expected)

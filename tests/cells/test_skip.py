@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import ltdrnn
-from ltdrnn.cells.sarnn import skip_fraction
+from ltdrnn.cells.masked import skip_fraction
 
 
 def constant_increment(cell, delta):

@@ -8,7 +8,7 @@ import torch
 
 import ltdrnn
 from stream_helpers import check_streaming_matches_reference
-from ltdrnn import scan as scan_module
+from ltdrnn import kernels as kernel_module, memory
 from ltdrnn.cells.srnn import SRNNCell, shift_relu_closed_form
 
 
@@ -128,7 +128,7 @@ def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypa
     cell = make(activation="tanh")
     x, h0 = torch.randn(50, 2, 3), torch.randn(2, 16)
     monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-    assert scan_module.load_kernel("srnn_scan") is None
+    assert kernel_module.load_kernel("srnn_scan") is None
     for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
         torch.testing.assert_close(a, b)
 
@@ -137,9 +137,9 @@ def test_kernel_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path):
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(scan_module, "_LOADED", {})
+    monkeypatch.setattr(kernel_module, "_LOADED", {})
     with pytest.warns(RuntimeWarning, match="unavailable"):
-        assert scan_module.load_kernel("srnn_scan") is None
+        assert kernel_module.load_kernel("srnn_scan") is None
     cell = make()
     x, h0 = torch.randn(20, 2, 3), torch.rand(2, 16)
     for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
@@ -152,8 +152,8 @@ def test_kernel_builds_where_a_compiler_exists_and_is_cached_on_disk(monkeypatch
         pytest.skip("no C compiler on this machine")
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))
-    monkeypatch.setattr(scan_module, "_LOADED", {})
-    assert scan_module.load_kernel("srnn_scan") is not None
+    monkeypatch.setattr(kernel_module, "_LOADED", {})
+    assert kernel_module.load_kernel("srnn_scan") is not None
     assert list((tmp_path / "kernels").glob("srnn_scan-*.so"))
     cell = make()
     assert SRNNCell.default_impl == "kernel" and cell.resolved_impl() == "kernel"
@@ -195,17 +195,17 @@ def test_relu_srnn_with_active_units_passes_the_gradient_through_3000_steps_unch
 
 def test_scratch_buffers_are_reused_never_handed_out_twice_and_capped():
     like = torch.empty(0)
-    scan_module.release_scratch()
-    a, b = scan_module.scratch_buffer((1000, 8), like), scan_module.scratch_buffer((1000, 8), like)
+    memory.release_scratch()
+    a, b = memory.scratch_buffer((1000, 8), like), memory.scratch_buffer((1000, 8), like)
     assert a.data_ptr() != b.data_ptr()
     address = a.data_ptr()
-    scan_module.release(a)
-    c = scan_module.scratch_buffer((500, 4), like)  # fits into the released one
+    memory.release(a)
+    c = memory.scratch_buffer((500, 4), like)  # fits into the released one
     assert c.data_ptr() == address and c.shape == (500, 4)
-    assert scan_module.scratch_buffer((500, 4), like).data_ptr() not in (address, b.data_ptr())
-    scan_module.release(b, c, *[scan_module.scratch_buffer((10,), like) for _ in range(5)])
-    assert len(scan_module._SCRATCH.free) == scan_module._Scratch.limit
-    scan_module.release_scratch()
+    assert memory.scratch_buffer((500, 4), like).data_ptr() not in (address, b.data_ptr())
+    memory.release(b, c, *[memory.scratch_buffer((10,), like) for _ in range(5)])
+    assert len(memory._SCRATCH.free) == memory._Scratch.limit
+    memory.release_scratch()
 
 
 def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkeypatch, tmp_path):
@@ -214,13 +214,13 @@ def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkey
         pytest.skip("no C compiler on this machine")
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # a new file, so its constructors really run
-    monkeypatch.setattr(scan_module, "_LOADED", {})
+    monkeypatch.setattr(kernel_module, "_LOADED", {})
     was_flushing = (torch.tensor([1e-40]) * 1).item() == 0  # an earlier test (train()) may flush
     torch.set_flush_denormal(False)
     tiny = torch.tensor([1e-40])  # a float32 subnormal, made while subnormals are kept
     try:
-        assert scan_module.load_kernel("srnn_scan") is not None
-        assert scan_module.load_kernel("mist_step") is not None
+        assert kernel_module.load_kernel("srnn_scan") is not None
+        assert kernel_module.load_kernel("mist_step") is not None
         assert (tiny * 1).item() != 0, "a kernel switched the process to flush-to-zero"
     finally:
         torch.set_flush_denormal(was_flushing)
@@ -233,10 +233,9 @@ def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkey
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, options):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback, through
     the cell and through the layer's step."""
-    import ltdrnn.cells.srnn as module
     cell = make(hyper_size=5, **options)
     x, h0 = torch.randn(10, batch, 3), torch.randn(batch, 16)
-    check_streaming_matches_reference(monkeypatch, module, kernels, cell, x, h0)
+    check_streaming_matches_reference(monkeypatch, kernels, cell, x, h0)
 
 
 @pytest.mark.parametrize("input_size", [1, 4, 5, 9])

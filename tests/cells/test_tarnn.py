@@ -304,10 +304,9 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
                                      {"K": 3, "gate": "outside", "A": "coupled", "activation": "tanh"}])
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, options):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback."""
-    import ltdrnn.cells.tarnn as module
     torch.manual_seed(0)
     cell = TARNN(3, 8, eta=0.2, **options)
-    check_streaming_matches_reference(monkeypatch, module, kernels, cell, torch.randn(10, batch, 3), None,
+    check_streaming_matches_reference(monkeypatch, kernels, cell, torch.randn(10, batch, 3), None,
                                       step_records=lambda c: {"beta": c.aux["beta"][0]},
                                       expected_records=lambda c: {"beta": c.aux["beta"]})
 

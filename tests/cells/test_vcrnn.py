@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import ltdrnn
-from ltdrnn.cells.sarnn import skip_fraction
+from ltdrnn.cells.masked import skip_fraction
 
 
 def make(h=10, **options):
@@ -53,7 +53,7 @@ def test_fully_open_mask_is_a_gru_step():
     x, h0 = torch.randn(2, 3), torch.randn(2, 10)
     gi = x @ cell.weight_ih.T + cell.bias_ih
     e = torch.ones(2, 10)
-    from ltdrnn.cells.sarnn import gru_candidate
+    from ltdrnn.cells.masked import gru_candidate
     torch.testing.assert_close(torch.lerp(h0, gru_candidate(gi, e * h0, h0, cell.weight_hh, cell.bias_hh), e),
                                gru(x, h0))
 

@@ -24,7 +24,7 @@ KINDS = ("curves", "lag", "mask", "beta", "unshifted")
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Optional[Sequence[str]] = None,
              batch_size: int = 16) -> List[Path]:
     """Write the requested (default: every applicable) plots of a run; returns the files written."""
-    from ..train import restore_model
+    from ..checkpoint import restore_model
 
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"

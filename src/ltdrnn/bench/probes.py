@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from typing import Any, Dict, List, Sequence
 
-from ..scan import MALLOC_ENV, tune_malloc
+from ..memory import MALLOC_ENV, tune_malloc
 from .subjects import LSTM, Shape, Subject
 from .timing import (Settings, attach_ratios, inference_pass, interleaved_samples, median, prepare_process,
                      progress, train_step)

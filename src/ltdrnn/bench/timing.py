@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..scan import MALLOC_ENV, tune_malloc
+from ..memory import MALLOC_ENV, tune_malloc
 from .subjects import Shape, Subject
 
 

@@ -162,9 +162,14 @@ class Cell(nn.Module):
                           f"{limit} up to which they are known to stay usable; past it they grow with T "
                           "towards overflow (docs/reliability.md): clip them or train on shorter sequences",
                           GradientGrowthWarning, stacklevel=2)
-        if self.resolved_impl(impl) == "reference":
+        impl = self.resolved_impl(impl)
+        if impl == "reference":
             return self.scan_reference(x, state, lengths)
-        return self.scan_fast(x, state, lengths, self.resolved_impl(impl))
+        if x.shape[0] == 1 and not torch.is_grad_enabled():  # one step, as the layer streams it
+            stepped = self.stream_step(x[0], state, impl)
+            if stepped is not None:
+                return stepped[0].unsqueeze(0), stepped[1]
+        return self.scan_fast(x, state, lengths, impl)
 
     def check_room(self, state: State, steps: int) -> None:
         """Raise unless ``steps`` more time steps can run from ``state``: a limit of cells with
@@ -179,6 +184,14 @@ class Cell(nn.Module):
                   ) -> Tuple[Tensor, State]:
         """A fast implementation named in ``impls``; cells with fast paths override this."""
         raise NotImplementedError(f"{type(self).__name__} has no implementation {impl!r}")
+
+    def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
+        """One step of the fast implementation ``impl`` without autograd, by a lean path that skips the
+        sequence machinery (a compiled streaming step, operands cached between calls): ``x_t (B, d)``
+        -> ``(h_t (B, H), state)``, or None where the cell has no such path for this input.
+        :meth:`scan` tries it for every one-step call without autograd (``Recurrent.step`` streams
+        that way) before :meth:`scan_fast`; by default there is none."""
+        return None
 
     def losses(self) -> dict[str, Tensor]:
         """Named extra loss terms (unweighted) from the parameters or the last forward pass."""

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .base import State, activation, check_positive_int
 from .registry import register
-from .sarnn import MaskedCell
+from .masked import MaskedCell
 
 _PAPER = "Koutnik, Greff, Gomez & Schmidhuber 2014, A Clockwork RNN (ICML)"
 

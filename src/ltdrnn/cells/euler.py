@@ -1,5 +1,6 @@
 """What the two Euler-step cells, TARNN (:mod:`ltdrnn.cells.tarnn`) and iRNN (:mod:`ltdrnn.cells.irnn`),
-share: the learned step sizes, the step counter in the state, and the streaming predicate.
+share: the learned step sizes (:class:`EulerSteps`), and their base class :class:`EulerCell`: the step
+counter in the state, the room left in per-time-step step sizes, and the lean streaming step.
 
 Both papers analyse ``z_i = z_{i-1} + eta_i F(z_{i-1})`` with a step size ``eta > 0``; a negative step
 turns the ODE's damping into anti-damping. A raw learned ``eta`` of 1e-3 under Adam at lr 1e-2 changes
@@ -14,7 +15,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .base import State, check_choice, check_positive_float, check_positive_int
+from .base import Cell, State, check_choice, check_positive_float, check_positive_int
 
 ETA_PARAMS = ("exp", "raw")
 
@@ -98,14 +99,58 @@ class EulerSteps(nn.Module):
         return f"K={self.steps}, init={self.init}, param={self.param!r}{extra}"
 
 
-def fused_streaming_applies(cell, x_t, state) -> bool:
-    """Whether an Euler cell's ``forward`` may take its lean streaming path (used as the ``streams``
-    method of iRNN and TARNN): no autograd, the fused impl, a plain tensor state and well-formed input;
-    anything unusual (including input that :meth:`Cell.forward` rejects with a clear error) goes the
-    general way."""
-    return (not torch.is_grad_enabled() and not cell.per_time_step and isinstance(state, Tensor)
-            and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == cell.input_size
-            and x_t.dtype == state.dtype == cell.bias.dtype and cell.resolved_impl() == "fused")
+class EulerCell(Cell):
+    """Base of the Euler-step cells. A subclass sets ``self.steps`` (:class:`EulerSteps`) in its
+    constructor and implements :meth:`lean_step`.
+
+    State ``h (B, H)``, or with per-time-step step sizes ``(h, counter)``, counter ``(B,)`` int64, the
+    number of time steps taken so far. Without autograd and with the fused implementation, one step
+    skips the sequence machinery (:meth:`forward`, :meth:`stream_step`) and runs :meth:`lean_step`.
+    """
+
+    @property
+    def per_time_step(self) -> bool:
+        return self.steps.per_time_step
+
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        h = super().init_state(batch_size, device, dtype)
+        if not self.per_time_step:
+            return h
+        return h, torch.zeros(batch_size, dtype=torch.long, device=h.device)
+
+    def check_room(self, state: State, steps: int) -> None:
+        self.steps.check_room(state[1] if self.per_time_step else None, steps)
+
+    def own_parameters(self) -> tuple:
+        """The tensors the cached streaming operands derive from."""
+        return (*self._parameters.values(), self.steps.parameter)
+
+    def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
+        """``h_t`` of one step without autograd, ``x_t (B, d)``, ``h (B, H)``, on operands cached until
+        a parameter changes."""
+        raise NotImplementedError
+
+    def streams(self, x_t, state) -> bool:
+        """Whether :meth:`forward` may take the lean streaming path: no autograd, the fused impl, a
+        plain tensor state and well-formed input; anything unusual (including input that
+        :meth:`Cell.forward` rejects with a clear error) goes the general way."""
+        return (not torch.is_grad_enabled() and not self.per_time_step and isinstance(state, Tensor)
+                and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == self.input_size
+                and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
+
+    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
+        """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
+        and with the fused implementation, :meth:`lean_step`."""
+        if not self.streams(x_t, state):
+            return super().forward(x_t, state)
+        h = self.lean_step(x_t, state)
+        return h, h
+
+    def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
+        if self.per_time_step:   # the counter picks the step sizes: the sequence path handles it
+            return None
+        h = self.lean_step(x_t, state)
+        return h, h
 
 
 def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:

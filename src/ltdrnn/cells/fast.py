@@ -47,15 +47,16 @@ class FastBase(Cell):
             nn.init.normal_(p, 0.0, 0.1)
 
     @staticmethod
-    def apply(factors: nn.ParameterList, v: Tensor) -> Tensor:
-        """``M v`` for ``M = product of factors``, right to left so low rank stays cheap."""
+    def apply_factors(factors: nn.ParameterList, v: Tensor) -> Tensor:
+        """``M v`` for ``M = product of factors``, right to left so low rank stays cheap. (Not named
+        ``apply``: that would shadow ``nn.Module.apply``, which ``model.apply(init_fn)`` relies on.)"""
         for f in reversed(factors):
             v = v @ f.T
         return v
 
     def precompute(self, x: Tensor) -> Tensor:
         """``(T, B, d) -> (T, B, H)``: ``W x_t``."""
-        return self.apply(self.W, x)
+        return self.apply_factors(self.W, x)
 
     def extra_repr(self) -> str:
         ranks = "".join(f", {n}={v}" for n, v in (("w_rank", self.w_rank), ("u_rank", self.u_rank))
@@ -110,7 +111,7 @@ class FastRNN(FastBase):
         nn.init.constant_(self.beta, self.beta_init)
 
     def step(self, p_t: Tensor, state: Tensor) -> Tuple[Tensor, Tensor]:
-        candidate = self.phi(p_t + self.apply(self.U, state) + self.bias)
+        candidate = self.phi(p_t + self.apply_factors(self.U, state) + self.bias)
         h = torch.sigmoid(self.alpha) * candidate + torch.sigmoid(self.beta) * state
         return h, h
 
@@ -164,7 +165,7 @@ class FastGRNN(FastBase):
         nn.init.constant_(self.nu, self.nu_init)
 
     def step(self, p_t: Tensor, state: Tensor) -> Tuple[Tensor, Tensor]:
-        a = p_t + self.apply(self.U, state)
+        a = p_t + self.apply_factors(self.U, state)
         z = self.gate_phi(a + self.bias_gate)
         candidate = self.update_phi(a + self.bias_update)
         h = (torch.sigmoid(self.zeta) * (1 - z) + torch.sigmoid(self.nu)) * candidate + z * state

@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, empty_buffer, final_state_at_lengths,
-                    scalars)
-from .base import (Cell, State, activation as activation_function, check_choice, check_positive_float,
-                   check_positive_int, mask_outputs)
-from .euler import EulerSteps, fused_streaming_applies, join_counter, split_counter
+from ..memory import empty_buffer
+from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
+from .base import (State, activation as activation_function, check_choice, check_positive_float, check_positive_int,
+                   mask_outputs)
+from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -69,7 +69,7 @@ DEFAULT_RANK = 16
         ParamCount(32, 80, 8_400, 8_600, {"rank": 36},
                    source="iRNN Table 3 Google-30: 8.5k (rank not given; 36 fits)"),
     ))
-class IRNN(Cell):
+class IRNN(EulerCell):
     """Incremental RNN: K Euler steps towards the equilibrium of an incremental CTRNN per time step.
 
     State ``h (B, H)`` (with ``eta_per_time_step``: ``(h, counter)``, counter ``(B,)`` int64, the
@@ -175,10 +175,6 @@ class IRNN(Cell):
         self.steps.reset_parameters()
 
     # ---- the maths, literally ----------------------------------------------------------------------
-    @property
-    def per_time_step(self) -> bool:
-        return self.steps.per_time_step
-
     def alpha(self) -> Tensor | float:
         """The leak used by the dynamics: alpha, or with ``contractive`` ``max(alpha, ||M||_2)``."""
         alpha = self.log_alpha.exp() if self.learn_alpha else self.alpha_init
@@ -193,12 +189,6 @@ class IRNN(Cell):
         if self.rank is None:
             return F.linear(y, self.weight_u)
         return y + F.linear(F.linear(y, self.weight_h), self.weight_v)
-
-    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
-        h = super().init_state(batch_size, device, dtype)
-        if not self.per_time_step:
-            return h
-        return h, torch.zeros(batch_size, dtype=torch.long, device=h.device)
 
     def precompute(self, x: Tensor) -> Tensor:
         """``(T, B, d) -> (T, B, H)``: ``W x_t + b``."""
@@ -218,9 +208,6 @@ class IRNN(Cell):
             g = g + eta_i * (drive - alpha * y)
         h_new = h + g if self.reading == "residual" else g
         return h_new, join_counter(h_new, None if counter is None else counter + 1)
-
-    def check_room(self, state: State, steps: int) -> None:
-        self.steps.check_room(state[1] if self.per_time_step else None, steps)
 
     # ---- the fused path ----------------------------------------------------------------------------
     def recurrent_operator(self) -> Tuple[Tensor, Tensor | None]:
@@ -243,20 +230,7 @@ class IRNN(Cell):
             return self.apply_u(self.weight_x.t()).t(), self.apply_u(self.bias)
         return self.weight_x, self.bias
 
-    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
-        """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
-        and with the fused implementation it skips the sequence machinery."""
-        if not self.streams(x_t, state):
-            return super().forward(x_t, state)
-        h = self._stream_step(x_t, state)
-        return h, h
-
-    streams = fused_streaming_applies
-
-    def own_parameters(self) -> tuple:
-        return (*self._parameters.values(), self.steps.parameter)
-
-    def _stream_step(self, x_t: Tensor, h: Tensor) -> Tensor:
+    def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         """One step without autograd: a few ops on matrices cached until a parameter changes."""
         operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
         weight_t, bias, m_t, etas, alpha = operands
@@ -282,9 +256,6 @@ class IRNN(Cell):
         back to the reference loop."""
         if self.per_time_step:
             return self.scan_reference(x, state, lengths)
-        if x.shape[0] == 1 and not torch.is_grad_enabled():
-            h = self._stream_step(x[0], state)
-            return h.unsqueeze(0), h
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
         if second is None:

@@ -11,15 +11,15 @@ Kernel: src/ltdrnn/csrc/mist_step.c (the "kernel" path), src/ltdrnn/csrc/stream_
 """
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Tuple
 
 import torch
 from torch import Tensor, nn
 
-from ..scan import (ParameterCache, StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, release,
-                    run_stream_kernel, scratch_buffer, stream_kernel)
+from ..kernels import POINTER, SIZE, StreamOperands, kernel_function, kernel_runs_on, stream_in_kernel
+from ..memory import empty_buffer, release, scratch_buffer
+from ..scan import ParameterCache
 from .base import Cell, check_positive_int, mask_outputs
 from .registry import ParamCount, register
 
@@ -142,7 +142,7 @@ class MISTCell(Cell):
         """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
 
         Without gradient recording and with ``impl`` resolving to ``"kernel"``, the whole step is one
-        call of ``csrc/stream_step.c`` at batch up to :data:`~ltdrnn.scan.STREAM_MAX_BATCH`
+        call of ``csrc/stream_step.c`` at batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`
         (:meth:`_stream_in_kernel`); at larger batch the element-wise part runs in the compiled
         ``mist_step`` kernel (:meth:`_stream_kernel`); otherwise ``step(precompute(x_t))``.
         """
@@ -160,19 +160,11 @@ class MISTCell(Cell):
     def _stream_in_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor] | None:
         """``(h_t, new history)`` from one call of the compiled streaming step, or None where it
         does not apply."""
-        if torch.is_grad_enabled():
-            return None
-        operands = self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands)
-        if not can_stream_in_kernel(x_t, history, operands.dtype, self.input_size,
-                                    (self.history_size, self.hidden_size)):
-            return None
-        kernel = stream_kernel("mist_stream", history.dtype)
-        if kernel is None:
-            return None
-        history = history.contiguous()
-        h, new_history = history.new_empty(x_t.shape[0], self.hidden_size), torch.empty_like(history)
-        run_stream_kernel(kernel, operands, x_t.contiguous(), history, h, new_history)
-        return h, new_history
+        outputs = stream_in_kernel(
+            "mist_stream", lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands),
+            x_t, history, self.input_size, (self.history_size, self.hidden_size),
+            [(self.hidden_size,), (self.history_size, self.hidden_size)])
+        return None if outputs is None else tuple(outputs)
 
     def _stream_operands(self) -> StreamOperands:
         return StreamOperands((self.weight_ih, self.bias, self.weight_hh, self.weight_mix),
@@ -185,18 +177,17 @@ class MISTCell(Cell):
         inputs = torch.addmm(self.bias, x_t, self.weight_ih.t())
         gates = torch.addmm(inputs[:, :split], history[:, -1], self.weight_hh.t())
         reset_mixed, scratch = history.new_empty(batch, hidden), history.new_empty(hidden)
-        _c_function("mist_forward_step", history.dtype, pointers=4, sizes=7)(
+        _c_function("mist_forward_step", history.dtype)(
             gates.data_ptr(), history.data_ptr(), reset_mixed.data_ptr(), scratch.data_ptr(),
             0, self.history_size, batch, hidden, self.num_delays, hidden, self.history_size * hidden)
         h = torch.addmm(inputs[:, split:], reset_mixed, self.weight_mix.t()).tanh_()
         return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
 
+    def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
+        return self._stream_in_kernel(x_t, state) if impl == "kernel" else None
+
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, Tensor]:
-        if impl == "kernel" and x.shape[0] == 1:  # one step (streaming through the layer)
-            stepped = self._stream_in_kernel(x[0], state)
-            if stepped is not None:
-                return stepped[0].unsqueeze(0), stepped[1]
         if impl in ("fused", "kernel"):
             outputs, final, states = MISTScan.apply(
                 x, state, self.weight_ih, self.bias, self.weight_hh, self.weight_mix, self.delays,
@@ -367,7 +358,7 @@ def _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows):
 
 
 def _kernel_forward_step(states, activated, reset_mixed, nd):
-    function = _c_function("mist_forward_step", states.dtype, pointers=4, sizes=7)
+    function = _c_function("mist_forward_step", states.dtype)
     past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
     size = states.element_size()
     scratch = states.new_empty(hidden)
@@ -381,7 +372,7 @@ def _kernel_forward_step(states, activated, reset_mixed, nd):
 
 
 def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, nd):
-    function = _c_function("mist_backward_step", states.dtype, pointers=7, sizes=5)
+    function = _c_function("mist_backward_step", states.dtype)
     past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
     size = states.element_size()
     scratch = states.new_empty(hidden)
@@ -396,15 +387,16 @@ def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, nd):
     return step
 
 
-def _c_function(name: str, dtype: torch.dtype, pointers: int, sizes: int):
-    function = getattr(load_kernel("mist_step"), f"{name}_{'f32' if dtype == torch.float32 else 'f64'}")
-    if function.argtypes is None:  # declare 64-bit sizes, or ctypes would pass 32-bit ints
-        function.argtypes = [ctypes.c_void_p] * pointers + [ctypes.c_long] * sizes
-        function.restype = ctypes.c_int
-    return function
+_SIGNATURES = {
+    "mist_forward_step": [POINTER] * 4 + [SIZE] * 7,
+    "mist_backward_step": [POINTER] * 7 + [SIZE] * 5,
+}
+
+
+def _c_function(name: str, dtype: torch.dtype):
+    return kernel_function("mist_step", name, dtype, _SIGNATURES[name])
 
 
 def kernel_supports(x: Tensor) -> bool:
     """True when ``csrc/mist_step.c`` can run on tensors like ``x`` (and it builds on this machine)."""
-    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-            and load_kernel("mist_step") is not None)
+    return kernel_runs_on("mist_step", x)

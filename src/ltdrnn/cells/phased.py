@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..flops import LSTM_UNIT_EXTRA
 from .base import State, check_positive_float
 from .registry import register
-from .sarnn import MaskedCell, init_uniform
+from .masked import MaskedCell, init_uniform
 
 _PAPER = ("Neil, Pfeiffer & Liu 2016, Phased LSTM: Accelerating Recurrent Network Training for Long or "
           "Event-based Sequences (NeurIPS)")

@@ -1,7 +1,7 @@
 """Skip RNN (Campos et al. 2018) and Random Updates, the SA-RNN paper's learned and random baselines.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. Both cells record ``aux["update_mask"]``
-``(T, B, H)`` like SA-RNN (see :mod:`ltdrnn.cells.sarnn`), so :func:`~ltdrnn.cells.sarnn.skip_fraction`
+``(T, B, H)`` like SA-RNN (see :mod:`ltdrnn.cells.sarnn`), so :func:`~ltdrnn.cells.masked.skip_fraction`
 applies unchanged.
 
 Doc: docs/cells/skip.md
@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
 from .base import State, check_choice
 from .registry import register
-from .sarnn import (MaskedCell, binary, gru_candidate, init_uniform, lstm_candidate, straight_through,
+from .masked import (MaskedCell, binary, gru_candidate, init_uniform, lstm_candidate, straight_through,
                     straight_through_mix, sum_over_valid_steps)
 
 _CAMPOS = ("Campos, Jou, Giro-i-Nieto, Torres & Chang 2018, Skip RNN: Learning to Skip State Updates "

@@ -11,14 +11,14 @@ Kernel: src/ltdrnn/csrc/srnn_scan.c (the "kernel" path), src/ltdrnn/csrc/stream_
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Tuple
 
 import torch
 from torch import Tensor, nn
 
-from ..scan import (ParameterCache, StreamOperands, can_stream_in_kernel, empty_buffer, load_kernel, pointer,
-                    relu_accumulate, release, run_stream_kernel, scratch_buffer, stream_kernel)
+from ..kernels import FLAG, POINTER, SIZE, StreamOperands, kernel_function, kernel_runs_on, pointer, stream_in_kernel
+from ..memory import empty_buffer, release, scratch_buffer
+from ..scan import ParameterCache, final_state_at_lengths
 from .base import (Cell, check_choice, check_nonnegative_int, check_positive_int,
                    mask_outputs)
 from .registry import ParamCount, register
@@ -130,7 +130,7 @@ class SRNNCell(Cell):
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
         """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup.
 
-        Without autograd, at batch up to :data:`~ltdrnn.scan.STREAM_MAX_BATCH` and with ``impl``
+        Without autograd, at batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` and with ``impl``
         resolving to ``"kernel"``, the whole step is one call of ``csrc/stream_step.c``."""
         if state is not None and self.resolved_impl() == "kernel":
             h = self._stream_in_kernel(x_t, state)
@@ -143,18 +143,10 @@ class SRNNCell(Cell):
 
     def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
         """``h_t`` from one call of the compiled streaming step, or None where it does not apply."""
-        if torch.is_grad_enabled():
-            return None
-        operands = self._stream_cache.get(self._beta_parameters(), self._stream_operands)
-        if not can_stream_in_kernel(x_t, h, operands.dtype, self.input_size, (self.hidden_size,)):
-            return None
-        kernel = stream_kernel("srnn_stream", h.dtype)
-        if kernel is None:
-            return None
-        h = h.contiguous()
-        out = torch.empty_like(h)
-        run_stream_kernel(kernel, operands, x_t.contiguous(), h, out)
-        return out
+        outputs = stream_in_kernel(
+            "srnn_stream", lambda: self._stream_cache.get(self._beta_parameters(), self._stream_operands),
+            x_t, h, self.input_size, (self.hidden_size,), [(self.hidden_size,)])
+        return None if outputs is None else outputs[0]
 
     def _beta_parameters(self) -> list:
         """The weights and biases of beta's layers, in order: f_r's hidden layers, f_r's last layer,
@@ -172,19 +164,19 @@ class SRNNCell(Cell):
         return StreamOperands(tensors, (self.input_size, self.hidden_size, self.hyper_size, self.fr_layers,
                                         int(self.activation == "relu")))
 
+    def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
+        h = self._stream_in_kernel(x_t, state) if impl == "kernel" else None
+        return None if h is None else (h, h)
+
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
                   ) -> Tuple[Tensor, Tensor]:
-        if impl == "kernel" and x.shape[0] == 1:  # one step (streaming through the layer)
-            h = self._stream_in_kernel(x[0], state)
-            if h is not None:
-                return h.unsqueeze(0), h
         if impl == "closed_form":
             outputs = shift_relu_closed_form(self.precompute(x), state)
         elif impl == "kernel" and kernel_supports(x):
             outputs = self._kernel_scan(x, state)
         else:
             outputs = ShiftScan.apply(self.precompute(x), state, self.activation == "relu")
-        return mask_outputs(outputs, lengths), final_at_lengths(outputs, lengths)
+        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
 
     # ---- internals ------------------------------------------------------------------------------
     def _fr_features(self, x: Tensor) -> Tensor:
@@ -205,21 +197,13 @@ class SRNNCell(Cell):
                 f"gate={self.gate}, activation={self.activation!r}")
 
 
-def final_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
-    """``h`` after each sequence's last true step: ``outputs (T, B, H)`` -> ``(B, H)``."""
-    if lengths is None:
-        return outputs[-1]
-    index = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, *outputs.shape[1:])
-    return outputs.gather(0, index)[0]
-
-
 # ---- closed form (relu) -------------------------------------------------------------------------------
 def shift_relu_closed_form(beta: Tensor, h0: Tensor) -> Tensor:
     """All ``h_t = relu(roll(h_{t-1}, 1) + beta_t)`` without a time loop: ``(T, B, H) -> (T, B, H)``.
 
     In the co-rotating frame ``g_t = roll(h_t, -(t+1))`` (step t counts from 0) the shift disappears:
     ``g_t = relu(g_{t-1} + c_t)`` with ``c_t = roll(beta_t, -(t+1))`` and ``g_{-1} = h0``, which
-    :func:`ltdrnn.scan.relu_accumulate` solves with one cumsum and one cummin.
+    :func:`relu_accumulate` solves with one cumsum and one cummin.
     """
     steps, hidden = beta.shape[0], beta.shape[-1]
     shift = torch.arange(1, steps + 1, device=beta.device).view(-1, 1, 1)
@@ -228,6 +212,28 @@ def shift_relu_closed_form(beta: Tensor, h0: Tensor) -> Tensor:
     out_of_frame = ((position - shift) % hidden).expand_as(beta)   # h_t[i] = g_t[i - t - 1]
     g = relu_accumulate(beta.gather(-1, into_frame), h0)
     return g.gather(-1, out_of_frame)
+
+
+def relu_accumulate(c: Tensor, g0: Tensor) -> Tensor:
+    """Solve ``g_t = max(0, g_{t-1} + c_t)`` for all t at once.
+
+    Shapes: ``c (T, B, H)``, ``g0 (B, H)`` (any sign) -> ``g (T, B, H)``.
+
+    With ``S_t = c_1 + ... + c_t`` the solution is ``g_t = S_t - min(-g_0, min_{j<=t} S_j)``
+    (Lindley's recursion). ``S`` is accumulated in float64: in float32 the difference of two large
+    partial sums loses the small values the recurrence would have kept.
+
+    Equivalent to::
+
+        g = g0
+        for t in range(T):
+            g = torch.relu(g + c[t]); out[t] = g
+    """
+    wide = torch.float64 if c.dtype in (torch.float32, torch.float16, torch.bfloat16) else c.dtype
+    # time on the last (contiguous) axis: cumsum and cummin are several times faster there
+    s = c.to(wide).permute(1, 2, 0).cumsum(-1)
+    floor = torch.minimum(s.cummin(-1).values, -g0.to(wide).unsqueeze(-1))
+    return (s - floor).permute(2, 0, 1).to(c.dtype)
 
 
 # ---- whole-sequence autograd functions ---------------------------------------------------------------
@@ -279,7 +285,6 @@ class KernelScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, features, w_f, b_f, x, w_g, b_g, h0, relu):
-        lib = load_kernel("srnn_scan")
         steps, batch, hidden = features.shape[0], features.shape[1], w_f.shape[0]
         f = _product_into(empty_buffer((steps, batch, hidden), features), features, w_f)
         inline_gate = w_g is not None and x.shape[-1] <= GATE_IN_KERNEL_MAX_INPUT
@@ -290,7 +295,7 @@ class KernelScan(torch.autograd.Function):
         b_f, b_g = b_f.contiguous(), None if b_g is None else b_g.contiguous()
         h0 = h0.contiguous()
         h = empty_buffer(f.shape, f)
-        status = _c_function(lib, "srnn_forward", f.dtype)(
+        status = _c_function("srnn_forward", f.dtype)(
             pointer(f), pointer(b_f), pointer(g), pointer(b_g), pointer(x if inline_gate else None),
             pointer(w_g if inline_gate else None), x.shape[-1], pointer(h0), pointer(h),
             steps, batch, hidden, int(relu))
@@ -303,7 +308,6 @@ class KernelScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh):
         features, w_f, b_f, x, w_g, b_g, f, g, h = ctx.saved_tensors
-        lib = load_kernel("srnn_scan")
         steps, batch, hidden = h.shape
         inline_gate = ctx.inline_gate
         if dh.stride(-1) != 1:
@@ -315,7 +319,7 @@ class KernelScan(torch.autograd.Function):
         d_bg = None if b_g is None else torch.empty_like(b_g)
         d_wg = torch.empty_like(w_g) if inline_gate else None
         d_x = torch.empty_like(x) if inline_gate and ctx.needs_input_grad[3] else None
-        status = _c_function(lib, "srnn_backward", h.dtype)(
+        status = _c_function("srnn_backward", h.dtype)(
             pointer(dh), dh.stride(0), dh.stride(1), pointer(h), pointer(f), pointer(b_f), pointer(g),
             pointer(b_g), pointer(x if inline_gate else None), pointer(w_g if inline_gate else None),
             x.shape[-1], pointer(df), pointer(dg), pointer(dh0), pointer(d_bf), pointer(d_bg),
@@ -347,20 +351,14 @@ def _product_into(out: Tensor, inputs: Tensor, weight: Tensor) -> Tensor:
 
 def kernel_supports(x: Tensor) -> bool:
     """True when the compiled kernel can run on tensors like ``x`` (and it builds on this machine)."""
-    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-            and load_kernel("srnn_scan") is not None)
+    return kernel_runs_on("srnn_scan", x)
 
 
-_POINTER, _SIZE = ctypes.c_void_p, ctypes.c_long
-_SIGNATURES = {  # the arguments before T, B, H, relu
-    "srnn_forward": [_POINTER] * 6 + [_SIZE] + [_POINTER] * 2,
-    "srnn_backward": [_POINTER, _SIZE, _SIZE] + [_POINTER] * 7 + [_SIZE] + [_POINTER] * 7,
+_SIGNATURES = {  # then T, B, H and the relu flag
+    "srnn_forward": [POINTER] * 6 + [SIZE] + [POINTER] * 2 + [SIZE] * 3 + [FLAG],
+    "srnn_backward": [POINTER, SIZE, SIZE] + [POINTER] * 7 + [SIZE] + [POINTER] * 7 + [SIZE] * 3 + [FLAG],
 }
 
 
-def _c_function(lib, name: str, dtype: torch.dtype):
-    function = getattr(lib, f"{name}_{'f32' if dtype == torch.float32 else 'f64'}")
-    if function.argtypes is None:  # declare 64-bit sizes, or ctypes would pass 32-bit ints
-        function.argtypes = _SIGNATURES[name] + [ctypes.c_long] * 3 + [ctypes.c_int]
-        function.restype = ctypes.c_int
-    return function
+def _c_function(name: str, dtype: torch.dtype):
+    return kernel_function("srnn_scan", name, dtype, _SIGNATURES[name])

@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..scan import (ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, StreamOperands, can_stream_in_kernel,
-                    empty_buffer, final_state_at_lengths, run_stream_kernel, scalars, stream_kernel)
-from .base import Cell, State, activation as activation_function, check_choice, loop_scan, mask_outputs
-from .euler import EulerSteps, fused_streaming_applies, join_counter, split_counter
+from ..kernels import StreamOperands, stream_in_kernel
+from ..memory import empty_buffer
+from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
+from .base import State, activation as activation_function, check_choice, loop_scan, mask_outputs
+from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
@@ -52,7 +53,7 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
         ParamCount(2, 128, 66_500, 67_900,
                    source="CELLS.md: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
     ))
-class TARNN(Cell):
+class TARNN(EulerCell):
     """Time-adaptive RNN: K Euler steps of a per-unit time-scaled ODE per time step.
 
     State ``s (B, H)`` (with ``eta_per_time_step``: ``(s, counter)``, counter ``(B,)`` int64, the
@@ -160,10 +161,6 @@ class TARNN(Cell):
                 self.weight_W2.copy_(-self.weight_U)
         self.steps.reset_parameters()
 
-    @property
-    def per_time_step(self) -> bool:
-        return self.steps.per_time_step
-
     def beta_bias_init(self) -> float:
         """``b_beta`` at init: -3 (paper A.4); the authors' code uses -3 only with the gate outside the
         Euler loop and 0 with it inside (``reading="code"``)."""
@@ -178,12 +175,6 @@ class TARNN(Cell):
                                           dtype=self.weight_B2.dtype)
 
     # ---- the maths, literally ----------------------------------------------------------------------
-    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
-        s = super().init_state(batch_size, device, dtype)
-        if not self.per_time_step:
-            return s
-        return s, torch.zeros(batch_size, dtype=torch.long, device=s.device)
-
     def input_weights(self) -> Tuple[Tensor, Tensor]:
         """``[B1; W1; W_x]`` ``(3H, d)`` and ``[b_lin; b; b_beta]`` ``(3H,)``."""
         return (torch.cat([self.weight_B1, self.weight_W1, self.weight_Wx]),
@@ -214,9 +205,6 @@ class TARNN(Cell):
             self._betas.append(beta.detach())
         return z, join_counter(z, None if counter is None else counter + 1)
 
-    def check_room(self, state: State, steps: int) -> None:
-        self.steps.check_room(state[1] if self.per_time_step else None, steps)
-
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
                        ) -> Tuple[Tensor, State]:
         """The loop over :meth:`step`; also records ``aux["beta"]``."""
@@ -240,43 +228,22 @@ class TARNN(Cell):
         Euler step (``z_0 = s``), for one matmul."""
         return torch.cat([self.state_matrix() + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
 
-    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
-        """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
-        and with the fused implementation it skips the sequence machinery: at batch up to
-        :data:`~ltdrnn.scan.STREAM_MAX_BATCH` the whole step is one call of ``csrc/stream_step.c``."""
-        if state is not None and self.resolved_impl() == "fused":
-            s = self._stream_in_kernel(x_t, state)
-            if s is not None:
-                return s, s
-        if not self.streams(x_t, state):
-            return super().forward(x_t, state)
-        s = self._stream_step(x_t, state)
-        return s, s
-
-    streams = fused_streaming_applies
-
-    def own_parameters(self) -> tuple:
-        return (*self._parameters.values(), self.steps.parameter)
-
-    def _stream_in_kernel(self, x_t: Tensor, s: Tensor) -> Tensor | None:
-        """``s_m`` from one call of the compiled streaming step (recording ``aux``), or None where it
-        does not apply (a per-time-step state is a tuple, so it never does)."""
-        if torch.is_grad_enabled():
-            return None
-        operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1]
-        if not can_stream_in_kernel(x_t, s, operands.dtype, self.input_size, (self.hidden_size,)):
-            return None
-        kernel = stream_kernel("tarnn_stream", s.dtype)
-        if kernel is None:
-            return None
-        s = s.contiguous()
-        out, beta = torch.empty_like(s), torch.empty_like(s)
-        run_stream_kernel(kernel, operands, x_t.contiguous(), s, out, beta)
+    def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor:
+        """``s_m`` of one step without autograd (recording ``aux``): at batch up to
+        :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``csrc/stream_step.c``, else a few PyTorch
+        ops on matrices cached until a parameter changes."""
+        outputs = stream_in_kernel(
+            "tarnn_stream", lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
+            x_t, s, self.input_size, (self.hidden_size,), [(self.hidden_size,)] * 2)
+        if outputs is not None:
+            out, beta = outputs
+        else:
+            out, beta = self._torch_step(x_t, s)
         self.aux["beta"] = beta[None]
         return out
 
-    def _stream_step(self, x_t: Tensor, s: Tensor) -> Tensor:
-        """One step without autograd in a few PyTorch ops, on matrices cached until a parameter changes."""
+    def _torch_step(self, x_t: Tensor, s: Tensor) -> Tuple[Tensor, Tensor]:
+        """``(s_m, beta)`` of one step without autograd in a few PyTorch ops."""
         weight_t, bias, state_t, chains, _ = self._stream_cache.get(self.own_parameters(),
                                                                     self._stream_operands)
         batch = x_t.shape[0]
@@ -286,8 +253,7 @@ class TARNN(Cell):
         out, beta = torch.empty_like(s), torch.empty_like(s)
         p_t = torch.addmm(bias, x_t, weight_t)
         chains[batch].run(p_t, s, state_t, out, beta, None, None, in_place=True)
-        self.aux["beta"] = beta.unsqueeze(0)
-        return out
+        return out, beta
 
     def _stream_operands(self):
         weight, bias = self.input_weights()
@@ -305,11 +271,6 @@ class TARNN(Cell):
         Per-time-step step sizes fall back to the reference loop."""
         if self.per_time_step:
             return self.scan_reference(x, state, lengths)
-        if x.shape[0] == 1 and not torch.is_grad_enabled():  # one step (streaming through the layer)
-            h = self._stream_in_kernel(x[0], state)
-            if h is None:
-                h = self._stream_step(x[0], state)
-            return h.unsqueeze(0), h
         outputs, betas = _FusedTARNN.apply(x, *self.input_weights(), state, self.state_weights(),
                                            self.weight_U, self.steps.values(), self.activation, self.A_kind,
                                            self.gate)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..flops import GRU_UNIT_EXTRA
 from .base import check_nonnegative_float, check_positive_float
 from .registry import register
-from .sarnn import MaskedCell, gru_candidate, init_uniform, sum_over_valid_steps
+from .masked import MaskedCell, gru_candidate, init_uniform, sum_over_valid_steps
 
 _PAPER = ("Jernite, Grave, Joulin & Mikolov 2017, Variable Computation in Recurrent Neural Networks "
           "(ICLR)")

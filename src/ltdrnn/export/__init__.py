@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from ..results.report import markdown_table
 from .step import ExportError, StreamingStep, check_exportable
 
 FORMATS = ("onnx", "pt2", "c")
@@ -28,28 +29,16 @@ __all__ = ["FORMATS", "ExportError", "StreamingStep", "export", "load_trained"]
 
 
 def load_trained(path: str | Path):
-    """``(model, config, task)`` of a run directory or checkpoint, read with ``weights_only=True``.
+    """``(model, config, task)`` of a run directory or checkpoint, read with ``weights_only=True``
+    (:func:`ltdrnn.checkpoint.load_checkpoint`).
 
     The model is in eval mode; the task is built from the run's own config (for its test split).
     """
-    from ..config import load_config
-    from ..models import build_model
-    from ..tasks import build_task
-    from ..train import checkpoint_file
-    file = checkpoint_file(path)
+    from ..checkpoint import CheckpointError, restore_model
     try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as error:  # an unpickling refusal: the file holds more than tensors and plain data
-        raise ExportError(f"{file}: expected a checkpoint of weights and config readable with "
-                          f"weights_only=True (a run's best.pt), got a file it refuses "
-                          f"({type(error).__name__}); pass the run directory") from None
-    if not isinstance(checkpoint, dict) or "model" not in checkpoint or "config" not in checkpoint:
-        raise ExportError(f"{file}: expected a ltdrnn checkpoint with 'model' and 'config', got "
-                          f"{sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__}")
-    cfg = load_config(checkpoint["config"])
-    task = build_task(cfg.task.name, **cfg.task.options)
-    model = build_model(cfg.model, task.info)
-    model.load_state_dict(checkpoint["model"])
+        cfg, task, model = restore_model(path)
+    except CheckpointError as error:
+        raise ExportError(f"{error}; pass a run directory or its best.pt") from None
     return model.eval(), cfg, task
 
 
@@ -204,21 +193,22 @@ def summary(report: Dict[str, Any]) -> str:
              f"Weights: {weights['fp32']:,} B fp32" + (f", {weights['int8']:,} B int8" if weights["int8"] else "")
              + f"; state {memory['state']:,} B" + (f", scratch {memory['scratch']:,} B" if memory["scratch"] else ""),
              ""]
-    parity = report["parity"]
+    parity, measures = report["parity"], []
     if parity:
-        lines += ["| measure | value |", "|---|---|",
-                  f"| test sequences | {parity['sequences']} |",
-                  f"| max abs error vs eager | {parity['max_abs_error']:.3g} (largest output "
-                  f"{parity['output_scale']:.3g}; relative {parity['max_rel_error']:.2g}) |"]
+        measures += [["test sequences", parity["sequences"]],
+                     ["max abs error vs eager", f"{parity['max_abs_error']:.3g} (largest output "
+                      f"{parity['output_scale']:.3g}; relative {parity['max_rel_error']:.2g})"]]
         if parity["agreement"] is not None:
-            lines += [f"| prediction agreement | {100 * parity['agreement']:.2f}% |",
-                      f"| accuracy eager / export | {100 * parity['accuracy_eager']:.2f}% / "
-                      f"{100 * parity['accuracy_export']:.2f}% (delta {100 * parity['accuracy_delta']:+.2f} pt) |"]
+            measures += [["prediction agreement", f"{100 * parity['agreement']:.2f}%"],
+                         ["accuracy eager / export", f"{100 * parity['accuracy_eager']:.2f}% / "
+                          f"{100 * parity['accuracy_export']:.2f}% (delta {100 * parity['accuracy_delta']:+.2f} pt)"]]
     for key, value in (report["latency_us"] or {}).items():
         if key.endswith("speedup_vs_torch_step"):
-            lines.append(f"| C step speed-up over Recurrent.step | {value:.1f}x |")
+            measures.append(["C step speed-up over Recurrent.step", f"{value:.1f}x"])
         else:
-            lines.append(f"| latency per step, batch 1: {key} | {value:.2f} us |")
+            measures.append([f"latency per step, batch 1: {key}", f"{value:.2f} us"])
+    if measures:
+        lines.append(markdown_table([["measure", "value"], *measures]))
     targets = report["targets"] or {}
     met = [f"{k}: {'yes' if v else 'NO'}" for k, v in targets.items() if v is not None]
     if met:

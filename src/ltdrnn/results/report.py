@@ -1,157 +1,18 @@
-"""The results store: one row per finished run, in SQLite by default or any SQLAlchemy database URL.
+"""Reports from the results store: models x tasks tables with the papers' numbers beside ours, details,
+the papers' own numbers, and learning curves, as markdown and HTML (``ltdrnn report``).
 
-    store = ResultStore("results.db")            # a path means SQLite; or "postgresql://..."
-    store.add(record)                            # one transaction; a duplicate id is an error
-    rows = store.rows(study="adding-lr")         # JSON columns come back decoded
-
-Rows are written in one transaction each, so a crash leaves either the whole row or none. SQLite runs
-in WAL mode with a busy timeout so that several processes (sweep workers, ``ltdrnn run --jobs 2``) can
-write at once. Run ids are unique: adding a row whose id exists raises :class:`ResultConflict` unless
-``on_conflict="new_id"``, which stores it under a fresh id; rows are never overwritten.
-
-``render_report`` turns the rows into tables (models x tasks, with the papers' numbers beside ours) and
-plots, as markdown and HTML.
+:func:`markdown_table` is the project's one markdown-table writer; the benchmark, sweep, reproduction
+and UCR pages use it too.
 """
 from __future__ import annotations
 
 import html
-import json
-import math
 import statistics
-import uuid
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-COLUMNS_JSON = ("config", "metrics", "timings", "history", "version")
-
-
-class ResultConflict(RuntimeError):
-    """A row with the same run id is already in the store."""
-
-
-def database_url(location: str) -> str:
-    """A SQLAlchemy URL: URLs pass through, anything else is a SQLite file path."""
-    if "://" in location:
-        return location
-    return f"sqlite:///{Path(location).expanduser().resolve()}"
-
-
-class ResultStore:
-    """The table ``runs`` in the database at ``location`` (created on first use)."""
-
-    def __init__(self, location: str, busy_timeout_s: float = 60.0) -> None:
-        try:
-            import sqlalchemy as sa
-        except ImportError as error:
-            raise ImportError("the results store needs SQLAlchemy: pip install 'ltdrnn[train]'") from error
-        self.sa = sa
-        self.url = database_url(location)
-        sqlite = self.url.startswith("sqlite")
-        if sqlite and not self.url.startswith("sqlite:///:memory:") and self.url != "sqlite://":
-            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        self.engine = sa.create_engine(self.url, connect_args={"timeout": busy_timeout_s} if sqlite else {})
-        if sqlite:
-            milliseconds = int(busy_timeout_s * 1000)
-
-            @sa.event.listens_for(self.engine, "connect")
-            def _pragmas(dbapi_connection, _record):
-                cursor = dbapi_connection.cursor()
-                cursor.execute(f"PRAGMA busy_timeout={milliseconds}")
-                cursor.execute("PRAGMA journal_mode=WAL")
-                cursor.close()
-        self.table = _runs_table(sa)
-        self._create()
-
-    def _create(self) -> None:
-        # two processes may create the table at once; the loser sees "already exists" and carries on
-        for attempt in range(3):
-            try:
-                self.table.metadata.create_all(self.engine, checkfirst=True)
-                return
-            except self.sa.exc.OperationalError:
-                if attempt == 2:
-                    raise
-
-    def add(self, record: Dict[str, Any], on_conflict: str = "error") -> str:
-        """Insert one run in a transaction; returns the id it was stored under."""
-        if on_conflict not in ("error", "new_id"):
-            raise ValueError(f"on_conflict: expected 'error' or 'new_id', got {on_conflict!r}")
-        row = _to_row(record)
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(self.table.insert().values(**row))
-        except self.sa.exc.IntegrityError:
-            if on_conflict == "error":
-                raise ResultConflict(f"run id {row['id']!r} is already in {self.url}; rows are never "
-                                     "overwritten (store it with on_conflict='new_id')") from None
-            row["id"] = f"{row['id']}-{uuid.uuid4().hex[:6]}"
-            with self.engine.begin() as connection:
-                connection.execute(self.table.insert().values(**row))
-        return row["id"]
-
-    def has(self, run_id: str) -> bool:
-        """Whether a row with this id is stored."""
-        query = self.sa.select(self.table.c.id).where(self.table.c.id == run_id)
-        with self.engine.connect() as connection:
-            return connection.execute(query).first() is not None
-
-    def rows(self, study: Optional[str] = None, status: Optional[str] = None,
-             cell: Optional[str] = None, task: Optional[str] = None) -> List[Dict[str, Any]]:
-        """Stored runs, oldest first, JSON columns decoded."""
-        query = self.sa.select(self.table).order_by(self.table.c.created, self.table.c.id)
-        for column, value in (("study", study), ("status", status), ("cell", cell), ("task", task)):
-            if value is not None:
-                query = query.where(self.table.c[column] == value)
-        with self.engine.connect() as connection:
-            result = connection.execute(query).mappings().all()
-        return [_from_row(dict(r)) for r in result]
-
-    def count(self) -> int:
-        with self.engine.connect() as connection:
-            return connection.execute(self.sa.select(self.sa.func.count()).select_from(self.table)).scalar_one()
-
-
-def _runs_table(sa):
-    metadata = sa.MetaData()
-    return sa.Table(
-        "runs", metadata,
-        sa.Column("id", sa.String(200), primary_key=True),
-        sa.Column("created", sa.String(40), nullable=False),
-        sa.Column("status", sa.String(20), nullable=False),
-        sa.Column("cell", sa.String(100), nullable=False, index=True),
-        sa.Column("task", sa.String(100), nullable=False, index=True),
-        sa.Column("preset", sa.String(200)),
-        sa.Column("study", sa.String(200), index=True),
-        sa.Column("name", sa.String(200)),
-        sa.Column("metric_name", sa.String(40)),
-        sa.Column("metric", sa.Float),
-        sa.Column("params", sa.Integer),
-        sa.Column("train_time_s", sa.Float),
-        sa.Column("git_commit", sa.String(64)),
-        sa.Column("run_dir", sa.Text),
-        *[sa.Column(name, sa.Text) for name in COLUMNS_JSON],
-    )
-
-
-def _to_row(record: Dict[str, Any]) -> Dict[str, Any]:
-    metrics = record.get("metrics") or {}
-    metric = metrics.get("metric")
-    return {
-        "id": record["id"], "created": record["created"], "status": record.get("status", "finished"),
-        "cell": record["cell"], "task": record["task"], "preset": record.get("preset"),
-        "study": record.get("study"), "name": record.get("name"), "metric_name": metrics.get("metric_name"),
-        "metric": metric if metric is None or math.isfinite(metric) else None,
-        "params": metrics.get("params"), "train_time_s": (record.get("timings") or {}).get("train_s"),
-        "git_commit": (record.get("version") or {}).get("git_commit"), "run_dir": record.get("run_dir"),
-        **{name: json.dumps(record.get(name), default=str) for name in COLUMNS_JSON},
-    }
-
-
-def _from_row(row: Dict[str, Any]) -> Dict[str, Any]:
-    for name in COLUMNS_JSON:
-        row[name] = json.loads(row[name]) if row[name] is not None else None
-    return row
+from .store import ResultStore
 
 
 # ---- paper numbers ---------------------------------------------------------------------------------
@@ -277,10 +138,13 @@ def paper_rows(summary: Dict[str, Any]) -> List[List[str]]:
     return out
 
 
-def markdown_table(rows: List[List[str]]) -> str:
-    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
-    return "\n".join(lines)
+def markdown_table(rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table, the first row as header: each cell ``str()``-ed, ``|`` escaped and line breaks
+    folded to spaces, so no value can break the table's layout."""
+    def cells(row: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
+
+    return "\n".join([cells(rows[0]), "|" + "---|" * len(rows[0])] + [cells(r) for r in rows[1:]])
 
 
 def html_table(rows: List[List[str]]) -> str:
@@ -299,7 +163,7 @@ def render_report(store: ResultStore | str, out_dir: str | Path, study: Optional
     summary = summarise(rows)
     figures: List[Path] = []
     if plots and summary["columns"]:
-        from .analysis.plots import learning_curves
+        from ..analysis.plots import learning_curves
         for column in summary["columns"]:
             members = [r for r in rows if r["status"] == "finished" and r["metric"] is not None
                        and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {}))

@@ -1,0 +1,134 @@
+"""Checkpoints: the one place that writes them (atomically) and reads them (``weights_only``), and the
+model of a checkpoint rebuilt from its saved config (:func:`restore_model`).
+
+A checkpoint is a ``torch.save`` of a mapping with at least ``config`` (the resolved run config) and
+``model`` (a state dict): ``best.pt`` holds the best validation state, ``last.pt`` everything needed to
+resume (optimiser, scheduler, RNG states, position; see :mod:`ltdrnn.train`). Files are written to a
+temporary file, fsynced and renamed into place, so a crash leaves the old file or the new one, never a
+torn one. They are read with ``weights_only=True``: only tensors, numbers, strings and containers come
+back, so a crafted file cannot run code. Guarantees and their tests: docs/reliability.md.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from .config import ConfigError, RunConfig, load_config
+from .models import build_model
+from .tasks.base import build_task
+
+CHECKPOINT = "last.pt"
+BEST = "best.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be loaded safely (not a checkpoint, damaged, or holding objects other
+    than tensors, numbers, strings and containers)."""
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """``path`` itself if it is a file, else the run directory's ``best.pt`` (or ``last.pt``).
+
+    Raises FileNotFoundError naming what was looked for."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such run directory or checkpoint file")
+    for name in (BEST, CHECKPOINT):
+        if (path / name).is_file():
+            return path / name
+    raise FileNotFoundError(f"{path}: the run directory has no checkpoint ({BEST} or {CHECKPOINT}); "
+                            "was the run started with this directory?")
+
+
+def load_checkpoint(path: str | Path) -> Dict[str, Any]:
+    """The contents of a checkpoint written by :func:`atomic_save`.
+
+    Loaded with ``weights_only=True``: only tensors, numbers, strings and containers come back, so a
+    crafted file cannot run code (checkpoints keep numpy's RNG state as a tensor for this reason).
+    Raises CheckpointError for anything else, naming the file."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: not a checkpoint that can be loaded safely ({first})") from None
+    if not isinstance(checkpoint, dict) or not {"config", "model"} <= set(checkpoint):
+        raise CheckpointError(f"{path}: not an ltdrnn checkpoint (expected a mapping with 'config' and "
+                              "'model')")
+    return checkpoint
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``.
+
+    The temporary file is removed if anything fails on the way (a full disk, an interrupt)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temp_files(run_dir: Path) -> List[Path]:
+    """Delete the temporary checkpoint files (``.last.pt.<pid>.tmp``) left in ``run_dir`` by processes
+    that no longer run (killed mid-write); returns the files removed. On a full disk they would
+    otherwise hold the space the next checkpoint needs."""
+    removed = []
+    for tmp in run_dir.glob(".*.pt.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+# ---- restoring a model --------------------------------------------------------------------------
+def restore_model(path: str | Path, overrides: Optional[List[str]] = None):
+    """``(cfg, task, model)`` of a saved checkpoint (a file or a run directory), the weights loaded."""
+    checkpoint = load_checkpoint(checkpoint_file(path))
+    cfg = load_config(checkpoint["config"], overrides)
+    task, model = build_task_and_model(cfg)
+    model.load_state_dict(checkpoint["model"])
+    return cfg, task, model
+
+
+def build_task_and_model(cfg: RunConfig):
+    """``(task, model)`` of a config; a bad cell, task or option becomes a ConfigError naming it."""
+    try:
+        task = build_task(cfg.task.name, **cfg.task.options)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(_naming(error, "task", cfg.task.name)) from None
+    try:
+        model = build_model(cfg.model, task.info)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(_naming(error, "model", cfg.model.cell)) from None
+    return task, model
+
+
+def _naming(error: Exception, section: str, name: str) -> str:
+    message = str(error)
+    if message.split(":")[0] in ("cell", "task") or message.startswith(section):
+        return message
+    return f"{section} {name!r}: {message}"
