@@ -51,7 +51,7 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
                    source=_T1.format(task="pixel-MNIST / permuted-MNIST, d=1", count="68K")),
         ParamCount(28, 128, 76_200, 77_200, source=_T1.format(task="noisy MNIST, d=28", count="78K")),
         ParamCount(2, 128, 66_500, 67_900,
-                   source="CELLS.md: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
+                   source="our specification: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
     ))
 class TARNN(EulerCell):
     """Time-adaptive RNN: K Euler steps of a per-unit time-scaled ODE per time step.
