@@ -68,7 +68,7 @@ def attach_ratios(records: List[Dict[str, Any]], key: str, baselines: Dict[str, 
             record[f"ratio_{label}"] = record[key] / value if value else None
 
 
-# ---- the settings and the timed steps ----------------------------------------------------------------------------------------
+# ---- the settings and the timed steps -------------------------------------------------------------
 @dataclass
 class Settings:
     shapes: List[Shape]
