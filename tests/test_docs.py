@@ -71,3 +71,13 @@ def test_docs_and_sources_cite_no_file_outside_the_repository():
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
             if OUTSIDE.search(line) and str(path.relative_to(ROOT)) not in NOT_YET]
     assert not hits, "\n".join(hits)
+
+
+def test_ci_and_the_pytest_config_run_the_slow_tests_too():
+    import tomllib
+    pytest_config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "slow" in " ".join(pytest_config["markers"])
+    assert "-m" not in pytest_config["addopts"].split() and "slow" not in pytest_config["addopts"]
+    assert "pytest -q" in ci and "slow" not in ci and " -m " not in ci
+    assert pytest_config["pythonpath"] == ["tests"]

@@ -159,6 +159,7 @@ def started(tmp_path):
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_two_worker_processes_complete_the_budget_once_each(tmp_path):
     write_spec(tmp_path)
     workers = [start_worker(tmp_path, name, 8, 0.2) for name in ("B", "C")]
@@ -175,6 +176,7 @@ def test_two_worker_processes_complete_the_budget_once_each(tmp_path):
         assert t.value == pytest.approx((math.log10(t.params["optim.lr"]) + 2) ** 2)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_trial_is_failed_and_retried_by_another(tmp_path):
     write_spec(tmp_path, retries=1)
     victim = start_worker(tmp_path, "A", 3, 60)
