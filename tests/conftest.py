@@ -1,11 +1,6 @@
-"""Puts tests/ on sys.path so the shared helper modules here (harness_helpers, fixture_data) import by name
-from every test folder, whatever order pytest collects the folders in."""
-import sys
-from pathlib import Path
-
-TESTS = str(Path(__file__).resolve().parent)
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
+"""Test-suite settings. The shared helper modules here (harness_helpers, fixture_data, stream_helpers)
+import by name from every test folder because pyproject.toml's pytest config puts tests/ on the path
+(``pythonpath``)."""
 
 # Property-based (fuzz) tests, tests/fuzz: the "ci" profile, the default, is derandomised (the same
 # examples on every run) with a fixed budget per test, so the suite stays deterministic and inside CI's

@@ -120,6 +120,7 @@ def test_run_compares_the_group_reports_missing_cells_and_writes_the_report(tmp_
     assert (tmp_path / "report" / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_run_with_two_worker_processes_stores_both_runs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["run", "--cells", "lstm", "--jobs", "2"]

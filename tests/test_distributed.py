@@ -132,6 +132,7 @@ def two_ranks(tmp_path_factory):
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_match_one_process_on_the_same_global_batches(two_ranks):
     ranks = two_ranks
     for reduction in ("mean", "sum"):
@@ -220,6 +221,7 @@ def _train_worker(rank: int, ports: dict, root: str) -> None:
     train(cfg, resume=True)
 
 
+@pytest.mark.slow
 @integrated
 def test_train_on_two_ranks_equals_one_process_and_writes_one_row(tmp_path, monkeypatch):
     from harness_helpers import install, tiny_config

@@ -69,11 +69,26 @@ def test_the_tarnn_irnn_grid_is_the_papers_grid():
     ({"optim.lr": {"distribution": "log-float", "low": 0.0, "high": 1}}, "must be positive"),
     ({"optim.lr": {"distribution": "float", "low": 2, "high": 1}}, "low < high"),
     ({"optim.lr": {"distribution": "categorical", "choices": []}}, "non-empty list"),
-    ({"optim.lr": {"distribution": "float", "low": 0.1, "high": 1, "bounds": 3}}, "unknown key 'bounds'"),
+    ({"optim.lr": {"distribution": "float", "low": 0.1, "high": 1, "bounds": 3}},
+     "unknown config key 'params.optim.lr.bounds'"),
+    ({"optim.lr": {"distribution": "float", "low": "0.1", "high": 1}}, "params.optim.lr.low: expected a number"),
 ])
 def test_bad_search_spaces_are_refused_naming_the_key(tmp_path, params, message):
     with pytest.raises(ConfigError, match=message):
         S.load_spec(json.loads(write_spec(tmp_path).read_text()) | {"params": params})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"trials": "5"}, "sweep.trials: expected an integer"),
+    ({"set": "train.steps=1"}, "sweep.set: expected a list"),
+    ({"set": [3]}, r"sweep.set\[0\]: expected a string"),
+    ({"seed_per_trial": "yes"}, "sweep.seed_per_trial: expected true or false"),
+    ({"sampler": "grid-search"}, "sweep sampler: expected one of random, tpe, grid"),
+    ({"budget": 5}, "unknown config key 'sweep.budget'"),
+])
+def test_bad_spec_keys_and_types_are_refused_naming_the_key(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        S.load_spec(str(write_spec(tmp_path, **changes)))
 
 
 def test_a_searched_key_that_is_not_a_config_key_is_refused(tmp_path):
@@ -144,6 +159,7 @@ def started(tmp_path):
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_two_worker_processes_complete_the_budget_once_each(tmp_path):
     write_spec(tmp_path)
     workers = [start_worker(tmp_path, name, 8, 0.2) for name in ("B", "C")]
@@ -160,6 +176,7 @@ def test_two_worker_processes_complete_the_budget_once_each(tmp_path):
         assert t.value == pytest.approx((math.log10(t.params["optim.lr"]) + 2) ** 2)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_trial_is_failed_and_retried_by_another(tmp_path):
     write_spec(tmp_path, retries=1)
     victim = start_worker(tmp_path, "A", 3, 60)

@@ -168,6 +168,13 @@ def from_dict(data: Dict[str, Any]) -> RunConfig:
     return cfg
 
 
+def typed(cls, data: Any, key: str = ""):
+    """An instance of the dataclass ``cls`` from plain data, with the checks every config gets: an unknown
+    key or a value of the wrong type raises :class:`ConfigError` naming the key (prefixed by ``key``);
+    missing keys take their defaults. Other schemas (sweep specs) use it as RunConfig does."""
+    return _build(cls, data, key)
+
+
 def _build(cls, data: Any, path: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{path or 'config'}: expected a mapping of keys, got {data!r}")
@@ -198,6 +205,10 @@ def _coerce(kind, value: Any, key: str):
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise ConfigError(f"{key}: expected a mapping with string keys, got {value!r}")
         return {k: _coerce(args[1], v, f"{key}.{k}") for k, v in value.items()}
+    if origin in (list, List):
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
     if kind is Any:
         return value
     if kind is bool:

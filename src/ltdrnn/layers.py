@@ -43,6 +43,25 @@ class Recurrent(nn.Module):
 
     ``step(x_t, state=None) -> (y_t, state)`` runs one time step for streaming (unidirectional only);
     calling it T times equals one ``forward`` over the T steps.
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn import Recurrent
+        >>> _ = torch.manual_seed(0)
+        >>> rnn = Recurrent("srnn", input_size=10, hidden_size=20, num_layers=2)
+        >>> x = torch.randn(3, 5, 10)                       # (B, T, d): batch first by default
+        >>> output, h_n = rnn(x)
+        >>> output.shape, h_n.shape
+        (torch.Size([3, 5, 20]), torch.Size([2, 3, 20]))
+        >>> output, h_n = rnn(x, lengths=torch.tensor([5, 2, 4]))   # padded batch
+        >>> bool(output[1, 2:].eq(0).all())                # zero past each sequence's length
+        True
+        >>> state = None                                    # streaming: T steps equal one forward
+        >>> for t in range(5):
+        ...     y, state = rnn.step(x[:, t], state)
+        >>> torch.allclose(y, rnn(x)[0][:, -1], atol=1e-6)
+        True
     """
 
     def __init__(self, cell: CellSpec, input_size: int, hidden_size: int, num_layers: int = 1,

@@ -513,17 +513,8 @@ def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
     return flat
 
 
-class _NoProgress:
-    def update(self, n): pass
-    def set_postfix(self, **kwargs): pass
-    def close(self): pass
-
-
 def _progress(total: int, initial: int, enabled: bool, label: str):
-    if not enabled:
-        return _NoProgress()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return _NoProgress()
-    return tqdm(total=total, initial=initial, desc=label, unit="step", dynamic_ncols=True, leave=False)
+    """The progress bar of a run; a disabled tqdm when ``enabled`` is False (not the main rank, --quiet)."""
+    from tqdm.auto import tqdm  # the train extra
+    return tqdm(total=total, initial=initial, desc=label, unit="step", dynamic_ncols=True, leave=False,
+                disable=not enabled)

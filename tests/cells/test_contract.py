@@ -198,6 +198,7 @@ class ScanCall(torch.nn.Module):
         return self.cell.scan(x, impl=self.impl)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,variant", CASES)
 def test_every_fast_impl_equals_the_reference_at_long_T(name, variant):
     cell = make_cell(name, variant)

@@ -242,6 +242,7 @@ def test_registered_as_a_source_cell():
 @pytest.mark.parametrize("options", [{}, {"K": 3, "reading": "state", "activation": "tanh"},
                                      {"K": 2, "reading": "paper"},
                                      {"rank": None, "projection": False, "learn_alpha": True, "K": 2}])
+@pytest.mark.slow
 def test_fused_equals_reference_at_T_1000(options):
     torch.manual_seed(1)
     cell = IRNN(3, 24, **options)
@@ -310,6 +311,7 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
 
 
 # ---- it learns: a short run of the adding task -------------------------------------------------------
+@pytest.mark.slow
 def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path):
     """The preset's settings (Adam lr 1e-2, eta_0 = 1e-2, K = 1, clipping at norm 1) on adding T=100
     at H=64: measured test MSE 0.0065, 0.0013, 0.0053 for seeds 0, 1, 2 after 400 steps; predicting 1

@@ -73,3 +73,26 @@ def test_sets_shipped_in_aeon_load_offline(name, dims, classes, length):
     assert "aeon" in task.info.extra["files"]["train"]
     x, y = task.dataset("test")[0]
     assert x.shape[1] == dims and 0 <= int(y) < classes and torch.isfinite(x).all()
+
+
+@pytest.mark.slow
+def test_our_reader_equals_aeons_loader_on_every_set_aeon_ships():
+    """Why the task keeps its own reader (one code path, with or without aeon): on every classification
+    set in aeon's folder it reads the same values and labels as aeon's ``load_from_ts_file``, without
+    importing aeon (seconds of numba set-up) and with errors that name the file and line. The one
+    difference: aeon lower-cases class labels (BasicMotions' ``Standing``), ours keep the file's spelling."""
+    pytest.importorskip("aeon", reason="aeon is not installed")
+    from aeon.datasets import load_from_ts_file
+
+    from ltdrnn.tasks.uea_ucr import aeon_data_dir
+    # UnitTest/ holds aeon's own fixtures (time-stamped series, which our reader refuses by name)
+    files = sorted(p for p in aeon_data_dir().glob("*/*_T*.ts") if p.parent.name != "UnitTest"
+                   and "@classlabel true" in p.read_text(errors="replace").lower())
+    assert len(files) >= 10  # GunPoint, ArrowHead, ItalyPowerDemand, OSULeaf, BasicMotions, ... TRAIN and TEST
+    for path in files:
+        ours = read_ts(path)
+        x, y = load_from_ts_file(str(path))
+        assert len(ours.series) == len(x) == len(y), path
+        for mine, theirs in zip(ours.series, x):
+            assert np.allclose(mine.T, np.asarray(theirs, dtype=np.float64), rtol=1e-6, equal_nan=True), path
+        assert [ours.class_names[i].lower() for i in ours.labels] == [str(v).lower() for v in y], path

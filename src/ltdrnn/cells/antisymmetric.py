@@ -3,6 +3,10 @@
 The recurrent matrix is ``M = W - W^T - gamma I``: ``W - W^T`` is antisymmetric, so its eigenvalues are
 purely imaginary, and ``-gamma I`` (diffusion) moves them to real part ``-gamma`` so the Euler step
 ``h + eps * f(h)`` stays stable. Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/antisymmetric.md
+Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """Clockwork RNN (Koutnik, Greff, Gomez & Schmidhuber 2014), a fixed-schedule baseline of SA-RNN.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/clockwork.md
+Tests: tests/cells/test_clockwork.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -3,6 +3,10 @@
 Both cells share one pre-activation ``a_t = W x_t + U h_{t-1}`` (``W`` and ``U`` optionally low rank,
 ``W = W_1 W_2`` with rank ``w_rank``), so the input half is precomputed for the whole sequence.
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/fast.md
+Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

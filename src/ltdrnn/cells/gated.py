@@ -9,6 +9,10 @@ numbers as that module. ``"fused_packed"`` differs only for sequences with ``len
 torch's (slower) PackedSequence kernel. ``"reference"`` is a plain loop over :meth:`step`.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/gated.md
+Tests: tests/cells/test_gated.py, tests/cells/test_contract.py
+Kernel: none of ours (the "fused" paths of gru, lstm, rnn_relu and rnn_tanh call torch's RNN kernels, torch._VF)
 """
 from __future__ import annotations
 

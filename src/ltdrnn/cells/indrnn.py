@@ -1,6 +1,10 @@
 """IndRNN (Li et al. 2018): every hidden unit has one recurrent weight onto itself.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/indrnn.md
+Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equi
 Two implementations: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
 ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedIRNN`) that
 folds ``P U`` into one matrix ``M`` and ``P (W x + b)`` into the precomputed input.
+
+Doc: docs/cells/irnn.md
+Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
+Kernel: none (the fused path is a hand-written autograd function)
 """
 from __future__ import annotations
 
@@ -102,6 +106,23 @@ class IRNN(EulerCell):
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
     RNN; ``eta = 1e-2`` (paper).
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn.cells.irnn import IRNN
+        >>> _ = torch.manual_seed(0)
+        >>> cell = IRNN(input_size=3, hidden_size=8, K=2)
+        >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
+        >>> outputs, state = cell.scan(x)                   # impl "auto": the fused path
+        >>> outputs.shape, state.shape
+        (torch.Size([20, 4, 8]), torch.Size([4, 8]))
+        >>> reference, _ = cell.scan(x, impl="reference")   # U and P applied literally
+        >>> torch.allclose(outputs, reference, atol=1e-6)
+        True
+        >>> h, state = cell(x[0], cell.init_state(4))       # one streaming step
+        >>> torch.allclose(h, outputs[0], atol=1e-6)
+        True
     """
 
     impls = ("reference", "fused")

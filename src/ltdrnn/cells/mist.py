@@ -4,6 +4,10 @@ Each step mixes the states ``1, 2, 4, ..., 2^(n_d-1)`` steps back with learned c
 units of the mix with a GRU-like gate, and applies one tanh layer. Paths from ``t - tau`` to ``t``
 need only about ``log2(tau)`` edges (``tau / 2^(n_d-1)`` beyond the longest delay), so gradients
 from the distant past survive. See ``docs/cells/mist.md``.
+
+Doc: docs/cells/mist.md
+Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
+Kernel: src/ltdrnn/csrc/mist_step.c (the "kernel" path), src/ltdrnn/csrc/stream_step.c (streaming step)
 """
 from __future__ import annotations
 
@@ -67,6 +71,23 @@ class MISTCell(Cell):
         ``weight_hh (n_d + H, H)`` = ``[W_ah; W_rh]``; ``weight_ih (n_d + 2H, d)`` = ``[W_ax; W_rx; W_x]``;
         ``bias (n_d + 2H)`` = ``[b_a; b_r; b]``; ``weight_mix (H, H)`` = ``W_h``.
         Every weight ~ N(0, std = 1/sqrt(H)), biases 0 (paper, appendix 8.1).
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn.cells.mist import MISTCell
+        >>> _ = torch.manual_seed(0)
+        >>> cell = MISTCell(input_size=3, hidden_size=8)    # n_d = 8 delays: 1, 2, 4, ..., 128 steps back
+        >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
+        >>> outputs, history = cell.scan(x)
+        >>> outputs.shape, history.shape                    # the state is the last 2^(n_d-1) outputs
+        (torch.Size([20, 4, 8]), torch.Size([4, 128, 8]))
+        >>> reference, _ = cell.scan(x, impl="reference")
+        >>> torch.allclose(outputs, reference, atol=1e-6)
+        True
+        >>> h, history = cell(x[0], cell.init_state(4))     # one streaming step
+        >>> torch.allclose(h, outputs[0], atol=1e-6)
+        True
     """
 
     impls = ("reference", "list", "fused", "kernel")

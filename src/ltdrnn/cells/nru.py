@@ -1,6 +1,10 @@
 """NRU, the non-saturating recurrent unit (Chandar et al. 2019): a relu RNN with an additive memory
 written and erased by unbounded (non-saturating) strengths. Shapes follow :mod:`ltdrnn.cells.base`;
 ``M`` is the memory size and ``k`` the number of write and of erase heads.
+
+Doc: docs/cells/nru.md
+Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -7,6 +7,10 @@
 permutation and Fourier matrices; its complex state is carried as real ``[Re h; Im h]``.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/orthogonal.md
+Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """Oscillator RNNs of Rusch & Mishra: coRNN (2021) and LEM (2022). Both carry a state ``(y, z)`` and
 output ``y``. Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/oscillator.md
+Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """Phased LSTM (Neil, Pfeiffer & Liu 2016), the oscillating-gate baseline of SA-RNN.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/phased.md
+Tests: tests/cells/test_phased.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -3,6 +3,10 @@
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. Like the other conditional-computation cells it
 records ``aux["update_mask"]`` and ``aux["update_prob"]`` (:mod:`ltdrnn.cells.masked`, which holds the
 update-mask tools they share).
+
+Doc: docs/cells/sarnn.md
+Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
 """
 from __future__ import annotations
 
@@ -67,6 +71,23 @@ class SARNN(MaskedCell):
 
     Init: recurrence as torch.nn (``U(-1/sqrt(H), 1/sqrt(H))``); coordinator ``W_i``, ``w_u``, ``b``
     also ``U(-1/sqrt(H), 1/sqrt(H))`` (the paper does not say), so about half the units update at first.
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn.cells.sarnn import SARNN
+        >>> _ = torch.manual_seed(0)
+        >>> cell = SARNN(input_size=3, hidden_size=8)
+        >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
+        >>> outputs, state = cell.scan(x)
+        >>> outputs.shape, cell.aux["update_mask"].shape    # 1 where a unit was updated at a step
+        (torch.Size([20, 4, 8]), torch.Size([20, 4, 8]))
+        >>> reference, _ = cell.scan(x, impl="reference")
+        >>> torch.allclose(outputs, reference, atol=1e-6)
+        True
+        >>> skipped = 1 - cell.aux["update_mask"].mean()    # the paper's Skip %, as a fraction
+        >>> bool(0 <= skipped <= 1), sorted(cell.losses())  # the budget term, weighted by lambda
+        (True, ['budget'])
     """
 
     # The straight-through surrogate lets gradients grow with T: over 3 seeds (H=64) the largest

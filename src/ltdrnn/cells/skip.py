@@ -3,6 +3,10 @@
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. Both cells record ``aux["update_mask"]``
 ``(T, B, H)`` like SA-RNN (see :mod:`ltdrnn.cells.sarnn`), so :func:`~ltdrnn.cells.masked.skip_fraction`
 applies unchanged.
+
+Doc: docs/cells/skip.md
+Tests: tests/cells/test_skip.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

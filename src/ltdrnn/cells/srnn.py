@@ -4,6 +4,10 @@ The state is shifted by one position each step and the output of a state-free in
 ``h_t = act(roll(h_{t-1}, 1) + beta(x_t))``. Since ``beta`` does not see the state, it runs for every
 step at once in ``precompute``; only a shift, an add and ``act`` remain sequential. See
 ``docs/cells/srnn.md`` for the equations, defaults, paper settings and measurements.
+
+Doc: docs/cells/srnn.md
+Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
+Kernel: src/ltdrnn/csrc/srnn_scan.c (the "kernel" path), src/ltdrnn/csrc/stream_step.c (streaming step)
 """
 from __future__ import annotations
 
@@ -63,6 +67,23 @@ class SRNNCell(Cell):
 
     Parameters are initialised like ``torch.nn.Linear`` (the authors' code). The shift ``W_p`` is
     fixed and has no parameters.
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn.cells.srnn import SRNNCell
+        >>> _ = torch.manual_seed(0)
+        >>> cell = SRNNCell(input_size=3, hidden_size=8)
+        >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
+        >>> outputs, state = cell.scan(x)                   # impl "auto": the compiled kernel or "fused"
+        >>> outputs.shape, state.shape
+        (torch.Size([20, 4, 8]), torch.Size([4, 8]))
+        >>> reference, _ = cell.scan(x, impl="reference")   # the plain loop over step()
+        >>> torch.allclose(outputs, reference, atol=1e-6)
+        True
+        >>> closed, _ = cell.scan(x, impl="closed_form")    # relu: no time loop at all
+        >>> torch.allclose(closed, reference, atol=1e-5)
+        True
     """
 
     impls = ("reference", "fused", "kernel", "closed_form")

@@ -9,6 +9,10 @@ equilibrium of the current input.
 Two implementations: ``"reference"``, a loop over :meth:`TARNN.step` that writes the equations as they
 stand, and ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedTARNN`)
 with one matmul of the state per time step plus one per further Euler step.
+
+Doc: docs/cells/tarnn.md
+Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
                    source=_T1.format(task="pixel-MNIST / permuted-MNIST, d=1", count="68K")),
         ParamCount(28, 128, 76_200, 77_200, source=_T1.format(task="noisy MNIST, d=28", count="78K")),
         ParamCount(2, 128, 66_500, 67_900,
-                   source="CELLS.md: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
+                   source="our specification: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
     ))
 class TARNN(EulerCell):
     """Time-adaptive RNN: K Euler steps of a per-unit time-scaled ODE per time step.
@@ -81,6 +85,25 @@ class TARNN(EulerCell):
     Extra outputs: ``aux["beta"]`` ``(T, B, H)``, detached, the time constants of the last forward;
     :meth:`losses` ``{"omega_A": ||A + B2||_F^2, "omega_U": ||U + W2||_F^2}`` (Theorem 1's regulariser;
     the trainer weights them by gamma1, gamma2).
+
+    Examples::
+
+        >>> import torch
+        >>> from ltdrnn.cells.tarnn import TARNN
+        >>> _ = torch.manual_seed(0)
+        >>> cell = TARNN(input_size=3, hidden_size=8, K=2)
+        >>> x = torch.randn(20, 4, 3)                       # (T, B, d): time-major inside the package
+        >>> outputs, state = cell.scan(x)                   # impl "auto": the fused path
+        >>> outputs.shape, state.shape
+        (torch.Size([20, 4, 8]), torch.Size([4, 8]))
+        >>> reference, _ = cell.scan(x, impl="reference")   # the plain loop over step()
+        >>> torch.allclose(outputs, reference, atol=1e-6)
+        True
+        >>> h, state = cell(x[0], cell.init_state(4))       # one streaming step
+        >>> torch.allclose(h, outputs[0], atol=1e-6)
+        True
+        >>> sorted(cell.losses())                           # Theorem 1's regulariser, weighted by the trainer
+        ['omega_A', 'omega_U']
     """
 
     impls = ("reference", "fused")

@@ -1,6 +1,10 @@
 """VC-RNN: variable computation (Jernite, Grave, Joulin & Mikolov 2017), GRU form, a SA-RNN baseline.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
+
+Doc: docs/cells/vcrnn.md
+Tests: tests/cells/test_vcrnn.py, tests/cells/test_contract.py
+Kernel: none (PyTorch operations only)
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@
 ``<data_dir>/ucr_uea/<Name>/``, ``<data_dir>/<Name>/``, and finally in the folder of sets that
 ship inside the aeon package (``aeon/datasets/data/<Name>/``: e.g. GunPoint, ArrowHead,
 ItalyPowerDemand, OSULeaf, BasicMotions, JapaneseVowels, ACSF1); nothing is downloaded.
+The reader here is the one code path, aeon installed or not: it reads what aeon's ``load_from_ts_file``
+reads on aeon's sets (a test compares them) without importing aeon, and names file and line in errors.
 
 Splits: the official TEST file is the test split; the validation split is a stratified
 ``val_fraction`` (default 0.2) of the official TRAIN file, drawn with ``split_seed``; the rest trains.

@@ -1,0 +1,37 @@
+"""Speed benchmarks: ``ltdrnn bench`` (also ``python -m ltdrnn.bench``).
+
+Every registry entry (and the named variants the speed targets need) is built through
+:class:`ltdrnn.Recurrent` and measured against ``nn.LSTM`` and ``nn.GRU`` in the same process:
+
+* ``train``: one training step, forward + backward of the mean of the outputs, batch first;
+* ``inference``: one forward pass under ``torch.no_grad``;
+* ``stream``: one streaming step at batch 1, ``cell(x_t, state)`` against ``nn.LSTMCell`` and
+  ``Recurrent.step`` against a one-step ``nn.LSTM``;
+* ``memory``: peak resident memory of inference and of a training step, each subject in a fresh
+  subprocess (peak RSS above the process's own baseline);
+* ``scaling``: training step time at several sequence lengths and the log-log slope (1 = linear);
+* ``flops``: achieved GFLOP/s against the FLOPs the cell needs and the machine's sgemm peak;
+* ``skip``: SA-RNN's skipping inference path at forced skip fractions;
+* ``malloc``: the effect of glibc's malloc settings on training steps (subprocesses).
+
+Timings are medians over ``repeats`` runs after ``warmup`` runs; within a section the subjects are
+interleaved (each round runs every subject once, in a freshly shuffled order), so machine load
+affects all of them alike and the ratios stay meaningful on a busy machine. The results go to a
+JSON file and a markdown table with the issue's speed targets (see ``docs/benchmarks.md``).
+
+The package, by concern: :mod:`.subjects` (shapes, variants, targets, subjects), :mod:`.timing`
+(interleaved medians, ratios, the settings, the machine), :mod:`.sections` (the in-process sections),
+:mod:`.probes` (memory and malloc, in subprocesses), :mod:`.report` (target verdicts, markdown) and
+:mod:`.cli` (the command line and the run).
+"""
+from .cli import SCHEMA, SECTIONS, main, parse_options, parse_shapes, run, settings_from, split_names
+from .probes import run_probe, subject_spec, timing_probe
+from .report import evaluate_targets, render_markdown, target_verdict
+from .sections import loglog_slope
+from .subjects import SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
+from .timing import interleaved_samples
+
+__all__ = ["SCHEMA", "SECTIONS", "SHAPES", "TRAIN_TARGETS", "VARIANTS", "Shape", "Subject", "evaluate_targets",
+           "interleaved_samples", "loglog_slope", "main", "parse_options", "parse_shapes", "registry_subjects",
+           "render_markdown", "run", "run_probe", "settings_from", "split_names", "subject_spec",
+           "target_verdict", "timing_probe"]
