@@ -8,7 +8,7 @@ from ltdrnn import reproduce as R
 from ltdrnn.config import list_presets
 
 TINY = ["--set", "train.steps=3", "--set", "train.eval_every=1", "--set", "task.options.n_val=16",
-        "--set", "task.options.n_test=16", "--set", "train.progress=false"]
+        "--set", "task.options.n_test=16", "--set", "train.progress=false", "--set", "task.options.n_train=256"]
 
 
 # ---- the table -------------------------------------------------------------------------------------
@@ -177,6 +177,7 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
     verdict = R.judge(mist, R.Measurements(rows, ratios(0.0)), "paper")
     versus_lstm, versus_rnn = verdict.checks
     assert versus_lstm.passed is False and "underflow" in versus_lstm.text()
+    assert "lag_ratio(lstm) = underflow" in R._ours(verdict)
     assert versus_rnn.passed is True and verdict.status == "partly"
     assert R.judge(mist, R.Measurements(rows, ratios(1e-8)), "paper").status == "reproduced"
     # one seed of three underflowed: the mean is not a number to compare with either
@@ -290,7 +291,7 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     minutes = sum(r["train_time_s"] for r in rows) / 60
     assert f"Training time of the rows below: {minutes:.1f} CPU minutes." in section
     assert f"**{minutes:.0f} CPU minutes**" in text
-    assert "Full-data run: `ltdrnn reproduce run tarnn-toy --budget paper`, about 0.1 hours" in section
+    assert "Full-data run: `ltdrnn reproduce run tarnn-toy --budget paper`, estimated 0.1 h on" in section
     assert (tmp_path / "plots" / "tarnn-toy-curves.png").exists()
     # claims without runs are listed as not run yet, with the command that would run them
     assert "**Verdict: not run yet.**" in text and "ltdrnn reproduce run copy-500 --budget quick" in text

@@ -289,7 +289,11 @@ class Unmeasured(LookupError):
 
 
 class Underflow(Unmeasured):
-    """A gradient-norm ratio is exactly 0 (or 0/0): nothing can be compared with it."""
+    """A gradient-norm ratio is exactly 0 (or 0/0): nothing can be compared with it. ``call`` names it."""
+
+    def __init__(self, call: str, message: str) -> None:
+        super().__init__(message)
+        self.call = call
 
 
 # measures that say how well a run learned: a check reading one of them needs that run above chance
@@ -434,8 +438,8 @@ class Measurements:
         values = self.per_seed(name, label, args)
         if name in RATIOS and not all(v > 0 and math.isfinite(v) for v in values):
             shown = ", ".join(format_number(v) for v in values)
-            raise Underflow(f"{name}({label}) is underflow (per seed: {shown}): a gradient norm that is "
-                            "exactly 0 cannot be compared with")
+            raise Underflow(f"{name}({label})", f"{name}({label}) is underflow (per seed: {shown}): a "
+                            "gradient norm that is exactly 0 cannot be compared with")
         return _mean_std(values) + (len(values),)
 
     def per_seed(self, name: str, label: str, args: Tuple[float, ...]) -> List[float]:
@@ -523,13 +527,14 @@ class CheckResult:
     passed: Optional[bool]          # None: not measured
     values: List[Tuple[str, float]] = field(default_factory=list)
     missing: str = ""
+    underflow: str = ""                                             # the call that underflowed
     spreads: List[Tuple[float, int]] = field(default_factory=list)  # (std, n) of each value
     vetoes: List[str] = field(default_factory=list)                 # why the machinery refused it
 
     def text(self) -> str:
         if self.passed is None:
             return f"{self.check.says}: not measured ({self.missing})"
-        if self.missing:  # underflow
+        if self.underflow:
             return f"{self.check.says}: {self.missing} -> no"
         shown = ", ".join(f"{call} = {_call_value(call, v, spread)}"
                           for (call, v), spread in _unique(zip(self.values, self.spreads), key=lambda i: i[0][0]))
@@ -581,7 +586,7 @@ def evaluate_check(claim: Claim, check: Check, measurements: Measurements) -> Ch
     try:
         value, values = check.expression.evaluate(measure)
     except Underflow as error:
-        return CheckResult(check, False, missing=str(error))
+        return CheckResult(check, False, missing=str(error), underflow=error.call)
     except Unmeasured as error:
         return CheckResult(check, None, missing=str(error))
     vetoes = []
@@ -1054,9 +1059,10 @@ def _table(rows: List[List[str]]) -> str:
 
 
 def _ours(verdict: Verdict) -> str:
-    values = _unique([(call, value, spread) for r in verdict.checks for (call, value), spread
-                      in zip(r.values, r.spreads)])
-    return "; ".join(f"{call} = {_call_value(call, v, spread)}" for call, v, spread in values) or "-"
+    values = _unique([(call, _call_value(call, value, spread)) for r in verdict.checks
+                      for (call, value), spread in zip(r.values, r.spreads)]
+                     + [(r.underflow, "underflow") for r in verdict.checks if r.underflow])
+    return "; ".join(f"{call} = {shown}" for call, shown in values) or "-"
 
 
 def full_run_command(claim: Claim) -> str:
@@ -1127,8 +1133,8 @@ def claim_section(claim: Claim, verdict: Verdict, measurements: Measurements, bu
               f"paper, `ltdrnn reproduce run {claim.id} --budget paper` ({claim.budgets['paper'].note}). "
               f"Training time of the rows below: {cpu_minutes(measurements):.1f} CPU minutes.", ""]
     if claim.full_run:
-        lines += [f"Full-data run: `{full_run_command(claim)}`, about {format_number(claim.full_run.hours)} "
-                  f"hours on {claim.full_run.machine} ({claim.full_run.basis}).", ""]
+        lines += [f"Full-data run: `{full_run_command(claim)}`, estimated {format_number(claim.full_run.hours)} h "
+                  f"on {claim.full_run.machine} ({claim.full_run.basis}).", ""]
     if claim.deviation:
         lines += [f"Deviation: {claim.deviation}", ""]
     if measurements.seeds:
