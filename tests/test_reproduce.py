@@ -43,6 +43,15 @@ def test_validate_reports_a_missing_preset_and_an_unregistered_cell():
     assert any("no_such_cell" in p and "not registered" in p for p in problems)
 
 
+def test_validate_reports_a_reading_run_of_another_cell():
+    claim = R.find_claim(R.load_claims(), "tarnn-toy")
+    runs = (*claim.runs, R.RunSpec("tarnn_raw", "reproduce/toy-lstm", reading_of="tarnn"))
+    broken = R.Claim(claim.id, claim.paper, claim.title, claim.claim, claim.paper_numbers, runs,
+                     claim.budgets, claim.checks)
+    assert R.validate([broken]) == ["tarnn-toy/tarnn_raw: reading_of 'tarnn' expects the same cell, "
+                                    "got 'lstm' vs 'tarnn'"]
+
+
 CLAIM_YAML = """
 claims:
   - id: demo

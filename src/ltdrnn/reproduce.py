@@ -252,13 +252,15 @@ def find_claim(claims: Sequence[Claim], cid: str) -> Claim:
 
 def validate(claims: Sequence[Claim]) -> List[str]:
     """Problems of the table that parsing cannot see: every preset loads under every budget, with a
-    registered cell and task. Returns one message per problem (empty: valid)."""
+    registered cell and task, and a run of another reading trains the cell of the run it re-reads.
+    Returns one message per problem (empty: valid)."""
     from .cells.registry import list_cells
     from .config import ConfigError, load_config
     from .tasks import list_tasks
     cells, tasks = set(list_cells()), set(list_tasks())
     problems = []
     for claim in claims:
+        cell_of: Dict[str, str] = {}
         for spec in claim.runs:
             for budget in claim.budgets:
                 where = f"{claim.id}/{spec.label} ({budget})"
@@ -271,6 +273,11 @@ def validate(claims: Sequence[Claim]) -> List[str]:
                     problems.append(f"{where}: cell {cfg.model.cell!r} is not registered")
                 if cfg.task.name not in tasks:
                     problems.append(f"{where}: task {cfg.task.name!r} is not registered")
+                cell_of[spec.label] = cfg.model.cell
+        for spec in claim.runs:
+            if spec.reading_of and cell_of.get(spec.label) != cell_of.get(spec.reading_of):
+                problems.append(f"{claim.id}/{spec.label}: reading_of {spec.reading_of!r} expects the same cell, "
+                                f"got {cell_of.get(spec.label)!r} vs {cell_of.get(spec.reading_of)!r}")
     return problems
 
 
