@@ -189,6 +189,8 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
     assert "lag_ratio(lstm) = underflow" in R._ours(verdict)
     assert versus_rnn.passed is True and verdict.status == "partly"
     assert R.judge(mist, R.Measurements(rows, ratios(1e-8)), "paper").status == "reproduced"
+    diverged = R.judge(mist, R.Measurements(rows, ratios(math.nan)), "paper")
+    assert diverged.checks[0].passed is False and "lag_ratio(lstm) = not finite" in R._ours(diverged)
     # one seed of three underflowed: the mean is not a number to compare with either
     seeds = {label: [row(0.2, cell=c, seed=s) for s in (1, 2, 3)]
              for label, c in (("mist", "mist"), ("lstm", "lstm"), ("rnn", "rnn_tanh"))}

@@ -296,11 +296,12 @@ class Unmeasured(LookupError):
 
 
 class Underflow(Unmeasured):
-    """A gradient-norm ratio is exactly 0 (or 0/0): nothing can be compared with it. ``call`` names it."""
+    """A gradient-norm ratio is exactly 0 ("underflow") or not a finite number ("not finite": 0/0, or
+    a model that diverged): nothing can be compared with it. ``call`` names it, ``shown`` says which."""
 
-    def __init__(self, call: str, message: str) -> None:
+    def __init__(self, call: str, shown: str, message: str) -> None:
         super().__init__(message)
-        self.call = call
+        self.call, self.shown = call, shown
 
 
 # measures that say how well a run learned: a check reading one of them needs that run above chance
@@ -444,9 +445,12 @@ class Measurements:
         """``(mean, std, n)`` of a measure over the seeds of ``label`` (population std; 0 for n = 1)."""
         values = self.per_seed(name, label, args)
         if name in RATIOS and not all(v > 0 and math.isfinite(v) for v in values):
-            shown = ", ".join(format_number(v) for v in values)
-            raise Underflow(f"{name}({label})", f"{name}({label}) is underflow (per seed: {shown}): a "
-                            "gradient norm that is exactly 0 cannot be compared with")
+            per_seed = ", ".join(format_number(v) for v in values)
+            if 0.0 in values:
+                raise Underflow(f"{name}({label})", "underflow", f"{name}({label}) is underflow (per seed: "
+                                f"{per_seed}): a gradient norm that is exactly 0 cannot be compared with")
+            raise Underflow(f"{name}({label})", "not finite", f"{name}({label}) is not finite (per seed: "
+                            f"{per_seed}; did the run diverge?): it cannot be compared with")
         return _mean_std(values) + (len(values),)
 
     def per_seed(self, name: str, label: str, args: Tuple[float, ...]) -> List[float]:
@@ -534,7 +538,7 @@ class CheckResult:
     passed: Optional[bool]          # None: not measured
     values: List[Tuple[str, float]] = field(default_factory=list)
     missing: str = ""
-    underflow: str = ""                                             # the call that underflowed
+    underflow: Tuple[str, str] = ()                                 # (call, "underflow" | "not finite")
     spreads: List[Tuple[float, int]] = field(default_factory=list)  # (std, n) of each value
     vetoes: List[str] = field(default_factory=list)                 # why the machinery refused it
 
@@ -593,7 +597,7 @@ def evaluate_check(claim: Claim, check: Check, measurements: Measurements) -> Ch
     try:
         value, values = check.expression.evaluate(measure)
     except Underflow as error:
-        return CheckResult(check, False, missing=str(error), underflow=error.call)
+        return CheckResult(check, False, missing=str(error), underflow=(error.call, error.shown))
     except Unmeasured as error:
         return CheckResult(check, None, missing=str(error))
     vetoes = []
@@ -972,8 +976,8 @@ def _analysis_text(measurements: Measurements, label: str) -> str:
                        ("jac_ratio", "‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖")):
         try:
             mean, std, n = measurements.spread(name, label, ())
-        except Underflow:
-            parts.append(f"{what} = underflow (exactly 0)")
+        except Underflow as error:
+            parts.append(f"{what} = {error.shown}")
         except Unmeasured:
             continue
         else:
@@ -1068,7 +1072,7 @@ def _table(rows: List[List[str]]) -> str:
 def _ours(verdict: Verdict) -> str:
     values = _unique([(call, _call_value(call, value, spread)) for r in verdict.checks
                       for (call, value), spread in zip(r.values, r.spreads)]
-                     + [(r.underflow, "underflow") for r in verdict.checks if r.underflow])
+                     + [r.underflow for r in verdict.checks if r.underflow])
     return "; ".join(f"{call} = {shown}" for call, shown in values) or "-"
 
 
