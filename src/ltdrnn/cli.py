@@ -287,11 +287,12 @@ def _marked_comparison(summary: Dict[str, Any], rows: List[List[str]]) -> List[L
     for j, column in enumerate(summary["columns"], start=1):
         items = {i: summary["table"][(cell, column)] for i, cell in enumerate(summary["cells"], start=1)
                  if (cell, column) in summary["table"]}
-        sign = 1 if next(iter(items.values()))["higher_is_better"] else -1
+        first = next(iter(items.values()))  # a column is one task setting: one metric, one direction
+        sign = 1 if first["higher_is_better"] else -1
         best = max(items, key=lambda i: sign * items[i]["mean"])
         marked[best][j] = f"**{marked[best][j]}**"
         baseline = next((item["baseline"] for item in items.values() if item["baseline"] is not None), None)
-        baselines.append(_format_value(baseline, next(iter(items.values()))["metric_name"]))
+        baselines.append(_format_value(baseline, first["metric_name"]))
     return marked + [baselines]
 
 
