@@ -100,7 +100,7 @@ def test_run_compares_the_group_reports_missing_cells_and_writes_the_report(tmp_
     monkeypatch.chdir(tmp_path)
     overrides = ["train.steps=4", "train.eval_every=2", "train.latency=false",
                  "task.options.n_train=64", "task.options.n_val=32", "task.options.n_test=32"]
-    args = ["run", "--cells", "lstm,tiny,tarnn,nonexistent", "--jobs", "1"]
+    args = ["run", "--group", "quick", "--cells", "lstm,tiny,tarnn,nonexistent", "--jobs", "1"]
     for o in overrides:
         args += ["--set", o]
     code = main(args)
@@ -123,7 +123,7 @@ def test_run_compares_the_group_reports_missing_cells_and_writes_the_report(tmp_
 @pytest.mark.slow
 def test_run_with_two_worker_processes_stores_both_runs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["run", "--cells", "lstm", "--jobs", "2"]
+    args = ["run", "--group", "quick", "--cells", "lstm", "--jobs", "2"]
     for o in ["train.steps=2", "train.eval_every=1", "train.latency=false", "task.options.n_train=16",
               "task.options.n_val=8", "task.options.n_test=8"]:
         args += ["--set", o]

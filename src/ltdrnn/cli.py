@@ -1,6 +1,6 @@
 """The ``ltdrnn`` command.
 
-    ltdrnn run [--group quick]                 the comparison: every preset of a group, table + report
+    ltdrnn run [--group main]                  the comparison: every preset of a group, table + report
     ltdrnn train PRESET|FILE [key.sub=value ...] [--resume[=auto] --run-dir DIR]
     ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
     ltdrnn report [--store results.db] [--out report] [--study NAME]
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="train every preset of a group, print the comparison, write the report")
-    run.add_argument("--group", default="quick", help="preset group (default: quick)")
+    run.add_argument("--group", default="main", help="preset group (default: main, the README's main job; "
+                     "quick: smaller smoke runs)")
     run.add_argument("--cells", help="comma-separated cells to keep (default: all in the group)")
     run.add_argument("--tasks", help="comma-separated tasks to keep (default: all in the group)")
     run.add_argument("--store", default="results.db", help="results database: SQLite path or URL")
@@ -265,7 +266,8 @@ def cmd_run(args) -> int:
     store = ResultStore(args.store)
     summary = summarise(store.rows(study=study))
     print()
-    print(markdown_table(comparison_rows(summary)) if summary["cells"] else "(no finished runs)")
+    print(markdown_table(_marked_comparison(summary, comparison_rows(summary))) if summary["cells"]
+          else "(no finished runs)")
     for line in missing:
         print(f"missing: {line}")
     for name, message in failures:
@@ -274,6 +276,24 @@ def cmd_run(args) -> int:
     print(f"\nreport: {paths['markdown']} and {paths['html']}; store: {args.store} (study {study}); "
           f"{time.perf_counter() - started:.0f} s")
     return 0 if not failures else 1
+
+
+def _marked_comparison(summary: Dict[str, Any], rows: List[List[str]]) -> List[List[str]]:
+    """The comparison table with each column's best mean in bold and a last row of the trivial baselines,
+    so the table alone shows which cells beat the baseline and by how much."""
+    from .results import _format_value
+    marked = [list(row) for row in rows]
+    baselines = ["trivial baseline"]
+    for j, column in enumerate(summary["columns"], start=1):
+        items = {i: summary["table"][(cell, column)] for i, cell in enumerate(summary["cells"], start=1)
+                 if (cell, column) in summary["table"]}
+        first = next(iter(items.values()))  # a column is one task setting: one metric, one direction
+        sign = 1 if first["higher_is_better"] else -1
+        best = max(items, key=lambda i: sign * items[i]["mean"])
+        marked[best][j] = f"**{marked[best][j]}**"
+        baseline = next((item["baseline"] for item in items.values() if item["baseline"] is not None), None)
+        baselines.append(_format_value(baseline, first["metric_name"]))
+    return marked + [baselines]
 
 
 def _run_all(configs, jobs: int):

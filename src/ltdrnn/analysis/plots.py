@@ -1,15 +1,45 @@
 """PNG plots. matplotlib is imported when a plot is made, with the Agg backend (no display needed).
 
 Every function writes one file and returns its path (``learning_curves`` returns None when the runs
-have no history to draw).
+have no history to draw). Lines are coloured by :func:`cell_colour`, so a cell has the same colour in
+every plot.
 """
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import torch
 from torch import Tensor
+
+
+# The five source cells and the LSTM they are compared with; no grey, which marks the trivial baseline.
+CELL_COLOURS = {"tarnn": "#1f77b4", "srnn": "#ff7f0e", "mist": "#2ca02c", "irnn": "#d62728",
+                "sarnn": "#9467bd", "lstm": "#000000"}
+# Other cells draw from colours none of the above uses; a stable hash (crc32, unlike hash() not salted per
+# process) picks one, so two baselines may share a colour but a cell never changes it.
+OTHER_COLOURS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+                 "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
+
+
+def cell_colour(label: str) -> str:
+    """The colour of a cell's lines, as ``"#rrggbb"``: fixed for the source cells and LSTM, else picked
+    by name. ``label`` is a cell name, optionally with options as the report writes them
+    (``"tarnn[reading=code]"`` is coloured as ``"tarnn"``)."""
+    cell = label.split("[", 1)[0]
+    if cell in CELL_COLOURS:
+        return CELL_COLOURS[cell]
+    return OTHER_COLOURS[zlib.crc32(cell.encode()) % len(OTHER_COLOURS)]
+
+
+def _legend_once(label: str, drawn: set) -> Optional[str]:
+    """``label`` the first time it is drawn in a plot, else None: several seeds of a cell make one legend
+    entry."""
+    if label in drawn:
+        return None
+    drawn.add(label)
+    return label
 
 
 def _pyplot():
@@ -29,16 +59,18 @@ def _save(fig, path) -> Path:
 
 
 def learning_curves(rows: Sequence[Dict], path, title: str = "") -> Optional[Path]:
-    """Validation metric against optimiser steps, one line per stored run (label: cell)."""
+    """Validation metric against optimiser steps, one line per stored run (label and colour: its cell)."""
     drawn = [r for r in rows if r.get("history")]
     if not drawn:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
+    labelled: set = set()
     for row in drawn:
         steps = [h["step"] for h in row["history"]]
         values = [h.get("val_metric") for h in row["history"]]
-        ax.plot(steps, values, marker=".", label=row["cell"])
+        ax.plot(steps, values, marker=".", color=cell_colour(row["cell"]),
+                label=_legend_once(row["cell"], labelled))
     metric = drawn[0].get("metric_name") or "metric"
     baseline = (drawn[0].get("metrics") or {}).get("baseline")
     if baseline is not None:
@@ -55,7 +87,7 @@ def gradient_lag_plot(curves: Dict[str, Tensor], path, title: str = "gradient no
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, values in curves.items():
-        ax.semilogy(range(len(values)), values.clamp_min(1e-30).tolist(), label=label)
+        ax.semilogy(range(len(values)), values.clamp_min(1e-30).tolist(), color=cell_colour(label), label=label)
     ax.set_xlabel("lag tau (steps before the loss)")
     ax.set_ylabel("mean ||dL/dstate_{T-tau}||")
     ax.set_title(title)
@@ -67,10 +99,12 @@ def jacobian_during_training(rows: Sequence[Dict], path, title: str = "||dh_T/dh
     """The ``jacobian_norm`` entries of run histories (``train.track_gradients=true``) against steps."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
+    labelled: set = set()
     for row in rows:
         points = [(h["step"], h["jacobian_norm"]) for h in row.get("history") or [] if "jacobian_norm" in h]
         if points:
-            ax.semilogy(*zip(*points), marker=".", label=row["cell"])
+            ax.semilogy(*zip(*points), marker=".", color=cell_colour(row["cell"]),
+                        label=_legend_once(row["cell"], labelled))
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("||dh_T/dh_1||_F (estimate)")
     ax.set_title(title)
