@@ -419,3 +419,20 @@ def test_gradient_vs_lag_analysis_is_computed_in_float64(tmp_path):
     # the printed iRNN passes about eta = 0.01 of the gradient back per step: 0.01^49 underflows float32
     result = watcher.finish({"timings": {"steps": 0}})["gradient_vs_lag"]
     assert 0 < result["ratio"] < 1e-60 and result["dtype"] == "float64"
+
+
+def test_claim_curves_use_each_cells_colour_and_a_new_line_style_per_extra_run_of_a_cell(tmp_path, monkeypatch):
+    import matplotlib
+    from ltdrnn.analysis.plots import cell_colour
+    figures = []
+    real_save = R._save
+    monkeypatch.setattr(R, "_save", lambda fig, path: figures.append(fig) or real_save(fig, path))
+    claim = R.find_claim(R.load_claims(), "adding-200")
+    history = [{"step": 1, "val_metric": 0.2}, {"step": 2, "val_metric": 0.1}]
+    rows = {label: {"cell": cell, "history": history, "metrics": {"baseline": 0.167}}
+            for label, cell in (("tarnn", "tarnn"), ("lstm", "lstm"), ("tarnn_raw", "tarnn"))}
+    R.make_plots(claim, R.Measurements(rows), tmp_path)
+    lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() in rows]
+    assert [matplotlib.colors.to_hex(line.get_color()) for line in lines] == [
+        cell_colour("tarnn"), cell_colour("lstm"), cell_colour("tarnn")]
+    assert [line.get_linestyle() for line in lines] == ["-", "-", "--"]

@@ -1168,16 +1168,18 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
     """Learning curves of the claim's runs, and the plots of its analyses."""
     import torch
 
-    from .analysis.plots import gradient_lag_plot
+    from .analysis.plots import cell_colour, gradient_lag_plot
     paths = []
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     drawn = False
+    style = _line_styles(measurements.rows)
     for label, row in measurements.rows.items():
         points = [(h["step"], h["val_metric"]) for h in row.get("history") or []
                   if h.get("val_metric") is not None and math.isfinite(h["val_metric"])]
         if points:
-            ax.plot(*zip(*points), marker=".", label=label)
+            ax.plot(*zip(*points), marker=".", label=label, color=cell_colour(row.get("cell") or label),
+                    linestyle=style[label])
             drawn = True
     if drawn:
         first = next(iter(measurements.rows.values()))
@@ -1202,7 +1204,9 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
     if traces:
         fig, ax = plt.subplots(figsize=(6, 3.4))
         for label, trace in traces.items():
-            ax.plot([t["step"] for t in trace], [max(t["ratio"], 1e-30) for t in trace], marker=".", label=label)
+            row = measurements.rows.get(label, {})
+            ax.plot([t["step"] for t in trace], [max(t["ratio"], 1e-30) for t in trace], marker=".", label=label,
+                    color=cell_colour(row.get("cell") or label), linestyle=style.get(label, "-"))
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
@@ -1211,6 +1215,17 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
         ax.legend(fontsize=7)
         paths.append(_save(fig, root / f"{claim.id}-jacobian-ratio.png"))
     return paths
+
+
+def _line_styles(rows: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+    """A line style per run label: the runs of one cell share its colour (``cell_colour``), so the
+    second, third, ... run of a cell (another reading, another K) gets a dashed, dotted, ... line."""
+    cycle, seen, out = ("-", "--", ":", "-."), {}, {}
+    for label, row in rows.items():
+        cell = row.get("cell") or label
+        out[label] = cycle[seen.get(cell, 0) % len(cycle)]
+        seen[cell] = seen.get(cell, 0) + 1
+    return out
 
 
 def _pyplot():
