@@ -59,8 +59,6 @@ def test_a_module_without_links_is_named():
 
 # the specification and design notes the project was started from live outside the repository
 OUTSIDE = re.compile(r"CELLS\.md|DESIGN\.md|\bDESIGN\b|\bpapers/|/work/")
-# presets/ belongs to issue 13's branch; its two comments that cite the papers' folder are fixed on merging
-NOT_YET = {"src/ltdrnn/presets/paper_numbers.yaml", "src/ltdrnn/presets/reproduce/_claims.yaml"}
 
 
 def test_docs_and_sources_cite_no_file_outside_the_repository():
@@ -69,7 +67,7 @@ def test_docs_and_sources_cite_no_file_outside_the_repository():
                if p.suffix in (".py", ".md", ".yaml", ".c", ".json", ".csv"))]
     hits = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files if path.is_file()
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-            if OUTSIDE.search(line) and str(path.relative_to(ROOT)) not in NOT_YET]
+            if OUTSIDE.search(line)]
     assert not hits, "\n".join(hits)
 
 
