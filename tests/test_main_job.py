@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from ltdrnn.analysis import plots
-from ltdrnn.cli import _marked_comparison, main, parse
+from ltdrnn.cli import main, parse
 from ltdrnn.config import list_presets, load_config
-from ltdrnn.results import ResultStore, comparison_rows, summarise
+from ltdrnn.results import ResultStore, marked_comparison_rows, summarise
 
 SOURCE_CELLS = {"tarnn", "srnn", "mist", "irnn", "sarnn"}
 
@@ -52,7 +52,7 @@ def test_the_table_marks_the_best_mean_of_each_column_and_ends_with_the_trivial_
             _row("lstm", 0.6, task="toy", metric_name="accuracy", higher=True, baseline=0.25),
             _row("tarnn", 0.9, task="toy", metric_name="accuracy", higher=True, baseline=0.25)]
     summary = summarise(rows)
-    table = _marked_comparison(summary, comparison_rows(summary))
+    table = marked_comparison_rows(summary)
     assert table[0] == ["cell", "adding(T=200)", "toy(T=200)"]
     by_cell = {row[0]: row[1:] for row in table[1:]}
     assert by_cell["irnn"][0] == "**0.002 ± 0.001 (n=2)**"
@@ -64,7 +64,7 @@ def test_the_table_marks_the_best_mean_of_each_column_and_ends_with_the_trivial_
 
 def test_a_better_seed_does_not_win_over_a_better_mean():
     summary = summarise([_row("irnn", 0.0001, 0), _row("irnn", 0.1, 1), _row("tarnn", 0.01)])
-    table = _marked_comparison(summary, comparison_rows(summary))
+    table = marked_comparison_rows(summary)
     assert table[2] == ["tarnn", "**0.01**"] and not table[1][1].startswith("**")
 
 
@@ -102,8 +102,8 @@ def test_each_source_cell_and_lstm_has_its_own_colour_and_options_do_not_change_
 def test_learning_curves_draw_every_run_in_its_cells_colour_with_one_legend_entry_per_cell(tmp_path,
                                                                                           monkeypatch):
     figures = []
-    real_save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or real_save(fig, path))
+    real_save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or real_save(fig, path))
     history = [{"step": 1, "val_metric": 0.2}, {"step": 2, "val_metric": 0.1}]
     runs = [{"cell": "irnn", "history": history}, {"cell": "irnn", "history": history},
             {"cell": "gru", "history": history}]

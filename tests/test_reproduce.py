@@ -424,9 +424,10 @@ def test_gradient_vs_lag_analysis_is_computed_in_float64(tmp_path):
 def test_claim_curves_use_each_cells_colour_and_a_new_line_style_per_extra_run_of_a_cell(tmp_path, monkeypatch):
     import matplotlib
     from ltdrnn.analysis.plots import cell_colour
+    from ltdrnn.analysis import plots
     figures = []
-    real_save = R._save
-    monkeypatch.setattr(R, "_save", lambda fig, path: figures.append(fig) or real_save(fig, path))
+    real_save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or real_save(fig, path))
     claim = R.find_claim(R.load_claims(), "adding-200")
     history = [{"step": 1, "val_metric": 0.2}, {"step": 2, "val_metric": 0.1}]
     rows = {label: {"cell": cell, "history": history, "metrics": {"baseline": 0.167}}

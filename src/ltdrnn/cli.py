@@ -234,7 +234,7 @@ def cmd_run(args) -> int:
     """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
     from .cells.registry import list_cells
     from .config import list_presets, load_config
-    from .results import ResultStore, comparison_rows, markdown_table, render_report, summarise
+    from .results import ResultStore, marked_comparison_rows, markdown_table, render_report, summarise
     from .tasks import list_tasks
 
     started = time.perf_counter()
@@ -266,7 +266,7 @@ def cmd_run(args) -> int:
     store = ResultStore(args.store)
     summary = summarise(store.rows(study=study))
     print()
-    print(markdown_table(_marked_comparison(summary, comparison_rows(summary))) if summary["cells"]
+    print(markdown_table(marked_comparison_rows(summary)) if summary["cells"]
           else "(no finished runs)")
     for line in missing:
         print(f"missing: {line}")
@@ -276,24 +276,6 @@ def cmd_run(args) -> int:
     print(f"\nreport: {paths['markdown']} and {paths['html']}; store: {args.store} (study {study}); "
           f"{time.perf_counter() - started:.0f} s")
     return 0 if not failures else 1
-
-
-def _marked_comparison(summary: Dict[str, Any], rows: List[List[str]]) -> List[List[str]]:
-    """The comparison table with each column's best mean in bold and a last row of the trivial baselines,
-    so the table alone shows which cells beat the baseline and by how much."""
-    from .results import _format_value
-    marked = [list(row) for row in rows]
-    baselines = ["trivial baseline"]
-    for j, column in enumerate(summary["columns"], start=1):
-        items = {i: summary["table"][(cell, column)] for i, cell in enumerate(summary["cells"], start=1)
-                 if (cell, column) in summary["table"]}
-        first = next(iter(items.values()))  # a column is one task setting: one metric, one direction
-        sign = 1 if first["higher_is_better"] else -1
-        best = max(items, key=lambda i: sign * items[i]["mean"])
-        marked[best][j] = f"**{marked[best][j]}**"
-        baseline = next((item["baseline"] for item in items.values() if item["baseline"] is not None), None)
-        baselines.append(_format_value(baseline, first["metric_name"]))
-    return marked + [baselines]
 
 
 def _run_all(configs, jobs: int):

@@ -36,6 +36,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .results import markdown_table
+
 BUDGETS = ("quick", "paper")
 DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_STORE = "reproduction/results.db"
@@ -677,13 +679,8 @@ class Store:
             sa.Column("kind", sa.String(40), nullable=False),
             sa.Column("created", sa.String(40), nullable=False),
             sa.Column("data", sa.Text, nullable=False))
-        for attempt in range(3):  # another process may create it at the same moment
-            try:
-                self.table.metadata.create_all(self.results.engine, checkfirst=True)
-                break
-            except sa.exc.OperationalError:
-                if attempt == 2:
-                    raise
+        from .results import create_tables
+        create_tables(sa, self.table.metadata, self.results.engine)
 
     def add_analysis(self, run_id: str, study: str, label: str, kind: str, data: Dict[str, Any]) -> None:
         row = {"id": uuid.uuid4().hex, "run_id": run_id, "study": study, "label": label, "kind": kind,
@@ -1062,13 +1059,6 @@ def _commands(measurements: Measurements) -> List[str]:
     return seen
 
 
-def _table(rows: List[List[str]]) -> str:
-    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |"
-              for r in rows[1:]]
-    return "\n".join(lines)
-
-
 def _ours(verdict: Verdict) -> str:
     values = _unique([(call, _call_value(call, value, spread)) for r in verdict.checks
                       for (call, value), spread in zip(r.values, r.spreads)]
@@ -1121,7 +1111,7 @@ def render(store: str = DEFAULT_STORE, out: str = DEFAULT_DOC, plots_dir: str = 
         f"Training time of the rows shown: **{minutes:.0f} CPU minutes** (the sum of `train_s` over every "
         "row, all seeds; regenerating this page from scratch takes that much training plus evaluation). The "
         "machine was shared with other jobs, so times are noisy and only comparable within a claim.", "",
-        "## Summary", "", _table(summary), "",
+        "## Summary", "", markdown_table(summary), "",
     ]
     doc += sections
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -1137,7 +1127,7 @@ def _rule_text(check: Check) -> str:
 def claim_section(claim: Claim, verdict: Verdict, measurements: Measurements, budget: Optional[str],
                   figures: List[Path], doc_dir: Path) -> str:
     lines = [f"## {claim.id}", "", f"**{claim.title}** ({claim.paper}). {claim.claim}", "",
-             "Paper:", "", _table([["what", "paper's number", "source"]]
+             "Paper:", "", markdown_table([["what", "paper's number", "source"]]
                                  + [[n["what"], n["value"], n["source"]] for n in claim.paper_numbers]), ""]
     shown = budget or "quick"
     lines += [f"Budgets: quick, `ltdrnn reproduce run {claim.id} --budget quick` ({claim.budgets['quick'].note}); "
@@ -1151,7 +1141,7 @@ def claim_section(claim: Claim, verdict: Verdict, measurements: Measurements, bu
     if measurements.seeds:
         commands = _commands(measurements)
         lines += [f"Ours ({shown} budget), produced by " + ", ".join(f"`{c}`" for c in commands) + ":", "",
-                  _table(run_rows(claim, measurements)), ""]
+                  markdown_table(run_rows(claim, measurements)), ""]
     if claim.readings or any(spec.reading_of for spec in claim.runs):
         lines += ["Readings: " + " ".join(t for t in (claim.readings, readings_text(claim, measurements)) if t), ""]
     lines += ["Verdict rules: " + "; ".join(_rule_text(c) for c in claim.checks) + ".", "",
@@ -1168,9 +1158,10 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
     """Learning curves of the claim's runs, and the plots of its analyses."""
     import torch
 
+    from .analysis import plots
     from .analysis.plots import cell_colour, gradient_lag_plot
     paths = []
-    plt = _pyplot()
+    plt = plots.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     drawn = False
     style = _line_styles(measurements.rows)
@@ -1191,7 +1182,7 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
         ax.set_ylabel(f"validation {first.get('metric_name') or 'metric'}")
         ax.set_title(f"{claim.id}: validation curves")
         ax.legend(fontsize=7)
-        paths.append(_save(fig, root / f"{claim.id}-curves.png"))
+        paths.append(plots.save_figure(fig, root / f"{claim.id}-curves.png"))
     else:
         plt.close(fig)
     curves = {label: torch.tensor(a["gradient_vs_lag"]["curve"]) for label, a in measurements.analyses.items()
@@ -1213,7 +1204,7 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
         ax.set_ylabel("||dh_T/dh_1|| / ||dh_T/dh_(T-1)||\n(float32 underflow drawn at 1e-30)", fontsize=8)
         ax.set_title(f"{claim.id}: gradient ratio during training")
         ax.legend(fontsize=7)
-        paths.append(_save(fig, root / f"{claim.id}-jacobian-ratio.png"))
+        paths.append(plots.save_figure(fig, root / f"{claim.id}-jacobian-ratio.png"))
     return paths
 
 
@@ -1226,21 +1217,6 @@ def _line_styles(rows: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
         out[label] = cycle[seen.get(cell, 0) % len(cycle)]
         seen[cell] = seen.get(cell, 0) + 1
     return out
-
-
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    _pyplot().close(fig)
-    return path
 
 
 # ---- command line ----------------------------------------------------------------------------------

@@ -3,18 +3,13 @@ activations written into buffers, a cache of parameter-derived operands, the fin
 sequence's length, parameters as Python floats.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base` (time-major ``(T, B, H)``). The compiled kernels live
-in :mod:`ltdrnn.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.memory`; their names are
-re-exported here, where callers imported them before the split.
+in :mod:`ltdrnn.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.memory`.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .kernels import (STREAM_MAX_BATCH, StreamOperands, can_stream_in_kernel, kernel_cache_dir,  # noqa: F401
-                      kernels_enabled, load_kernel, pointer, run_stream_kernel, stream_kernel)
-from .memory import (MALLOC_ENV, empty_buffer, release, release_scratch, scratch_buffer,  # noqa: F401
-                     tune_malloc)
 
 
 # ---- helpers of the fused loops (hand-written forward and backward over a sequence) ------------------

@@ -42,19 +42,21 @@ def _legend_once(label: str, drawn: set) -> Optional[str]:
     return label
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display needed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
 
 
-def _save(fig, path) -> Path:
+def save_figure(fig, path, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` (parents created) and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
     return path
 
 
@@ -63,7 +65,7 @@ def learning_curves(rows: Sequence[Dict], path, title: str = "") -> Optional[Pat
     drawn = [r for r in rows if r.get("history")]
     if not drawn:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     labelled: set = set()
     for row in drawn:
@@ -79,12 +81,12 @@ def learning_curves(rows: Sequence[Dict], path, title: str = "") -> Optional[Pat
     ax.set_ylabel(f"validation {metric}")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def gradient_lag_plot(curves: Dict[str, Tensor], path, title: str = "gradient norm vs lag") -> Path:
     """``curves``: label -> ``(T,)`` from :func:`~ltdrnn.analysis.gradients.gradient_vs_lag`; log scale."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, values in curves.items():
         ax.semilogy(range(len(values)), values.clamp_min(1e-30).tolist(), color=cell_colour(label), label=label)
@@ -92,12 +94,12 @@ def gradient_lag_plot(curves: Dict[str, Tensor], path, title: str = "gradient no
     ax.set_ylabel("mean ||dL/dstate_{T-tau}||")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def jacobian_during_training(rows: Sequence[Dict], path, title: str = "||dh_T/dh_1|| during training") -> Path:
     """The ``jacobian_norm`` entries of run histories (``train.track_gradients=true``) against steps."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     labelled: set = set()
     for row in rows:
@@ -109,11 +111,11 @@ def jacobian_during_training(rows: Sequence[Dict], path, title: str = "||dh_T/dh
     ax.set_ylabel("||dh_T/dh_1||_F (estimate)")
     ax.set_title(title)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _image(values: Tensor, path, title: str, ylabel: str, cmap: str, colorbar: bool = True) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2))
     shown = ax.imshow(values.detach().float().cpu().T.numpy(), aspect="auto", interpolation="nearest",
                       cmap=cmap, origin="lower")
@@ -124,7 +126,7 @@ def _image(values: Tensor, path, title: str, ylabel: str, cmap: str, colorbar: b
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if colorbar:
         fig.colorbar(shown, ax=ax)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def update_pattern(aux: Dict[str, Tensor], path, sequence: int = 0, title: str = "update pattern") -> Path:

@@ -1,6 +1,6 @@
 /* The element-wise part of one MIST step, forward and backward, for ltdrnn.cells.mist.
  *
- * Built on first use by ltdrnn.scan.load_kernel and called through ctypes once per time step; the
+ * Built on first use by ltdrnn.kernels.load_kernel and called through ctypes once per time step; the
  * two matrix products of a step stay in PyTorch (BLAS). Layouts (all contiguous):
  *   gates  (B, G), G = nd + H: on entry the logits [a | r]; the forward pass replaces them in place
  *          by softmax(a-logits) and sigmoid(r-logits), which the backward pass reads.

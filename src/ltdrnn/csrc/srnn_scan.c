@@ -1,6 +1,6 @@
 /* SRNN's sequential part, h_t = act(roll(h_{t-1}, 1) + beta_t), fused with the gate of beta.
  *
- * Built on first use by ltdrnn.scan.load_kernel (plain C, called through ctypes, so no torch headers
+ * Built on first use by ltdrnn.kernels.load_kernel (plain C, called through ctypes, so no torch headers
  * are compiled). Arrays are contiguous and (T, B, H) arrays time-major, except dh in the backward
  * pass, which is read with the given time and batch strides (its last axis contiguous), so that the
  * transposed gradient of a batch-first output needs no copy.

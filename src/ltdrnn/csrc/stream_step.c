@@ -1,6 +1,6 @@
 /* One whole time step per call, for streaming inference at small batch (no autograd).
  *
- * Built on first use by ltdrnn.scan.load_kernel and called through ctypes by the cells' lean
+ * Built on first use by ltdrnn.kernels.load_kernel and called through ctypes by the cells' lean
  * `forward` (TARNN, SRNN, MIST, SA-RNN). At batch 1 a step is a few small matrix-vector products
  * (H = 128: tens of thousands of multiply-adds) plus element-wise work; done as PyTorch ops it costs
  * one dispatch (a few us) per op, here it is one call. The weights are passed once per call as an

@@ -138,6 +138,23 @@ def paper_rows(summary: Dict[str, Any]) -> List[List[str]]:
     return out
 
 
+def marked_comparison_rows(summary: Dict[str, Any]) -> List[List[str]]:
+    """The comparison table with each column's best mean in bold and a last row of the trivial baselines,
+    so the table alone shows which cells beat the baseline and by how much."""
+    marked = [list(row) for row in comparison_rows(summary)]
+    baselines = ["trivial baseline"]
+    for j, column in enumerate(summary["columns"], start=1):
+        items = {i: summary["table"][(cell, column)] for i, cell in enumerate(summary["cells"], start=1)
+                 if (cell, column) in summary["table"]}
+        first = next(iter(items.values()))  # a column is one task setting: one metric, one direction
+        sign = 1 if first["higher_is_better"] else -1
+        best = max(items, key=lambda i: sign * items[i]["mean"])
+        marked[best][j] = f"**{marked[best][j]}**"
+        baseline = next((item["baseline"] for item in items.values() if item["baseline"] is not None), None)
+        baselines.append(_format_value(baseline, first["metric_name"]))
+    return marked + [baselines]
+
+
 def markdown_table(rows: Sequence[Sequence[Any]]) -> str:
     """A markdown table, the first row as header: each cell ``str()``-ed, ``|`` escaped and line breaks
     folded to spaces, so no value can break the table's layout."""

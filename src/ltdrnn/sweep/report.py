@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..analysis.plots import _pyplot, _save
+from ..analysis.plots import pyplot, save_figure
 from ..config import ConfigError
 from ..results import database_url, markdown_table, sqlite_file
 from .storage import BUDGET_ATTR, SPEC_ATTR, fail_stale_trials, open_storage, optuna_module
@@ -124,7 +124,7 @@ def sensitivity_plot(summary: Dict[str, Any], path: Path) -> bool:
     names = [p["name"] for p in summary["spec"]["params"]]
     if not ranked or not names:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     log_params = {p["name"] for p in summary["spec"]["params"] if p["distribution"] == "log-float"}
     figure, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), squeeze=False)
     top = set(t.number for t in ranked[:summary["k"]])
@@ -142,7 +142,7 @@ def sensitivity_plot(summary: Dict[str, Any], path: Path) -> bool:
         axis.set_xlabel(name)
         axis.set_ylabel("validation " + (summary["top"]["metric_name"] or "value"))
     figure.suptitle(f"{summary['study']}: red = top {summary['k']}")
-    _save(figure, path)
+    save_figure(figure, path)
     return True
 
 
