@@ -13,7 +13,14 @@ else:
     import os
 
     _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-    settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None, database=None,
-                              print_blob=True, suppress_health_check=_QUIET)
+    settings.register_profile(
+        "ci",
+        derandomize=True,
+        max_examples=25,
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=_QUIET,
+    )
     settings.register_profile("explore", max_examples=500, deadline=None, suppress_health_check=_QUIET)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

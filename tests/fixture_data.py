@@ -1,5 +1,6 @@
 """Small files in the real formats of the data-set tasks, written by the task tests (tests/tasks) and by
 the trainer's smoke test (tests/test_train.py) so that no test needs the real data sets."""
+
 import csv
 import gzip
 import pickle
@@ -18,9 +19,12 @@ def write_batches(folder, per_batch=6, seed=0):
     folder.mkdir(parents=True, exist_ok=True)
     batches = {}
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"batch_label": name.encode(), b"labels": [int(v) for v in rng.integers(0, 10, per_batch)],
-                 b"data": rng.integers(0, 256, (per_batch, 3072)).astype(np.uint8),
-                 b"filenames": [b"x.png"] * per_batch}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": [int(v) for v in rng.integers(0, 10, per_batch)],
+            b"data": rng.integers(0, 256, (per_batch, 3072)).astype(np.uint8),
+            b"filenames": [b"x.png"] * per_batch,
+        }
         (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
         batches[name] = batch
     return batches
@@ -38,7 +42,8 @@ def write_har(root, n_train=24, n_test=6, seed=0):
         signals = rng.normal(size=(9, n, 128)).round(6)
         for name, values in zip(SIGNALS, signals):
             (folder / f"{name}_{part}.txt").write_text(
-                "\n".join("  " + " ".join(f"{v:.7e}" for v in row) for row in values) + "\n")
+                "\n".join("  " + " ".join(f"{v:.7e}" for v in row) for row in values) + "\n"
+            )
         activity = np.arange(n) % 6 + 1
         subject = np.arange(n) % 6 + (1 if part == "train" else 7)
         (base / part / f"y_{part}.txt").write_text("\n".join(map(str, activity)) + "\n")
@@ -78,7 +83,7 @@ def write_corpus(root, words, per_word=3, noise=True):
     (root / "validation_list.txt").write_text("\n".join(val) + "\n")
     (root / "testing_list.txt").write_text("\n".join(test) + "\n")
     if noise:
-        write_wav(root / "_background_noise_" / "white.wav", np.random.default_rng(0).uniform(-.3, .3, 3 * RATE))
+        write_wav(root / "_background_noise_" / "white.wav", np.random.default_rng(0).uniform(-0.3, 0.3, 3 * RATE))
 
 
 # ---- Penn Treebank -------------------------------------------------------------------------------
@@ -149,8 +154,9 @@ TS_HEADER = """# a comment line
 
 def write_ts(path, rows, dims=1, equal=True, missing=False, name="Toy"):
     """A .ts file of ``rows`` = [(per-dimension values, label)] with classes a, b, c."""
-    text = TS_HEADER.format(name=name, missing=str(missing).lower(), uni=str(dims == 1).lower(), dims=dims,
-                         equal=str(equal).lower())
+    text = TS_HEADER.format(
+        name=name, missing=str(missing).lower(), uni=str(dims == 1).lower(), dims=dims, equal=str(equal).lower()
+    )
     lines = [":".join(",".join(str(v) for v in dim) for dim in series) + f":{label}" for series, label in rows]
     path.write_text(text + "\n".join(lines) + "\n")
 

@@ -7,6 +7,7 @@
 model must carry it to the end: ``terminal`` class ``x[0, 0] > 0``; ``regression`` value ``x[0, 0]``;
 ``per_step`` class ``x[0, 0] > 0`` at every step.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,20 +44,28 @@ class TinyCell(Cell):
         return out
 
     def losses(self):
-        return {"penalty": (self.U ** 2).sum()}
+        return {"penalty": (self.U**2).sum()}
 
 
 class TinyTask(Task):
-    def __init__(self, T: int = 6, kind: str = "terminal", n_train: int = 64, n_val: int = 32,
-                 n_test: int = 32, seed: int = 0):
+    def __init__(
+        self, T: int = 6, kind: str = "terminal", n_train: int = 64, n_val: int = 32, n_test: int = 32, seed: int = 0
+    ):
         self.T, self.kind, self.seed = T, kind, seed
         self.sizes = {"train": n_train, "val": n_val, "test": n_test}
         classes = kind != "regression"
         self.info = TaskInfo(
-            name="tiny", input_size=2, output_size=2 if classes else 1,
-            loss="cross_entropy" if classes else "mse", target="per_step" if kind == "per_step" else "terminal",
-            metric="accuracy" if classes else "mse", higher_is_better=classes,
-            baseline=0.5 if classes else 1.0, baseline_note="chance", seq_len=T)
+            name="tiny",
+            input_size=2,
+            output_size=2 if classes else 1,
+            loss="cross_entropy" if classes else "mse",
+            target="per_step" if kind == "per_step" else "terminal",
+            metric="accuracy" if classes else "mse",
+            higher_is_better=classes,
+            baseline=0.5 if classes else 1.0,
+            baseline_note="chance",
+            seq_len=T,
+        )
 
     def build_split(self, split):
         generator = torch.Generator().manual_seed(self.seed * 10 + ("train", "val", "test").index(split))
@@ -83,6 +92,7 @@ def install(monkeypatch) -> None:
 def tiny_config(tmp_path, **sections):
     """Plain config data for a quick run of the tiny cell on the tiny task; ``sections`` merge in."""
     from ltdrnn.config import deep_merge
+
     data = {
         "model": {"cell": "tiny", "hidden_size": 8},
         "task": {"name": "tiny"},

@@ -6,6 +6,7 @@ per-step records to equal the reference scan's; it repeats after scaling every p
 step), so operands cached by the cell must follow; and it requires the compiled step to have been used
 exactly when kernels are on, loaded and the batch is small enough.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -23,9 +24,15 @@ def no_records(cell) -> Dict[str, Tensor]:
     return {}
 
 
-def check_streaming_matches_reference(monkeypatch, use_kernels: bool, cell, x: Tensor, state0,
-                                      step_records: Records = no_records,
-                                      expected_records: Records = no_records) -> None:
+def check_streaming_matches_reference(
+    monkeypatch,
+    use_kernels: bool,
+    cell,
+    x: Tensor,
+    state0,
+    step_records: Records = no_records,
+    expected_records: Records = no_records,
+) -> None:
     """``x (T, B, d)``; ``state0`` the initial state (or None). ``step_records(cell)`` is read after
     every streamed step; ``expected_records(cell)`` after the reference scan, each value stacked over
     time (``(T, ...)``)."""
@@ -49,9 +56,12 @@ def check_streaming_matches_reference(monkeypatch, use_kernels: bool, cell, x: T
                 torch.testing.assert_close(torch.stack(outputs), expected.detach())
                 torch.testing.assert_close(state, expected_final.detach())
                 for name, value in expected_by_name.items():
-                    torch.testing.assert_close(torch.stack([r[name] for r in records]), value.detach(),
-                                               msg=lambda text, name=name: f"{name}: {text}")
-            for p in cell.parameters():     # an optimiser step: the cached operands must follow
+                    torch.testing.assert_close(
+                        torch.stack([r[name] for r in records]),
+                        value.detach(),
+                        msg=lambda text, name=name: f"{name}: {text}",
+                    )
+            for p in cell.parameters():  # an optimiser step: the cached operands must follow
                 p.mul_(1.1)
     used = use_kernels and x.shape[1] <= kernels.STREAM_MAX_BATCH and kernels.load_kernel("stream_step")
     assert (len(calls) > 0) == bool(used)

@@ -3,6 +3,7 @@
 Nothing here asserts a speed: the runs use tiny shapes (T=8, B=2, H=4) and only the consistency of
 what the benchmark derives from its own measurements is checked.
 """
+
 import json
 
 import pytest
@@ -15,13 +16,43 @@ SECTIONS = "train,inference,stream,scaling,flops,skip"
 
 
 def tiny_argv(tmp_path, *extra):
-    options = [f"--option={name}.{key}={value!r}" for name in ltdrnn.list_cells()
-               for key, value in ltdrnn.entry(name).test_options.items()]
-    return ["--shapes", "8x3", "--batch", "2", "--hidden", "4", "--repeats", "2", "--warmup", "1",
-            "--lengths", "4,8", "--scaling-shape", "8x3", "--stream-steps", "2", "--skip-fractions", "0,0.5",
-            "--threads", "1", "--no-malloc-tuning", "--sections", SECTIONS,
-            "--option=irnn[K=1,lowrank].rank=2", *options,
-            "--out", str(tmp_path / "bench.json"), "--markdown", str(tmp_path / "bench.md"), *extra]
+    options = [
+        f"--option={name}.{key}={value!r}"
+        for name in ltdrnn.list_cells()
+        for key, value in ltdrnn.entry(name).test_options.items()
+    ]
+    return [
+        "--shapes",
+        "8x3",
+        "--batch",
+        "2",
+        "--hidden",
+        "4",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--lengths",
+        "4,8",
+        "--scaling-shape",
+        "8x3",
+        "--stream-steps",
+        "2",
+        "--skip-fractions",
+        "0,0.5",
+        "--threads",
+        "1",
+        "--no-malloc-tuning",
+        "--sections",
+        SECTIONS,
+        "--option=irnn[K=1,lowrank].rank=2",
+        *options,
+        "--out",
+        str(tmp_path / "bench.json"),
+        "--markdown",
+        str(tmp_path / "bench.md"),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +80,8 @@ def test_json_has_the_machine_settings_and_every_section(report):
     assert "memory" not in result and "malloc" not in result
     for record in result["train"] + result["inference"]:
         assert len(record["samples"]) == 2 and record["median"] == pytest.approx(
-            sorted(record["samples"])[0] / 2 + sorted(record["samples"])[1] / 2)
+            sorted(record["samples"])[0] / 2 + sorted(record["samples"])[1] / 2
+        )
 
 
 def test_every_registered_cell_and_variant_is_measured(report):
@@ -72,8 +104,7 @@ def test_ratios_are_the_quotients_of_the_medians(report):
     stream = {r["subject"]: r for r in result["stream"]}
     for record in result["stream"]:
         assert record["ratio_lstmcell"] == pytest.approx(record["cell_median"] / stream["nn.LSTM"]["cell_median"])
-        assert record["ratio_lstm_layer"] == pytest.approx(
-            record["layer_median"] / stream["nn.LSTM"]["layer_median"])
+        assert record["ratio_lstm_layer"] == pytest.approx(record["layer_median"] / stream["nn.LSTM"]["layer_median"])
     lstm = next(r["medians"] for r in result["scaling"] if r["subject"] == "nn.LSTM")
     for record in result["scaling"]:
         assert record["ratio_lstm"] == pytest.approx([s / b for s, b in zip(record["medians"], lstm)])
@@ -116,8 +147,14 @@ def test_markdown_has_the_target_rows_and_the_tables(report):
     for row in result["targets"]:
         assert row["target"] in markdown
     assert markdown.count("| pass |") + markdown.count("**miss** by") == len(result["targets"])
-    for title in ("## Targets", "## Training step", "## Inference", "## Streaming step", "## Scaling in T",
-                  "## SA-RNN skipping inference"):
+    for title in (
+        "## Targets",
+        "## Training step",
+        "## Inference",
+        "## Streaming step",
+        "## Scaling in T",
+        "## SA-RNN skipping inference",
+    ):
         assert title in markdown
 
 
@@ -162,10 +199,18 @@ def test_unknown_names_and_options_are_reported():
 
 def test_missing_cell_gives_an_unmeasured_target_row():
     settings = {"shapes": ["s"], "sections": ["train", "stream"]}
-    result = {"settings": settings, "errors": [], "train": [
-        {"subject": "nn.LSTM", "shape": "s", "median": 2.0}, {"subject": "mist", "shape": "s", "median": 3.0}],
-        "subjects": {"nn.LSTM": {"family": "torch", "cell": None, "aliases": [], "error": None},
-                     "mist": {"family": "source", "cell": "mist", "aliases": [], "error": None}}}
+    result = {
+        "settings": settings,
+        "errors": [],
+        "train": [
+            {"subject": "nn.LSTM", "shape": "s", "median": 2.0},
+            {"subject": "mist", "shape": "s", "median": 3.0},
+        ],
+        "subjects": {
+            "nn.LSTM": {"family": "torch", "cell": None, "aliases": [], "error": None},
+            "mist": {"family": "source", "cell": "mist", "aliases": [], "error": None},
+        },
+    }
     rows = {r["target"]: r for r in bench.evaluate_targets(result)}
     mist = rows["MIST training step"]
     assert mist["measured"] == 1.5 and mist["passed"] is False
@@ -187,11 +232,16 @@ def test_copy_shape_is_one_hot():
 
 
 def test_memory_probe_counts_at_least_the_output_tensor():
-    spec = {"subject": bench.subject_spec(bench.Subject("nn.LSTM", None)),
-            "shape": {"name": "s", "steps": 200, "input_size": 3, "one_hot": False},
-            "batch": 64, "hidden": 64, "threads": 1, "malloc_tuning": False}
+    spec = {
+        "subject": bench.subject_spec(bench.Subject("nn.LSTM", None)),
+        "shape": {"name": "s", "steps": 200, "input_size": 3, "one_hot": False},
+        "batch": 64,
+        "hidden": 64,
+        "threads": 1,
+        "malloc_tuning": False,
+    }
     result = bench.run_probe("memory", spec)
-    output_mb = 200 * 64 * 64 * 4 / 2 ** 20
+    output_mb = 200 * 64 * 64 * 4 / 2**20
     assert result["inference_peak_mb"] >= output_mb
     assert result["train_peak_mb"] > result["inference_peak_mb"]
 
@@ -206,19 +256,34 @@ def test_render_reproduces_the_markdown_from_the_json(report, tmp_path, capsys):
 def test_a_failing_run_is_dropped_and_recorded():
     def broken():
         raise RuntimeError("boom")
+
     calls = []
     errors = []
-    samples = bench.interleaved_samples({("bad", "cell"): broken, "good": lambda: calls.append(1)},
-                                        repeats=3, warmup=1, errors=errors, context={"section": "stream"})
+    samples = bench.interleaved_samples(
+        {("bad", "cell"): broken, "good": lambda: calls.append(1)},
+        repeats=3,
+        warmup=1,
+        errors=errors,
+        context={"section": "stream"},
+    )
     assert list(samples) == ["good"] and len(samples["good"]) == 3 and len(calls) == 4
     assert errors == [{"section": "stream", "subject": "bad", "error": "RuntimeError: boom"}]
 
 
 def test_timing_probe_reports_a_median_per_subject():
-    spec = {"subjects": [bench.subject_spec(bench.Subject("nn.LSTM", None)),
-                         bench.subject_spec(bench.registry_subjects(["srnn"], {})[-1])],
-            "shape": {"name": "s", "steps": 8, "input_size": 3, "one_hot": False}, "batch": 2, "hidden": 4,
-            "threads": torch.get_num_threads(), "repeats": 2, "warmup": 1, "mode": "default"}
+    spec = {
+        "subjects": [
+            bench.subject_spec(bench.Subject("nn.LSTM", None)),
+            bench.subject_spec(bench.registry_subjects(["srnn"], {})[-1]),
+        ],
+        "shape": {"name": "s", "steps": 8, "input_size": 3, "one_hot": False},
+        "batch": 2,
+        "hidden": 4,
+        "threads": torch.get_num_threads(),
+        "repeats": 2,
+        "warmup": 1,
+        "mode": "default",
+    }
     try:
         medians = bench.timing_probe(spec)
     finally:

@@ -1,4 +1,5 @@
 """The ``ltdrnn`` command: listing, train/eval, clear config errors, delegation, the ``run`` job."""
+
 import json
 import sys
 import types
@@ -18,8 +19,16 @@ def tiny(monkeypatch):
     torch.set_num_threads(1)
 
 
-TINY = ["model.cell=tiny", "model.hidden_size=6", "task.name=tiny", "task.options={}", "train.steps=6",
-        "train.eval_every=3", "train.batch_size=8", "train.latency=false"]
+TINY = [
+    "model.cell=tiny",
+    "model.hidden_size=6",
+    "task.name=tiny",
+    "task.options={}",
+    "train.steps=6",
+    "train.eval_every=3",
+    "train.batch_size=8",
+    "train.latency=false",
+]
 
 
 def test_list_shows_the_registries_and_presets(capsys):
@@ -64,6 +73,7 @@ def test_unknown_key_exits_2_with_the_key_and_the_valid_ones(tmp_path, capsys):
 
 def test_train_overrides_may_follow_the_options_in_order_and_other_strays_are_refused(capsys):
     from ltdrnn.cli import parse
+
     args = parse(["train", "quick/toy-lstm", "optim.lr=1", "--run-dir", "d", "optim.lr=2", "--quiet", "train.steps=3"])
     assert args.overrides == ["optim.lr=1", "optim.lr=2", "train.steps=3"] and args.run_dir == "d" and args.quiet
     with pytest.raises(SystemExit) as refused:
@@ -98,8 +108,14 @@ def test_bench_and_sweep_are_handed_over_with_their_arguments(monkeypatch, capsy
 
 def test_run_compares_the_group_reports_missing_cells_and_writes_the_report(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    overrides = ["train.steps=4", "train.eval_every=2", "train.latency=false",
-                 "task.options.n_train=64", "task.options.n_val=32", "task.options.n_test=32"]
+    overrides = [
+        "train.steps=4",
+        "train.eval_every=2",
+        "train.latency=false",
+        "task.options.n_train=64",
+        "task.options.n_val=32",
+        "task.options.n_test=32",
+    ]
     args = ["run", "--group", "quick", "--cells", "lstm,tiny,tarnn,nonexistent", "--jobs", "1"]
     for o in overrides:
         args += ["--set", o]
@@ -124,8 +140,14 @@ def test_run_compares_the_group_reports_missing_cells_and_writes_the_report(tmp_
 def test_run_with_two_worker_processes_stores_both_runs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["run", "--group", "quick", "--cells", "lstm", "--jobs", "2"]
-    for o in ["train.steps=2", "train.eval_every=1", "train.latency=false", "task.options.n_train=16",
-              "task.options.n_val=8", "task.options.n_test=8"]:
+    for o in [
+        "train.steps=2",
+        "train.eval_every=1",
+        "train.latency=false",
+        "task.options.n_train=16",
+        "task.options.n_val=8",
+        "task.options.n_test=8",
+    ]:
         args += ["--set", o]
     assert main(args) == 0
     out = capsys.readouterr().out

@@ -1,12 +1,23 @@
 """Configs: schema, validation messages, overrides, files, presets."""
+
 import inspect
 import json
 
 import pytest
 
 from ltdrnn.cells.registry import list_cells
-from ltdrnn.config import (ConfigError, RunConfig, apply_overrides, deep_merge, from_dict, list_presets,
-                           load_config, parse_override, preset_data, save_config)
+from ltdrnn.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    deep_merge,
+    from_dict,
+    list_presets,
+    load_config,
+    parse_override,
+    preset_data,
+    save_config,
+)
 from ltdrnn.models import build_model
 from ltdrnn.tasks import build_task, list_tasks
 
@@ -19,11 +30,14 @@ def test_defaults_need_a_length_of_training():
     assert from_dict({"train": {"steps": 5}}).optim.name == "adam"
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"train": {"steps": 1}, "modle": {}}, "'modle'"),
-    ({"train": {"steps": 1, "stpes": 3}}, "'train.stpes'"),
-    ({"train": {"steps": 1}, "optim": {"learning_rate": 0.1}}, "'optim.learning_rate'"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"train": {"steps": 1}, "modle": {}}, "'modle'"),
+        ({"train": {"steps": 1, "stpes": 3}}, "'train.stpes'"),
+        ({"train": {"steps": 1}, "optim": {"learning_rate": 0.1}}, "'optim.learning_rate'"),
+    ],
+)
 def test_unknown_keys_are_rejected_with_the_valid_ones(data, key):
     with pytest.raises(ConfigError) as error:
         from_dict(data)
@@ -39,17 +53,20 @@ def test_unknown_override_key_is_rejected():
         load_config({"train": {"steps": 1}}, ["optim.lrr=0.1"])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.hidden_size=abc", "model.hidden_size: expected an integer, got 'abc'"),
-    ("model.hidden_size=1.5", "model.hidden_size: expected an integer"),
-    ("train.progress=3", "train.progress: expected true or false"),
-    ("optim.lr=fast", "optim.lr: expected a number"),
-    ("optim.name=adamw", "optim.name: expected one of adam, rmsprop, sgd, got 'adamw'"),
-    ("optim.lr=-1", "optim.lr: expected a positive value"),
-    ("model.dropout=1.0", "model.dropout: expected a probability"),
-    ("train.loss_weights.budget=x", "train.loss_weights.budget: expected a number"),
-    ("model.options=3", "model.options: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.hidden_size=abc", "model.hidden_size: expected an integer, got 'abc'"),
+        ("model.hidden_size=1.5", "model.hidden_size: expected an integer"),
+        ("train.progress=3", "train.progress: expected true or false"),
+        ("optim.lr=fast", "optim.lr: expected a number"),
+        ("optim.name=adamw", "optim.name: expected one of adam, rmsprop, sgd, got 'adamw'"),
+        ("optim.lr=-1", "optim.lr: expected a positive value"),
+        ("model.dropout=1.0", "model.dropout: expected a probability"),
+        ("train.loss_weights.budget=x", "train.loss_weights.budget: expected a number"),
+        ("model.options=3", "model.options: expected a mapping"),
+    ],
+)
 def test_values_are_type_checked(override, message):
     with pytest.raises(ConfigError) as error:
         load_config({"train": {"steps": 1}}, [override])
@@ -62,8 +79,7 @@ def test_overrides_are_read_as_yaml_values():
     assert parse_override("model.options.K=5")[1] == 5
     assert parse_override("model.options.gate=outside")[1] == "outside"
     assert parse_override("train.progress=false")[1] is False
-    cfg = load_config({"train": {"steps": 1}}, ["model.options.K=5", "train.loss_weights.budget=1e-4",
-                                                 "optim.lr=3"])
+    cfg = load_config({"train": {"steps": 1}}, ["model.options.K=5", "train.loss_weights.budget=1e-4", "optim.lr=3"])
     assert cfg.model.options == {"K": 5} and cfg.train.loss_weights == {"budget": 1e-4}
     assert isinstance(cfg.optim.lr, float) and cfg.optim.lr == 3.0
     with pytest.raises(ConfigError, match="expected key.sub=value"):

@@ -4,6 +4,7 @@ trained on the same global batches; sharding drops and repeats no sample; reduct
 The processes are started with ``torch.multiprocessing.spawn``; each sets torchrun's variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port) and calls ``distributed.setup``.
 """
+
 import faulthandler
 import inspect
 import os
@@ -29,8 +30,9 @@ def free_port() -> int:
 def become_rank(rank: int, port: int) -> None:
     # a rank stuck in a collective prints every thread's stack and exits, so the test fails instead of hanging
     faulthandler.dump_traceback_later(120, exit=True)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
 
 
@@ -167,19 +169,33 @@ def test_local_parts_split_without_loss_and_an_empty_rank_gets_weight_zero(two_r
 # ---- the trainer under DDP (active once train.py calls ltdrnn.distributed) --------------------------
 def _trainer_integrated() -> bool:
     from ltdrnn import train as train_module
+
     return "D.wrap_model" in inspect.getsource(train_module)
 
 
-integrated = pytest.mark.skipif(not _trainer_integrated(),
-                                reason="train.py does not call ltdrnn.distributed yet (/tmp/ddp_train.patch)")
+integrated = pytest.mark.skipif(
+    not _trainer_integrated(), reason="train.py does not call ltdrnn.distributed yet (/tmp/ddp_train.patch)"
+)
 
 SETTINGS = {
     # 21 samples in batches of 8: 8, 8, 5 -> shards 4/4, 4/4, 3/2; mean loss, Adam, penalty term
-    "mean": ["train.steps=6", "train.eval_every=3", "task.options.n_train=21", "train.loss_weights.penalty=0.01",
-             "optim.clip_norm=1.0"],
+    "mean": [
+        "train.steps=6",
+        "train.eval_every=3",
+        "task.options.n_train=21",
+        "train.loss_weights.penalty=0.01",
+        "optim.clip_norm=1.0",
+    ],
     # 17 samples: 8, 8, 1 -> rank 1's last shard is empty (weight 0); summed loss, SGD with momentum
-    "sum": ["train.steps=6", "train.eval_every=2", "task.options.n_train=17", "optim.name=sgd",
-            "optim.lr=0.05", "optim.momentum=0.9", "optim.loss_reduction=sum"],
+    "sum": [
+        "train.steps=6",
+        "train.eval_every=2",
+        "task.options.n_train=17",
+        "optim.name=sgd",
+        "optim.lr=0.05",
+        "optim.momentum=0.9",
+        "optim.loss_reduction=sum",
+    ],
 }
 
 
@@ -188,6 +204,7 @@ def _register_tiny() -> None:
     from harness_helpers import TinyCell, TinyTask
     from ltdrnn.cells import registry
     from ltdrnn.tasks import base as task_base
+
     registry._load_all()
     task_base._load_all()
     registry._REGISTRY["tiny"] = registry.Entry("tiny", TinyCell, "baseline", "test cell")
@@ -196,6 +213,7 @@ def _register_tiny() -> None:
 
 def _stop_at_step_5(state) -> None:
     from ltdrnn.train import TrainingInterrupted
+
     if state["step"] == 5:
         raise TrainingInterrupted("simulated interruption on every rank")
 
@@ -206,6 +224,7 @@ def _train_worker(rank: int, ports: dict, root: str) -> None:
     from harness_helpers import tiny_config
     from ltdrnn.config import load_config
     from ltdrnn.train import TrainingInterrupted, train
+
     _register_tiny()
     for name, overrides in SETTINGS.items():
         become_rank(rank, ports[name])
@@ -228,6 +247,7 @@ def test_train_on_two_ranks_equals_one_process_and_writes_one_row(tmp_path, monk
     from ltdrnn.config import load_config
     from ltdrnn.results import ResultStore
     from ltdrnn.train import train
+
     ports = {n: free_port() for n in [*SETTINGS, "interrupted", "resumed"]}
     mp.spawn(_train_worker, args=(ports, str(tmp_path)), nprocs=WORLD, join=True)
     install(monkeypatch)

@@ -1,6 +1,7 @@
 """The docs tell the truth about the code: the examples in the source cells' and Recurrent's docstrings
 run (doctests), the cell map of docs/architecture.md is the one the registry generates, every cell
 module links its doc page, tests and kernel, and no doc cites a file outside the repository."""
+
 import doctest
 import re
 import sys
@@ -62,17 +63,29 @@ OUTSIDE = re.compile(r"CELLS\.md|DESIGN\.md|\bDESIGN\b|\bpapers/|/work/")
 
 
 def test_docs_and_sources_cite_no_file_outside_the_repository():
-    files = [ROOT / "README.md", ROOT / "REPRODUCTION.md", *(ROOT / "docs").rglob("*.md"),
-             *(p for p in (ROOT / "src" / "ltdrnn").rglob("*")
-               if p.suffix in (".py", ".md", ".yaml", ".c", ".json", ".csv"))]
-    hits = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files if path.is_file()
-            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-            if OUTSIDE.search(line)]
+    files = [
+        ROOT / "README.md",
+        ROOT / "REPRODUCTION.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(
+            p
+            for p in (ROOT / "src" / "ltdrnn").rglob("*")
+            if p.suffix in (".py", ".md", ".yaml", ".c", ".json", ".csv")
+        ),
+    ]
+    hits = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if path.is_file()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
     assert not hits, "\n".join(hits)
 
 
 def test_ci_and_the_pytest_config_run_the_slow_tests_too():
     import tomllib
+
     pytest_config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "slow" in " ".join(pytest_config["markers"])

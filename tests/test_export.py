@@ -1,5 +1,6 @@
 """Export (ltdrnn.export): the streaming step against eager PyTorch, the generated C, ONNX, torch.export,
 int8, the parity report of a trained run, the CLI, and clear errors for what is not supported."""
+
 from __future__ import annotations
 
 import json
@@ -12,27 +13,40 @@ import torch
 from harness_helpers import TinyTask
 from ltdrnn.cells.registry import entry, list_cells
 from ltdrnn.cli import main
-from ltdrnn.export import ExportError, StreamingStep, export
-from ltdrnn.export import c_export
+from ltdrnn.export import ExportError, StreamingStep, c_export, export
 from ltdrnn.export.step import run_sequences
 from ltdrnn.models import SequenceModel
 from ltdrnn.tasks import base as task_base
 
-needs_cc = pytest.mark.skipif(c_export.find_compiler() is None,
-                              reason="no C compiler (cc or $CC) on this machine to compile the generated step")
+needs_cc = pytest.mark.skipif(
+    c_export.find_compiler() is None, reason="no C compiler (cc or $CC) on this machine to compile the generated step"
+)
 
 # (cell, options, layers): every cell the C generator handles, default options first, then variants
 C_CASES = [
-    ("lstm", {}, 1), ("lstm", {"bias": False}, 1), ("gru", {}, 2), ("fastrnn", {}, 1),
-    ("fastrnn", {"w_rank": 2, "u_rank": 3, "nonlinearity": "relu"}, 1), ("fastgrnn", {}, 1),
-    ("fastgrnn", {"w_rank": 2, "u_rank": 3}, 1), ("srnn", {"hyper_size": 5}, 1),
+    ("lstm", {}, 1),
+    ("lstm", {"bias": False}, 1),
+    ("gru", {}, 2),
+    ("fastrnn", {}, 1),
+    ("fastrnn", {"w_rank": 2, "u_rank": 3, "nonlinearity": "relu"}, 1),
+    ("fastgrnn", {}, 1),
+    ("fastgrnn", {"w_rank": 2, "u_rank": 3}, 1),
+    ("srnn", {"hyper_size": 5}, 1),
     ("srnn", {"hyper_size": 5, "activation": "tanh", "gate": False, "fr_layers": 3}, 1),
-    ("srnn", {"fr_layers": 0}, 1), ("mist", {"num_delays": 3}, 1), ("sarnn", {}, 1),
-    ("sarnn", {"recurrence": "lstm"}, 1), ("tarnn", {}, 1), ("tarnn", {"A": "coupled", "activation": "tanh"}, 1),
-    ("tarnn", {"gate": "outside", "activation": "sigmoid", "K": 3}, 2), ("tarnn", {"reading": "code"}, 1), ("tarnn", {"reading": "theorem"}, 1),
+    ("srnn", {"fr_layers": 0}, 1),
+    ("mist", {"num_delays": 3}, 1),
+    ("sarnn", {}, 1),
+    ("sarnn", {"recurrence": "lstm"}, 1),
+    ("tarnn", {}, 1),
+    ("tarnn", {"A": "coupled", "activation": "tanh"}, 1),
+    ("tarnn", {"gate": "outside", "activation": "sigmoid", "K": 3}, 2),
+    ("tarnn", {"reading": "code"}, 1),
+    ("tarnn", {"reading": "theorem"}, 1),
     ("irnn", {}, 1),
-    ("irnn", {"rank": None, "reading": "state", "alpha": 0.5}, 1), ("irnn", {"projection": False}, 1),
-    ("irnn", {"reading": "paper"}, 1), ("irnn", {"contractive": True}, 1),
+    ("irnn", {"rank": None, "reading": "state", "alpha": 0.5}, 1),
+    ("irnn", {"projection": False}, 1),
+    ("irnn", {"reading": "paper"}, 1),
+    ("irnn", {"contractive": True}, 1),
 ]
 IDS = [f"{cell}-{i}" for i, (cell, _, _) in enumerate(C_CASES)]
 
@@ -116,7 +130,7 @@ def test_int8_c_step_is_quantised_and_close(tmp_path, cell):
         expected = model(x, lengths).numpy()
     got = run_sequences(int8["step"], step.init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist())
     error = np.abs(got - expected).max()
-    assert 0 < error <= 0.02 * np.abs(expected).max()          # quantised, but close
+    assert 0 < error <= 0.02 * np.abs(expected).max()  # quantised, but close
     assert int8["generated"].weight_bytes < 0.4 * fp32["generated"].weight_bytes
     assert "int8_t" in (tmp_path / "int8" / "net.c").read_text()
 
@@ -135,7 +149,7 @@ def test_generated_c_is_self_contained_c99():
     includes = set(re.findall(r"#include [<\"]([^>\"]+)[>\"]", source.source))
     assert includes == {"edge_net.h", "math.h", "stdint.h", "string.h"}
     assert "malloc" not in source.source
-    assert not re.findall(r"static (?!const)[\w ]+\[", source.source)   # no mutable static data: reentrant
+    assert not re.findall(r"static (?!const)[\w ]+\[", source.source)  # no mutable static data: reentrant
     assert "void edge_net_step(const float *x, float *state, float *out)" in source.source
     assert "void edge_net_init(float *state);" in source.header
     assert "#define EDGE_NET_STATE_SIZE 16" in source.header
@@ -146,6 +160,7 @@ def test_generated_c_is_self_contained_c99():
 @needs_cc
 def test_c_state_and_init_follow_the_header(tmp_path):
     import ctypes
+
     model = make_model("lstm", {})
     _, written = compiled(tmp_path, model)
     library = ctypes.CDLL(str(written["work"] / "libnet.so"))
@@ -156,13 +171,22 @@ def test_c_state_and_init_follow_the_header(tmp_path):
 
 # ---- ONNX and torch.export --------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("cell,options", [("lstm", {}), ("tarnn", {}),
-                                          ("sarnn", {}), ("mist", {"num_delays": 3}), ("srnn", {"hyper_size": 5}),
-                                          ("irnn", {})])
+@pytest.mark.parametrize(
+    "cell,options",
+    [
+        ("lstm", {}),
+        ("tarnn", {}),
+        ("sarnn", {}),
+        ("mist", {"num_delays": 3}),
+        ("srnn", {"hyper_size": 5}),
+        ("irnn", {}),
+    ],
+)
 def test_onnx_step_is_checked_and_matches_eager(tmp_path, cell, options):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     from ltdrnn.export import onnx_export
+
     model = make_model(cell, options)
     written = onnx_export.write(StreamingStep(model), tmp_path, "net", int8=False)
     graph = onnx.load(str(tmp_path / "net.onnx"))
@@ -172,24 +196,27 @@ def test_onnx_step_is_checked_and_matches_eager(tmp_path, cell, options):
     x, lengths = sequences()
     with torch.no_grad():
         expected = model(x, lengths).numpy()
-    got = run_sequences(written["step"], StreamingStep(model).init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist())
+    got = run_sequences(
+        written["step"], StreamingStep(model).init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist()
+    )
     assert np.abs(got - expected).max() <= 1e-5
 
 
 @pytest.mark.slow
 def test_pt2_step_and_scanned_sequence_match_eager(tmp_path):
     from ltdrnn.export import pt2_export
+
     model = make_model("tarnn", {})
     step = StreamingStep(model)
     written = pt2_export.write(step, tmp_path, "net", int8=False)
     assert [f.name for f in written["files"]] == ["net.pt2", "net.sequence.pt2"]
     sequence = torch.export.load(str(tmp_path / "net.sequence.pt2")).module()
-    for steps in (2, 23):   # the example had 3 steps: the length is dynamic
+    for steps in (2, 23):  # the example had 3 steps: the length is dynamic
         x = torch.randn(1, steps, 3)
         ys, final = sequence(x, step.init_state(1))
         with torch.no_grad():
             assert torch.allclose(ys[:, -1], model(x), atol=1e-5, rtol=0)
-            assert torch.allclose(ys[:, 4 % steps], model(x[:, :4 % steps + 1]), atol=1e-5, rtol=0)
+            assert torch.allclose(ys[:, 4 % steps], model(x[:, : 4 % steps + 1]), atol=1e-5, rtol=0)
     loaded_step = torch.export.load(str(tmp_path / "net.pt2")).module()
     x, lengths = sequences()
     got = run_sequences(lambda a, s: loaded_step(a, s), step.init_state(6), x, lengths.tolist())
@@ -233,7 +260,7 @@ def test_every_registry_cell_exports_to_pt2_or_says_why_not(tmp_path, cell):
     x, lengths = sequences()
     step = StreamingStep(model)
     if not entry(cell).deterministic:
-        return   # random update masks: nothing to compare without the generator's state
+        return  # random update masks: nothing to compare without the generator's state
     got = run_sequences(lambda a, s: loaded(a, s), step.init_state(6), x, lengths.tolist())
     with torch.no_grad():
         assert torch.allclose(got, model(x, lengths), atol=1e-5, rtol=0)
@@ -255,11 +282,24 @@ def trained_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         task_base._load_all()
         patch.setitem(task_base._TASKS, "tiny", TinyTest)
-        cfg = load_config({"model": {"cell": "lstm", "hidden_size": 16}, "task": {"name": "tiny"},
-                           "optim": {"name": "adam", "lr": 0.03},
-                           "train": {"steps": 150, "batch_size": 32, "eval_every": 50, "seed": 0, "threads": 1,
-                                     "progress": False, "latency": False},
-                           "run_dir": str(run_dir), "results": None})
+        cfg = load_config(
+            {
+                "model": {"cell": "lstm", "hidden_size": 16},
+                "task": {"name": "tiny"},
+                "optim": {"name": "adam", "lr": 0.03},
+                "train": {
+                    "steps": 150,
+                    "batch_size": 32,
+                    "eval_every": 50,
+                    "seed": 0,
+                    "threads": 1,
+                    "progress": False,
+                    "latency": False,
+                },
+                "run_dir": str(run_dir),
+                "results": None,
+            }
+        )
         record = train(cfg)
         yield run_dir, record
 
@@ -268,15 +308,21 @@ def measured(run_dir, fmt, out, int8=False):
     return export(str(run_dir), fmt, out, int8=int8, latency_steps=50)
 
 
-@pytest.mark.parametrize("fmt,int8", [pytest.param("c", False, marks=needs_cc), pytest.param("c", True, marks=needs_cc),
-                                      pytest.param("onnx", False, marks=pytest.mark.slow),
-                                      pytest.param("onnx", True, marks=pytest.mark.slow),
-                                      pytest.param("pt2", False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "fmt,int8",
+    [
+        pytest.param("c", False, marks=needs_cc),
+        pytest.param("c", True, marks=needs_cc),
+        pytest.param("onnx", False, marks=pytest.mark.slow),
+        pytest.param("onnx", True, marks=pytest.mark.slow),
+        pytest.param("pt2", False, marks=pytest.mark.slow),
+    ],
+)
 def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fmt, int8):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
     run_dir, record = trained_run
-    assert record["metrics"]["metric"] >= 0.9     # trained, not chance (0.5)
+    assert record["metrics"]["metric"] >= 0.9  # trained, not chance (0.5)
     report = measured(run_dir, fmt, tmp_path, int8)
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved == json.loads(json.dumps(report))
@@ -287,12 +333,12 @@ def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fm
     assert parity["accuracy_eager"] == pytest.approx(record["metrics"]["metric"])
     if int8:
         assert parity["agreement"] >= 0.99 and saved["targets"]["int8_agreement>=99%"] is True
-        assert parity["max_abs_error"] > 0      # the weights really are quantised
+        assert parity["max_abs_error"] > 0  # the weights really are quantised
         assert parity["accuracy_delta"] == pytest.approx(parity["accuracy_export"] - parity["accuracy_eager"])
     else:
         assert parity["max_abs_error"] <= 1e-5 and parity["agreement"] == 1.0
         assert saved["targets"]["fp32_max_abs_error<=1e-5"] and saved["targets"]["fp32_agreement=100%"]
-    lstm_c = 4 * (4 * 16 * (2 + 16) + 4 * 16) + 4 * (2 * 16 + 2)   # weights, one summed bias, head
+    lstm_c = 4 * (4 * 16 * (2 + 16) + 4 * 16) + 4 * (2 * 16 + 2)  # weights, one summed bias, head
     assert saved["weight_bytes"]["fp32"] == lstm_c
     assert saved["weight_bytes"]["int8"] < 0.4 * lstm_c
     assert saved["memory_bytes"]["state"] == 4 * 32
@@ -311,8 +357,9 @@ def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fm
 
 def test_cli_export_writes_and_reports(trained_run, tmp_path, capsys):
     run_dir, _ = trained_run
-    code = main(["export", str(run_dir), "--format", "c", "--out", str(tmp_path / "c"), "--name", "tiny_lstm",
-                 "--no-measure"])
+    code = main(
+        ["export", str(run_dir), "--format", "c", "--out", str(tmp_path / "c"), "--name", "tiny_lstm", "--no-measure"]
+    )
     assert code == 0
     assert (tmp_path / "c" / "tiny_lstm.c").is_file() and (tmp_path / "c" / "tiny_lstm.h").is_file()
     assert json.loads((tmp_path / "c" / "report.json").read_text())["parity"] is None

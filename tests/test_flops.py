@@ -1,4 +1,5 @@
 """Analytic FLOPs: every registered cell reports them; the conditional cells count only updates."""
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,9 @@ from ltdrnn.flops import flops_per_sequence, generic_flops
 def test_every_registered_cell_reports_positive_finite_flops(name):
     entry = ltdrnn.entry(name)
     options = {k: v for k, v in entry.test_options.items() if k not in ("input_size", "hidden_size")}
-    cell = ltdrnn.build(name, entry.test_options.get("input_size", 3),
-                        entry.test_options.get("hidden_size", 6), **options)
+    cell = ltdrnn.build(
+        name, entry.test_options.get("input_size", 3), entry.test_options.get("hidden_size", 6), **options
+    )
     dense = flops_per_sequence(cell, 50)
     assert math.isfinite(dense) and dense > 0
     assert flops_per_sequence(cell, 100, skip_fraction=0.0) == pytest.approx(2 * flops_per_sequence(cell, 50, 0.0))
@@ -36,8 +38,9 @@ def test_sarnn_counts_the_coordinator_always_and_the_gru_only_for_updates():
     assert flops_per_sequence(cell, 500, skip_fraction=1.0) == coordinator
     assert flops_per_sequence(cell, 500, skip_fraction=0.75) == pytest.approx(coordinator + 0.25 * 500 * 128 * unit)
     # the dense count is within 1 % of a plain GRU's matrix products plus the coordinator
-    assert flops_per_sequence(cell, 500) == pytest.approx(generic_flops(ltdrnn.build("gru", 2, 128), 500)
-                                                          + coordinator, rel=0.01)
+    assert flops_per_sequence(cell, 500) == pytest.approx(
+        generic_flops(ltdrnn.build("gru", 2, 128), 500) + coordinator, rel=0.01
+    )
 
 
 def test_skip_rnn_counts_whole_updated_steps():
@@ -60,7 +63,8 @@ def test_phased_lstm_default_uses_the_eval_schedule():
     cell.scan(torch.randn(steps, 1, 2))
     open_fraction = cell.aux["update_mask"].mean().item()
     assert flops_per_sequence(cell, steps) == pytest.approx(
-        flops_per_sequence(cell, steps, skip_fraction=1 - open_fraction))
+        flops_per_sequence(cell, steps, skip_fraction=1 - open_fraction)
+    )
     assert open_fraction < 0.2
 
 
@@ -68,7 +72,8 @@ def test_measured_skip_fraction_feeds_the_count():
     torch.manual_seed(1)
     cell = ltdrnn.build("sarnn", 3, 16)
     cell.scan(torch.randn(40, 2, 3))
-    from ltdrnn.cells.sarnn import skip_fraction
+    from ltdrnn.cells.masked import skip_fraction
+
     skip = float(skip_fraction(cell.aux))
     assert 0 < skip < 1
     assert flops_per_sequence(cell, 40) > flops_per_sequence(cell, 40, skip) > flops_per_sequence(cell, 40, 1.0)

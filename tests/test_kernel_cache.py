@@ -1,4 +1,5 @@
 """Issue 14: a cached compiled kernel is loaded only if it is the library that was built."""
+
 import os
 import shutil
 
@@ -20,9 +21,9 @@ def cache(tmp_path, monkeypatch):
 def test_a_tampered_cached_library_is_rebuilt_not_loaded(cache):
     built = kernels._build("srnn_scan")
     assert built.parent == cache and kernels._is_intact(built)
-    assert kernels._build("srnn_scan") == built          # an intact library is reused
+    assert kernels._build("srnn_scan") == built  # an intact library is reused
     original = built.read_bytes()
-    built.write_bytes(original[:-64])                        # truncated (a full disk) or replaced
+    built.write_bytes(original[:-64])  # truncated (a full disk) or replaced
     assert not kernels._is_intact(built)
     rebuilt = kernels._build("srnn_scan")
     assert rebuilt.read_bytes() != original[:-64] and kernels._is_intact(rebuilt)

@@ -1,4 +1,5 @@
 """The Recurrent layer against torch.nn.RNN, with a plain Elman cell defined here (not registered)."""
+
 import pytest
 import torch
 from torch import nn
@@ -106,12 +107,15 @@ def test_streaming_carries_state_across_calls():
     torch.testing.assert_close(state, h)
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"num_layers": 0}, ValueError, "num_layers"),
-    ({"dropout": 1.5}, ValueError, "dropout"),
-    ({"bidirectional": "yes"}, TypeError, "bidirectional"),
-    ({"hidden_size": -1}, ValueError, "hidden_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"num_layers": 0}, ValueError, "num_layers"),
+        ({"dropout": 1.5}, ValueError, "dropout"),
+        ({"bidirectional": "yes"}, TypeError, "bidirectional"),
+        ({"hidden_size": -1}, ValueError, "hidden_size"),
+    ],
+)
 def test_constructor_validation(kwargs, error, match):
     arguments = {"input_size": 3, "hidden_size": 5, **kwargs}
     with pytest.raises(error, match=match):

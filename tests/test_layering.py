@@ -1,5 +1,6 @@
 """Imports run one way: the layer list of docs/architecture.md, checked over every import of the package
 (lazy imports inside functions included)."""
+
 import ast
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 def layers_of_the_docs():
     """``{top-level module: level}`` from the numbered list under "Imports run one way"."""
     text = ARCHITECTURE.read_text()
-    listing = text[text.index("Imports run one way"):].split("\n\n")[1]
+    listing = text[text.index("Imports run one way") :].split("\n\n")[1]
     levels = {}
     for line in listing.splitlines():
         number, names = re.match(r"(\d+)\. [^:]+: (.*)", line).groups()
@@ -27,7 +28,7 @@ def package_imports(source: str, module: tuple):
     the line of each."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.level:
-            base = list(module[:-1])[:len(module) - node.level]
+            base = list(module[:-1])[: len(module) - node.level]
             target = base + (node.module.split(".") if node.module else [node.names[0].name])
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ltdrnn."):
             target = node.module.split(".")[1:]
@@ -50,8 +51,10 @@ def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_layers():
         assert top in levels, f"{top}: not in the layer list of docs/architecture.md"
         for target, line in package_imports(path.read_text(), module):
             if target in levels and levels[target] < levels[top]:
-                upward.append(f"{path.relative_to(PACKAGE)}:{line} ({top}, level {levels[top]}) imports "
-                              f"{target} (level {levels[target]})")
+                upward.append(
+                    f"{path.relative_to(PACKAGE)}:{line} ({top}, level {levels[top]}) imports "
+                    f"{target} (level {levels[target]})"
+                )
     assert not upward, "imports up the layers:\n" + "\n".join(upward)
 
 

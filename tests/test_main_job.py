@@ -1,5 +1,6 @@
 """The README's main job, ``ltdrnn run``: the ``main`` preset group, the table it prints, and one colour
 per cell in the plots."""
+
 import matplotlib
 import pytest
 import torch
@@ -35,22 +36,38 @@ def test_lstm_gets_the_strongest_setting_of_the_group():
     configs = {c.model.cell: c for c in (load_config(name) for name in list_presets("main"))}
     lstm, irnn = configs.pop("lstm"), configs["irnn"]
     assert lstm.optim == irnn.optim
-    assert (lstm.train.steps, lstm.train.batch_size, lstm.model.hidden_size) == \
-        (irnn.train.steps, irnn.train.batch_size, irnn.model.hidden_size)
+    assert (lstm.train.steps, lstm.train.batch_size, lstm.model.hidden_size) == (
+        irnn.train.steps,
+        irnn.train.batch_size,
+        irnn.model.hidden_size,
+    )
     assert lstm.model.hidden_size == max(c.model.hidden_size for c in configs.values())
     assert lstm.train.batch_size == max(c.train.batch_size for c in configs.values())
 
 
 def _row(cell, metric, seed=0, task="adding", metric_name="mse", higher=False, baseline=0.1667):
-    return {"cell": cell, "task": task, "status": "finished", "metric": metric, "metric_name": metric_name,
-            "params": 10, "train_time_s": 1.0, "config": {"task": {"options": {"T": 200}}, "train": {"seed": seed}},
-            "metrics": {"higher_is_better": higher, "baseline": baseline}}
+    return {
+        "cell": cell,
+        "task": task,
+        "status": "finished",
+        "metric": metric,
+        "metric_name": metric_name,
+        "params": 10,
+        "train_time_s": 1.0,
+        "config": {"task": {"options": {"T": 200}}, "train": {"seed": seed}},
+        "metrics": {"higher_is_better": higher, "baseline": baseline},
+    }
 
 
 def test_the_table_marks_the_best_mean_of_each_column_and_ends_with_the_trivial_baseline():
-    rows = [_row("lstm", 0.16), _row("irnn", 0.001, 0), _row("irnn", 0.003, 1), _row("tarnn", 0.0025),
-            _row("lstm", 0.6, task="toy", metric_name="accuracy", higher=True, baseline=0.25),
-            _row("tarnn", 0.9, task="toy", metric_name="accuracy", higher=True, baseline=0.25)]
+    rows = [
+        _row("lstm", 0.16),
+        _row("irnn", 0.001, 0),
+        _row("irnn", 0.003, 1),
+        _row("tarnn", 0.0025),
+        _row("lstm", 0.6, task="toy", metric_name="accuracy", higher=True, baseline=0.25),
+        _row("tarnn", 0.9, task="toy", metric_name="accuracy", higher=True, baseline=0.25),
+    ]
     summary = summarise(rows)
     table = marked_comparison_rows(summary)
     assert table[0] == ["cell", "adding(T=200)", "toy(T=200)"]
@@ -68,11 +85,17 @@ def test_a_better_seed_does_not_win_over_a_better_mean():
     assert table[2] == ["tarnn", "**0.01**"] and not table[1][1].startswith("**")
 
 
-def test_run_of_the_main_group_on_a_tiny_budget_prints_the_marked_table_twice_the_same(tmp_path, capsys,
-                                                                                       monkeypatch):
+def test_run_of_the_main_group_on_a_tiny_budget_prints_the_marked_table_twice_the_same(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    tiny = ["train.steps=2", "train.eval_every=1", "task.options.n_train=16", "task.options.n_val=8",
-            "task.options.n_test=8", "model.hidden_size=8", "task.options.T=20"]
+    tiny = [
+        "train.steps=2",
+        "train.eval_every=1",
+        "task.options.n_train=16",
+        "task.options.n_val=8",
+        "task.options.n_test=8",
+        "model.hidden_size=8",
+        "task.options.T=20",
+    ]
     tables = []
     for attempt in ("a", "b"):
         args = ["run", "--cells", "irnn,lstm", "--jobs", "1", "--store", f"{attempt}.db", "--out", f"report_{attempt}"]
@@ -81,7 +104,7 @@ def test_run_of_the_main_group_on_a_tiny_budget_prints_the_marked_table_twice_th
         assert main(args) == 0
         out = capsys.readouterr().out
         assert "group 'main', 2 runs" in out
-        tables.append(out[out.index("| cell |"):out.index("\nreport:")])
+        tables.append(out[out.index("| cell |") : out.index("\nreport:")])
         rows = ResultStore(f"{attempt}.db").rows()
         assert sorted(r["preset"] for r in rows) == ["main/adding-irnn", "main/adding-lstm"]
     assert tables[0] == tables[1]
@@ -99,14 +122,16 @@ def test_each_source_cell_and_lstm_has_its_own_colour_and_options_do_not_change_
     assert not others & set(fixed.values())
 
 
-def test_learning_curves_draw_every_run_in_its_cells_colour_with_one_legend_entry_per_cell(tmp_path,
-                                                                                          monkeypatch):
+def test_learning_curves_draw_every_run_in_its_cells_colour_with_one_legend_entry_per_cell(tmp_path, monkeypatch):
     figures = []
     real_save = plots.save_figure
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or real_save(fig, path))
     history = [{"step": 1, "val_metric": 0.2}, {"step": 2, "val_metric": 0.1}]
-    runs = [{"cell": "irnn", "history": history}, {"cell": "irnn", "history": history},
-            {"cell": "gru", "history": history}]
+    runs = [
+        {"cell": "irnn", "history": history},
+        {"cell": "irnn", "history": history},
+        {"cell": "gru", "history": history},
+    ]
     plots.learning_curves(runs, tmp_path / "curves.png")
     ax = figures[0].axes[0]
     colours = [matplotlib.colors.to_hex(line.get_color()) for line in ax.get_lines()]

@@ -1,5 +1,6 @@
 """Issue 14: safe checkpoint loading, resuming, the results store under load, temp files, config limits,
 and the CLI's one-line errors."""
+
 import os
 import sqlite3
 import subprocess
@@ -13,8 +14,7 @@ from harness_helpers import install, tiny_config
 from ltdrnn.cli import main
 from ltdrnn.config import MAX_CONFIG_VALUES, ConfigError, load_config
 from ltdrnn.results import ResultStore
-from ltdrnn.train import (CheckpointError, StoreError, atomic_save, load_checkpoint, remove_stale_temp_files,
-                          train)
+from ltdrnn.train import CheckpointError, StoreError, atomic_save, load_checkpoint, remove_stale_temp_files, train
 
 
 @pytest.fixture(autouse=True)
@@ -23,13 +23,20 @@ def tiny(monkeypatch):
     torch.set_num_threads(1)
 
 
-TINY = ["model.cell=tiny", "model.hidden_size=6", "task.name=tiny", "task.options={}", "train.steps=4",
-        "train.eval_every=2", "train.batch_size=8", "train.latency=false"]
+TINY = [
+    "model.cell=tiny",
+    "model.hidden_size=6",
+    "task.name=tiny",
+    "task.options={}",
+    "train.steps=4",
+    "train.eval_every=2",
+    "train.batch_size=8",
+    "train.latency=false",
+]
 
 
 def _train(tmp_path, resume=False, **sections):
-    return train(load_config(tiny_config(tmp_path, train={"steps": 4, "eval_every": 2}, **sections)),
-                 resume=resume)
+    return train(load_config(tiny_config(tmp_path, train={"steps": 4, "eval_every": 2}, **sections)), resume=resume)
 
 
 # ---- checkpoints never run code -----------------------------------------------------------------------
@@ -54,9 +61,11 @@ def test_a_crafted_checkpoint_runs_no_code(tmp_path, command, capsys):
     for name in ("best.pt", "last.pt"):
         _plant_payload(run_dir / name, marker)
     config = str(run_dir / "config.yaml")
-    argv = {"eval": ["eval", str(run_dir)], "plot": ["plot", str(run_dir), "--kinds", "curves"],
-            "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--quiet"],
-            }[command]
+    argv = {
+        "eval": ["eval", str(run_dir)],
+        "plot": ["plot", str(run_dir), "--kinds", "curves"],
+        "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--quiet"],
+    }[command]
     assert main(argv) == 2
     assert not marker.exists()
     err = capsys.readouterr().err
@@ -67,7 +76,9 @@ def test_a_checkpoint_round_trips_every_rng_state_under_weights_only(tmp_path):
     import random
 
     import numpy as np
+
     from ltdrnn.train import rng_states, set_rng_states
+
     np.random.seed(3), random.seed(3), torch.manual_seed(3)
     atomic_save({"config": {}, "model": {}, "rng": rng_states()}, tmp_path / "c.pt")
     expected = (np.random.rand(3), random.random(), torch.rand(2))
@@ -98,7 +109,7 @@ def test_cli_resume_of_a_wrong_directory_exits_2_and_resume_auto_trains(tmp_path
     err = capsys.readouterr().err.strip()
     assert err.startswith("ltdrnn train: run_dir: nothing to resume") and "\n" not in err
     assert main(args + ["--resume=auto"]) == 0
-    with pytest.raises(SystemExit) as caught:   # argparse's own one-line usage error
+    with pytest.raises(SystemExit) as caught:  # argparse's own one-line usage error
         main(args + ["--resume=yes"])
     assert caught.value.code == 2
 
@@ -107,7 +118,7 @@ def test_resuming_a_stored_run_is_a_no_op_and_a_missing_row_is_stored(tmp_path):
     record = _train(tmp_path)
     store = ResultStore(str(tmp_path / "results.db"))
     assert store.count() == 1
-    again = _train(tmp_path, resume=True)           # the second --resume used to raise ResultConflict
+    again = _train(tmp_path, resume=True)  # the second --resume used to raise ResultConflict
     assert again["id"] == record["id"] and store.count() == 1
     with sqlite3.connect(tmp_path / "results.db") as db:
         db.execute("DELETE FROM runs")
@@ -136,8 +147,19 @@ def test_a_locked_store_loses_no_row_and_says_how_to_store_it(tmp_path, monkeypa
     assert (tmp_path / "run2" / "result.json").exists()
     monkeypatch.setattr(results, "ResultStore", ResultStore)
     # what the message says to do
-    assert main(["train", str(tmp_path / "run2" / "config.yaml"), "--run-dir", str(tmp_path / "run2"),
-                 "--resume", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(tmp_path / "run2" / "config.yaml"),
+                "--run-dir",
+                str(tmp_path / "run2"),
+                "--resume",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert len(ResultStore(str(tmp_path / "results.db")).rows()) == 1
 
 
@@ -145,6 +167,7 @@ def test_a_locked_store_loses_no_row_and_says_how_to_store_it(tmp_path, monkeypa
 def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path, monkeypatch):
     def full_disk(fd):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space"):
         atomic_save({"a": 1}, tmp_path / "last.pt")
@@ -170,9 +193,9 @@ def test_interrupt_prints_the_resume_hint_and_exits_130(tmp_path, capsys, monkey
     def ctrl_c(state):
         if state["step"] == 3:
             raise KeyboardInterrupt
+
     original = trainer.Run.fit
-    monkeypatch.setattr(trainer.Run, "fit",
-                        lambda self, callbacks, judges=(): original(self, [ctrl_c], judges))
+    monkeypatch.setattr(trainer.Run, "fit", lambda self, callbacks, judges=(): original(self, [ctrl_c], judges))
     run_dir = tmp_path / "run"
     code = main(["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(run_dir), "--quiet"])
     assert code == 130
@@ -191,7 +214,7 @@ def _alias_bomb(levels: int) -> str:
 
 def test_nested_yaml_aliases_are_refused_quickly(tmp_path):
     path = tmp_path / "bomb.yaml"
-    path.write_text(_alias_bomb(9))          # 10**9 values once expanded
+    path.write_text(_alias_bomb(9))  # 10**9 values once expanded
     with pytest.raises(ConfigError, match=f"at most {MAX_CONFIG_VALUES} values"):
         load_config(str(path))
     with pytest.raises(ConfigError, match="at most"):
@@ -228,15 +251,35 @@ def _cli_cases(tmp_path):
         "bad device": [*train, "train.device=nosuch"],
         "unavailable device": [*train, "train.device=cuda:7"],
         "bad preset path": ["train", "../../x", "--no-store"],
-        "sweep trials": ["sweep", "run", "quick/adding-lstm", "--trials", "-1", "--storage",
-                         f"sqlite:///{tmp_path / 's.db'}"],
+        "sweep trials": [
+            "sweep",
+            "run",
+            "quick/adding-lstm",
+            "--trials",
+            "-1",
+            "--storage",
+            f"sqlite:///{tmp_path / 's.db'}",
+        ],
         "sweep no study": ["sweep", "report", "--study", "nosuch", "--storage", f"sqlite:///{tmp_path / 's.db'}"],
     }
 
 
-@pytest.mark.parametrize("case", ["malformed yaml", "malformed json", "unknown cell", "unknown task",
-                                  "bad cell option", "bad task option", "bad device", "unavailable device",
-                                  "bad preset path", "sweep trials", "sweep no study"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "malformed yaml",
+        "malformed json",
+        "unknown cell",
+        "unknown task",
+        "bad cell option",
+        "bad task option",
+        "bad device",
+        "unavailable device",
+        "bad preset path",
+        "sweep trials",
+        "sweep no study",
+    ],
+)
 def test_cli_mistakes_end_in_one_line_and_exit_2(tmp_path, capsys, case):
     pytest.importorskip("optuna") if case.startswith("sweep") else None
     argv = _cli_cases(tmp_path)[case]
@@ -246,8 +289,13 @@ def test_cli_mistakes_end_in_one_line_and_exit_2(tmp_path, capsys, case):
 
 
 def test_the_installed_command_shows_no_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "ltdrnn.cli", "train", "quick/toy-lstm", "model.cell=nosuch",
-                             "--no-store"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "ltdrnn.cli", "train", "quick/toy-lstm", "model.cell=nosuch", "--no-store"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().startswith("ltdrnn train: cell: unknown name 'nosuch'")
     assert "Traceback" not in result.stderr
@@ -255,6 +303,7 @@ def test_the_installed_command_shows_no_traceback(tmp_path):
 
 def test_a_bug_still_shows_its_traceback(monkeypatch):
     import ltdrnn.cli as cli
+
     monkeypatch.setattr(cli, "cmd_list", lambda args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["list", "cells"])

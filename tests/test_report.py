@@ -1,4 +1,5 @@
 """``ltdrnn report``: rendering a store filled by tiny real runs; plots of the analysis module."""
+
 import pytest
 import torch
 
@@ -23,20 +24,42 @@ def tiny(monkeypatch):
 def store(tmp_path):
     db = str(tmp_path / "r.db")
     for cell, seed in (("tiny", 0), ("tiny", 1), ("lstm", 0)):
-        cfg = load_config(tiny_config(tmp_path / f"{cell}{seed}"),
-                          [f"model.cell={cell}", f"train.seed={seed}", f"results={db}", "study=s",
-                           "train.steps=6", "train.eval_every=3"])
+        cfg = load_config(
+            tiny_config(tmp_path / f"{cell}{seed}"),
+            [
+                f"model.cell={cell}",
+                f"train.seed={seed}",
+                f"results={db}",
+                "study=s",
+                "train.steps=6",
+                "train.eval_every=3",
+            ],
+        )
         train(cfg)
-    train(load_config(tiny_config(tmp_path / "other"), [f"results={db}", "study=other", "train.steps=2",
-                                                         "task.options.T=4"]))
+    train(
+        load_config(
+            tiny_config(tmp_path / "other"), [f"results={db}", "study=other", "train.steps=2", "task.options.T=4"]
+        )
+    )
     return db
 
 
 def test_report_tables_group_runs_by_cell_and_setting(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(results.report, "paper_numbers", lambda: [
-        {"cell": "lstm", "task": "tiny", "metric": "accuracy", "value": 0.875, "source": "a test paper"},
-        {"cell": "tiny", "task": "tiny", "setting": {"T": 99}, "metric": "accuracy", "value": 0.5,
-         "source": "a setting we did not run"}])
+    monkeypatch.setattr(
+        results.report,
+        "paper_numbers",
+        lambda: [
+            {"cell": "lstm", "task": "tiny", "metric": "accuracy", "value": 0.875, "source": "a test paper"},
+            {
+                "cell": "tiny",
+                "task": "tiny",
+                "setting": {"T": 99},
+                "metric": "accuracy",
+                "value": 0.5,
+                "source": "a setting we did not run",
+            },
+        ],
+    )
     rows = ResultStore(store).rows(study="s")
     paths = render_report(store, tmp_path / "rep", study="s")
     md = paths["markdown"].read_text()
@@ -109,6 +132,7 @@ def test_jacobian_norm_estimate_is_close_to_the_exact_norm(tmp_path):
         for p_t in p[1:].unbind(0):
             _, state = cell.step(p_t, state)
         return state
+
     h1 = torch.tanh(p[0])
     exact = torch.autograd.functional.jacobian(last_from_first, h1).reshape(8, 8).norm()
     estimate = gradients.state_jacobian_norm(model, (x, None, None), probes=400)
@@ -125,9 +149,10 @@ def test_plots_write_pngs(tmp_path):
         plots.update_pattern(model.aux[0], tmp_path / "mask.png"),
         plots.beta_over_time({"beta": torch.rand(6, 2, 8)}, tmp_path / "beta.png"),
         plots.unshifted_state(outputs.transpose(0, 1), tmp_path / "srnn.png"),
-        plots.jacobian_during_training([{"cell": "tiny", "history": [{"step": 1, "jacobian_norm": 1.0},
-                                                                     {"step": 2, "jacobian_norm": 0.5}]}],
-                                       tmp_path / "jac.png"),
+        plots.jacobian_during_training(
+            [{"cell": "tiny", "history": [{"step": 1, "jacobian_norm": 1.0}, {"step": 2, "jacobian_norm": 0.5}]}],
+            tmp_path / "jac.png",
+        ),
     ]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -140,29 +165,44 @@ def test_unshift_undoes_one_cyclic_shift_per_step():
 
 
 def test_tracked_jacobian_norms_enter_the_history(tmp_path):
-    record = train(load_config(tiny_config(tmp_path), ["results=null", "train.steps=4", "train.eval_every=2",
-                                                       "train.track_gradients=true"]))
+    record = train(
+        load_config(
+            tiny_config(tmp_path), ["results=null", "train.steps=4", "train.eval_every=2", "train.track_gradients=true"]
+        )
+    )
     norms = [h["jacobian_norm"] for h in record["history"]]
     assert len(norms) == 2 and all(n > 0 for n in norms)
 
 
 def test_plot_command_draws_what_applies_to_a_run(tmp_path, capsys):
-    record = train(load_config(tiny_config(tmp_path), ["results=null", "train.steps=4", "train.eval_every=2",
-                                                       "train.track_gradients=true"]))
+    record = train(
+        load_config(
+            tiny_config(tmp_path), ["results=null", "train.steps=4", "train.eval_every=2", "train.track_gradients=true"]
+        )
+    )
     assert main(["plot", record["run_dir"], "--out", str(tmp_path / "p")]) == 0
     names = sorted(p.split("/")[-1] for p in capsys.readouterr().out.split())
     # the tiny cell records an update mask but no beta, and it is not SRNN
     assert names == ["curves.png", "gradient_vs_lag.png", "jacobian.png", "update_mask.png"]
-    assert main(["plot", record["run_dir"], "--kinds", "betas"]) == 2   # a user mistake: one line, exit 2
+    assert main(["plot", record["run_dir"], "--kinds", "betas"]) == 2  # a user mistake: one line, exit 2
     assert "plots: unknown kind 'betas'" in capsys.readouterr().err
 
 
 def test_runs_under_different_readings_are_separate_rows():
     def row(reading, metric):
         options = {} if reading is None else {"reading": reading}
-        return {"cell": "tarnn", "task": "adding", "status": "finished", "metric": metric,
-                "metric_name": "mse", "params": 1, "train_time_s": 1.0, "metrics": {},
-                "config": {"model": {"options": options}, "task": {"options": {"T": 200}}}}
+        return {
+            "cell": "tarnn",
+            "task": "adding",
+            "status": "finished",
+            "metric": metric,
+            "metric_name": "mse",
+            "params": 1,
+            "train_time_s": 1.0,
+            "metrics": {},
+            "config": {"model": {"options": options}, "task": {"options": {"T": 200}}},
+        }
+
     summary = results.summarise([row("paper", 0.16), row("code", 0.01), row("code", 0.03), row(None, 0.1)])
     assert summary["cells"] == ["tarnn", "tarnn[reading=code]", "tarnn[reading=paper]"]
     code = summary["table"][("tarnn[reading=code]", "adding(T=200)")]

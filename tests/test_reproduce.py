@@ -1,4 +1,5 @@
 """The reproduction machinery: the claims table, verdict rules, one claim end to end at a tiny budget."""
+
 import math
 
 import pytest
@@ -7,8 +8,20 @@ import torch
 from ltdrnn import reproduce as R
 from ltdrnn.config import list_presets
 
-TINY = ["--set", "train.steps=3", "--set", "train.eval_every=1", "--set", "task.options.n_val=16",
-        "--set", "task.options.n_test=16", "--set", "train.progress=false", "--set", "task.options.n_train=256"]
+TINY = [
+    "--set",
+    "train.steps=3",
+    "--set",
+    "train.eval_every=1",
+    "--set",
+    "task.options.n_val=16",
+    "--set",
+    "task.options.n_test=16",
+    "--set",
+    "train.progress=false",
+    "--set",
+    "task.options.n_train=256",
+]
 
 
 # ---- the table -------------------------------------------------------------------------------------
@@ -27,17 +40,37 @@ def test_claims_table_validates():
 
 def test_required_claims_are_present():
     ids = {c.id for c in R.load_claims()}
-    assert {"tarnn-toy", "adding-200", "adding-750", "copy-200", "copy-500", "sarnn-adding-500",
-            "mist-gradient-lag", "irnn-identity-gradient", "pixel-mnist", "pmnist", "noisy-mnist",
-            "srnn-random-labels"} <= ids
+    assert {
+        "tarnn-toy",
+        "adding-200",
+        "adding-750",
+        "copy-200",
+        "copy-500",
+        "sarnn-adding-500",
+        "mist-gradient-lag",
+        "irnn-identity-gradient",
+        "pixel-mnist",
+        "pmnist",
+        "noisy-mnist",
+        "srnn-random-labels",
+    } <= ids
 
 
 def test_validate_reports_a_missing_preset_and_an_unregistered_cell():
     claim = R.find_claim(R.load_claims(), "tarnn-toy")
-    broken = R.Claim(claim.id, claim.paper, claim.title, claim.claim, claim.paper_numbers,
-                     (R.RunSpec("tarnn", "reproduce/no-such-preset"),
-                      R.RunSpec("lstm", "reproduce/toy-lstm", ("model.cell=no_such_cell",))),
-                     claim.budgets, claim.checks)
+    broken = R.Claim(
+        claim.id,
+        claim.paper,
+        claim.title,
+        claim.claim,
+        claim.paper_numbers,
+        (
+            R.RunSpec("tarnn", "reproduce/no-such-preset"),
+            R.RunSpec("lstm", "reproduce/toy-lstm", ("model.cell=no_such_cell",)),
+        ),
+        claim.budgets,
+        claim.checks,
+    )
     problems = R.validate([broken])
     assert any("no-such-preset" in p for p in problems)
     assert any("no_such_cell" in p and "not registered" in p for p in problems)
@@ -46,10 +79,12 @@ def test_validate_reports_a_missing_preset_and_an_unregistered_cell():
 def test_validate_reports_a_reading_run_of_another_cell():
     claim = R.find_claim(R.load_claims(), "tarnn-toy")
     runs = (*claim.runs, R.RunSpec("tarnn_raw", "reproduce/toy-lstm", reading_of="tarnn"))
-    broken = R.Claim(claim.id, claim.paper, claim.title, claim.claim, claim.paper_numbers, runs,
-                     claim.budgets, claim.checks)
-    assert R.validate([broken]) == ["tarnn-toy/tarnn_raw: reading_of 'tarnn' expects the same cell, "
-                                    "got 'lstm' vs 'tarnn'"]
+    broken = R.Claim(
+        claim.id, claim.paper, claim.title, claim.claim, claim.paper_numbers, runs, claim.budgets, claim.checks
+    )
+    assert R.validate([broken]) == [
+        "tarnn-toy/tarnn_raw: reading_of 'tarnn' expects the same cell, got 'lstm' vs 'tarnn'"
+    ]
 
 
 CLAIM_YAML = """
@@ -67,14 +102,17 @@ claims:
 """
 
 
-@pytest.mark.parametrize("expr, message", [
-    ("__import__('os').system('true')", "unknown function"),
-    ("metric(a).real > 0", "Attribute"),
-    ("metric(c) > 0", "unknown run label 'c'"),
-    ("metric(a, 2) > 0", "takes a run label"),
-    ("a > 0", "unknown name 'a'"),
-    ("metric(a) > 'x'", "only numbers"),
-])
+@pytest.mark.parametrize(
+    "expr, message",
+    [
+        ("__import__('os').system('true')", "unknown function"),
+        ("metric(a).real > 0", "Attribute"),
+        ("metric(c) > 0", "unknown run label 'c'"),
+        ("metric(a, 2) > 0", "takes a run label"),
+        ("a > 0", "unknown name 'a'"),
+        ("metric(a) > 'x'", "only numbers"),
+    ],
+)
 def test_unsafe_or_wrong_expressions_are_refused(expr, message):
     with pytest.raises(R.ClaimError, match=message):
         R.load_claims(CLAIM_YAML % expr.replace('"', '\\"'))
@@ -86,13 +124,24 @@ def test_unknown_claim_key_is_named():
 
 
 # ---- verdict rules on synthetic rows ---------------------------------------------------------------
-def row(metric, history=(), higher=True, skip=None, status="finished", baseline=0.25, cell="tarnn", seed=1,
-        train_s=1.0):
-    return {"metric": metric, "status": status, "params": 10, "train_time_s": train_s, "cell": cell,
-            "config": {"train": {"seed": seed}},
-            "metrics": {"higher_is_better": higher, "skip_fraction": skip, "baseline": baseline,
-                        "metric_name": "accuracy" if higher else "mse"},
-            "history": [{"step": s, "val_metric": v} for s, v in history]}
+def row(
+    metric, history=(), higher=True, skip=None, status="finished", baseline=0.25, cell="tarnn", seed=1, train_s=1.0
+):
+    return {
+        "metric": metric,
+        "status": status,
+        "params": 10,
+        "train_time_s": train_s,
+        "cell": cell,
+        "config": {"train": {"seed": seed}},
+        "metrics": {
+            "higher_is_better": higher,
+            "skip_fraction": skip,
+            "baseline": baseline,
+            "metric_name": "accuracy" if higher else "mse",
+        },
+        "history": [{"step": s, "val_metric": v} for s, v in history],
+    }
 
 
 def toy_claim():
@@ -109,8 +158,7 @@ def test_verdict_reproduced_partly_not_and_not_run_yet():
     assert verdict.status == "reproduced"
     assert "metric(tarnn) = 1" in verdict.reason and "metric(lstm) = 0.45" in verdict.reason
     # TARNN's rule holds, LSTM's does not: a rule about the paper's own cell holds -> partly
-    assert R.judge(toy, R.Measurements({"tarnn": row(1.0), "lstm": row(0.9, cell="lstm")}),
-                   "quick").status == "partly"
+    assert R.judge(toy, R.Measurements({"tarnn": row(1.0), "lstm": row(0.9, cell="lstm")}), "quick").status == "partly"
     failed = R.judge(toy, R.Measurements({"tarnn": row(0.8), "lstm": row(0.9, cell="lstm")}), "quick")
     assert failed.status == "not reproduced"
     # the claim's own explanation of each failure, and no shared boilerplate about budgets
@@ -129,8 +177,7 @@ def test_a_baseline_only_pass_is_not_partly():
 
 def test_a_chance_level_run_cannot_pass():
     pixel = claim("pixel-mnist")
-    at_chance = {label: row(0.100, baseline=0.1, cell=label if label != "lstm" else "lstm")
-                 for label in pixel.labels}
+    at_chance = {label: row(0.100, baseline=0.1, cell=label if label != "lstm" else "lstm") for label in pixel.labels}
     at_chance["tarnn"] = row(0.102, baseline=0.1, cell="tarnn")
     verdict = R.judge(pixel, R.Measurements(at_chance), "paper")
     beats = next(r for r in verdict.checks if r.check.expr == "metric(tarnn) >= metric(lstm)")
@@ -151,14 +198,17 @@ def test_a_comparison_of_two_runs_at_chance_fails_with_both_at_chance():
     assert learned.status == "reproduced"
 
 
-@pytest.mark.parametrize("mean, higher, baseline, expected", [
-    (0.28, True, 0.1, True),     # closes 0.18 / 0.9 = 20% of the gap: just enough
-    (0.27, True, 0.1, False),
-    (0.133, False, 1 / 6, True),  # MSE at 80% of the adding baseline
-    (0.14, False, 1 / 6, False),
-    (0.0, False, 0.09, True),
-    (float("nan"), False, 0.09, False),
-])
+@pytest.mark.parametrize(
+    "mean, higher, baseline, expected",
+    [
+        (0.28, True, 0.1, True),  # closes 0.18 / 0.9 = 20% of the gap: just enough
+        (0.27, True, 0.1, False),
+        (0.133, False, 1 / 6, True),  # MSE at 80% of the adding baseline
+        (0.14, False, 1 / 6, False),
+        (0.0, False, 0.09, True),
+        (float("nan"), False, 0.09, False),
+    ],
+)
 def test_at_chance_is_the_margin_to_the_trivial_baseline(mean, higher, baseline, expected):
     assert (R.Measurements({"a": row(mean, higher=higher, baseline=baseline)}).at_chance("a") is None) is expected
 
@@ -181,8 +231,12 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
     rows = {"mist": row(0.2, cell="mist"), "lstm": row(0.17, cell="lstm"), "rnn": row(0.19, cell="rnn_tanh")}
 
     def ratios(lstm):
-        return {"mist": {"gradient_vs_lag": {"ratio": 1e-3}}, "lstm": {"gradient_vs_lag": {"ratio": lstm}},
-                "rnn": {"gradient_vs_lag": {"ratio": 1e-9}}}
+        return {
+            "mist": {"gradient_vs_lag": {"ratio": 1e-3}},
+            "lstm": {"gradient_vs_lag": {"ratio": lstm}},
+            "rnn": {"gradient_vs_lag": {"ratio": 1e-9}},
+        }
+
     verdict = R.judge(mist, R.Measurements(rows, ratios(0.0)), "paper")
     versus_lstm, versus_rnn = verdict.checks
     assert versus_lstm.passed is False and "underflow" in versus_lstm.text()
@@ -192,21 +246,28 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
     diverged = R.judge(mist, R.Measurements(rows, ratios(math.nan)), "paper")
     assert diverged.checks[0].passed is False and "lag_ratio(lstm) = not finite" in R._ours(diverged)
     # one seed of three underflowed: the mean is not a number to compare with either
-    seeds = {label: [row(0.2, cell=c, seed=s) for s in (1, 2, 3)]
-             for label, c in (("mist", "mist"), ("lstm", "lstm"), ("rnn", "rnn_tanh"))}
+    seeds = {
+        label: [row(0.2, cell=c, seed=s) for s in (1, 2, 3)]
+        for label, c in (("mist", "mist"), ("lstm", "lstm"), ("rnn", "rnn_tanh"))
+    }
     per_seed = {label: [ratios(lstm)[label] for lstm in (1e-8, 0.0, 1e-8)] for label in seeds}
     assert R.judge(mist, R.Measurements(seeds, per_seed), "paper").checks[0].passed is False
 
 
 def test_verdicts_read_the_mean_over_seeds_and_show_the_spread():
     toy = toy_claim()
-    seeds = R.Measurements({"tarnn": [row(1.0, seed=1), row(0.98, seed=2), row(1.0, seed=3)],
-                            "lstm": [row(0.4, cell="lstm", seed=s) for s in (1, 2, 3)]})
+    seeds = R.Measurements(
+        {
+            "tarnn": [row(1.0, seed=1), row(0.98, seed=2), row(1.0, seed=3)],
+            "lstm": [row(0.4, cell="lstm", seed=s) for s in (1, 2, 3)],
+        }
+    )
     verdict = R.judge(toy, seeds, "paper")
     assert verdict.checks[0].passed is True  # seed 2 alone (0.98) would fail; the mean 0.9933 holds
     assert "metric(tarnn) = 0.9933 ± 0.009428 (n=3)" in verdict.reason
-    one_lucky = R.Measurements({"tarnn": [row(1.0, seed=1), row(0.9, seed=2), row(0.9, seed=3)],
-                                "lstm": [row(0.45, cell="lstm")]})
+    one_lucky = R.Measurements(
+        {"tarnn": [row(1.0, seed=1), row(0.9, seed=2), row(0.9, seed=3)], "lstm": [row(0.45, cell="lstm")]}
+    )
     assert R.judge(toy, one_lucky, "paper").checks[0].passed is False
 
 
@@ -232,9 +293,11 @@ def test_speed_check_compares_steps_and_unmeasured_checks_fail():
     no_skip = {label: row(0.001, higher=False, cell="sarnn") for label in sarnn.labels}  # skip fraction missing
     verdict = R.judge(sarnn, R.Measurements(no_skip), "paper")
     assert verdict.status == "partly" and "not measured" in verdict.reason
-    ordered = {"lambda_0": row(0.001, higher=False, skip=0.2, cell="sarnn"),
-               "lambda_1e5": row(0.001, higher=False, skip=0.5, cell="sarnn"),
-               "lambda_1e4": row(0.001, higher=False, skip=0.9, cell="sarnn")}
+    ordered = {
+        "lambda_0": row(0.001, higher=False, skip=0.2, cell="sarnn"),
+        "lambda_1e5": row(0.001, higher=False, skip=0.5, cell="sarnn"),
+        "lambda_1e4": row(0.001, higher=False, skip=0.9, cell="sarnn"),
+    }
     assert R.judge(sarnn, R.Measurements(ordered), "paper").status == "reproduced"
     ordered["lambda_1e5"] = row(0.001, higher=False, skip=0.95, cell="sarnn")  # not monotone in lambda
     assert R.judge(sarnn, R.Measurements(ordered), "paper").status == "partly"
@@ -246,18 +309,20 @@ def exact_frobenius(model, x, start):
     cell = model.rnn.cells[0]
     slices = list(cell.precompute(x.transpose(0, 1)).unbind(0))
     state = cell.init_state(1, x.device, x.dtype)
-    for p_t in slices[:start + 1]:
+    for p_t in slices[: start + 1]:
         _, state = cell.step(p_t, state)
 
     def rest(h):
-        for p_t in slices[start + 1:]:
+        for p_t in slices[start + 1 :]:
             _, h = cell.step(p_t, h)
         return h
+
     return float(torch.autograd.functional.jacobian(rest, state.detach()).norm())
 
 
 def test_jacobian_ratio_is_computed_in_float64():
     from ltdrnn.models import SequenceModel
+
     torch.manual_seed(0)
     # the printed iRNN contracts by about eta per step: eta^T = 1e-2^40 is far below float32's range
     model = SequenceModel("irnn", 2, 4, 1, "regressor", reading="paper", eta=0.01)
@@ -268,6 +333,7 @@ def test_jacobian_ratio_is_computed_in_float64():
 
 def test_jacobian_ratio_matches_the_exact_jacobians():
     from ltdrnn.models import SequenceModel
+
     torch.manual_seed(0)
     model = SequenceModel("irnn", 2, 3, 1, "regressor", K=2, rank=2, eta=0.5)
     x = torch.rand(1, 6, 2)
@@ -281,14 +347,34 @@ def test_jacobian_ratio_matches_the_exact_jacobians():
 # ---- end to end ------------------------------------------------------------------------------------
 def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     store, doc = str(tmp_path / "r.db"), tmp_path / "REPRODUCTION.md"
-    code = R.main(["run", "tarnn-toy", "--seeds", "1,2", "--store", store, "--runs", str(tmp_path / "runs"),
-                   *TINY, "--report", "--out", str(doc), "--plots", str(tmp_path / "plots")])
+    code = R.main(
+        [
+            "run",
+            "tarnn-toy",
+            "--seeds",
+            "1,2",
+            "--store",
+            store,
+            "--runs",
+            str(tmp_path / "runs"),
+            *TINY,
+            "--report",
+            "--out",
+            str(doc),
+            "--plots",
+            str(tmp_path / "plots"),
+        ]
+    )
     assert code == 0
     rows = R.Store(store).results.rows(study="reproduce/tarnn-toy/quick")
     assert sorted((r["name"], r["config"]["train"]["seed"]) for r in rows) == [
-        ("lstm", 1), ("lstm", 2), ("tarnn", 1), ("tarnn", 2)]
+        ("lstm", 1),
+        ("lstm", 2),
+        ("tarnn", 1),
+        ("tarnn", 2),
+    ]
     text = doc.read_text()
-    section = text[text.index("## tarnn-toy"):text.index("## srnn-random-labels")]
+    section = text[text.index("## tarnn-toy") : text.index("## srnn-random-labels")]
     assert "| TARNN test accuracy | 100% | TARNN Fig. 1 (table) |" in section
     tarnn = [r["metric"] for r in rows if r["name"] == "tarnn"]
     mean = sum(tarnn) / 2
@@ -310,8 +396,21 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
 
 def test_analysis_runs_are_stored_and_skip_done_skips_them(tmp_path):
     store = str(tmp_path / "r.db")
-    args = ["run", "irnn-identity-gradient", "--only", "k1", "--store", store, "--runs", str(tmp_path / "runs"),
-            *TINY, "--set", "task.options.T=12", "--set", "train.seed=5"]
+    args = [
+        "run",
+        "irnn-identity-gradient",
+        "--only",
+        "k1",
+        "--store",
+        store,
+        "--runs",
+        str(tmp_path / "runs"),
+        *TINY,
+        "--set",
+        "task.options.T=12",
+        "--set",
+        "train.seed=5",
+    ]
     assert R.main(args) == 0
     claim = R.find_claim(R.load_claims(), "irnn-identity-gradient")
     measured = R.Store(store).measurements(claim, "quick")
@@ -343,11 +442,25 @@ def test_seeds_default_to_three_and_a_set_seed_means_that_one():
 
 
 def stored_row(store, name, seed, metric, created, study="reproduce/tarnn-toy/paper", cell="tarnn"):
-    record = {"id": f"{name}-{seed}-{created}", "created": created, "status": "finished", "cell": cell,
-              "task": "toy", "study": study, "name": name, "config": {"train": {"seed": seed}},
-              "metrics": {"metric": metric, "metric_name": "accuracy", "baseline": 0.25, "higher_is_better": True,
-                          "params": 10},
-              "timings": {"train_s": 60.0, "steps": 10, "epochs": 1.0}, "history": []}
+    record = {
+        "id": f"{name}-{seed}-{created}",
+        "created": created,
+        "status": "finished",
+        "cell": cell,
+        "task": "toy",
+        "study": study,
+        "name": name,
+        "config": {"train": {"seed": seed}},
+        "metrics": {
+            "metric": metric,
+            "metric_name": "accuracy",
+            "baseline": 0.25,
+            "higher_is_better": True,
+            "params": 10,
+        },
+        "timings": {"train_s": 60.0, "steps": 10, "epochs": 1.0},
+        "history": [],
+    }
     store.results.add(record)
 
 
@@ -370,7 +483,9 @@ def test_runs_of_another_reading_are_shown_but_never_judged():
     adding = claim("adding-200")
     assert {"tarnn_raw", "irnn_printed"} <= set(adding.labels)
     assert "irnn_printed" not in adding.checked_labels
-    rows = {name: row(0.004, [(25, 0.004)], higher=False, baseline=1 / 6, cell=name) for name in ("tarnn", "irnn", "srnn")}
+    rows = {
+        name: row(0.004, [(25, 0.004)], higher=False, baseline=1 / 6, cell=name) for name in ("tarnn", "irnn", "srnn")
+    }
     rows["lstm"] = row(0.17, [(25, 0.17)], higher=False, baseline=1 / 6, cell="lstm")
     assert R.judge(adding, R.Measurements(rows), "paper").status == "reproduced"  # readings not run: not needed
     rows["irnn_printed"] = row(0.167, higher=False, baseline=1 / 6, cell="irnn")
@@ -378,11 +493,19 @@ def test_runs_of_another_reading_are_shown_but_never_judged():
     assert "only `irnn` is clearly better than the trivial baseline" in text
     assert "`tarnn_raw` not run yet" in text
     with pytest.raises(R.ClaimError, match="reading_of: expected the label of a judged run"):
-        R.load_claims(CLAIM_YAML.replace("{label: b, preset: reproduce/toy-lstm}",
-                                         "{label: b, preset: reproduce/toy-lstm, reading_of: c}") % "metric(a) > 0")
+        R.load_claims(
+            CLAIM_YAML.replace(
+                "{label: b, preset: reproduce/toy-lstm}", "{label: b, preset: reproduce/toy-lstm, reading_of: c}"
+            )
+            % "metric(a) > 0"
+        )
     with pytest.raises(R.ClaimError, match="not judged"):
-        R.load_claims(CLAIM_YAML.replace("{label: b, preset: reproduce/toy-lstm}",
-                                         "{label: b, preset: reproduce/toy-lstm, reading_of: a}") % "metric(b) > 0")
+        R.load_claims(
+            CLAIM_YAML.replace(
+                "{label: b, preset: reproduce/toy-lstm}", "{label: b, preset: reproduce/toy-lstm, reading_of: a}"
+            )
+            % "metric(b) > 0"
+        )
 
 
 def test_every_claim_states_its_budgets_and_mnist_claims_their_data():
@@ -397,10 +520,22 @@ def test_every_claim_states_its_budgets_and_mnist_claims_their_data():
 def test_gradient_vs_lag_analysis_is_relative_to_the_peak(tmp_path):
     from ltdrnn.config import load_config
     from ltdrnn.train import train
-    cfg = load_config("reproduce/adding200-lstm", [
-        "task.options.T=10", "task.options.n_train=64", "task.options.n_val=8", "task.options.n_test=120",
-        "train.steps=2", "train.epochs=null", "train.progress=false", "train.latency=false", "results=null",
-        f"run_dir={tmp_path / 'run'}"])
+
+    cfg = load_config(
+        "reproduce/adding200-lstm",
+        [
+            "task.options.T=10",
+            "task.options.n_train=64",
+            "task.options.n_val=8",
+            "task.options.n_test=120",
+            "train.steps=2",
+            "train.epochs=null",
+            "train.progress=false",
+            "train.latency=false",
+            "results=null",
+            f"run_dir={tmp_path / 'run'}",
+        ],
+    )
     watcher = R.AnalysisWatcher(R.RunSpec("lstm", "reproduce/adding200-lstm", analyses=("gradient_vs_lag",)), cfg)
     result = watcher.finish(train(cfg, callbacks=[watcher]))["gradient_vs_lag"]
     assert len(result["curve"]) == 10 and result["examples"] == 100 and result["step"] == 2
@@ -410,9 +545,20 @@ def test_gradient_vs_lag_analysis_is_relative_to_the_peak(tmp_path):
 def test_gradient_vs_lag_analysis_is_computed_in_float64(tmp_path):
     from ltdrnn.config import load_config
     from ltdrnn.models import build_model
-    cfg = load_config("reproduce/adding200-irnn", [
-        "task.options.T=50", "task.options.n_train=8", "task.options.n_val=8", "task.options.n_test=100",
-        "model.options.reading=paper", "model.hidden_size=4", "results=null", f"run_dir={tmp_path / 'run'}"])
+
+    cfg = load_config(
+        "reproduce/adding200-irnn",
+        [
+            "task.options.T=50",
+            "task.options.n_train=8",
+            "task.options.n_val=8",
+            "task.options.n_test=100",
+            "model.options.reading=paper",
+            "model.hidden_size=4",
+            "results=null",
+            f"run_dir={tmp_path / 'run'}",
+        ],
+    )
     watcher = R.AnalysisWatcher(R.RunSpec("irnn", "reproduce/adding200-irnn", analyses=("gradient_vs_lag",)), cfg)
     torch.manual_seed(0)
     watcher.model = build_model(cfg.model, watcher.batch("test", 100)[1])
@@ -423,17 +569,24 @@ def test_gradient_vs_lag_analysis_is_computed_in_float64(tmp_path):
 
 def test_claim_curves_use_each_cells_colour_and_a_new_line_style_per_extra_run_of_a_cell(tmp_path, monkeypatch):
     import matplotlib
-    from ltdrnn.analysis.plots import cell_colour
+
     from ltdrnn.analysis import plots
+    from ltdrnn.analysis.plots import cell_colour
+
     figures = []
     real_save = plots.save_figure
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or real_save(fig, path))
     claim = R.find_claim(R.load_claims(), "adding-200")
     history = [{"step": 1, "val_metric": 0.2}, {"step": 2, "val_metric": 0.1}]
-    rows = {label: {"cell": cell, "history": history, "metrics": {"baseline": 0.167}}
-            for label, cell in (("tarnn", "tarnn"), ("lstm", "lstm"), ("tarnn_raw", "tarnn"))}
+    rows = {
+        label: {"cell": cell, "history": history, "metrics": {"baseline": 0.167}}
+        for label, cell in (("tarnn", "tarnn"), ("lstm", "lstm"), ("tarnn_raw", "tarnn"))
+    }
     R.make_plots(claim, R.Measurements(rows), tmp_path)
     lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() in rows]
     assert [matplotlib.colors.to_hex(line.get_color()) for line in lines] == [
-        cell_colour("tarnn"), cell_colour("lstm"), cell_colour("tarnn")]
+        cell_colour("tarnn"),
+        cell_colour("lstm"),
+        cell_colour("tarnn"),
+    ]
     assert [line.get_linestyle() for line in lines] == ["-", "-", "--"]

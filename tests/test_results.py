@@ -1,4 +1,5 @@
 """The results store: round trip, unique ids, atomic rows under crashes, concurrent writers."""
+
 import multiprocessing
 import subprocess
 import sys
@@ -10,12 +11,22 @@ from ltdrnn.results import ResultConflict, ResultStore, create_tables, database_
 
 
 def record(run_id, metric=0.5, study=None):
-    return {"id": run_id, "created": "2026-01-01T00:00:00+00:00", "status": "finished", "cell": "lstm",
-            "task": "adding", "preset": "x/y", "study": study, "name": None,
-            "config": {"task": {"options": {"T": 10}}},
-            "metrics": {"metric_name": "mse", "metric": metric, "params": 12, "baseline": 0.167},
-            "timings": {"train_s": 1.5}, "history": [{"step": 1, "val_metric": metric}],
-            "version": {"git_commit": "abc"}, "run_dir": "/tmp/x"}
+    return {
+        "id": run_id,
+        "created": "2026-01-01T00:00:00+00:00",
+        "status": "finished",
+        "cell": "lstm",
+        "task": "adding",
+        "preset": "x/y",
+        "study": study,
+        "name": None,
+        "config": {"task": {"options": {"T": 10}}},
+        "metrics": {"metric_name": "mse", "metric": metric, "params": 12, "baseline": 0.167},
+        "timings": {"train_s": 1.5},
+        "history": [{"step": 1, "val_metric": metric}],
+        "version": {"git_commit": "abc"},
+        "run_dir": "/tmp/x",
+    }
 
 
 def test_round_trip_decodes_json_columns(tmp_path):
@@ -80,8 +91,9 @@ def test_an_exception_inside_the_transaction_leaves_no_row(tmp_path):
     store = ResultStore(str(tmp_path / "r.db"))
     with pytest.raises(RuntimeError):
         with store.engine.begin() as connection:
-            connection.execute(store.table.insert().values(id="half", created="t", status="finished",
-                                                           cell="c", task="t"))
+            connection.execute(
+                store.table.insert().values(id="half", created="t", status="finished", cell="c", task="t")
+            )
             raise RuntimeError("crash after the insert, before the commit")
     assert store.count() == 0
     with pytest.raises(KeyError):

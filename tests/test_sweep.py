@@ -2,6 +2,7 @@
 interrupted and failing trials, the MIST protocol on a tiny task, pruning through the trainer, the report.
 
 Where training is not the point the objective is a tiny function of the trial's config."""
+
 import json
 import math
 import os
@@ -23,15 +24,26 @@ from ltdrnn.config import ConfigError, list_presets
 from ltdrnn.results import ResultStore
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-BASE = {"model": {"cell": "lstm", "hidden_size": 4}, "task": {"name": "adding", "options": {"T": 5}},
-        "optim": {"name": "sgd", "lr": 0.1}, "train": {"steps": 1}, "results": None}
+BASE = {
+    "model": {"cell": "lstm", "hidden_size": 4},
+    "task": {"name": "adding", "options": {"T": 5}},
+    "optim": {"name": "sgd", "lr": 0.1},
+    "train": {"steps": 1},
+    "results": None,
+}
 
 
 def write_spec(tmp_path, **changes) -> Path:
     """A spec over a small base config file (never trained by the tiny objectives)."""
     (tmp_path / "base.json").write_text(json.dumps(BASE))
-    spec = {"base": str(tmp_path / "base.json"), "sampler": "random", "direction": "minimize", "seed": 0,
-            "params": {"optim.lr": {"distribution": "log-float", "low": 1e-4, "high": 10.0}}, **changes}
+    spec = {
+        "base": str(tmp_path / "base.json"),
+        "sampler": "random",
+        "direction": "minimize",
+        "seed": 0,
+        "params": {"optim.lr": {"distribution": "log-float", "low": 1e-4, "high": 10.0}},
+        **changes,
+    }
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     return path
@@ -57,43 +69,55 @@ def test_packaged_sweeps_load_and_their_keys_apply_to_the_base_configs():
 def test_the_tarnn_irnn_grid_is_the_papers_grid():
     spec = S.load_spec("irnn/pmnist")
     grid = {p.name: p.grid_values() for p in spec.params}
-    assert grid == {"optim.lr": [1e-2, 1e-3, 1e-4],
-                    "optim.weight_decay": [4.5e-6, 4.5e-5, 4.5e-4, 1e-6, 1e-5, 1e-4],
-                    "optim.halve_every": [5, 10, 20], "train.epochs": [30, 50, 100, 300]}
+    assert grid == {
+        "optim.lr": [1e-2, 1e-3, 1e-4],
+        "optim.weight_decay": [4.5e-6, 4.5e-5, 4.5e-4, 1e-6, 1e-5, 1e-4],
+        "optim.halve_every": [5, 10, 20],
+        "train.epochs": [30, 50, 100, 300],
+    }
     assert spec.sampler == "grid" and spec.budget() == 216 and spec.base == "irnn/pmnist"
     assert S.load_spec("tarnn/pmnist").base == "tarnn/pmnist"
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"optim.lr": {"distribution": "uniform", "low": 0, "high": 1}}, "distribution"),
-    ({"optim.lr": {"distribution": "log-float", "low": 0.0, "high": 1}}, "must be positive"),
-    ({"optim.lr": {"distribution": "float", "low": 2, "high": 1}}, "low < high"),
-    ({"optim.lr": {"distribution": "categorical", "choices": []}}, "non-empty list"),
-    ({"optim.lr": {"distribution": "float", "low": 0.1, "high": 1, "bounds": 3}},
-     "unknown config key 'params.optim.lr.bounds'"),
-    ({"optim.lr": {"distribution": "float", "low": "0.1", "high": 1}}, "params.optim.lr.low: expected a number"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"optim.lr": {"distribution": "uniform", "low": 0, "high": 1}}, "distribution"),
+        ({"optim.lr": {"distribution": "log-float", "low": 0.0, "high": 1}}, "must be positive"),
+        ({"optim.lr": {"distribution": "float", "low": 2, "high": 1}}, "low < high"),
+        ({"optim.lr": {"distribution": "categorical", "choices": []}}, "non-empty list"),
+        (
+            {"optim.lr": {"distribution": "float", "low": 0.1, "high": 1, "bounds": 3}},
+            "unknown config key 'params.optim.lr.bounds'",
+        ),
+        ({"optim.lr": {"distribution": "float", "low": "0.1", "high": 1}}, "params.optim.lr.low: expected a number"),
+    ],
+)
 def test_bad_search_spaces_are_refused_naming_the_key(tmp_path, params, message):
     with pytest.raises(ConfigError, match=message):
         S.load_spec(json.loads(write_spec(tmp_path).read_text()) | {"params": params})
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"trials": "5"}, "sweep.trials: expected an integer"),
-    ({"set": "train.steps=1"}, "sweep.set: expected a list"),
-    ({"set": [3]}, r"sweep.set\[0\]: expected a string"),
-    ({"seed_per_trial": "yes"}, "sweep.seed_per_trial: expected true or false"),
-    ({"sampler": "grid-search"}, "sweep sampler: expected one of random, tpe, grid"),
-    ({"budget": 5}, "unknown config key 'sweep.budget'"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"trials": "5"}, "sweep.trials: expected an integer"),
+        ({"set": "train.steps=1"}, "sweep.set: expected a list"),
+        ({"set": [3]}, r"sweep.set\[0\]: expected a string"),
+        ({"seed_per_trial": "yes"}, "sweep.seed_per_trial: expected true or false"),
+        ({"sampler": "grid-search"}, "sweep sampler: expected one of random, tpe, grid"),
+        ({"budget": 5}, "unknown config key 'sweep.budget'"),
+    ],
+)
 def test_bad_spec_keys_and_types_are_refused_naming_the_key(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):
         S.load_spec(str(write_spec(tmp_path, **changes)))
 
 
 def test_a_searched_key_that_is_not_a_config_key_is_refused(tmp_path):
-    spec = S.load_spec(str(write_spec(tmp_path, params={"optim.lrr": {"distribution": "float", "low": 0.1,
-                                                                                "high": 1}})))
+    spec = S.load_spec(
+        str(write_spec(tmp_path, params={"optim.lrr": {"distribution": "float", "low": 0.1, "high": 1}}))
+    )
     with pytest.raises(ConfigError, match="optim.lrr|lrr"):
         S.check_params_apply(spec)
 
@@ -111,22 +135,32 @@ def test_trial_config_sets_values_study_name_seed_and_run_dir(tmp_path):
 
 
 def test_grid_visits_every_point_once_and_tpe_and_random_stay_in_bounds(tmp_path):
-    grid = {"optim.lr": {"distribution": "categorical", "choices": [0.01, 0.1, 1.0]},
-            "train.steps": {"distribution": "int", "low": 1, "high": 2}}
+    grid = {
+        "optim.lr": {"distribution": "categorical", "choices": [0.01, 0.1, 1.0]},
+        "train.steps": {"distribution": "int", "low": 1, "high": 2},
+    }
     spec = S.load_spec(str(write_spec(tmp_path, sampler="grid", params=grid)))
     assert spec.budget() == 6
     S.run_worker(spec, str(tmp_path / "s.db"), "grid", objective=quadratic, log=lambda s: None)
     points = sorted((t.params["optim.lr"], t.params["train.steps"]) for t in trials_of(tmp_path / "s.db", "grid"))
     assert points == [(lr, steps) for lr in (0.01, 0.1, 1.0) for steps in (1, 2)]
     for sampler in ("tpe", "random"):
-        spec = S.load_spec(str(write_spec(tmp_path, sampler=sampler, params={
-            "optim.lr": {"distribution": "log-float", "low": 1e-3, "high": 1.0},
-            "model.hidden_size": {"distribution": "int", "low": 2, "high": 8, "step": 2}})))
+        spec = S.load_spec(
+            str(
+                write_spec(
+                    tmp_path,
+                    sampler=sampler,
+                    params={
+                        "optim.lr": {"distribution": "log-float", "low": 1e-3, "high": 1.0},
+                        "model.hidden_size": {"distribution": "int", "low": 2, "high": 8, "step": 2},
+                    },
+                )
+            )
+        )
         S.run_worker(spec, str(tmp_path / "s.db"), sampler, 5, objective=quadratic, log=lambda s: None)
         trials = trials_of(tmp_path / "s.db", sampler)
         assert len(trials) == 5 and all(t.state == TrialState.COMPLETE for t in trials)
-        assert all(1e-3 <= t.params["optim.lr"] <= 1 and t.params["model.hidden_size"] in (2, 4, 6, 8)
-                   for t in trials)
+        assert all(1e-3 <= t.params["optim.lr"] <= 1 and t.params["model.hidden_size"] in (2, 4, 6, 8) for t in trials)
 
 
 # ---- workers sharing a study ------------------------------------------------------------------------
@@ -150,8 +184,19 @@ def start_worker(tmp_path, name, trials, sleep):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, str(script), str(tmp_path / "spec.json"), str(tmp_path / "s.db"),
-                             str(trials), name, str(tmp_path / "log.txt"), str(sleep)], env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / "spec.json"),
+            str(tmp_path / "s.db"),
+            str(trials),
+            name,
+            str(tmp_path / "log.txt"),
+            str(sleep),
+        ],
+        env=env,
+    )
 
 
 def started(tmp_path):
@@ -222,17 +267,27 @@ def test_a_trial_that_raises_is_failed_with_its_error_and_the_sweep_goes_on(tmp_
             raise ValueError("bad luck")
         return quadratic(trial, cfg)
 
-    counts = S.run_worker(str(tmp_path / "spec.json"), str(tmp_path / "s.db"), "st", 3, objective=flaky,
-                          log=lambda s: None)
+    counts = S.run_worker(
+        str(tmp_path / "spec.json"), str(tmp_path / "s.db"), "st", 3, objective=flaky, log=lambda s: None
+    )
     assert counts == {"complete": 2, "pruned": 0, "failed": 1, "given_back": 0}
     failed = trials_of(tmp_path / "s.db", "st")[1]
     assert failed.state == TrialState.FAIL and failed.user_attrs["error"] == "ValueError: bad luck"
 
 
 # ---- the MIST protocol on a tiny task ---------------------------------------------------------------
-TINY = ["model.cell=tiny", "model.hidden_size=6", "task.name=tiny", "task.options={}", "train.epochs=null",
-        "train.steps=4", "train.batch_size=16", "train.eval_every=2", "train.progress=false",
-        "train.latency=false"]
+TINY = [
+    "model.cell=tiny",
+    "model.hidden_size=6",
+    "task.name=tiny",
+    "task.options={}",
+    "train.epochs=null",
+    "train.steps=4",
+    "train.batch_size=16",
+    "train.eval_every=2",
+    "train.progress=false",
+    "train.latency=false",
+]
 
 
 def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_path, monkeypatch, capsys):
@@ -242,13 +297,25 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
     assert (spec.sampler, spec.trials, spec.seed_per_trial, spec.report) == ("random", 50, True, {"top_fraction": 0.1})
     assert [(p.name, p.distribution, p.low, p.high) for p in spec.params] == [("optim.lr", "log-float", 1e-4, 10.0)]
     base = S.base_config(spec)
-    assert (base.optim.name, base.optim.momentum, base.optim.clip_norm, base.optim.loss_reduction) == \
-        ("sgd", 0.9, 1.0, "sum")
+    assert (base.optim.name, base.optim.momentum, base.optim.clip_norm, base.optim.loss_reduction) == (
+        "sgd",
+        0.9,
+        1.0,
+        "sum",
+    )
     assert S.top_k(spec.report, 50, 50) == 5  # the paper's "top 5 of 50"
     spec.seed = 0
     store = str(tmp_path / "results.db")
-    counts = S.run_worker(spec, str(tmp_path / "s.db"), "mist-tiny", trials=10, overrides=TINY,
-                          runs_dir=str(tmp_path / "runs"), results=store, log=lambda s: None)
+    counts = S.run_worker(
+        spec,
+        str(tmp_path / "s.db"),
+        "mist-tiny",
+        trials=10,
+        overrides=TINY,
+        runs_dir=str(tmp_path / "runs"),
+        results=store,
+        log=lambda s: None,
+    )
     assert counts["complete"] + counts["pruned"] == 10 and counts["failed"] == 0
     trials = trials_of(tmp_path / "s.db", "mist-tiny")
     lrs = [t.params["optim.lr"] for t in trials]
@@ -274,9 +341,25 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
     assert paths["sensitivity"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     from ltdrnn.cli import main
+
     capsys.readouterr()
-    assert main(["report", "--store", store, "--out", str(tmp_path / "cli-report"), "--study", "mist-tiny",
-                 "--sweeps", str(tmp_path / "s.db"), "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--store",
+                store,
+                "--out",
+                str(tmp_path / "cli-report"),
+                "--study",
+                "mist-tiny",
+                "--sweeps",
+                str(tmp_path / "s.db"),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "Top 1 of 10 finished trials by validation" in printed  # the study's summary, after the runs table
 
@@ -291,8 +374,9 @@ def test_importance_falls_back_to_rank_correlation(monkeypatch):
     study = optuna.create_study(direction="minimize")
     distribution = optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)
     for lr in (1e-3, 1e-2, 1e-1, 0.5):
-        study.add_trial(optuna.trial.create_trial(params={"lr": lr}, distributions={"lr": distribution},
-                                                  value=-math.log10(lr)))
+        study.add_trial(
+            optuna.trial.create_trial(params={"lr": lr}, distributions={"lr": distribution}, value=-math.log10(lr))
+        )
 
     def unavailable(*args, **kwargs):
         raise RuntimeError("evaluator unavailable")
@@ -323,6 +407,7 @@ def test_the_trainer_reports_validations_and_stops_a_pruned_trial(tmp_path, monk
     install(monkeypatch)
     torch.set_num_threads(1)
     from ltdrnn.config import load_config
+
     cfg = load_config(tiny_config(tmp_path), ["train.steps=20", "train.eval_every=2", "study=st", "name=trial-0"])
     trial = ScriptedTrial()
     with pytest.raises(optuna.TrialPruned):
@@ -336,6 +421,7 @@ def test_the_trainer_reports_validations_and_stops_a_pruned_trial(tmp_path, monk
 # ---- command line -----------------------------------------------------------------------------------
 def test_the_cli_lists_specs_and_refuses_a_bad_one_naming_the_key(tmp_path, capsys):
     from ltdrnn.cli import main
+
     assert main(["sweep", "list"]) == 0
     assert "mist/pmnist" in capsys.readouterr().out.split()
     bad = write_spec(tmp_path, sampler="annealing")
@@ -346,6 +432,5 @@ def test_the_cli_lists_specs_and_refuses_a_bad_one_naming_the_key(tmp_path, caps
 def test_has_study_tells_whether_a_storage_holds_the_study_without_creating_files(tmp_path):
     write_spec(tmp_path)
     assert not S.has_study("st", str(tmp_path / "missing.db")) and not (tmp_path / "missing.db").exists()
-    S.run_worker(str(tmp_path / "spec.json"), str(tmp_path / "s.db"), "st", 1, objective=quadratic,
-                 log=lambda s: None)
+    S.run_worker(str(tmp_path / "spec.json"), str(tmp_path / "s.db"), "st", 1, objective=quadratic, log=lambda s: None)
     assert S.has_study("st", str(tmp_path / "s.db")) and not S.has_study("other", str(tmp_path / "s.db"))

@@ -1,4 +1,5 @@
 """The UCR/UEA benchmark (``ltdrnn ucr``), the pooled classifier heads and the arrays input of the recipe."""
+
 from datetime import datetime, timezone
 
 import numpy as np
@@ -30,7 +31,7 @@ def test_pooled_head_on_a_padded_batch_equals_each_sequence_alone(pooling):
         x_padded[i, n:] = 99.0  # padding must not leak into the pooled value
     batched = model(x_padded, lengths)
     for i, n in enumerate(lengths):
-        torch.testing.assert_close(batched[i], model(x[i:i + 1, :n])[0])
+        torch.testing.assert_close(batched[i], model(x[i : i + 1, :n])[0])
 
 
 def test_mean_and_max_pooling_read_every_step_of_the_outputs():
@@ -82,16 +83,32 @@ def test_arrays_give_the_same_task_as_the_same_series_in_ts_files(tmp_path):
 
 def test_arrays_errors_name_what_was_expected(tmp_path):
     np.savez(tmp_path / "partial.npz", x_train=np.zeros((4, 5)), y_train=np.zeros(4))
-    with pytest.raises(DataFileError, match=r"expected arrays x_train, y_train, x_test, y_test, got x_train, "
-                                            r"y_train"):
+    with pytest.raises(
+        DataFileError,
+        match=r"expected arrays x_train, y_train, x_test, y_test, got x_train, "
+        r"y_train",
+    ):
         build_task("uea_ucr", arrays=str(tmp_path / "partial.npz"))
-    np.savez(tmp_path / "shape.npz", x_train=np.zeros((4, 5)), y_train=np.zeros(3), x_test=np.zeros((2, 5)),
-             y_test=np.zeros(2))
-    with pytest.raises(DataFileError, match=r"x_train of shape \(N, T\) or \(N, T, d\) with N = len\(y_train\) "
-                                            r"= 3, got \(4, 5\)"):
+    np.savez(
+        tmp_path / "shape.npz",
+        x_train=np.zeros((4, 5)),
+        y_train=np.zeros(3),
+        x_test=np.zeros((2, 5)),
+        y_test=np.zeros(2),
+    )
+    with pytest.raises(
+        DataFileError,
+        match=r"x_train of shape \(N, T\) or \(N, T, d\) with N = len\(y_train\) "
+        r"= 3, got \(4, 5\)",
+    ):
         build_task("uea_ucr", arrays=str(tmp_path / "shape.npz"))
-    np.savez(tmp_path / "objects.npz", x_train=np.array([np.zeros(3), np.zeros(4)], dtype=object),
-             y_train=np.zeros(2), x_test=np.zeros((1, 3)), y_test=np.zeros(1))
+    np.savez(
+        tmp_path / "objects.npz",
+        x_train=np.array([np.zeros(3), np.zeros(4)], dtype=object),
+        y_train=np.zeros(2),
+        x_test=np.zeros((1, 3)),
+        y_test=np.zeros(1),
+    )
     with pytest.raises(DataFileError, match="without pickled objects"):
         build_task("uea_ucr", arrays=str(tmp_path / "objects.npz"))
 
@@ -134,15 +151,24 @@ def test_padded_array_is_channels_first_and_zero_padded():
 # ---- the page from a store -----------------------------------------------------------------------------
 def _row(cell, dataset, seed, accuracy, study="ucr/default", params=100, train_s=2.0):
     stamp = datetime.now(timezone.utc)
-    return {"id": f"{cell}-{dataset}-{seed}-{study}", "status": "finished", "created": stamp.isoformat(),
-            "cell": cell, "task": "uea_ucr", "study": study, "name": dataset,
-            "config": {"train": {"seed": seed}}, "metrics": {"metric_name": "accuracy", "metric": accuracy,
-                                                          "params": params},
-            "timings": {"train_s": train_s}, "version": {"git_commit": "abc"}}
+    return {
+        "id": f"{cell}-{dataset}-{seed}-{study}",
+        "status": "finished",
+        "created": stamp.isoformat(),
+        "cell": cell,
+        "task": "uea_ucr",
+        "study": study,
+        "name": dataset,
+        "config": {"train": {"seed": seed}},
+        "metrics": {"metric_name": "accuracy", "metric": accuracy, "params": params},
+        "timings": {"train_s": train_s},
+        "version": {"git_commit": "abc"},
+    }
 
 
 def _store(tmp_path, accuracies, study="ucr/default"):
     from ltdrnn.results import ResultStore
+
     store = ResultStore(str(tmp_path / "results.db"))
     for (cell, dataset), values in accuracies.items():
         for seed, value in enumerate(values):
@@ -152,17 +178,25 @@ def _store(tmp_path, accuracies, study="ucr/default"):
 
 def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
     pytest.importorskip("aeon", reason="the critical-difference diagram needs aeon")
-    accuracies = {("lstm", "A"): [0.5, 0.7, 0.6], ("srnn", "A"): [0.8] * 3, ("minirocket", "A"): [0.82, 0.84, 0.83],
-                  ("lstm", "GunPoint"): [0.6, 0.6], ("srnn", "GunPoint"): [0.7, 0.7],
-                  ("minirocket", "GunPoint"): [0.9, 0.9],
-                  ("lstm", "C"): [0.9], ("srnn", "C"): [0.8], ("minirocket", "C"): [0.85],
-                  ("srnn", "OnlySrnn"): [0.5]}
+    accuracies = {
+        ("lstm", "A"): [0.5, 0.7, 0.6],
+        ("srnn", "A"): [0.8] * 3,
+        ("minirocket", "A"): [0.82, 0.84, 0.83],
+        ("lstm", "GunPoint"): [0.6, 0.6],
+        ("srnn", "GunPoint"): [0.7, 0.7],
+        ("minirocket", "GunPoint"): [0.9, 0.9],
+        ("lstm", "C"): [0.9],
+        ("srnn", "C"): [0.8],
+        ("minirocket", "C"): [0.85],
+        ("srnn", "OnlySrnn"): [0.5],
+    }
     store = _store(tmp_path, accuracies)
     data = ucr.collect(store.rows(study="ucr/default"))
     assert data["methods"] == ["lstm", "srnn", "minirocket"]
     assert ucr.complete_sets(data) == ["A", "C", "GunPoint"]
-    assert ucr.average_ranks(data, ["A", "C", "GunPoint"]) == pytest.approx({"lstm": 7 / 3, "srnn": 7 / 3,
-                                                                       "minirocket": 4 / 3})
+    assert ucr.average_ranks(data, ["A", "C", "GunPoint"]) == pytest.approx(
+        {"lstm": 7 / 3, "srnn": 7 / 3, "minirocket": 4 / 3}
+    )
     goal = "\n".join(ucr.goal_lines(data))
     # srnn 0.7667 against MiniRocket 0.86 (9.3 points); srnn above lstm (0.70)
     assert "gap of 9.3 points: goal (within 5 points) not reached" in goal
@@ -170,17 +204,23 @@ def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
     store.add(_row("lstm", "A", 0, 0.5, study="ucr-recipe/x"))
     store.add(_row("srnn", "A", 0, 0.7, study="ucr-recipe/x"))
     (tmp_path / "notes.md").write_text("## Discussion\n\nWritten by hand.\n")
-    page = ucr.render_page(str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md",
-                           notes=tmp_path / "notes.md")
+    page = ucr.render_page(
+        str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md", notes=tmp_path / "notes.md"
+    )
     text = page.read_text()
     assert "reached.\n\n## Discussion\n\nWritten by hand.\n\n## Parameters and training time" in text
     assert "| A | 60.0 ± 10.0 | 80.0 ± 0.0 | 83.0 ± 1.0 | - | - |" in text
     published = ucr.published_numbers()["GunPoint"]
-    assert (f"| GunPoint | 60.0 ± 0.0 (n=2) | 70.0 ± 0.0 (n=2) | 90.0 ± 0.0 (n=2) | "
-            f"{100 * published['rocket']:.1f} | {100 * published['inceptiontime']:.1f} |") in text
+    assert (
+        f"| GunPoint | 60.0 ± 0.0 (n=2) | 70.0 ± 0.0 (n=2) | 90.0 ± 0.0 (n=2) | "
+        f"{100 * published['rocket']:.1f} | {100 * published['inceptiontime']:.1f} |"
+    ) in text
     assert "| C | 90.0 (n=1) |" in text and "| OnlySrnn | - | 50.0 (n=1) | - |" in text
     assert "| mean over 3 sets | 70.0 | 76.7 | 86.0 | - | - |" in text
-    assert "| ucr-recipe/x | lstm | A | 1 | 50.0 |" in text and "| ucr-recipe/x | all (mean of the cells) |  |  | 60.0 |" in text
+    assert (
+        "| ucr-recipe/x | lstm | A | 1 | 50.0 |" in text
+        and "| ucr-recipe/x | all (mean of the cells) |  |  | 60.0 |" in text
+    )
     assert (tmp_path / "cd-ucr_default.png").stat().st_size > 0
     assert "](../cd-ucr_default.png)" in text
 
@@ -189,8 +229,9 @@ def test_report_without_the_study_is_a_clear_error(tmp_path, capsys):
     _store(tmp_path, {("lstm", "A"): [0.5]}, study="other")
     code = cli.main(["ucr", "report", "--store", str(tmp_path / "results.db"), "--page", str(tmp_path / "p.md")])
     assert code == 2
-    assert capsys.readouterr().err.strip() == (f"ltdrnn ucr report: --study ucr/default: no finished runs of this "
-                                               f"study in {tmp_path / 'results.db'}")
+    assert capsys.readouterr().err.strip() == (
+        f"ltdrnn ucr report: --study ucr/default: no finished runs of this study in {tmp_path / 'results.db'}"
+    )
 
 
 # ---- the command ---------------------------------------------------------------------------------------
@@ -225,17 +266,43 @@ def test_benchmark_end_to_end_on_two_small_sets_at_a_tiny_budget(tmp_path, capsy
     pytest.importorskip("aeon", reason="MiniRocket comes from aeon")
     rng = np.random.default_rng(0)
     write_ts_set(tmp_path, _learnable_rows(20, rng, 16), _learnable_rows(10, rng, 16), name="Ramps")
-    write_ts_set(tmp_path, _learnable_rows(20, rng, 12, dims=2), _learnable_rows(10, rng, 12, dims=2),
-                 name="Ramps2D", dims=2)
+    write_ts_set(
+        tmp_path, _learnable_rows(20, rng, 12, dims=2), _learnable_rows(10, rng, 12, dims=2), name="Ramps2D", dims=2
+    )
     store, page = tmp_path / "results.db", tmp_path / "docs" / "benchmarks-ucr.md"
-    argv = ["ucr", "run", "--sets", "Ramps,Ramps2D", "--cells", "lstm,srnn", "--seeds", "2", "--budget", "quick",
-            "--set", "train.epochs=2", "--set", "model.hidden_size=8", "--study", "tiny", "--store", str(store),
-            "--runs", str(tmp_path / "runs"), "--data-dir", str(tmp_path), "--page", str(page)]
+    argv = [
+        "ucr",
+        "run",
+        "--sets",
+        "Ramps,Ramps2D",
+        "--cells",
+        "lstm,srnn",
+        "--seeds",
+        "2",
+        "--budget",
+        "quick",
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "model.hidden_size=8",
+        "--study",
+        "tiny",
+        "--store",
+        str(store),
+        "--runs",
+        str(tmp_path / "runs"),
+        "--data-dir",
+        str(tmp_path),
+        "--page",
+        str(page),
+    ]
     assert cli.main(argv) == 0
     from ltdrnn.results import ResultStore
+
     rows = ResultStore(str(store)).rows(study="tiny")
     assert sorted((r["cell"], r["name"], r["config"]["train"]["seed"]) for r in rows) == sorted(
-        (c, s, seed) for c in ("lstm", "srnn", "minirocket") for s in ("Ramps", "Ramps2D") for seed in (0, 1))
+        (c, s, seed) for c in ("lstm", "srnn", "minirocket") for s in ("Ramps", "Ramps2D") for seed in (0, 1)
+    )
     trained = [r for r in rows if r["cell"] != "minirocket"]
     assert {r["config"]["train"]["epochs"] for r in trained} == {2}
     assert {r["config"]["model"]["hidden_size"] for r in trained} == {8}

@@ -6,11 +6,21 @@
 
 The core imports only torch and numpy.
 """
+
 from .cells import Cell, ParamCount, build, list_cells
 from .cells.registry import entry
 from .interop import load_torch_weights, recurrent_from_torch
 from .layers import Recurrent
 
 __version__ = "0.1.0"
-__all__ = ["Cell", "ParamCount", "Recurrent", "build", "entry", "list_cells", "load_torch_weights",
-           "recurrent_from_torch", "__version__"]
+__all__ = [
+    "Cell",
+    "ParamCount",
+    "Recurrent",
+    "build",
+    "entry",
+    "list_cells",
+    "load_torch_weights",
+    "recurrent_from_torch",
+    "__version__",
+]

@@ -9,6 +9,7 @@ is the one place they are written. ``tests/test_docs.py`` checks that the commit
 ``python -m ltdrnn.cellmap`` prints the map; ``python -m ltdrnn.cellmap docs/architecture.md`` rewrites
 it in place, between the markers :data:`BEGIN` and :data:`END`.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,7 @@ def module_links(module) -> Dict[str, str]:
     found = dict(re.findall(rf"^({'|'.join(LINK_KEYS)}): (.+)$", module.__doc__ or "", re.MULTILINE))
     missing = [key for key in LINK_KEYS if key not in found]
     if missing:
-        raise ValueError(f"{module.__name__}: expected a '{missing[0]}: ...' line in the module docstring, "
-                         "got none")
+        raise ValueError(f"{module.__name__}: expected a '{missing[0]}: ...' line in the module docstring, got none")
     return found
 
 
@@ -45,8 +45,17 @@ def cell_rows() -> List[List[str]]:
         cell = build(name, 1, PROBE_HIDDEN)
         links = module_links(sys.modules[cls.__module__])
         module_path = "src/" + cls.__module__.replace(".", "/") + ".py"
-        rows.append([f"`{name}`", f"`{module_path}` ({cls.__name__})", ", ".join(cell.impls), cell.default_impl,
-                     links["Kernel"], links["Tests"], links["Doc"]])
+        rows.append(
+            [
+                f"`{name}`",
+                f"`{module_path}` ({cls.__name__})",
+                ", ".join(cell.impls),
+                cell.default_impl,
+                links["Kernel"],
+                links["Tests"],
+                links["Doc"],
+            ]
+        )
     return rows
 
 
@@ -60,13 +69,13 @@ def replace_map(text: str) -> str:
     start, stop = text.find(BEGIN), text.find(END)
     if start < 0 or stop < start:
         raise ValueError(f"cell map: expected the markers {BEGIN!r} ... {END!r} in the file, got none")
-    return text[:start] + cell_map() + text[stop + len(END):]
+    return text[:start] + cell_map() + text[stop + len(END) :]
 
 
 def committed_map(text: str) -> Optional[str]:
     """The map between the markers in ``text`` (markers included), or None without markers."""
     start, stop = text.find(BEGIN), text.find(END)
-    return None if start < 0 or stop < start else text[start:stop + len(END)]
+    return None if start < 0 or stop < start else text[start : stop + len(END)]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

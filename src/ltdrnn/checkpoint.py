@@ -8,6 +8,7 @@ temporary file, fsynced and renamed into place, so a crash leaves the old file o
 torn one. They are read with ``weights_only=True``: only tensors, numbers, strings and containers come
 back, so a crafted file cannot run code. Guarantees and their tests: docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import io
@@ -43,8 +44,10 @@ def checkpoint_file(path: str | Path) -> Path:
     for name in (BEST, CHECKPOINT):
         if (path / name).is_file():
             return path / name
-    raise FileNotFoundError(f"{path}: the run directory has no checkpoint ({BEST} or {CHECKPOINT}); "
-                            "was the run started with this directory?")
+    raise FileNotFoundError(
+        f"{path}: the run directory has no checkpoint ({BEST} or {CHECKPOINT}); "
+        "was the run started with this directory?"
+    )
 
 
 def load_checkpoint(path: str | Path) -> Dict[str, Any]:
@@ -59,8 +62,7 @@ def load_checkpoint(path: str | Path) -> Dict[str, Any]:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"{path}: not a checkpoint that can be loaded safely ({first})") from None
     if not isinstance(checkpoint, dict) or not {"config", "model"} <= set(checkpoint):
-        raise CheckpointError(f"{path}: not an ltdrnn checkpoint (expected a mapping with 'config' and "
-                              "'model')")
+        raise CheckpointError(f"{path}: not an ltdrnn checkpoint (expected a mapping with 'config' and 'model')")
     return checkpoint
 
 

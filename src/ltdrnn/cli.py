@@ -1,15 +1,16 @@
 """The ``ltdrnn`` command.
 
-    ltdrnn run [--group main]                  the comparison: every preset of a group, table + report
-    ltdrnn train PRESET|FILE [key.sub=value ...] [--resume[=auto] --run-dir DIR]
-    ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
-    ltdrnn report [--store results.db] [--out report] [--study NAME]
-    ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
-    ltdrnn list cells|tasks|presets
-    ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR]
-    ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
-    ltdrnn ucr sets|run|report ...             the UCR/UEA benchmark, handed to ltdrnn.ucr
+ltdrnn run [--group main]                  the comparison: every preset of a group, table + report
+ltdrnn train PRESET|FILE [key.sub=value ...] [--resume[=auto] --run-dir DIR]
+ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
+ltdrnn report [--store results.db] [--out report] [--study NAME]
+ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
+ltdrnn list cells|tasks|presets
+ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR]
+ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
+ltdrnn ucr sets|run|report ...             the UCR/UEA benchmark, handed to ltdrnn.ucr
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce",
-             "ucr": "ltdrnn.ucr"}
+DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce", "ucr": "ltdrnn.ucr"}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -53,8 +53,7 @@ def is_user_error(error: BaseException) -> bool:
     """Whether ``error`` reports bad input or a bad environment rather than a bug: value errors (which
     name the parameter), files that cannot be read or written, missing optional extras, and the
     package's own errors (a stored run, an unwritable results store). Bugs keep their traceback."""
-    return (isinstance(error, (ValueError, OSError, ImportError))
-            or type(error).__module__.split(".")[0] == "ltdrnn")
+    return isinstance(error, (ValueError, OSError, ImportError)) or type(error).__module__.split(".")[0] == "ltdrnn"
 
 
 def parse(argv: List[str]) -> argparse.Namespace:
@@ -72,32 +71,50 @@ def parse(argv: List[str]) -> argparse.Namespace:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ltdrnn", description="Recurrent cells for long-term dependencies: "
-                                     "train, evaluate, compare and report.")
+    parser = argparse.ArgumentParser(
+        prog="ltdrnn", description="Recurrent cells for long-term dependencies: train, evaluate, compare and report."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="train every preset of a group, print the comparison, write the report")
-    run.add_argument("--group", default="main", help="preset group (default: main, the README's main job; "
-                     "quick: smaller smoke runs)")
+    run.add_argument(
+        "--group", default="main", help="preset group (default: main, the README's main job; quick: smaller smoke runs)"
+    )
     run.add_argument("--cells", help="comma-separated cells to keep (default: all in the group)")
     run.add_argument("--tasks", help="comma-separated tasks to keep (default: all in the group)")
     run.add_argument("--store", default="results.db", help="results database: SQLite path or URL")
     run.add_argument("--out", default="report", help="report directory (default: ./report)")
     run.add_argument("--runs", default="runs", help="directory for run directories (default: ./runs)")
-    run.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                     help="runs trained at once, one process each (default: min(2, CPUs))")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override applied to every preset, e.g. --set train.steps=50")
+    run.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="runs trained at once, one process each (default: min(2, CPUs))",
+    )
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override applied to every preset, e.g. --set train.steps=50",
+    )
     run.set_defaults(handler=cmd_run)
 
     train = sub.add_parser("train", help="train one configuration")
     train.add_argument("config", help="preset name (ltdrnn list presets) or YAML/JSON file")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 train.steps=500")
-    train.add_argument("--resume", nargs="?", const=True, default=False, choices=(True, "auto"),
-                       type=lambda value: value if value == "auto" else _bad_resume(value),
-                       help="continue from RUN_DIR/last.pt (an error if there is none); --resume=auto "
-                       "starts a new run when there is no checkpoint; a finished run stores its row "
-                       "if the store lacks it")
+    train.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        choices=(True, "auto"),
+        type=lambda value: value if value == "auto" else _bad_resume(value),
+        help="continue from RUN_DIR/last.pt (an error if there is none); --resume=auto "
+        "starts a new run when there is no checkpoint; a finished run stores its row "
+        "if the store lacks it",
+    )
     train.add_argument("--run-dir", help="run directory (needed for --resume)")
     train.add_argument("--store", help="results database (overrides the config's results)")
     train.add_argument("--no-store", action="store_true", help="do not write a results row")
@@ -113,15 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--store", default="results.db")
     report.add_argument("--out", default="report")
     report.add_argument("--study", help="only runs of this study (and its sweep summary, if any)")
-    report.add_argument("--sweeps", default="sweeps.db", help="Optuna storage of sweep studies "
-                        "(SQLite path or database URL; default: sweeps.db)")
+    report.add_argument(
+        "--sweeps",
+        default="sweeps.db",
+        help="Optuna storage of sweep studies (SQLite path or database URL; default: sweeps.db)",
+    )
     report.add_argument("--no-plots", action="store_true")
     report.set_defaults(handler=cmd_report)
 
     plot = sub.add_parser("plot", help="analysis plots of a finished run (PNG)")
     plot.add_argument("run_dir", help="run directory")
-    plot.add_argument("--kinds", help="comma-separated: curves, lag, mask, beta, unshifted (default: all that "
-                      "apply)")
+    plot.add_argument("--kinds", help="comma-separated: curves, lag, mask, beta, unshifted (default: all that apply)")
     plot.add_argument("--out", help="output directory (default: RUN_DIR/plots)")
     plot.set_defaults(handler=cmd_plot)
 
@@ -130,8 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--group", help="presets of one group only")
     listing.set_defaults(handler=cmd_list)
 
-    export = sub.add_parser("export", help="export a trained run's streaming step (ONNX, torch.export, C) and "
-                            "measure its parity and latency")
+    export = sub.add_parser(
+        "export",
+        help="export a trained run's streaming step (ONNX, torch.export, C) and measure its parity and latency",
+    )
     export.add_argument("path", help="run directory or checkpoint file")
     export.add_argument("--format", required=True, choices=("onnx", "pt2", "c"))
     export.add_argument("--int8", action="store_true", help="int8 weights per output channel (onnx, c)")
@@ -154,6 +175,7 @@ def _bad_resume(value: str):
 def cmd_train(args) -> int:
     from .config import load_config
     from .train import train
+
     overrides = list(args.overrides)
     if args.run_dir:
         overrides.append(f"run_dir={args.run_dir}")
@@ -174,20 +196,25 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from .train import evaluate_checkpoint
+
     print(json.dumps(evaluate_checkpoint(args.path, args.split), indent=2))
     return 0
 
 
 def cmd_report(args) -> int:
     from .results import render_report
+
     if "://" not in args.store and not Path(args.store).is_file():
-        raise FileNotFoundError(f"--store {args.store}: no results database there (train or run something "
-                                "first, or name the database that holds the results)")
+        raise FileNotFoundError(
+            f"--store {args.store}: no results database there (train or run something "
+            "first, or name the database that holds the results)"
+        )
     paths = render_report(args.store, args.out, study=args.study, plots=not args.no_plots)
     print(paths["markdown"].read_text())
     print(f"\nwritten: {paths['markdown']}, {paths['html']}")
     if args.study:
         from .sweep import has_study, study_report
+
         if has_study(args.study, args.sweeps):
             print(study_report(args.study, args.sweeps, args.out, plots=not args.no_plots)["markdown"].read_text())
     return 0
@@ -195,6 +222,7 @@ def cmd_report(args) -> int:
 
 def cmd_plot(args) -> int:
     from .analysis.runs import plot_run
+
     for path in plot_run(args.run_dir, args.out, args.kinds.split(",") if args.kinds else None):
         print(path)
     return 0
@@ -203,15 +231,18 @@ def cmd_plot(args) -> int:
 def cmd_list(args) -> int:
     if args.what == "cells":
         from .cells.registry import entry, list_cells
+
         for name in list_cells():
             e = entry(name)
             print(f"{name:14s} {e.family:9s} {e.paper}")
     elif args.what == "tasks":
         from .tasks import list_tasks
+
         for name in list_tasks():
             print(name)
     else:
         from .config import list_presets
+
         for name in list_presets(args.group):
             print(name)
     return 0
@@ -219,9 +250,17 @@ def cmd_list(args) -> int:
 
 def cmd_export(args) -> int:
     from .export import ExportError, export, summary
+
     try:
-        report = export(args.path, args.format, args.out, int8=args.int8, name=args.name,
-                        measure=not args.no_measure, latency_steps=args.latency_steps)
+        report = export(
+            args.path,
+            args.format,
+            args.out,
+            int8=args.int8,
+            name=args.name,
+            measure=not args.no_measure,
+            latency_steps=args.latency_steps,
+        )
     except ExportError as error:
         print(f"ltdrnn export: {error}", file=sys.stderr)
         return 2
@@ -234,7 +273,7 @@ def cmd_run(args) -> int:
     """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
     from .cells.registry import list_cells
     from .config import list_presets, load_config
-    from .results import ResultStore, marked_comparison_rows, markdown_table, render_report, summarise
+    from .results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
     from .tasks import list_tasks
 
     started = time.perf_counter()
@@ -248,15 +287,22 @@ def cmd_run(args) -> int:
     cells, tasks = set(list_cells()), set(list_tasks())
     jobs, missing = [], []
     for name in presets:
-        cfg = load_config(name, args.overrides + [f"study={study}", f"results={args.store}",
-                                                  f"run_dir={Path(args.runs) / study / name.replace('/', '_')}"])
-        if (wanted is not None and cfg.model.cell not in wanted) or \
-                (wanted_tasks is not None and cfg.task.name not in wanted_tasks):
+        cfg = load_config(
+            name,
+            args.overrides
+            + [
+                f"study={study}",
+                f"results={args.store}",
+                f"run_dir={Path(args.runs) / study / name.replace('/', '_')}",
+            ],
+        )
+        if (wanted is not None and cfg.model.cell not in wanted) or (
+            wanted_tasks is not None and cfg.task.name not in wanted_tasks
+        ):
             continue
         if cfg.model.cell not in cells or cfg.task.name not in tasks:
             what = "cell" if cfg.model.cell not in cells else "task"
-            missing.append(f"{name}: {what} {cfg.model.cell if what == 'cell' else cfg.task.name!r} "
-                           "not registered")
+            missing.append(f"{name}: {what} {cfg.model.cell if what == 'cell' else cfg.task.name!r} not registered")
             continue
         jobs.append(cfg)
     print(f"ltdrnn run: group {args.group!r}, {len(jobs)} runs, {args.jobs} at a time, study {study}")
@@ -266,15 +312,16 @@ def cmd_run(args) -> int:
     store = ResultStore(args.store)
     summary = summarise(store.rows(study=study))
     print()
-    print(markdown_table(marked_comparison_rows(summary)) if summary["cells"]
-          else "(no finished runs)")
+    print(markdown_table(marked_comparison_rows(summary)) if summary["cells"] else "(no finished runs)")
     for line in missing:
         print(f"missing: {line}")
     for name, message in failures:
         print(f"failed: {name}: {message}")
     paths = render_report(store, args.out, study=study, title=f"ltdrnn run --group {args.group}")
-    print(f"\nreport: {paths['markdown']} and {paths['html']}; store: {args.store} (study {study}); "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"\nreport: {paths['markdown']} and {paths['html']}; store: {args.store} (study {study}); "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     return 0 if not failures else 1
 
 
@@ -288,6 +335,7 @@ def _run_all(configs, jobs: int):
         return failures
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
@@ -301,9 +349,11 @@ def _train_one(data: Dict[str, Any], threads: Optional[int], progress: bool) -> 
     """Runs in a worker: train and return a small summary, or the error as text (never raises)."""
     from .config import load_config
     from .train import train
+
     try:
-        cfg = load_config(data, [f"train.progress={str(progress).lower()}"] +
-                          ([f"train.threads={threads}"] if threads else []))
+        cfg = load_config(
+            data, [f"train.progress={str(progress).lower()}"] + ([f"train.threads={threads}"] if threads else [])
+        )
         record = train(cfg)
         return {"ok": True, "line": _one_line(record), "status": record["status"]}
     except Exception as error:  # a failing cell must not stop the comparison
@@ -322,8 +372,10 @@ def _one_line(record: Dict[str, Any]) -> str:
     m, t = record["metrics"], record["timings"]
     value = m["metric"]
     shown = f"{100 * value:.1f}%" if m["metric_name"] == "accuracy" else f"{value:.4g}"
-    return (f"{record['preset'] or record['cell']}: {record['status']}, test {m['metric_name']} {shown} "
-            f"(baseline {m['baseline']:.4g}), {m['params']} params, {t['train_s']:.1f} s, {t['steps']} steps")
+    return (
+        f"{record['preset'] or record['cell']}: {record['status']}, test {m['metric_name']} {shown} "
+        f"(baseline {m['baseline']:.4g}), {m['params']} params, {t['train_s']:.1f} s, {t['steps']} steps"
+    )
 
 
 def _delegate(name: str, argv: List[str]) -> int:
@@ -332,8 +384,10 @@ def _delegate(name: str, argv: List[str]) -> int:
     except ModuleNotFoundError as error:
         if error.name != DELEGATED[name]:
             raise
-        print(f"ltdrnn {name}: {DELEGATED[name]} is not available in this installation "
-              f"(module not found)", file=sys.stderr)
+        print(
+            f"ltdrnn {name}: {DELEGATED[name]} is not available in this installation (module not found)",
+            file=sys.stderr,
+        )
         return 2
     result = module.main(argv)
     return int(result or 0)

@@ -22,6 +22,7 @@ Presets are YAML files in ``ltdrnn/presets/<group>/<name>.yaml``, named ``"<grou
 may start from another with ``extends: <group>/<name>`` (its own keys win, mappings merge, an empty
 mapping clears).
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,6 +53,7 @@ class ModelConfig:
     ``pooling``: what a classifier or regressor reads: ``last`` (the output at each sequence's last true
     step), or the ``mean`` / ``max`` of the outputs over its true steps.
     """
+
     cell: str = "lstm"
     hidden_size: int = 128
     num_layers: int = 1
@@ -67,6 +69,7 @@ class ModelConfig:
 @dataclass
 class TaskConfig:
     """The benchmark: a task registry name and the task's keyword options."""
+
     name: str = "adding"
     options: Dict[str, Any] = field(default_factory=dict)
 
@@ -83,6 +86,7 @@ class OptimConfig:
     (MIST; its learning rates assume the sum). Per-step losses are averaged over each sequence's steps
     in both cases.
     """
+
     name: str = "adam"
     lr: float = 1e-3
     momentum: float = 0.0
@@ -110,6 +114,7 @@ class TrainConfig:
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     """
+
     epochs: Optional[int] = None
     steps: Optional[int] = None
     batch_size: int = 128
@@ -133,6 +138,7 @@ class TrainConfig:
 class RunConfig:
     """One experiment. ``results``: SQLite file path or SQLAlchemy URL of the results store (None:
     do not store). ``run_dir``: where the config, checkpoints and history go (None: ``runs/<id>``)."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -183,8 +189,7 @@ def _build(cls, data: Any, path: str):
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = _join(path, unknown[0])
-        raise ConfigError(f"unknown config key {key!r}; valid keys{' in ' + path if path else ''}: "
-                          f"{', '.join(fields)}")
+        raise ConfigError(f"unknown config key {key!r}; valid keys{' in ' + path if path else ''}: {', '.join(fields)}")
     values = {}
     for name, value in data.items():
         values[name] = _coerce(hints[name], value, _join(path, name))
@@ -241,15 +246,28 @@ def validate(cfg: RunConfig) -> RunConfig:
         if value not in choices:
             raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
     positive = ["model.hidden_size", "model.num_layers", "train.batch_size", "optim.lr"]
-    optional_positive = ["train.epochs", "train.steps", "train.eval_batch_size", "train.eval_batches",
-                         "train.test_batches",
-                         "optim.clip_norm", "optim.halve_every", "train.threads"]
+    optional_positive = [
+        "train.epochs",
+        "train.steps",
+        "train.eval_batch_size",
+        "train.eval_batches",
+        "train.test_batches",
+        "optim.clip_norm",
+        "optim.halve_every",
+        "train.threads",
+    ]
     for key in positive + optional_positive:
         value = get_key(cfg, key)
         if value is not None and not value > 0:
             raise ConfigError(f"{key}: expected a positive value, got {value!r}")
-    for key in ["optim.momentum", "optim.weight_decay", "train.eval_every", "train.checkpoint_every",
-                "model.embedding", "train.seed"]:
+    for key in [
+        "optim.momentum",
+        "optim.weight_decay",
+        "train.eval_every",
+        "train.checkpoint_every",
+        "model.embedding",
+        "train.seed",
+    ]:
         if get_key(cfg, key) < 0:
             raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
     if not 0 <= cfg.model.dropout < 1:
@@ -282,6 +300,7 @@ def parse_override(text: str) -> tuple[List[str], Any]:
 
 def _read_scalar(raw: str) -> Any:
     import yaml
+
     try:
         value = load_yaml(raw, "override")
     except yaml.YAMLError:
@@ -295,8 +314,10 @@ def _read_scalar(raw: str) -> Any:
 MAX_CONFIG_VALUES = 10_000
 
 # YAML 1.2 floats: YAML 1.1 (PyYAML) reads 1e-3, without a dot, as a string
-_FLOAT = (r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-          r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT = (
+    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+    r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 _LOADER: list = []
 
 
@@ -304,11 +325,13 @@ def load_yaml(text: str, origin: str) -> Any:
     """``yaml.safe_load(text)`` with ``1e-3`` read as a number, refusing data that expands (through
     aliases) to more than :data:`MAX_CONFIG_VALUES` values; ``origin`` names the source in errors."""
     import yaml
+
     if not _LOADER:
         import re
 
         class Loader(yaml.SafeLoader):
             pass
+
         Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT), list("-+0123456789."))
         _LOADER.append(Loader)
     data = yaml.load(text, Loader=_LOADER[0])
@@ -324,8 +347,9 @@ def check_size(data: Any, origin: str, limit: int = MAX_CONFIG_VALUES) -> None:
         node = pending.pop()
         count += 1
         if count > limit:
-            raise ConfigError(f"{origin}: expected at most {limit} values once YAML aliases are expanded, "
-                              "got more (nested aliases?)")
+            raise ConfigError(
+                f"{origin}: expected at most {limit} values once YAML aliases are expanded, got more (nested aliases?)"
+            )
         if isinstance(node, dict):
             pending.extend(node.values())
         elif isinstance(node, list):
@@ -354,7 +378,7 @@ def apply_overrides(data: Dict[str, Any], overrides: List[str]) -> Dict[str, Any
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {'.'.join(parts[:i + 1])} is not a mapping")
+                raise ConfigError(f"override {text!r}: {'.'.join(parts[: i + 1])} is not a mapping")
             node = child
         node[parts[-1]] = value
     return data
@@ -383,8 +407,9 @@ def read_file(path: Union[str, Path]) -> Dict[str, Any]:
     return data
 
 
-def load_config(source: Union[str, Path, Dict[str, Any], None] = None,
-                overrides: Optional[List[str]] = None) -> RunConfig:
+def load_config(
+    source: Union[str, Path, Dict[str, Any], None] = None, overrides: Optional[List[str]] = None
+) -> RunConfig:
     """A validated config from a preset name, a YAML/JSON file or a dict, plus overrides."""
     if source is None:
         data: Dict[str, Any] = {}
@@ -402,6 +427,7 @@ def save_config(cfg: RunConfig, path: Union[str, Path]) -> None:
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
         import yaml
+
         path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     else:
         path.write_text(json.dumps(cfg.to_dict(), indent=2))
@@ -435,8 +461,10 @@ def preset_data(name: str) -> Dict[str, Any]:
 
 def _read_preset(name: str) -> Dict[str, Any]:
     if not isinstance(name, str) or any(part in ("", ".", "..") or "\\" in part for part in name.split("/")):
-        raise ConfigError(f"preset {name!r}: expected a packaged preset name such as tarnn/adding-750 "
-                          "(no empty, '.' or '..' parts) or an existing config file")
+        raise ConfigError(
+            f"preset {name!r}: expected a packaged preset name such as tarnn/adding-750 "
+            "(no empty, '.' or '..' parts) or an existing config file"
+        )
     item = _preset_root().joinpath(*f"{name}.yaml".split("/"))
     if not item.is_file():
         known = list_presets()

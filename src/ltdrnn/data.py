@@ -7,6 +7,7 @@ naming the file, what was expected and how to obtain the right one. Downloads ha
 is built with ``download=True`` and the network answers; otherwise ``DataNotFoundError`` says which
 files to place where.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,8 +62,9 @@ def read_capped(stream, name: str, limit: int = MAX_MEMBER_BYTES) -> bytes:
     DataFileError naming ``name`` if there are more than ``limit``; never reads more than ``limit + 1``."""
     data = stream.read(limit + 1)
     if len(data) > limit:
-        raise DataFileError(f"{name}: larger than {limit} bytes (uncompressed), far beyond the real "
-                            "dataset's files; not read")
+        raise DataFileError(
+            f"{name}: larger than {limit} bytes (uncompressed), far beyond the real dataset's files; not read"
+        )
     return data
 
 
@@ -92,7 +94,8 @@ def verify_md5(path: PathLike, expected: Optional[str], how_to_get: str) -> None
     if got != expected:
         raise DataFileError(
             f"{path}: md5 checksum mismatch: expected {expected}, got {got} (truncated or a different "
-            f"file). {how_to_get}")
+            f"file). {how_to_get}"
+        )
 
 
 def find_first(directory: Path, names: Sequence[str]) -> Optional[Path]:
@@ -108,11 +111,11 @@ def missing(what: str, directory: Path, names: Iterable[str], how_to_get: str) -
     listed = ", ".join(names)
     return DataNotFoundError(
         f"{what}: none of [{listed}] found in {directory}. {how_to_get} (data directory: the task's "
-        f"data_dir argument, else ${ENV_VAR}, else {DEFAULT_DIR}).")
+        f"data_dir argument, else ${ENV_VAR}, else {DEFAULT_DIR})."
+    )
 
 
-def download(url: str, dest: Path, md5: Optional[str], allow: bool, how_to_get: str,
-             timeout: float = 30.0) -> Path:
+def download(url: str, dest: Path, md5: Optional[str], allow: bool, how_to_get: str, timeout: float = 30.0) -> Path:
     """Fetch ``url`` to ``dest`` atomically and verify its md5; refuse unless ``allow``.
 
     Raises ``DataNotFoundError`` when downloading is not allowed or the network fails, and
@@ -121,7 +124,8 @@ def download(url: str, dest: Path, md5: Optional[str], allow: bool, how_to_get: 
     if not allow:
         raise DataNotFoundError(
             f"{dest} is missing and downloading is off (pass download=True to allow it, or place the "
-            f"file there yourself). {how_to_get}")
+            f"file there yourself). {how_to_get}"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s -> %s", url, dest)
     handle, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")
@@ -132,8 +136,8 @@ def download(url: str, dest: Path, md5: Optional[str], allow: bool, how_to_get: 
         os.replace(tmp_name, dest)
     except (urllib.error.URLError, OSError) as error:
         raise DataNotFoundError(
-            f"could not download {url} to {dest} ({error}); the network may be unavailable. "
-            f"{how_to_get}") from error
+            f"could not download {url} to {dest} ({error}); the network may be unavailable. {how_to_get}"
+        ) from error
     finally:
         if os.path.exists(tmp_name):
             os.remove(tmp_name)
@@ -144,10 +148,14 @@ class _ArraysOnlyUnpickler(pickle.Unpickler):
     """Unpickles plain containers and numpy arrays only (dataset pickles must not run code)."""
 
     ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"), ("numpy", "dtype"),
-        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-        ("_codecs", "encode"), ("builtins", "bytearray"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("_codecs", "encode"),
+        ("builtins", "bytearray"),
     }
 
     def find_class(self, module: str, name: str):
@@ -210,8 +218,9 @@ class GeneratedDataset(Dataset):
     ``epoch`` stays 0 unless the owner changes it (fresh training data each epoch).
     """
 
-    def __init__(self, n: int, make: Callable[[np.random.Generator], Tuple[torch.Tensor, torch.Tensor]],
-                 seed: int, split: str):
+    def __init__(
+        self, n: int, make: Callable[[np.random.Generator], Tuple[torch.Tensor, torch.Tensor]], seed: int, split: str
+    ):
         self.n, self.make, self.seed, self.split, self.epoch = int(n), make, int(seed), split, 0
 
     def __len__(self) -> int:
@@ -226,8 +235,13 @@ class GeneratedDataset(Dataset):
 class ArrayDataset(Dataset):
     """Items ``(transform(x[i]), y[i])`` over stored arrays (raw dtype kept; transform per item)."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, transform: Callable[[np.ndarray, int], torch.Tensor],
-                 y_dtype: torch.dtype = torch.long):
+    def __init__(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        transform: Callable[[np.ndarray, int], torch.Tensor],
+        y_dtype: torch.dtype = torch.long,
+    ):
         if len(x) != len(y):
             raise ValueError(f"x and y: expected the same length, got {len(x)} and {len(y)}")
         self.x, self.y, self.transform, self.y_dtype = x, y, transform, y_dtype

@@ -35,6 +35,7 @@ id), ``wrap_model`` and ``seed_rank`` after building the model, ``local_part`` a
 step, ``owns`` / ``reduce_sums`` / ``all_reduce_sum`` in evaluation, ``all_gather_object`` (RNG states)
 when saving and ``load_on_main`` / ``own_entry`` when resuming.
 """
+
 from __future__ import annotations
 
 import gc
@@ -79,8 +80,10 @@ def setup(device: str = "cpu") -> bool:
         return False
     for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
-            raise RuntimeError(f"distributed setup: WORLD_SIZE={os.environ['WORLD_SIZE']} but {name} is not "
-                               "set; launch with torchrun, which sets RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT")
+            raise RuntimeError(
+                f"distributed setup: WORLD_SIZE={os.environ['WORLD_SIZE']} but {name} is not "
+                "set; launch with torchrun, which sets RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"
+            )
     cuda = torch.device(device).type == "cuda"
     if cuda:
         torch.cuda.set_device(local_rank())

@@ -14,6 +14,7 @@ updated units). For every other cell :func:`flops_per_sequence` applies a generi
 parameter shapes: one multiplication per weight of every parameter with two or more dimensions, per
 step, scaled by ``1 - skip_fraction``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -50,8 +51,9 @@ def generic_flops(cell: Any, steps: int, skip_fraction: float | None = None) -> 
     return float(steps * per_step * (1.0 - (skip_fraction or 0.0)))
 
 
-def masked_unit_flops(steps: int, units: int, unit_cost: float, per_unit_always: float,
-                      skip_fraction: float | None) -> float:
+def masked_unit_flops(
+    steps: int, units: int, unit_cost: float, per_unit_always: float, skip_fraction: float | None
+) -> float:
     """``steps * units * (per_unit_always + (1 - skip) * unit_cost)``: a per-unit coordinator that
     always runs, and a per-unit recurrence that runs only when the unit is updated."""
     updated = 1.0 - (skip_fraction or 0.0)

@@ -17,6 +17,7 @@ Calling
     ``_f64``) and declares its argument types; :func:`stream_in_kernel` is the one streaming-step call
     every source cell's lean ``forward`` goes through.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -68,8 +69,11 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
         try:
             _LOADED[name] = ctypes.CDLL(str(_build(name)))
         except Exception as error:  # any failure means: use the PyTorch fallback
-            warnings.warn(f"ltdrnn: compiled kernel {name!r} unavailable ({error}); "
-                          f"using the pure-PyTorch implementation", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"ltdrnn: compiled kernel {name!r} unavailable ({error}); using the pure-PyTorch implementation",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             _LOADED[name] = None
     return _LOADED[name]
 
@@ -79,8 +83,9 @@ def _build(name: str) -> Path:
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         raise RuntimeError("no C compiler found (gcc or cc on PATH, or $CC)")
-    key = hashlib.sha256(source + " ".join(C_FLAGS).encode() + _cpu_signature().encode()
-                         + compiler.encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        source + " ".join(C_FLAGS).encode() + _cpu_signature().encode() + compiler.encode()
+    ).hexdigest()[:16]
     cache = kernel_cache_dir()
     for cached in sorted(cache.glob(f"{name}-{key}-*.so")):
         if _is_intact(cached):
@@ -90,8 +95,10 @@ def _build(name: str) -> Path:
         src = Path(work) / f"{name}.c"
         src.write_bytes(source)
         obj, built = Path(work) / f"{name}.o", Path(work) / f"{name}.so"
-        for command in ([compiler, *C_FLAGS, "-c", str(src), "-o", str(obj)],
-                        [compiler, "-shared", str(obj), "-o", str(built), "-lm"]):
+        for command in (
+            [compiler, *C_FLAGS, "-c", str(src), "-o", str(obj)],
+            [compiler, "-shared", str(obj), "-o", str(built), "-lm"],
+        ):
             result = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if result.returncode != 0:
                 raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
@@ -185,10 +192,18 @@ def can_stream_in_kernel(x_t, state, dtype: torch.dtype, input_size: int, state_
     compiled streaming step: no autograd, CPU, the shapes the kernel expects, matching float dtypes,
     batch at most :data:`STREAM_MAX_BATCH`. Anything else takes the cell's general path (which also
     raises the clear errors for bad input)."""
-    return (not torch.is_grad_enabled() and isinstance(x_t, Tensor) and isinstance(state, Tensor)
-            and x_t.dim() == 2 and 0 < x_t.shape[0] <= STREAM_MAX_BATCH and x_t.shape[1] == input_size
-            and state.shape == (x_t.shape[0], *state_tail) and x_t.device.type == "cpu"
-            and state.device.type == "cpu" and x_t.dtype == state.dtype == dtype)
+    return (
+        not torch.is_grad_enabled()
+        and isinstance(x_t, Tensor)
+        and isinstance(state, Tensor)
+        and x_t.dim() == 2
+        and 0 < x_t.shape[0] <= STREAM_MAX_BATCH
+        and x_t.shape[1] == input_size
+        and state.shape == (x_t.shape[0], *state_tail)
+        and x_t.device.type == "cpu"
+        and state.device.type == "cpu"
+        and x_t.dtype == state.dtype == dtype
+    )
 
 
 class StreamOperands:
@@ -199,7 +214,8 @@ class StreamOperands:
         self.dtype = next(t for t in tensors if t is not None).dtype
         self.tensors = [None if t is None else t.detach().contiguous() for t in tensors]
         self.pointer_array = (ctypes.c_void_p * len(self.tensors))(
-            *[None if t is None else t.data_ptr() for t in self.tensors])
+            *[None if t is None else t.data_ptr() for t in self.tensors]
+        )
         self.size_array = (ctypes.c_long * len(sizes))(*sizes)
         self.pointers, self.sizes = ctypes.addressof(self.pointer_array), ctypes.addressof(self.size_array)
 
@@ -211,8 +227,15 @@ def run_stream_kernel(function, operands: StreamOperands, *arrays: Tensor) -> No
         raise MemoryError("stream_step: the kernel could not allocate its work space")
 
 
-def stream_in_kernel(name: str, operands: Callable[[], StreamOperands], x_t, state, input_size: int,
-                     state_tail: tuple, output_tails: Sequence[tuple]) -> List[Tensor] | None:
+def stream_in_kernel(
+    name: str,
+    operands: Callable[[], StreamOperands],
+    x_t,
+    state,
+    input_size: int,
+    state_tail: tuple,
+    output_tails: Sequence[tuple],
+) -> List[Tensor] | None:
     """One time step of a source cell in one call of the compiled streaming step ``name``.
 
     ``x_t (B, d)``, ``state (B, *state_tail)`` -> the kernel's outputs, ``(B, *output_tails[i])`` each, in the

@@ -4,6 +4,7 @@ Shapes use the legend of :mod:`ltdrnn.cells.base`. With ``batch_first=True`` (th
 is ``(B, T, d)`` and the output ``(B, T, D*H)``; the final state stacks the ``L*D`` layer/direction
 states on a new first axis, ordered like ``nn.LSTM`` (layer 0 forward, layer 0 backward, layer 1 ...).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, List, Sequence, Tuple, Type, Union
@@ -12,8 +13,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .cells.base import (Cell, State, check_lengths, check_positive_int, check_state_like, describe,
-                         map_state, state_layout)
+from .cells.base import (
+    Cell,
+    State,
+    check_lengths,
+    check_positive_int,
+    check_state_like,
+    describe,
+    map_state,
+    state_layout,
+)
 from .cells.registry import build
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
@@ -64,9 +73,17 @@ class Recurrent(nn.Module):
         True
     """
 
-    def __init__(self, cell: CellSpec, input_size: int, hidden_size: int, num_layers: int = 1,
-                 dropout: float = 0.0, bidirectional: bool = False, batch_first: bool = True,
-                 **cell_options: Any) -> None:
+    def __init__(
+        self,
+        cell: CellSpec,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        batch_first: bool = True,
+        **cell_options: Any,
+    ) -> None:
         super().__init__()
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
@@ -83,20 +100,19 @@ class Recurrent(nn.Module):
         self.num_directions = 2 if bidirectional else 1
         factory = _cell_factory(cell)
         self.cells = nn.ModuleList(
-            factory(input_size if layer == 0 else hidden_size * self.num_directions, hidden_size,
-                    **cell_options)
-            for layer in range(num_layers) for _ in range(self.num_directions))
+            factory(input_size if layer == 0 else hidden_size * self.num_directions, hidden_size, **cell_options)
+            for layer in range(num_layers)
+            for _ in range(self.num_directions)
+        )
         self.cell_name = cell if isinstance(cell, str) else type(self.cells[0]).__name__
         self.between_layers = nn.Dropout(self.dropout)
 
     # ---- public API ------------------------------------------------------------------------------
-    def forward(self, input: Union[Tensor, PackedSequence], state: State | None = None,
-                lengths: Tensor | None = None):
+    def forward(self, input: Union[Tensor, PackedSequence], state: State | None = None, lengths: Tensor | None = None):
         packed = isinstance(input, PackedSequence)
         if packed:
             if lengths is not None:
-                raise ValueError("lengths: must be None when the input is a PackedSequence "
-                                 "(the lengths are inside it)")
+                raise ValueError("lengths: must be None when the input is a PackedSequence (the lengths are inside it)")
             x, lengths = pad_packed_sequence(input, batch_first=False)
             unbatched = False
         else:
@@ -112,8 +128,7 @@ class Recurrent(nn.Module):
             outs = []
             for direction in range(self.num_directions):
                 index = layer * self.num_directions + direction
-                out, final = self._run_direction(self.cells[index], x, states[index], lengths,
-                                                 reverse=direction == 1)
+                out, final = self._run_direction(self.cells[index], x, states[index], lengths, reverse=direction == 1)
                 outs.append(out)
                 finals.append(final)
             x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
@@ -132,11 +147,14 @@ class Recurrent(nn.Module):
         the state's layout in full only when it changes: the per-call cost matters at batch 1.
         """
         if self.bidirectional:
-            raise ValueError("step: a bidirectional layer cannot stream (its backward direction needs "
-                             "the whole sequence); use forward")
+            raise ValueError(
+                "step: a bidirectional layer cannot stream (its backward direction needs "
+                "the whole sequence); use forward"
+            )
         if not isinstance(x_t, Tensor) or x_t.dim() not in (1, 2):
-            raise ValueError(f"x_t: expected a tensor of shape (B, {self.input_size}) or "
-                             f"({self.input_size},), got {describe(x_t)}")
+            raise ValueError(
+                f"x_t: expected a tensor of shape (B, {self.input_size}) or ({self.input_size},), got {describe(x_t)}"
+            )
         if x_t.shape[-1] != self.input_size:
             self._check_features(x_t, "x_t")
         unbatched = x_t.dim() == 1
@@ -197,12 +215,15 @@ class Recurrent(nn.Module):
             cell.set_epoch(epoch)
 
     def extra_repr(self) -> str:
-        return (f"{self.cell_name!r}, {self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
-                f"dropout={self.dropout}, bidirectional={self.bidirectional}, batch_first={self.batch_first}")
+        return (
+            f"{self.cell_name!r}, {self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+            f"dropout={self.dropout}, bidirectional={self.bidirectional}, batch_first={self.batch_first}"
+        )
 
     # ---- internals -------------------------------------------------------------------------------
-    def _run_direction(self, cell: Cell, x: Tensor, state: State, lengths: Tensor | None,
-                       reverse: bool) -> Tuple[Tensor, State]:
+    def _run_direction(
+        self, cell: Cell, x: Tensor, state: State, lengths: Tensor | None, reverse: bool
+    ) -> Tuple[Tensor, State]:
         if not reverse:
             return cell.scan(x, state, lengths)
         order = _reversal_index(x.shape[0], x.shape[1], lengths, x.device)
@@ -220,24 +241,30 @@ class Recurrent(nn.Module):
             unbatched = False
         else:
             layout = "(B, T, d)" if self.batch_first else "(T, B, d)"
-            raise ValueError(f"input: expected {layout} or unbatched (T, d) with d={self.input_size}, "
-                             f"got shape {tuple(input.shape)}")
+            raise ValueError(
+                f"input: expected {layout} or unbatched (T, d) with d={self.input_size}, got shape {tuple(input.shape)}"
+            )
         self._check_features(input, "input")
         if 0 in x.shape[:2]:
-            raise ValueError(f"input: expected at least one sequence and one time step, got an empty "
-                             f"input of shape {tuple(input.shape)}")
+            raise ValueError(
+                f"input: expected at least one sequence and one time step, got an empty "
+                f"input of shape {tuple(input.shape)}"
+            )
         return x, unbatched
 
     def _check_features(self, x: Tensor, name: str) -> None:
         if x.shape[-1] != self.input_size:
-            raise ValueError(f"{name}: expected last dimension input_size={self.input_size}, "
-                             f"got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{name}: expected last dimension input_size={self.input_size}, got shape {tuple(x.shape)}"
+            )
         if not x.is_floating_point():
             raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
         parameter = self.cells[0]._any_parameter(required=False)
         if parameter is not None and x.dtype != parameter.dtype:
-            raise TypeError(f"{name}: dtype {x.dtype} does not match the layer's parameters "
-                            f"({parameter.dtype}); convert one of them, e.g. layer.to({x.dtype})")
+            raise TypeError(
+                f"{name}: dtype {x.dtype} does not match the layer's parameters "
+                f"({parameter.dtype}); convert one of them, e.g. layer.to({x.dtype})"
+            )
 
     def _split_state(self, state: State | None, batch: int, x: Tensor, unbatched: bool) -> List[State]:
         count = len(self.cells)
@@ -256,8 +283,10 @@ def _cell_factory(cell: CellSpec) -> Callable[..., Cell]:
     if isinstance(cell, str):
         return lambda input_size, hidden_size, **options: build(cell, input_size, hidden_size, **options)
     if isinstance(cell, Cell):
-        raise TypeError("cell: expected a registry name, a Cell subclass or a factory, got a Cell instance "
-                        "(a layer builds one cell per layer and direction)")
+        raise TypeError(
+            "cell: expected a registry name, a Cell subclass or a factory, got a Cell instance "
+            "(a layer builds one cell per layer and direction)"
+        )
     if callable(cell):
         return cell
     raise TypeError(f"cell: expected a registry name, a Cell subclass or a factory, got {cell!r}")

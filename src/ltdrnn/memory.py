@@ -1,5 +1,6 @@
 """Memory of the fast paths and of the process: large work buffers on huge pages, a per-thread pool of
 released work buffers, and the glibc malloc tuning the trainer and the benchmark apply."""
+
 from __future__ import annotations
 
 import ctypes
@@ -9,11 +10,10 @@ import threading
 import torch
 from torch import Tensor
 
-
 # ---- large work buffers ---------------------------------------------------------------------------
 _HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
-_MADVISE = []        # [libc.madvise] once resolved, [None] where unavailable
+_MADVISE = []  # [libc.madvise] once resolved, [None] where unavailable
 
 
 def empty_buffer(shape, like: Tensor) -> Tensor:
@@ -56,8 +56,11 @@ def scratch_buffer(shape, like: Tensor) -> Tensor:
     count = 1
     for size in shape:
         count *= size
-    fitting = [i for i, b in enumerate(_SCRATCH.free)
-               if b.numel() >= count and b.dtype == like.dtype and b.device == like.device]
+    fitting = [
+        i
+        for i, b in enumerate(_SCRATCH.free)
+        if b.numel() >= count and b.dtype == like.dtype and b.device == like.device
+    ]
     if not fitting:
         return empty_buffer(shape, like)
     chosen = _SCRATCH.free.pop(min(fitting, key=lambda i: _SCRATCH.free[i].numel()))
@@ -71,7 +74,7 @@ def release(*buffers: Tensor | None) -> None:
             base = buffer if buffer._base is None else buffer._base
             _SCRATCH.free.append(base.view(-1))
     _SCRATCH.free.sort(key=Tensor.numel, reverse=True)
-    del _SCRATCH.free[_Scratch.limit:]
+    del _SCRATCH.free[_Scratch.limit :]
 
 
 def release_scratch() -> None:
@@ -95,7 +98,7 @@ def _madvise():
 # ---- the process's allocator ---------------------------------------------------------------------------
 # glibc mallopt parameters (malloc.h) and the environment variables that set the same at start-up
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-TRIM_THRESHOLD = 2 ** 31 - 1
+TRIM_THRESHOLD = 2**31 - 1
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
 

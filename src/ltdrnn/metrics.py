@@ -7,6 +7,7 @@ Per-sequence loss ``l_b``: terminal tasks score one output per sequence; per-ste
 sequence's valid steps (``t < lengths[b]`` and target != ``ignore_index``). The batch loss is
 ``mean_b l_b`` (``reduction="mean"``) or ``sum_b l_b`` (``"sum"``, MIST's convention).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,9 @@ def per_sequence_loss(pred: Tensor, y: Tensor, info: TaskInfo, lengths: Optional
     return (step_loss * valid).sum(1) / valid.sum(1).clamp_min(1)
 
 
-def task_loss(pred: Tensor, y: Tensor, info: TaskInfo, lengths: Optional[Tensor] = None,
-              reduction: str = "mean") -> Tensor:
+def task_loss(
+    pred: Tensor, y: Tensor, info: TaskInfo, lengths: Optional[Tensor] = None, reduction: str = "mean"
+) -> Tensor:
     """The scalar training loss: per-sequence losses averaged (``mean``) or summed (``sum``)."""
     losses = per_sequence_loss(pred, y, info, lengths)
     return losses.sum() if reduction == "sum" else losses.mean()
@@ -107,8 +109,9 @@ class Evaluator:
         out = {"loss": self.loss_sum / max(self.sequences, 1)}
         if self.info.loss == "cross_entropy":
             ce = self.token_ce / max(self.scored, 1)
-            out.update(accuracy=self.correct / max(self.scored, 1), cross_entropy=ce,
-                       perplexity=math.exp(min(ce, 700.0)))
+            out.update(
+                accuracy=self.correct / max(self.scored, 1), cross_entropy=ce, perplexity=math.exp(min(ce, 700.0))
+            )
         else:
             out["mse"] = self.sq_err / max(self.sq_count, 1)
         out["metric"] = out[self.info.metric] if self.info.metric in out else out["loss"]
@@ -145,8 +148,9 @@ def skip_fraction(aux_per_cell: List[dict], lengths: Optional[Tensor] = None) ->
         mask = mask.detach().float()
         weight = torch.ones(mask.shape[:2], device=mask.device)
         if lengths is not None:
-            weight = (torch.arange(mask.shape[0], device=mask.device).unsqueeze(1)
-                      < lengths.to(mask.device).unsqueeze(0)).float()
+            weight = (
+                torch.arange(mask.shape[0], device=mask.device).unsqueeze(1) < lengths.to(mask.device).unsqueeze(0)
+            ).float()
         weight = weight.view(*weight.shape, *([1] * (mask.dim() - 2))).expand_as(mask)
         kept += float((mask * weight).sum())
         total += float(weight.sum())

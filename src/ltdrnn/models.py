@@ -11,6 +11,7 @@ Shapes use the legend of :mod:`ltdrnn.cells.base`; all models are batch-first.
 step (terminal) or at every step. Extra losses, per-step extras and epoch hooks of the cells are
 forwarded from the recurrent stack (``losses()``, ``aux``, ``set_epoch``).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -54,16 +55,30 @@ class SequenceModel(nn.Module):
         cell_options: keywords for the cell constructor.
     """
 
-    def __init__(self, cell: str, input_size: int, hidden_size: int, output_size: int, head: str,
-                 num_layers: int = 1, dropout: float = 0.0, bidirectional: bool = False,
-                 tokens: bool = False, embedding: int = 0, tie_weights: bool = False,
-                 pooling: str = "last", **cell_options) -> None:
+    def __init__(
+        self,
+        cell: str,
+        input_size: int,
+        hidden_size: int,
+        output_size: int,
+        head: str,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        tokens: bool = False,
+        embedding: int = 0,
+        tie_weights: bool = False,
+        pooling: str = "last",
+        **cell_options,
+    ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"model.pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
         if pooling != "last" and head not in TERMINAL_HEADS:
-            raise ValueError(f"model.pooling: {pooling!r} pools a sequence into one output, but head {head!r} "
-                             "outputs every step; use pooling last")
+            raise ValueError(
+                f"model.pooling: {pooling!r} pools a sequence into one output, but head {head!r} "
+                "outputs every step; use pooling last"
+            )
         self.head = head
         self.pooling = pooling
         self.terminal = head in TERMINAL_HEADS
@@ -76,16 +91,28 @@ class SequenceModel(nn.Module):
             self.embed = nn.Linear(input_size, width, bias=False)
         else:
             self.embed = None
-        self.rnn = Recurrent(cell, width or input_size, hidden_size, num_layers=num_layers, dropout=dropout,
-                             bidirectional=bidirectional, batch_first=True, **cell_options)
+        self.rnn = Recurrent(
+            cell,
+            width or input_size,
+            hidden_size,
+            num_layers=num_layers,
+            dropout=dropout,
+            bidirectional=bidirectional,
+            batch_first=True,
+            **cell_options,
+        )
         self.output = nn.Linear(hidden_size * self.rnn.num_directions, output_size)
         if tie_weights:
             if head != "lm" or not tokens:
-                raise ValueError("model.tie_weights: only a language model (head lm, token input) can tie "
-                                 f"weights, got head {head!r}")
+                raise ValueError(
+                    "model.tie_weights: only a language model (head lm, token input) can tie "
+                    f"weights, got head {head!r}"
+                )
             if width != hidden_size or bidirectional:
-                raise ValueError(f"model.tie_weights: needs embedding == hidden_size and one direction, got "
-                                 f"embedding {width}, hidden_size {hidden_size}")
+                raise ValueError(
+                    f"model.tie_weights: needs embedding == hidden_size and one direction, got "
+                    f"embedding {width}, hidden_size {hidden_size}"
+                )
             self.output.weight = self.embed.weight
 
     def forward(self, x: Tensor, lengths: Optional[Tensor] = None) -> Tensor:
@@ -139,13 +166,27 @@ def build_model(model, info: TaskInfo) -> SequenceModel:
     harness reports them as ConfigError (:func:`ltdrnn.checkpoint.build_task_and_model`)."""
     head = choose_head(model, info)
     if head in TERMINAL_HEADS and info.target != "terminal":
-        raise ValueError(f"model.head: {head!r} reads one output per sequence, but task {info.name!r} has "
-                         f"per-step targets; use tagger or lm")
+        raise ValueError(
+            f"model.head: {head!r} reads one output per sequence, but task {info.name!r} has "
+            f"per-step targets; use tagger or lm"
+        )
     if head in ("tagger", "lm") and info.target != "per_step":
-        raise ValueError(f"model.head: {head!r} outputs every step, but task {info.name!r} has one target "
-                         f"per sequence; use classifier or regressor")
-    return SequenceModel(model.cell, info.input_size, model.hidden_size, info.output_size, head,
-                         num_layers=model.num_layers, dropout=model.dropout,
-                         bidirectional=model.bidirectional, tokens=info.input_kind == "tokens",
-                         embedding=model.embedding, tie_weights=model.tie_weights, pooling=model.pooling,
-                         **model.options)
+        raise ValueError(
+            f"model.head: {head!r} outputs every step, but task {info.name!r} has one target "
+            f"per sequence; use classifier or regressor"
+        )
+    return SequenceModel(
+        model.cell,
+        info.input_size,
+        model.hidden_size,
+        info.output_size,
+        head,
+        num_layers=model.num_layers,
+        dropout=model.dropout,
+        bidirectional=model.bidirectional,
+        tokens=info.input_kind == "tokens",
+        embedding=model.embedding,
+        tie_weights=model.tie_weights,
+        pooling=model.pooling,
+        **model.options,
+    )

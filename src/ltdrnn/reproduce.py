@@ -16,10 +16,11 @@ true -> partly, else not reproduced; a claim with a judged run missing is "not r
 
 Every run is a normal ``train(cfg)`` run stored in the results store (``reproduction/results.db``) with
 ``study = "reproduce/<claim>/<budget>"``, ``name = <label>`` and its seed in ``train.seed``; the command
-that produced it is kept in the run's ``notes``. Analyses (gradient norm versus lag, MIST Fig. 2; ||dh_T/dh_1|| / ||dh_T/dh_{T-1}||,
-iRNN Fig. 3) go to the table ``reproduce_analyses`` of the same database. ``report`` reads only the
-database, so the document can be regenerated anywhere the database is.
+that produced it is kept in the run's ``notes``. Analyses (gradient norm versus lag, MIST Fig. 2;
+||dh_T/dh_1|| / ||dh_T/dh_{T-1}||, iRNN Fig. 3) go to the table ``reproduce_analyses`` of the same
+database. ``report`` reads only the database, so the document can be regenerated anywhere the database is.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,6 +62,7 @@ class RunSpec:
     """One run of a claim: ``label`` (the name checks use), a preset, overrides and analyses.
     ``reading_of``: the label of the run whose cell this run trains under another reading; such runs
     are shown beside it and never read by the checks."""
+
     label: str
     preset: str
     overrides: Tuple[str, ...] = ()
@@ -71,6 +73,7 @@ class RunSpec:
 @dataclass(frozen=True)
 class Budget:
     """Overrides applied to every run (``overrides``) and to single runs (``runs``), and what they mean."""
+
     name: str
     overrides: Tuple[str, ...]
     runs: Dict[str, Tuple[str, ...]]
@@ -82,6 +85,7 @@ class Check:
     """A verdict rule: an expression over measured numbers and the sentence it stands for.
     ``may_fail``: labels the rule lets sit at chance (the baseline it says fails, the competitor it
     beats); ``if_fails``: the claim's own explanation when the rule does not hold."""
+
     expr: str
     says: str
     may_fail: Tuple[str, ...] = ()
@@ -96,6 +100,7 @@ class Check:
 class FullRun:
     """The full-data run on a bigger machine: extra ``--set`` items on top of the paper budget, and
     an estimate of its hours with what the estimate rests on."""
+
     sets: Tuple[str, ...]
     hours: float
     machine: str
@@ -156,8 +161,12 @@ def _strings(value: Any, where: str) -> Tuple[str, ...]:
 
 def parse_claim(data: Dict[str, Any]) -> Claim:
     """A :class:`Claim` from plain data; keys and types are checked (not presets: see ``validate``)."""
-    _keys(data, "claim", ("id", "paper", "title", "claim", "paper_numbers", "runs", "budgets", "checks"),
-          ("readings", "deviation", "full_run"))
+    _keys(
+        data,
+        "claim",
+        ("id", "paper", "title", "claim", "paper_numbers", "runs", "budgets", "checks"),
+        ("readings", "deviation", "full_run"),
+    )
     cid = data["id"]
     runs = []
     for i, run in enumerate(data["runs"] or []):
@@ -167,17 +176,25 @@ def parse_claim(data: Dict[str, Any]) -> Claim:
         for kind in analyses:
             if kind not in ANALYSES:
                 raise ClaimError(f"{where}.analyses: expected one of {', '.join(ANALYSES)}, got {kind!r}")
-        runs.append(RunSpec(str(run["label"]), str(run["preset"]), _strings(run.get("overrides"),
-                                                                             f"{where}.overrides"), analyses,
-                            str(run.get("reading_of") or "")))
+        runs.append(
+            RunSpec(
+                str(run["label"]),
+                str(run["preset"]),
+                _strings(run.get("overrides"), f"{where}.overrides"),
+                analyses,
+                str(run.get("reading_of") or ""),
+            )
+        )
     labels = [r.label for r in runs]
     if not runs or len(set(labels)) != len(labels):
         raise ClaimError(f"claim {cid!r}: runs: expected at least one run and unique labels, got {labels}")
     judged = [r.label for r in runs if not r.reading_of]
     for i, run in enumerate(runs):
         if run.reading_of and run.reading_of not in judged:
-            raise ClaimError(f"claim {cid!r}: runs[{i}].reading_of: expected the label of a judged run "
-                             f"({', '.join(judged)}), got {run.reading_of!r}")
+            raise ClaimError(
+                f"claim {cid!r}: runs[{i}].reading_of: expected the label of a judged run "
+                f"({', '.join(judged)}), got {run.reading_of!r}"
+            )
     budgets = {}
     for name in BUDGETS:
         if name not in (data["budgets"] or {}):
@@ -190,8 +207,7 @@ def parse_claim(data: Dict[str, Any]) -> Claim:
             if label not in labels:
                 raise ClaimError(f"{where}.runs: unknown run label {label!r}; labels: {', '.join(labels)}")
             per_run[label] = _strings(overrides, f"{where}.runs.{label}")
-        budgets[name] = Budget(name, _strings(budget["overrides"], f"{where}.overrides"), per_run,
-                               str(budget["note"]))
+        budgets[name] = Budget(name, _strings(budget["overrides"], f"{where}.overrides"), per_run, str(budget["note"]))
     checks = []
     for i, check in enumerate(data["checks"] or []):
         where = f"claim {cid!r}: checks[{i}]"
@@ -202,8 +218,10 @@ def parse_claim(data: Dict[str, Any]) -> Claim:
             raise ClaimError(f"{where}: {error}") from None
         unknown = sorted(expression.labels() - set(judged))
         if unknown:
-            raise ClaimError(f"{where}: unknown run label {unknown[0]!r} in {check['expr']!r} (runs of "
-                             f"another reading are not judged); labels: {', '.join(judged)}")
+            raise ClaimError(
+                f"{where}: unknown run label {unknown[0]!r} in {check['expr']!r} (runs of "
+                f"another reading are not judged); labels: {', '.join(judged)}"
+            )
         may_fail = _strings(check.get("may_fail"), f"{where}.may_fail")
         stray = sorted(set(may_fail) - expression.labels())
         if stray:
@@ -215,9 +233,19 @@ def parse_claim(data: Dict[str, Any]) -> Claim:
     for i, number in enumerate(data["paper_numbers"] or []):
         _keys(number, f"claim {cid!r}: paper_numbers[{i}]", ("what", "value", "source"))
         numbers.append({k: str(v) for k, v in number.items()})
-    return Claim(str(cid), str(data["paper"]), str(data["title"]), str(data["claim"]), tuple(numbers),
-                 tuple(runs), budgets, tuple(checks), str(data.get("readings") or ""),
-                 str(data.get("deviation") or ""), _full_run(data.get("full_run"), f"claim {cid!r}: full_run"))
+    return Claim(
+        str(cid),
+        str(data["paper"]),
+        str(data["title"]),
+        str(data["claim"]),
+        tuple(numbers),
+        tuple(runs),
+        budgets,
+        tuple(checks),
+        str(data.get("readings") or ""),
+        str(data.get("deviation") or ""),
+        _full_run(data.get("full_run"), f"claim {cid!r}: full_run"),
+    )
 
 
 def _full_run(data: Any, where: str) -> Optional[FullRun]:
@@ -227,13 +255,13 @@ def _full_run(data: Any, where: str) -> Optional[FullRun]:
     hours = data["hours"]
     if isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours <= 0:
         raise ClaimError(f"{where}.hours: expected a positive number of hours, got {hours!r}")
-    return FullRun(_strings(data.get("set"), f"{where}.set"), float(hours), str(data["machine"]),
-                   str(data["basis"]))
+    return FullRun(_strings(data.get("set"), f"{where}.set"), float(hours), str(data["machine"]), str(data["basis"]))
 
 
 def load_claims(text: Optional[str] = None) -> List[Claim]:
     """The packaged claims (or those of a YAML ``text``), in the table's order."""
     import yaml
+
     if text is None:
         text = (resources.files("ltdrnn") / "presets" / "reproduce" / "_claims.yaml").read_text()
     data = yaml.safe_load(text) or {}
@@ -259,6 +287,7 @@ def validate(claims: Sequence[Claim]) -> List[str]:
     from .cells.registry import list_cells
     from .config import ConfigError, load_config
     from .tasks import list_tasks
+
     cells, tasks = set(list_cells()), set(list_tasks())
     problems = []
     for claim in claims:
@@ -278,19 +307,52 @@ def validate(claims: Sequence[Claim]) -> List[str]:
                 cell_of[spec.label] = cfg.model.cell
         for spec in claim.runs:
             if spec.reading_of and cell_of.get(spec.label) != cell_of.get(spec.reading_of):
-                problems.append(f"{claim.id}/{spec.label}: reading_of {spec.reading_of!r} expects the same cell, "
-                                f"got {cell_of.get(spec.label)!r} vs {cell_of.get(spec.reading_of)!r}")
+                problems.append(
+                    f"{claim.id}/{spec.label}: reading_of {spec.reading_of!r} expects the same cell, "
+                    f"got {cell_of.get(spec.label)!r} vs {cell_of.get(spec.reading_of)!r}"
+                )
     return problems
 
 
 # ---- verdict expressions ---------------------------------------------------------------------------
 # name -> number of arguments after the run label
-MEASURES = {"metric": 0, "baseline": 0, "params": 0, "train_s": 0, "skip": 0, "best_val": 0,
-            "steps_to": 1, "lag_ratio": 0, "jac_ratio": 0}
+MEASURES = {
+    "metric": 0,
+    "baseline": 0,
+    "params": 0,
+    "train_s": 0,
+    "skip": 0,
+    "best_val": 0,
+    "steps_to": 1,
+    "lag_ratio": 0,
+    "jac_ratio": 0,
+}
 AGGREGATES = {"min": min, "max": max, "abs": abs}
-_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
-            ast.Eq, ast.NotEq, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.UnaryOp, ast.USub,
-            ast.Not, ast.Call, ast.Name, ast.Constant, ast.Load)
+_ALLOWED = (
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.Compare,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.Eq,
+    ast.NotEq,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.UnaryOp,
+    ast.USub,
+    ast.Not,
+    ast.Call,
+    ast.Name,
+    ast.Constant,
+    ast.Load,
+)
 
 
 class Unmeasured(LookupError):
@@ -335,34 +397,47 @@ class Expression:
         for node in ast.walk(tree):
             if not isinstance(node, _ALLOWED):
                 raise ClaimError(f"expr {self.text!r}: {type(node).__name__} is not allowed")
-            if isinstance(node, ast.Constant) and (isinstance(node.value, bool)
-                                                   or not isinstance(node.value, (int, float))):
-                raise ClaimError(f"expr {self.text!r}: only numbers are allowed as constants, got "
-                                 f"{node.value!r}")
+            if isinstance(node, ast.Constant) and (
+                isinstance(node.value, bool) or not isinstance(node.value, (int, float))
+            ):
+                raise ClaimError(f"expr {self.text!r}: only numbers are allowed as constants, got {node.value!r}")
             if isinstance(node, ast.Call):
                 self._check_call(node)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and not self._is_label(node) and node.id != "inf" \
-                    and not self._is_function(node):
-                raise ClaimError(f"expr {self.text!r}: unknown name {node.id!r} (run labels go inside a "
-                                 f"measure, e.g. metric({node.id}))")
+            if (
+                isinstance(node, ast.Name)
+                and not self._is_label(node)
+                and node.id != "inf"
+                and not self._is_function(node)
+            ):
+                raise ClaimError(
+                    f"expr {self.text!r}: unknown name {node.id!r} (run labels go inside a "
+                    f"measure, e.g. metric({node.id}))"
+                )
 
     def _check_call(self, node: ast.Call) -> None:
         name = node.func.id if isinstance(node.func, ast.Name) else None
         if node.keywords or name not in {**MEASURES, **AGGREGATES}:
-            raise ClaimError(f"expr {self.text!r}: unknown function {ast.unparse(node.func)!r}; functions: "
-                             f"{', '.join([*MEASURES, *AGGREGATES])}")
+            raise ClaimError(
+                f"expr {self.text!r}: unknown function {ast.unparse(node.func)!r}; functions: "
+                f"{', '.join([*MEASURES, *AGGREGATES])}"
+            )
         if name in MEASURES:
             if len(node.args) != 1 + MEASURES[name] or not isinstance(node.args[0], ast.Name):
-                raise ClaimError(f"expr {self.text!r}: {name} takes a run label"
-                                 + (f" and {MEASURES[name]} number(s)" if MEASURES[name] else "")
-                                 + f", got {ast.unparse(node)!r}")
+                raise ClaimError(
+                    f"expr {self.text!r}: {name} takes a run label"
+                    + (f" and {MEASURES[name]} number(s)" if MEASURES[name] else "")
+                    + f", got {ast.unparse(node)!r}"
+                )
         elif not node.args:
             raise ClaimError(f"expr {self.text!r}: {name} needs arguments")
 
     def _measure_calls(self) -> List[ast.Call]:
-        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                and n.func.id in MEASURES]
+        return [
+            n
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in MEASURES
+        ]
 
     def _is_label(self, node: ast.Name) -> bool:
         return any(call.args and call.args[0] is node for call in self._measure_calls())
@@ -393,8 +468,12 @@ class Expression:
             return -ev(node.operand) if isinstance(node.op, ast.USub) else not ev(node.operand)
         if isinstance(node, ast.BinOp):
             a, b = ev(node.left), ev(node.right)
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.Div: lambda: a / b if b else math.copysign(math.inf, a) if a else math.nan}
+            ops = {
+                ast.Add: lambda: a + b,
+                ast.Sub: lambda: a - b,
+                ast.Mult: lambda: a * b,
+                ast.Div: lambda: a / b if b else math.copysign(math.inf, a) if a else math.nan,
+            }
             return ops[type(node.op)]()
         if isinstance(node, ast.BoolOp):
             values = [bool(ev(v)) for v in node.values]
@@ -403,8 +482,14 @@ class Expression:
             left, result = ev(node.left), True
             for op, right_node in zip(node.ops, node.comparators):
                 right = ev(right_node)
-                ok = {ast.Lt: left < right, ast.LtE: left <= right, ast.Gt: left > right,
-                      ast.GtE: left >= right, ast.Eq: left == right, ast.NotEq: left != right}[type(op)]
+                ok = {
+                    ast.Lt: left < right,
+                    ast.LtE: left <= right,
+                    ast.Gt: left > right,
+                    ast.GtE: left >= right,
+                    ast.Eq: left == right,
+                    ast.NotEq: left != right,
+                }[type(op)]
                 result = result and ok
                 left = right
             return result
@@ -428,8 +513,7 @@ class Measurements:
 
     def __init__(self, rows: Dict[str, Any], analyses: Optional[Dict[str, Any]] = None):
         self.seeds = {label: list(r) if isinstance(r, list) else [r] for label, r in rows.items()}
-        self.analyses_of = {label: list(a) if isinstance(a, list) else [a]
-                            for label, a in (analyses or {}).items()}
+        self.analyses_of = {label: list(a) if isinstance(a, list) else [a] for label, a in (analyses or {}).items()}
 
     @property
     def rows(self) -> Dict[str, Dict[str, Any]]:
@@ -449,10 +533,18 @@ class Measurements:
         if name in RATIOS and not all(v > 0 and math.isfinite(v) for v in values):
             per_seed = ", ".join(format_number(v) for v in values)
             if 0.0 in values:
-                raise Underflow(f"{name}({label})", "underflow", f"{name}({label}) is underflow (per seed: "
-                                f"{per_seed}): a gradient norm that is exactly 0 cannot be compared with")
-            raise Underflow(f"{name}({label})", "not finite", f"{name}({label}) is not finite (per seed: "
-                            f"{per_seed}; did the run diverge?): it cannot be compared with")
+                raise Underflow(
+                    f"{name}({label})",
+                    "underflow",
+                    f"{name}({label}) is underflow (per seed: "
+                    f"{per_seed}): a gradient norm that is exactly 0 cannot be compared with",
+                )
+            raise Underflow(
+                f"{name}({label})",
+                "not finite",
+                f"{name}({label}) is not finite (per seed: "
+                f"{per_seed}; did the run diverge?): it cannot be compared with",
+            )
         return _mean_std(values) + (len(values),)
 
     def per_seed(self, name: str, label: str, args: Tuple[float, ...]) -> List[float]:
@@ -487,6 +579,7 @@ class Measurements:
     def source_labels(self, labels: Iterable[str]) -> List[str]:
         """The labels among ``labels`` whose stored cell is one of the papers' five cells (not a baseline)."""
         from .cells.registry import list_cells
+
         source = set(list_cells("source"))
         return [label for label in labels if label in self.seeds and self.seeds[label][-1].get("cell") in source]
 
@@ -497,9 +590,13 @@ def _row_measure(row: Dict[str, Any], name: str, label: str, args: Tuple[float, 
     if name == "steps_to":
         return steps_to(row, args[0])
     metrics = row.get("metrics") or {}
-    value = {"baseline": metrics.get("baseline"), "params": row.get("params"),
-             "train_s": row.get("train_time_s"), "skip": metrics.get("skip_fraction"),
-             "best_val": metrics.get("val_best")}[name]
+    value = {
+        "baseline": metrics.get("baseline"),
+        "params": row.get("params"),
+        "train_s": row.get("train_time_s"),
+        "skip": metrics.get("skip_fraction"),
+        "best_val": metrics.get("val_best"),
+    }[name]
     if value is None:
         raise Unmeasured(f"run {label!r} has no {name}")
     return float(value)
@@ -537,20 +634,22 @@ def steps_to(row: Dict[str, Any], threshold: float) -> float:
 @dataclass
 class CheckResult:
     check: Check
-    passed: Optional[bool]          # None: not measured
+    passed: Optional[bool]  # None: not measured
     values: List[Tuple[str, float]] = field(default_factory=list)
     missing: str = ""
-    underflow: Tuple[str, str] = ()                                 # (call, "underflow" | "not finite")
+    underflow: Tuple[str, str] = ()  # (call, "underflow" | "not finite")
     spreads: List[Tuple[float, int]] = field(default_factory=list)  # (std, n) of each value
-    vetoes: List[str] = field(default_factory=list)                 # why the machinery refused it
+    vetoes: List[str] = field(default_factory=list)  # why the machinery refused it
 
     def text(self) -> str:
         if self.passed is None:
             return f"{self.check.says}: not measured ({self.missing})"
         if self.underflow:
             return f"{self.check.says}: {self.missing} -> no"
-        shown = ", ".join(f"{call} = {_call_value(call, v, spread)}"
-                          for (call, v), spread in _unique(zip(self.values, self.spreads), key=lambda i: i[0][0]))
+        shown = ", ".join(
+            f"{call} = {_call_value(call, v, spread)}"
+            for (call, v), spread in _unique(zip(self.values, self.spreads), key=lambda i: i[0][0])
+        )
         refused = f" ({'; '.join(self.vetoes)})" if self.vetoes else ""
         return f"{self.check.says}: {shown} -> {'yes' if self.passed else 'no'}{refused}"
 
@@ -608,13 +707,16 @@ def evaluate_check(claim: Claim, check: Check, measurements: Measurements) -> Ch
     if len(read) > 1 and all(chance.values()):
         vetoes.append(("both" if len(read) == 2 else "all") + " at chance: " + ", ".join(chance.values()))
     elif any(chance[label] for label in read if label not in check.may_fail):
-        vetoes.append("at chance: " + ", ".join(chance[label] for label in read
-                                                if chance[label] and label not in check.may_fail))
+        vetoes.append(
+            "at chance: " + ", ".join(chance[label] for label in read if chance[label] and label not in check.may_fail)
+        )
     if check.may_fail:
         own = measurements.source_labels(claim.checked_labels)
         if not any(measurements.at_chance(label) is None for label in own):
-            vetoes.append("a rule that lets " + ", ".join(check.may_fail) + " fail counts only when a cell "
-                          "of the claim succeeds on the task, and none does")
+            vetoes.append(
+                "a rule that lets " + ", ".join(check.may_fail) + " fail counts only when a cell "
+                "of the claim succeeds on the task, and none does"
+            )
     return CheckResult(check, bool(value) and not vetoes, values, spreads=spreads, vetoes=vetoes)
 
 
@@ -634,16 +736,27 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
     results = [evaluate_check(claim, check, measurements) for check in claim.checks]
     if missing:
         done = len(claim.checked_labels) - len(missing)
-        reason = (f"{done} of {len(claim.checked_labels)} runs finished"
-                  + (f" at the {budget!r} budget" if budget else "") + f"; missing: {', '.join(missing)}.")
+        reason = (
+            f"{done} of {len(claim.checked_labels)} runs finished"
+            + (f" at the {budget!r} budget" if budget else "")
+            + f"; missing: {', '.join(missing)}."
+        )
         return Verdict("not run yet", reason, budget, results)
     passed = [r for r in results if r.passed]
-    status = ("reproduced" if len(passed) == len(results) else
-              "partly" if any(about_own_cell(claim, r.check, measurements) for r in passed) else
-              "not reproduced")
+    status = (
+        "reproduced"
+        if len(passed) == len(results)
+        else "partly"
+        if any(about_own_cell(claim, r.check, measurements) for r in passed)
+        else "not reproduced"
+    )
     reason = "; ".join(r.text() for r in results) + "."
-    diverged = [f"{label} (seed {_seed(row)})" for label, rows in measurements.seeds.items() for row in rows
-                if row.get("status") != "finished"]
+    diverged = [
+        f"{label} (seed {_seed(row)})"
+        for label, rows in measurements.seeds.items()
+        for row in rows
+        if row.get("status") != "finished"
+    ]
     if diverged:
         reason += f" Did not finish: {', '.join(diverged)}."
     causes = _unique([(r.check.if_fails, r.check.says) for r in results if not r.passed and r.check.if_fails])
@@ -668,23 +781,34 @@ class Store:
 
     def __init__(self, location: str) -> None:
         from .results import ResultStore
+
         self.results = ResultStore(location)
         sa = self.results.sa
         self.table = sa.Table(
-            "reproduce_analyses", sa.MetaData(),
+            "reproduce_analyses",
+            sa.MetaData(),
             sa.Column("id", sa.String(64), primary_key=True),
             sa.Column("run_id", sa.String(200), nullable=False, index=True),
             sa.Column("study", sa.String(200), index=True),
             sa.Column("label", sa.String(100)),
             sa.Column("kind", sa.String(40), nullable=False),
             sa.Column("created", sa.String(40), nullable=False),
-            sa.Column("data", sa.Text, nullable=False))
+            sa.Column("data", sa.Text, nullable=False),
+        )
         from .results import create_tables
+
         create_tables(sa, self.table.metadata, self.results.engine)
 
     def add_analysis(self, run_id: str, study: str, label: str, kind: str, data: Dict[str, Any]) -> None:
-        row = {"id": uuid.uuid4().hex, "run_id": run_id, "study": study, "label": label, "kind": kind,
-               "created": datetime.now(timezone.utc).isoformat(), "data": json.dumps(data)}
+        row = {
+            "id": uuid.uuid4().hex,
+            "run_id": run_id,
+            "study": study,
+            "label": label,
+            "kind": kind,
+            "created": datetime.now(timezone.utc).isoformat(),
+            "data": json.dumps(data),
+        }
         with self.results.engine.begin() as connection:
             connection.execute(self.table.insert().values(**row))
 
@@ -710,8 +834,9 @@ class Store:
                 per_seed[_seed(row)] = row
         by_run = self.analyses(study)
         rows = {label: list(per_seed.values()) for label, per_seed in latest.items()}
-        return Measurements(rows, {label: [by_run.get(row["id"], {}) for row in found]
-                                   for label, found in rows.items()})
+        return Measurements(
+            rows, {label: [by_run.get(row["id"], {}) for row in found] for label, found in rows.items()}
+        )
 
     def shown_budget(self, claim: Claim) -> Tuple[Optional[str], Measurements]:
         """The budget whose runs the document shows: the paper budget if every judged run has a
@@ -749,35 +874,56 @@ def train_command(spec: RunSpec, overrides: Sequence[str]) -> str:
     return " ".join(shlex.quote(w) for w in ["ltdrnn", "train", spec.preset, *overrides])
 
 
-def run_config(claim: Claim, spec: RunSpec, budget: str, store: str, runs_dir: str,
-               extra: Sequence[str] = (), progress: bool = False, seed: int = DEFAULT_SEEDS[0]):
+def run_config(
+    claim: Claim,
+    spec: RunSpec,
+    budget: str,
+    store: str,
+    runs_dir: str,
+    extra: Sequence[str] = (),
+    progress: bool = False,
+    seed: int = DEFAULT_SEEDS[0],
+):
     from .config import load_config
+
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     overrides = claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])
     # the notes keep both command lines as run, so the document shows them even if the table changes
     notes = f"{invocation(claim.id, budget, extra, (seed,))}\n{train_command(spec, overrides)}"
-    bookkeeping = [f"study={claim.study(budget)}", f"name={spec.label}", f"results={store}",
-                   f"run_dir={Path(runs_dir) / claim.id / budget / f'{spec.label}-s{seed}-{stamp}'}",
-                   f"train.progress={str(progress).lower()}"]
+    bookkeeping = [
+        f"study={claim.study(budget)}",
+        f"name={spec.label}",
+        f"results={store}",
+        f"run_dir={Path(runs_dir) / claim.id / budget / f'{spec.label}-s{seed}-{stamp}'}",
+        f"train.progress={str(progress).lower()}",
+    ]
     cfg = load_config(spec.preset, overrides + bookkeeping)
     cfg.notes = notes
     return cfg
 
 
-def run_claim(claim: Claim, budget: str = "quick", store: str = DEFAULT_STORE, runs_dir: str = DEFAULT_RUNS,
-              extra: Sequence[str] = (), only: Optional[Sequence[str]] = None, skip_done: bool = False,
-              progress: bool = False, log: Callable[[str], None] = print,
-              seeds: Sequence[int] = DEFAULT_SEEDS) -> List[str]:
+def run_claim(
+    claim: Claim,
+    budget: str = "quick",
+    store: str = DEFAULT_STORE,
+    runs_dir: str = DEFAULT_RUNS,
+    extra: Sequence[str] = (),
+    only: Optional[Sequence[str]] = None,
+    skip_done: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+) -> List[str]:
     """Train each of the claim's runs once per seed under ``budget`` into ``store`` and store their
     analyses; returns the ``label (seed S)`` items that failed (a failing run does not stop the others).
     ``skip_done`` skips the label and seed pairs already stored for the budget."""
     from .train import train
+
     if budget not in claim.budgets:
         raise ClaimError(f"budget: expected one of {', '.join(claim.budgets)}, got {budget!r}")
     unknown = sorted(set(only or ()) - set(claim.labels))
     if unknown:
-        raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: "
-                         f"{', '.join(claim.labels)}")
+        raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: {', '.join(claim.labels)}")
     stored = Store(store)
     found = stored.measurements(claim, budget).seeds if skip_done else {}
     done = {(label, _seed(row)) for label, rows in found.items() for row in rows}
@@ -799,8 +945,10 @@ def run_claim(claim: Claim, budget: str = "quick", store: str = DEFAULT_STORE, r
                 log(f"{where}: FAILED {type(error).__name__}: {error}")
                 continue
             m = record["metrics"]
-            log(f"{where}: {record['status']}, test {m['metric_name']} {format_number(m['metric'])}, "
-                f"{m['params']} params, {record['timings']['train_s']:.1f} s, {record['timings']['steps']} steps")
+            log(
+                f"{where}: {record['status']}, test {m['metric_name']} {format_number(m['metric'])}, "
+                f"{m['params']} params, {record['timings']['train_s']:.1f} s, {record['timings']['steps']} steps"
+            )
     return failed
 
 
@@ -811,14 +959,18 @@ def parse_seeds(text: Optional[str], extra: Sequence[str]) -> Tuple[Tuple[int, .
     rest = [item for item in extra if item not in fixed]
     if fixed and text is not None:
         raise ClaimError(f"--seeds: --set {fixed[0]} also chooses the seed; give one of them, got both")
-    words = [item.split("=", 1)[1] if "=" in item else "" for item in fixed] if fixed else \
-        (text.split(",") if text is not None else [str(s) for s in DEFAULT_SEEDS])
+    words = (
+        [item.split("=", 1)[1] if "=" in item else "" for item in fixed]
+        if fixed
+        else (text.split(",") if text is not None else [str(s) for s in DEFAULT_SEEDS])
+    )
     try:
         seeds = tuple(int(word) for word in words)
     except ValueError:
         where = "--set train.seed" if fixed else "--seeds"
-        raise ClaimError(f"{where}: expected comma-separated integers such as 1,2,3, got "
-                         f"{text if text is not None else fixed[-1]!r}") from None
+        raise ClaimError(
+            f"{where}: expected comma-separated integers such as 1,2,3, got {text if text is not None else fixed[-1]!r}"
+        ) from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise ClaimError(f"--seeds: expected distinct integers such as 1,2,3, got {text!r}")
     return seeds, rest
@@ -847,6 +999,7 @@ class AnalysisWatcher:
             import torch
 
             from .tasks.base import build_task
+
             task = build_task(self.cfg.task.name, **self.cfg.task.options)
             dataset = task.dataset(split)
             # a fixed random sample: stored splits may be ordered by class
@@ -862,6 +1015,7 @@ class AnalysisWatcher:
             return out
         if "gradient_vs_lag" in self.spec.analyses:
             from .analysis.gradients import gradient_vs_lag
+
             self._batch = None
             (x, y, lengths), info = self.batch("test", 100)
             model, x = _in_float64(self.model, x)
@@ -870,9 +1024,13 @@ class AnalysisWatcher:
             # relative to the peak, not to lag 0: a cell whose output is not the tensor kept in its
             # state (MIST's ring buffer) has no gradient on the state at lag 0
             peak = max(curve)
-            out["gradient_vs_lag"] = {"curve": curve, "ratio": curve[-1] / peak if peak else math.nan,
-                                      "examples": int(x.shape[0]), "step": record["timings"]["steps"],
-                                      "dtype": "float64"}
+            out["gradient_vs_lag"] = {
+                "curve": curve,
+                "ratio": curve[-1] / peak if peak else math.nan,
+                "examples": int(x.shape[0]),
+                "step": record["timings"]["steps"],
+                "dtype": "float64",
+            }
         if "jacobian_ratio" in self.spec.analyses:
             final = jacobian_ratio(self.model, self.batch("val", 32)[0][0])
             steps = record["timings"]["steps"]
@@ -890,11 +1048,14 @@ def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]
     float64). Needs a one-layer, one-direction model; the global RNG is left untouched.
     """
     import torch
+
     model, x = _in_float64(model, x)
     rnn = model.rnn
     if rnn.num_layers != 1 or rnn.bidirectional:
-        raise ValueError("jacobian_ratio: expected a one-layer, one-direction model, got "
-                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}")
+        raise ValueError(
+            "jacobian_ratio: expected a one-layer, one-direction model, got "
+            f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}"
+        )
     cell = rnn.cells[0]
     generator = torch.Generator().manual_seed(seed)
     with torch.enable_grad():
@@ -915,8 +1076,11 @@ def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]
         for _ in range(probes):
             vs = [torch.randn(s.shape, generator=generator, dtype=s.dtype) for s in last]
             # one backward pass gives v^T J for both starting points
-            grads = iter(torch.autograd.grad(last, [s for t in starts for s in kept[t]], grad_outputs=vs,
-                                             retain_graph=True, allow_unused=True))
+            grads = iter(
+                torch.autograd.grad(
+                    last, [s for t in starts for s in kept[t]], grad_outputs=vs, retain_graph=True, allow_unused=True
+                )
+            )
             for t in starts:
                 for _ in kept[t]:
                     g = next(grads)
@@ -929,12 +1093,14 @@ def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]
 def _in_float64(model, x):
     """A float64 copy of ``model`` in eval mode and ``x`` in float64 (token ids stay integers)."""
     import copy
+
     twin = copy.deepcopy(model).double().eval()
     return twin, (x.double() if x.is_floating_point() else x)
 
 
 def _float_tensors(state) -> List[Any]:
     import torch
+
     if isinstance(state, torch.Tensor):
         return [state] if state.is_floating_point() and state.requires_grad else []
     return [t for part in state for t in _float_tensors(part)]
@@ -958,8 +1124,11 @@ def _budget_text(row: Dict[str, Any]) -> str:
     config, timings = row.get("config") or {}, row.get("timings") or {}
     options = config.get("task", {}).get("options", {})
     data = options.get("n_train") or options.get("n")
-    parts = [f"{timings.get('steps')} steps", f"{timings.get('epochs', 0):.2g} epochs",
-             f"batch {config.get('train', {}).get('batch_size')}"]
+    parts = [
+        f"{timings.get('steps')} steps",
+        f"{timings.get('epochs', 0):.2g} epochs",
+        f"batch {config.get('train', {}).get('batch_size')}",
+    ]
     if data:
         parts.append(f"{data:,} train seqs")
     elif options.get("source"):
@@ -969,8 +1138,7 @@ def _budget_text(row: Dict[str, Any]) -> str:
 
 def _analysis_text(measurements: Measurements, label: str) -> str:
     parts = []
-    for name, what in (("lag_ratio", "grad at the largest lag / peak"),
-                       ("jac_ratio", "‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖")):
+    for name, what in (("lag_ratio", "grad at the largest lag / peak"), ("jac_ratio", "‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖")):
         try:
             mean, std, n = measurements.spread(name, label, ())
         except Underflow as error:
@@ -1000,9 +1168,20 @@ def cpu_minutes(measurements: Measurements) -> float:
 
 
 def run_rows(claim: Claim, measurements: Measurements) -> List[List[str]]:
-    header = ["run", "cell", "task", "budget used (latest seed)", "test metric, mean ± std over seeds",
-              "trivial baseline", "params", "train s (all seeds)", "skip %", "analysis (mean over seeds)",
-              "seeds", "command (latest seed)"]
+    header = [
+        "run",
+        "cell",
+        "task",
+        "budget used (latest seed)",
+        "test metric, mean ± std over seeds",
+        "trivial baseline",
+        "params",
+        "train s (all seeds)",
+        "skip %",
+        "analysis (mean over seeds)",
+        "seeds",
+        "command (latest seed)",
+    ]
     out = [header]
     for spec in claim.runs:
         label = spec.label + (f" (other reading of {spec.reading_of})" if spec.reading_of else "")
@@ -1012,13 +1191,25 @@ def run_rows(claim: Claim, measurements: Measurements) -> List[List[str]]:
             continue
         row = rows[-1]
         m, config = row.get("metrics") or {}, row.get("config") or {}
-        skips = [r["metrics"]["skip_fraction"] for r in rows if (r.get("metrics") or {}).get("skip_fraction") is not None]
-        out.append([label, row["cell"], _setting(config), _budget_text(row), _quality_text(measurements, spec.label),
-                    _metric_text(m.get("baseline"), m.get("metric_name")), str(row.get("params")),
-                    f"{sum(r.get('train_time_s') or 0 for r in rows):.1f}",
-                    f"{100 * math.fsum(skips) / len(skips):.1f}" if skips else "-",
-                    _analysis_text(measurements, spec.label), ", ".join(str(_seed(r)) for r in rows),
-                    f"`{_notes(row)[1]}`"])
+        skips = [
+            r["metrics"]["skip_fraction"] for r in rows if (r.get("metrics") or {}).get("skip_fraction") is not None
+        ]
+        out.append(
+            [
+                label,
+                row["cell"],
+                _setting(config),
+                _budget_text(row),
+                _quality_text(measurements, spec.label),
+                _metric_text(m.get("baseline"), m.get("metric_name")),
+                str(row.get("params")),
+                f"{sum(r.get('train_time_s') or 0 for r in rows):.1f}",
+                f"{100 * math.fsum(skips) / len(skips):.1f}" if skips else "-",
+                _analysis_text(measurements, spec.label),
+                ", ".join(str(_seed(r)) for r in rows),
+                f"`{_notes(row)[1]}`",
+            ]
+        )
     return out
 
 
@@ -1029,10 +1220,13 @@ def readings_text(claim: Claim, measurements: Measurements) -> str:
         return ""
     lines = []
     for default, other in pairs:
-        shown = [f"`{label}` " + (_quality_text(measurements, label) if label in measurements.seeds
-                                  else "not run yet") for label in (default, other)]
-        learned = [label for label in (default, other)
-                   if label in measurements.seeds and measurements.at_chance(label) is None]
+        shown = [
+            f"`{label}` " + (_quality_text(measurements, label) if label in measurements.seeds else "not run yet")
+            for label in (default, other)
+        ]
+        learned = [
+            label for label in (default, other) if label in measurements.seeds and measurements.at_chance(label) is None
+        ]
         if len(learned) == 1:
             verdict = f"only `{learned[0]}` is clearly better than the trivial baseline, as the paper's numbers are"
         elif learned:
@@ -1060,9 +1254,14 @@ def _commands(measurements: Measurements) -> List[str]:
 
 
 def _ours(verdict: Verdict) -> str:
-    values = _unique([(call, _call_value(call, value, spread)) for r in verdict.checks
-                      for (call, value), spread in zip(r.values, r.spreads)]
-                     + [r.underflow for r in verdict.checks if r.underflow])
+    values = _unique(
+        [
+            (call, _call_value(call, value, spread))
+            for r in verdict.checks
+            for (call, value), spread in zip(r.values, r.spreads)
+        ]
+        + [r.underflow for r in verdict.checks if r.underflow]
+    )
     return "; ".join(f"{call} = {shown}" for call, shown in values) or "-"
 
 
@@ -1073,31 +1272,46 @@ def full_run_command(claim: Claim) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def render(store: str = DEFAULT_STORE, out: str = DEFAULT_DOC, plots_dir: str = DEFAULT_PLOTS,
-           claims: Optional[Sequence[Claim]] = None, plots: bool = True) -> Path:
+def render(
+    store: str = DEFAULT_STORE,
+    out: str = DEFAULT_DOC,
+    plots_dir: str = DEFAULT_PLOTS,
+    claims: Optional[Sequence[Claim]] = None,
+    plots: bool = True,
+) -> Path:
     """Write the reproduction document (and its plots) from the store; returns its path."""
     claims = list(claims if claims is not None else load_claims())
     stored = Store(store)
     out_path, plot_root = Path(out), Path(plots_dir)
     sections, minutes = [], 0.0
-    summary = [["claim", "paper", "paper's numbers", "ours (mean ± std over seeds)", "verdict", "budget",
-                "CPU min"]]
+    summary = [["claim", "paper", "paper's numbers", "ours (mean ± std over seeds)", "verdict", "budget", "CPU min"]]
     for claim in claims:
         budget, measurements = stored.shown_budget(claim)
         verdict = judge(claim, measurements, budget)
         figures = make_plots(claim, measurements, plot_root) if plots and measurements.seeds else []
         numbers = "; ".join(f"{n['what']}: {n['value']}" for n in claim.paper_numbers)
         minutes += cpu_minutes(measurements)
-        summary.append([f"[{claim.id}](#{claim.id})", claim.paper, numbers, _ours(verdict),
-                        f"**{verdict.status}**", budget or "-", f"{cpu_minutes(measurements):.0f}"])
+        summary.append(
+            [
+                f"[{claim.id}](#{claim.id})",
+                claim.paper,
+                numbers,
+                _ours(verdict),
+                f"**{verdict.status}**",
+                budget or "-",
+                f"{cpu_minutes(measurements):.0f}",
+            ]
+        )
         sections.append(claim_section(claim, verdict, measurements, budget, figures, out_path.parent))
     counts = {s: sum(1 for row in summary[1:] if row[4] == f"**{s}**") for s in STATUSES}
     at_paper = sum(1 for row in summary[1:] if row[5] == "paper")
     doc = [
-        "# Reproduction of the papers' headline claims", "",
+        "# Reproduction of the papers' headline claims",
+        "",
         f"Generated by `ltdrnn reproduce report` from `{store}` (do not edit by hand; "
         "[docs/reproduction.md](docs/reproduction.md) explains how it works and how to re-run a line). "
-        f"Claims: {len(claims)}; " + ", ".join(f"{s}: {n}" for s, n in counts.items()) + ".", "",
+        f"Claims: {len(claims)}; " + ", ".join(f"{s}: {n}" for s, n in counts.items()) + ".",
+        "",
         "Every number of ours below comes from the results database and was produced by the command "
         f"shown with it. {at_paper} of {len(claims)} claims are shown at the paper budget, the others at the "
         "`quick` budget (stated per claim). Each run label is trained with several seeds (`ltdrnn reproduce "
@@ -1110,8 +1324,12 @@ def render(store: str = DEFAULT_STORE, out: str = DEFAULT_DOC, plots_dir: str = 
         "",
         f"Training time of the rows shown: **{minutes:.0f} CPU minutes** (the sum of `train_s` over every "
         "row, all seeds; regenerating this page from scratch takes that much training plus evaluation). The "
-        "machine was shared with other jobs, so times are noisy and only comparable within a claim.", "",
-        "## Summary", "", markdown_table(summary), "",
+        "machine was shared with other jobs, so times are noisy and only comparable within a claim.",
+        "",
+        "## Summary",
+        "",
+        markdown_table(summary),
+        "",
     ]
     doc += sections
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -1124,31 +1342,62 @@ def _rule_text(check: Check) -> str:
     return f"`{check.expr}` ({check.says}{lets})"
 
 
-def claim_section(claim: Claim, verdict: Verdict, measurements: Measurements, budget: Optional[str],
-                  figures: List[Path], doc_dir: Path) -> str:
-    lines = [f"## {claim.id}", "", f"**{claim.title}** ({claim.paper}). {claim.claim}", "",
-             "Paper:", "", markdown_table([["what", "paper's number", "source"]]
-                                 + [[n["what"], n["value"], n["source"]] for n in claim.paper_numbers]), ""]
+def claim_section(
+    claim: Claim,
+    verdict: Verdict,
+    measurements: Measurements,
+    budget: Optional[str],
+    figures: List[Path],
+    doc_dir: Path,
+) -> str:
+    lines = [
+        f"## {claim.id}",
+        "",
+        f"**{claim.title}** ({claim.paper}). {claim.claim}",
+        "",
+        "Paper:",
+        "",
+        markdown_table(
+            [["what", "paper's number", "source"]] + [[n["what"], n["value"], n["source"]] for n in claim.paper_numbers]
+        ),
+        "",
+    ]
     shown = budget or "quick"
-    lines += [f"Budgets: quick, `ltdrnn reproduce run {claim.id} --budget quick` ({claim.budgets['quick'].note}); "
-              f"paper, `ltdrnn reproduce run {claim.id} --budget paper` ({claim.budgets['paper'].note}). "
-              f"Training time of the rows below: {cpu_minutes(measurements):.1f} CPU minutes.", ""]
+    lines += [
+        f"Budgets: quick, `ltdrnn reproduce run {claim.id} --budget quick` ({claim.budgets['quick'].note}); "
+        f"paper, `ltdrnn reproduce run {claim.id} --budget paper` ({claim.budgets['paper'].note}). "
+        f"Training time of the rows below: {cpu_minutes(measurements):.1f} CPU minutes.",
+        "",
+    ]
     if claim.full_run:
-        lines += [f"Full-data run: `{full_run_command(claim)}`, estimated {format_number(claim.full_run.hours)} h "
-                  f"on {claim.full_run.machine} ({claim.full_run.basis}).", ""]
+        lines += [
+            f"Full-data run: `{full_run_command(claim)}`, estimated {format_number(claim.full_run.hours)} h "
+            f"on {claim.full_run.machine} ({claim.full_run.basis}).",
+            "",
+        ]
     if claim.deviation:
         lines += [f"Deviation: {claim.deviation}", ""]
     if measurements.seeds:
         commands = _commands(measurements)
-        lines += [f"Ours ({shown} budget), produced by " + ", ".join(f"`{c}`" for c in commands) + ":", "",
-                  markdown_table(run_rows(claim, measurements)), ""]
+        lines += [
+            f"Ours ({shown} budget), produced by " + ", ".join(f"`{c}`" for c in commands) + ":",
+            "",
+            markdown_table(run_rows(claim, measurements)),
+            "",
+        ]
     if claim.readings or any(spec.reading_of for spec in claim.runs):
         lines += ["Readings: " + " ".join(t for t in (claim.readings, readings_text(claim, measurements)) if t), ""]
-    lines += ["Verdict rules: " + "; ".join(_rule_text(c) for c in claim.checks) + ".", "",
-              f"**Verdict: {verdict.status}.** {verdict.reason}", ""]
+    lines += [
+        "Verdict rules: " + "; ".join(_rule_text(c) for c in claim.checks) + ".",
+        "",
+        f"**Verdict: {verdict.status}.** {verdict.reason}",
+        "",
+    ]
     if verdict.status == "not run yet":
-        lines += [f"Not run yet: `ltdrnn reproduce run {claim.id} --budget {shown} --skip-done` trains the "
-                  "missing runs.", ""]
+        lines += [
+            f"Not run yet: `ltdrnn reproduce run {claim.id} --budget {shown} --skip-done` trains the missing runs.",
+            "",
+        ]
     for figure in figures:
         lines += [f"![{figure.stem}]({os.path.relpath(figure, doc_dir)})", ""]
     return "\n".join(lines)
@@ -1160,23 +1409,34 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
 
     from .analysis import plots
     from .analysis.plots import cell_colour, gradient_lag_plot
+
     paths = []
     plt = plots.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     drawn = False
     style = _line_styles(measurements.rows)
     for label, row in measurements.rows.items():
-        points = [(h["step"], h["val_metric"]) for h in row.get("history") or []
-                  if h.get("val_metric") is not None and math.isfinite(h["val_metric"])]
+        points = [
+            (h["step"], h["val_metric"])
+            for h in row.get("history") or []
+            if h.get("val_metric") is not None and math.isfinite(h["val_metric"])
+        ]
         if points:
-            ax.plot(*zip(*points), marker=".", label=label, color=cell_colour(row.get("cell") or label),
-                    linestyle=style[label])
+            ax.plot(
+                *zip(*points),
+                marker=".",
+                label=label,
+                color=cell_colour(row.get("cell") or label),
+                linestyle=style[label],
+            )
             drawn = True
     if drawn:
         first = next(iter(measurements.rows.values()))
         baseline = (first.get("metrics") or {}).get("baseline")
-        if baseline is not None and len({(r.get("metrics") or {}).get("baseline")
-                                         for r in measurements.rows.values()}) == 1:
+        if (
+            baseline is not None
+            and len({(r.get("metrics") or {}).get("baseline") for r in measurements.rows.values()}) == 1
+        ):
             ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="trivial baseline")
         ax.set_xlabel("optimiser step")
         ax.set_ylabel(f"validation {first.get('metric_name') or 'metric'}")
@@ -1185,19 +1445,34 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
         paths.append(plots.save_figure(fig, root / f"{claim.id}-curves.png"))
     else:
         plt.close(fig)
-    curves = {label: torch.tensor(a["gradient_vs_lag"]["curve"]) for label, a in measurements.analyses.items()
-              if "gradient_vs_lag" in a}
+    curves = {
+        label: torch.tensor(a["gradient_vs_lag"]["curve"])
+        for label, a in measurements.analyses.items()
+        if "gradient_vs_lag" in a
+    }
     if curves:
-        paths.append(gradient_lag_plot(curves, root / f"{claim.id}-gradient-lag.png",
-                                       title=f"{claim.id}: mean ||dL/dstate_(T-tau)|| (100 examples)"))
-    traces = {label: a["jacobian_ratio"]["trace"] for label, a in measurements.analyses.items()
-              if "jacobian_ratio" in a}
+        paths.append(
+            gradient_lag_plot(
+                curves,
+                root / f"{claim.id}-gradient-lag.png",
+                title=f"{claim.id}: mean ||dL/dstate_(T-tau)|| (100 examples)",
+            )
+        )
+    traces = {
+        label: a["jacobian_ratio"]["trace"] for label, a in measurements.analyses.items() if "jacobian_ratio" in a
+    }
     if traces:
         fig, ax = plt.subplots(figsize=(6, 3.4))
         for label, trace in traces.items():
             row = measurements.rows.get(label, {})
-            ax.plot([t["step"] for t in trace], [max(t["ratio"], 1e-30) for t in trace], marker=".", label=label,
-                    color=cell_colour(row.get("cell") or label), linestyle=style.get(label, "-"))
+            ax.plot(
+                [t["step"] for t in trace],
+                [max(t["ratio"], 1e-30) for t in trace],
+                marker=".",
+                label=label,
+                color=cell_colour(row.get("cell") or label),
+                linestyle=style.get(label, "-"),
+            )
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
@@ -1221,8 +1496,10 @@ def _line_styles(rows: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
 
 # ---- command line ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ltdrnn reproduce", description="Measure the papers' headline "
-                                     "claims with ltdrnn and publish them in REPRODUCTION.md.")
+    parser = argparse.ArgumentParser(
+        prog="ltdrnn reproduce",
+        description="Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     listing = sub.add_parser("list", help="the claims and their verdicts so far")
     listing.add_argument("--store", default=DEFAULT_STORE)
@@ -1232,13 +1509,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", default="quick", choices=BUDGETS)
     run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default {DEFAULT_STORE})")
     run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default {DEFAULT_RUNS})")
-    run.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                     help="override applied to every run after the budget, e.g. --set train.threads=1")
-    run.add_argument("--seeds", help="comma-separated training seeds, one run of each label per seed "
-                     f"(default {','.join(str(s) for s in DEFAULT_SEEDS)})")
+    run.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override applied to every run after the budget, e.g. --set train.threads=1",
+    )
+    run.add_argument(
+        "--seeds",
+        help="comma-separated training seeds, one run of each label per seed "
+        f"(default {','.join(str(s) for s in DEFAULT_SEEDS)})",
+    )
     run.add_argument("--only", help="comma-separated run labels to train (default: all of the claim)")
-    run.add_argument("--skip-done", action="store_true",
-                     help="skip the label and seed pairs already stored for this budget")
+    run.add_argument(
+        "--skip-done", action="store_true", help="skip the label and seed pairs already stored for this budget"
+    )
     run.add_argument("--report", action="store_true", help="regenerate the document afterwards")
     run.add_argument("--out", default=DEFAULT_DOC)
     run.add_argument("--plots", default=DEFAULT_PLOTS)
@@ -1260,6 +1547,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         build_parser().print_help()
         return 2
     from .config import ConfigError
+
     try:
         return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report, "check": _cmd_check}[args.command](args)
     except (ClaimError, ConfigError) as error:
@@ -1287,9 +1575,21 @@ def _cmd_run(args) -> int:
     seeds, extra = parse_seeds(args.seeds, args.extra)
     failed = []
     for claim in chosen:
-        failed += [f"{claim.id}/{label}" for label in
-                   run_claim(claim, args.budget, args.store, args.runs, extra, only, args.skip_done,
-                             args.progress, log=lambda line: print(line, flush=True), seeds=seeds)]
+        failed += [
+            f"{claim.id}/{label}"
+            for label in run_claim(
+                claim,
+                args.budget,
+                args.store,
+                args.runs,
+                extra,
+                only,
+                args.skip_done,
+                args.progress,
+                log=lambda line: print(line, flush=True),
+                seeds=seeds,
+            )
+        ]
     if args.report:
         print(f"written: {render(args.store, args.out, args.plots, claims)}")
     if failed:

@@ -5,12 +5,11 @@ sequence's length, parameters as Python floats.
 Shapes use the legend of :mod:`ltdrnn.cells.base` (time-major ``(T, B, H)``). The compiled kernels live
 in :mod:`ltdrnn.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.memory`.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-
 
 # ---- helpers of the fused loops (hand-written forward and backward over a sequence) ------------------
 ACTIVATION_INTO = {

@@ -14,6 +14,7 @@ checkpoint holds the model, optimiser, scheduler, every RNG state, the position 
 best state so far, the history and the config. ``train(cfg, resume=True)`` therefore continues an
 interrupted run to the same weights and metrics as a run that was never interrupted.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,19 @@ from torch import nn
 
 from . import distributed as D
 from . import metrics as M
-from .checkpoint import (BEST, CHECKPOINT, CheckpointError, atomic_save, build_task_and_model,  # noqa: F401
-                         checkpoint_file, load_checkpoint, remove_stale_temp_files, restore_model)
+from .checkpoint import (
+    BEST,
+    CHECKPOINT,
+    atomic_save,
+    build_task_and_model,
+    load_checkpoint,
+    remove_stale_temp_files,
+    restore_model,
+)
+
+# re-exported: callers imported these from ltdrnn.train before checkpoint.py existed
+from .checkpoint import CheckpointError as CheckpointError
+from .checkpoint import checkpoint_file as checkpoint_file
 from .config import ConfigError, RunConfig, load_config, save_config
 from .memory import tune_malloc
 
@@ -51,9 +63,12 @@ class StoreError(RuntimeError):
 
 
 # ---- public entry points ---------------------------------------------------------------------------
-def train(cfg: RunConfig | Dict[str, Any] | str, resume: bool | str = False,
-          callbacks: Iterable[Callback] = (), on_validation: Iterable[Callable[[Dict[str, Any]], bool]] = ()
-          ) -> Dict[str, Any]:
+def train(
+    cfg: RunConfig | Dict[str, Any] | str,
+    resume: bool | str = False,
+    callbacks: Iterable[Callback] = (),
+    on_validation: Iterable[Callable[[Dict[str, Any]], bool]] = (),
+) -> Dict[str, Any]:
     """Train, select on validation, test, store; returns the result record (also ``result.json``).
 
     Args:
@@ -90,6 +105,7 @@ def store_record(record: Dict[str, Any], location: str, resumed: bool) -> None:
     Raises StoreError (saying how to store the row later) when the store cannot be written, e.g.
     locked by other writers for longer than its busy timeout."""
     from .results import ResultStore
+
     try:
         store = ResultStore(location)
         if resumed and store.has(record["id"]):
@@ -100,14 +116,17 @@ def store_record(record: Dict[str, Any], location: str, resumed: bool) -> None:
             raise
         run_dir = record["run_dir"]
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise StoreError(f"results: the run finished but its row could not be written to {location} "
-                         f"({reason}); result.json and last.pt in {run_dir} hold it: store it with "
-                         f"'ltdrnn train {Path(run_dir) / 'config.yaml'} --run-dir {run_dir} --resume' "
-                         "(trains nothing, adds the row)") from None
+        raise StoreError(
+            f"results: the run finished but its row could not be written to {location} "
+            f"({reason}); result.json and last.pt in {run_dir} hold it: store it with "
+            f"'ltdrnn train {Path(run_dir) / 'config.yaml'} --run-dir {run_dir} --resume' "
+            "(trains nothing, adds the row)"
+        ) from None
 
 
-def evaluate_checkpoint(path: str | Path, split: str = "test", overrides: Optional[List[str]] = None
-                        ) -> Dict[str, float]:
+def evaluate_checkpoint(
+    path: str | Path, split: str = "test", overrides: Optional[List[str]] = None
+) -> Dict[str, float]:
     """Metrics of a saved checkpoint (``best.pt``/``last.pt`` or a run dir) on ``split``."""
     cfg, task, model = restore_model(path, overrides)
     return evaluate(model, task, split, cfg.train.eval_batch_size or cfg.train.batch_size)[0]
@@ -119,8 +138,10 @@ def resolve_device(name: str) -> torch.device:
         device = D.local_device(name)
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as error:
-        raise ConfigError(f"train.device: expected a torch device available here (such as cpu), got "
-                          f"{name!r} ({str(error).splitlines()[0]})") from None
+        raise ConfigError(
+            f"train.device: expected a torch device available here (such as cpu), got "
+            f"{name!r} ({str(error).splitlines()[0]})"
+        ) from None
     return device
 
 
@@ -130,8 +151,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def evaluate(model: nn.Module, task, split: str, batch_size: int, max_batches: Optional[int] = None,
-             device: str = "cpu"):
+def evaluate(
+    model: nn.Module, task, split: str, batch_size: int, max_batches: Optional[int] = None, device: str = "cpu"
+):
     """``(summary, skip_fraction)`` of ``model`` on ``split``; ``max_batches`` caps the work."""
     evaluator = M.Evaluator(task.info)
     kept = total = 0.0
@@ -179,8 +201,11 @@ class Run:
         self.net = D.wrap_model(self.model, self.device)
         D.seed_rank(cfg.train.seed)
         self.optimizer = build_optimizer(cfg, self.model)
-        self.scheduler = (torch.optim.lr_scheduler.StepLR(self.optimizer, cfg.optim.halve_every, gamma=0.5)
-                          if cfg.optim.halve_every else None)
+        self.scheduler = (
+            torch.optim.lr_scheduler.StepLR(self.optimizer, cfg.optim.halve_every, gamma=0.5)
+            if cfg.optim.halve_every
+            else None
+        )
         self.train_set = self.task.dataset("train")
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
         self.step = 0
@@ -197,8 +222,7 @@ class Run:
             self._restore(checkpoint)
 
     # ---- loop --------------------------------------------------------------------------------------
-    def fit(self, callbacks: List[Callback], judges: List[Callable[[Dict[str, Any]], bool]] = ()
-            ) -> Dict[str, Any]:
+    def fit(self, callbacks: List[Callback], judges: List[Callable[[Dict[str, Any]], bool]] = ()) -> Dict[str, Any]:
         """Train until the step/epoch budget is used, the loss diverges or a judge prunes the run."""
         self.callbacks, self.judges = callbacks, list(judges)
         cfg = self.cfg.train
@@ -216,8 +240,11 @@ class Run:
                 self.validate({})
                 self.save_checkpoint()
         except KeyboardInterrupt:
-            print(f"\ninterrupted at step {self.step}; continue from the latest checkpoint with "
-                  f"--run-dir {self.run_dir} --resume", file=sys.stderr)
+            print(
+                f"\ninterrupted at step {self.step}; continue from the latest checkpoint with "
+                f"--run-dir {self.run_dir} --resume",
+                file=sys.stderr,
+            )
             raise
         finally:
             self.progress.close()
@@ -242,8 +269,9 @@ class Run:
         if evaluated or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
             self.save_checkpoint()
         for callback in self.callbacks:
-            callback({"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model,
-                      "run_dir": self.run_dir})
+            callback(
+                {"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model, "run_dir": self.run_dir}
+            )
 
     def train_step(self, indices: List[int]):
         reduction = self.cfg.optim.loss_reduction
@@ -276,15 +304,23 @@ class Run:
 
     def validate(self, terms: Dict[str, float]) -> None:
         cfg = self.cfg.train
-        summary, skip = evaluate(self.model, self.task, "val", cfg.eval_batch_size or cfg.batch_size,
-                                 cfg.eval_batches, self.device)
-        entry = {"step": self.step, "epoch": self.epoch, "train_loss": self.running,
-                 "lr": self.optimizer.param_groups[0]["lr"], "time_s": round(self.train_time, 3),
-                 **{f"val_{k}": v for k, v in summary.items()}, **{f"term_{k}": v for k, v in terms.items()}}
+        summary, skip = evaluate(
+            self.model, self.task, "val", cfg.eval_batch_size or cfg.batch_size, cfg.eval_batches, self.device
+        )
+        entry = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "train_loss": self.running,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "time_s": round(self.train_time, 3),
+            **{f"val_{k}": v for k, v in summary.items()},
+            **{f"term_{k}": v for k, v in terms.items()},
+        }
         if skip is not None:
             entry["val_skip_fraction"] = skip
         if cfg.track_gradients:
             from .analysis.gradients import state_jacobian_norm
+
             entry["jacobian_norm"] = state_jacobian_norm(self.model, self.example_batch())
         self.history.append(entry)
         if D.is_main():
@@ -295,11 +331,22 @@ class Run:
             self.status = "pruned"
         score = summary[self.cfg.train.select_on]
         if self.best is None or self.better(score, self.best["score"]):
-            self.best = {"score": score, "metric": summary["metric"], "step": self.step,
-                         "state": copy.deepcopy(self.model.state_dict())}
+            self.best = {
+                "score": score,
+                "metric": summary["metric"],
+                "step": self.step,
+                "state": copy.deepcopy(self.model.state_dict()),
+            }
             if D.is_main():
-                atomic_save({"model": self.best["state"], "config": self.cfg.to_dict(), "step": self.step,
-                             "run_id": self.run_id}, self.run_dir / BEST)
+                atomic_save(
+                    {
+                        "model": self.best["state"],
+                        "config": self.cfg.to_dict(),
+                        "step": self.step,
+                        "run_id": self.run_id,
+                    },
+                    self.run_dir / BEST,
+                )
 
     def better(self, new: float, old: float) -> bool:
         if not math.isfinite(new):
@@ -316,32 +363,51 @@ class Run:
         if self.best is not None:
             self.model.load_state_dict(self.best["state"])
         started = time.perf_counter()
-        test, skip = evaluate(self.model, self.task, "test", cfg.eval_batch_size or cfg.batch_size,
-                              cfg.test_batches, self.device)
+        test, skip = evaluate(
+            self.model, self.task, "test", cfg.eval_batch_size or cfg.batch_size, cfg.test_batches, self.device
+        )
         eval_time = time.perf_counter() - started
         example = self.task.dataset("test")[0][0].to(self.device)
         steps = int(example.shape[0])
         results = {
-            "metric_name": self.info.metric, "metric": test["metric"],
-            "higher_is_better": self.info.higher_is_better, "baseline": self.info.baseline,
+            "metric_name": self.info.metric,
+            "metric": test["metric"],
+            "higher_is_better": self.info.higher_is_better,
+            "baseline": self.info.baseline,
             "beats_baseline": M.beats_baseline(test["metric"], self.info),
-            "test": test, "val_best": self.best["metric"] if self.best else None,
+            "test": test,
+            "val_best": self.best["metric"] if self.best else None,
             "best_step": self.best["step"] if self.best else None,
-            "params": M.parameter_count(self.model), "size_kb": M.model_size_kb(self.model),
-            "skip_fraction": skip, "flops_per_sequence": M.flops_per_sequence(self.model, steps, skip),
+            "params": M.parameter_count(self.model),
+            "size_kb": M.model_size_kb(self.model),
+            "skip_fraction": skip,
+            "flops_per_sequence": M.flops_per_sequence(self.model, steps, skip),
             "seq_len": steps,
         }
-        timings = {"train_s": self.train_time, "test_eval_s": eval_time, "steps": self.step,
-                   "epochs": self.epoch + self.batch_in_epoch / max(self.batches_per_epoch, 1),
-                   "steps_per_s": self.step / self.train_time if self.train_time else None}
+        timings = {
+            "train_s": self.train_time,
+            "test_eval_s": eval_time,
+            "steps": self.step,
+            "epochs": self.epoch + self.batch_in_epoch / max(self.batches_per_epoch, 1),
+            "steps_per_s": self.step / self.train_time if self.train_time else None,
+        }
         if cfg.latency:
             timings.update(M.latency(self.model, example))
         self.model.load_state_dict(last_state)
         record = {
-            "id": self.run_id, "status": self.status, "created": datetime.now(timezone.utc).isoformat(),
-            "cell": self.cfg.model.cell, "task": self.cfg.task.name, "preset": self.cfg.preset,
-            "study": self.cfg.study, "name": self.cfg.name, "config": self.cfg.to_dict(),
-            "metrics": results, "timings": timings, "history": self.history, "run_dir": str(self.run_dir),
+            "id": self.run_id,
+            "status": self.status,
+            "created": datetime.now(timezone.utc).isoformat(),
+            "cell": self.cfg.model.cell,
+            "task": self.cfg.task.name,
+            "preset": self.cfg.preset,
+            "study": self.cfg.study,
+            "name": self.cfg.name,
+            "config": self.cfg.to_dict(),
+            "metrics": results,
+            "timings": timings,
+            "history": self.history,
+            "run_dir": str(self.run_dir),
             "version": version_info(),
         }
         if D.is_main():
@@ -353,15 +419,26 @@ class Run:
         rng_by_rank = D.all_gather_object(rng_states())
         if not D.is_main():
             return
-        atomic_save({
-            "run_id": self.run_id, "config": self.cfg.to_dict(), "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-            "rng": rng_by_rank[0], "rng_by_rank": rng_by_rank,
-            "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-            "best": self.best, "history": self.history, "train_time": self.train_time, "status": self.status,
-            "running": self.running,
-        }, self.run_dir / CHECKPOINT)
+        atomic_save(
+            {
+                "run_id": self.run_id,
+                "config": self.cfg.to_dict(),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                "rng": rng_by_rank[0],
+                "rng_by_rank": rng_by_rank,
+                "step": self.step,
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "best": self.best,
+                "history": self.history,
+                "train_time": self.train_time,
+                "status": self.status,
+                "running": self.running,
+            },
+            self.run_dir / CHECKPOINT,
+        )
 
     def _find_checkpoint(self, resume: bool | str) -> Optional[Dict[str, Any]]:
         if resume not in (False, True, "auto"):
@@ -375,13 +452,18 @@ class Run:
         if checkpoint is None:
             if resume == "auto":
                 return None
-            raise ConfigError(f"run_dir: nothing to resume, {path} does not exist (is {self.cfg.run_dir} "
-                              "the run directory of the interrupted run?); to start a new run when "
-                              "there is no checkpoint, resume with 'auto' (--resume=auto)")
+            raise ConfigError(
+                f"run_dir: nothing to resume, {path} does not exist (is {self.cfg.run_dir} "
+                "the run directory of the interrupted run?); to start a new run when "
+                "there is no checkpoint, resume with 'auto' (--resume=auto)"
+            )
         saved = _comparable(checkpoint["config"])
         if saved != _comparable(self.cfg.to_dict()):
-            changed = sorted(k for k in set(saved) | set(_comparable(self.cfg.to_dict()))
-                             if saved.get(k) != _comparable(self.cfg.to_dict()).get(k))
+            changed = sorted(
+                k
+                for k in set(saved) | set(_comparable(self.cfg.to_dict()))
+                if saved.get(k) != _comparable(self.cfg.to_dict()).get(k)
+            )
             raise ConfigError(f"resume: the config differs from the checkpoint's in {', '.join(changed)}")
         return checkpoint
 
@@ -422,8 +504,10 @@ class Run:
             return
         unknown = [k for k in self.cfg.train.loss_weights if k not in terms]
         if unknown:
-            raise ConfigError(f"train.loss_weights: unknown loss term {unknown[0]!r}; the model "
-                              f"{self.cfg.model.cell!r} provides: {', '.join(sorted(terms)) or 'none'}")
+            raise ConfigError(
+                f"train.loss_weights: unknown loss term {unknown[0]!r}; the model "
+                f"{self.cfg.model.cell!r} provides: {', '.join(sorted(terms)) or 'none'}"
+            )
         self.loss_names_checked = True
 
 
@@ -435,8 +519,7 @@ def build_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
     if o.name == "adam":
         return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
     if o.name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, momentum=o.momentum,
-                                   weight_decay=o.weight_decay)
+        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, momentum=o.momentum, weight_decay=o.weight_decay)
     return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
@@ -448,7 +531,7 @@ def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int
 
 def _chunks(items, size: int) -> List[List[int]]:
     items = list(items)
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _batch(task, dataset, indices: List[int], device):
@@ -459,16 +542,22 @@ def _batch(task, dataset, indices: List[int], device):
 def rng_states() -> Dict[str, Any]:
     """Every RNG state, in types a ``weights_only`` load accepts (numpy's key array as a tensor)."""
     name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    numpy_state = {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
-                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+    numpy_state = {
+        "name": name,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(position),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
     return {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
 
 
 def set_rng_states(states: Dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     n = states["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     random.setstate(states["python"])
 
 
@@ -482,14 +571,24 @@ def version_info() -> Dict[str, Any]:
     import subprocess
 
     from . import __version__
+
     info: Dict[str, Any] = {"ltdrnn": __version__, "torch": torch.__version__}
     root = Path(__file__).resolve().parents[2]
     try:
-        info["git_commit"] = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                            text=True, timeout=5).stdout.strip() or None
-        info["git_dirty"] = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                                 "--untracked-files=no"], capture_output=True, text=True,
-                                                timeout=5).stdout.strip())
+        info["git_commit"] = (
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
+        info["git_dirty"] = bool(
+            subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.SubprocessError):
         info["git_commit"] = None
     return info
@@ -509,6 +608,7 @@ def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
                 walk(value, name + ".")
             elif name not in _COSMETIC:
                 flat[name] = value
+
     walk(config, "")
     return flat
 
@@ -516,5 +616,7 @@ def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
 def _progress(total: int, initial: int, enabled: bool, label: str):
     """The progress bar of a run; a disabled tqdm when ``enabled`` is False (not the main rank, --quiet)."""
     from tqdm.auto import tqdm  # the train extra
-    return tqdm(total=total, initial=initial, desc=label, unit="step", dynamic_ncols=True, leave=False,
-                disable=not enabled)
+
+    return tqdm(
+        total=total, initial=initial, desc=label, unit="step", dynamic_ncols=True, leave=False, disable=not enabled
+    )

@@ -18,12 +18,12 @@ interrupted benchmark continues where it stopped.
 ``presets/ucr/published.csv``) and writes the page: per-set accuracy, average ranks with aeon's
 critical-difference diagram, parameters and training time, and the goal check.
 """
+
 from __future__ import annotations
 
 import argparse
 import csv
 import io
-import math
 import statistics
 import sys
 import time
@@ -56,6 +56,7 @@ def available_sets(data_dir: Optional[str] = None) -> List[str]:
     :func:`~ltdrnn.tasks.uea_ucr.find_ts_pair` searches (the data directory and aeon's folder)."""
     from .data import data_dir as resolve_data_dir
     from .tasks.uea_ucr import aeon_data_dir
+
     root = resolve_data_dir(data_dir)
     folders = [root / "ucr_uea", root, aeon_data_dir()]
     names = set()
@@ -64,8 +65,11 @@ def available_sets(data_dir: Optional[str] = None) -> List[str]:
             continue
         for place in folder.iterdir():
             name = place.name
-            if name in NOT_ARCHIVE_SETS or not (place / f"{name}_TRAIN.ts").is_file() \
-                    or not (place / f"{name}_TEST.ts").is_file():
+            if (
+                name in NOT_ARCHIVE_SETS
+                or not (place / f"{name}_TRAIN.ts").is_file()
+                or not (place / f"{name}_TEST.ts").is_file()
+            ):
                 continue
             if _is_classification(place / f"{name}_TRAIN.ts"):
                 names.add(name)
@@ -87,7 +91,7 @@ def published_numbers() -> Dict[str, Dict[str, float]]:
     """``{set: {"rocket": acc, "inceptiontime": acc}}`` from ``presets/ucr/published.csv`` (sources in its
     header)."""
     text = (resources.files("ltdrnn") / "presets" / "ucr" / "published.csv").read_text()
-    rows = csv.DictReader(io.StringIO("\n".join(l for l in text.splitlines() if not l.startswith("#"))))
+    rows = csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
     return {row["dataset"]: {k: float(v) for k, v in row.items() if k != "dataset" and v} for row in rows}
 
 
@@ -97,14 +101,32 @@ def default_study(budget: str, overrides: Sequence[str]) -> str:
     return f"ucr/{budget}" + (f"/{','.join(overrides)}" if overrides else "")
 
 
-def run_config(cell: str, dataset: str, seed: int, budget: str, overrides: Sequence[str], study: str,
-               store: str, runs_dir: str, data_dir: Optional[str] = None):
+def run_config(
+    cell: str,
+    dataset: str,
+    seed: int,
+    budget: str,
+    overrides: Sequence[str],
+    study: str,
+    store: str,
+    runs_dir: str,
+    data_dir: Optional[str] = None,
+):
     """The RunConfig of one benchmark run: the preset, the budget, the user's overrides, then the run's own
     cell, set and seed (which the overrides cannot change)."""
     from .config import load_config
-    own = [f"model.cell={cell}", f"task.options.dataset={dataset}", f"train.seed={seed}", f"study={study}",
-           f"name={dataset}", f"results={store}", "train.threads=1", "train.progress=false",
-           f"run_dir={Path(runs_dir) / _slug(study) / f'{cell}-{dataset}-s{seed}'}"]
+
+    own = [
+        f"model.cell={cell}",
+        f"task.options.dataset={dataset}",
+        f"train.seed={seed}",
+        f"study={study}",
+        f"name={dataset}",
+        f"results={store}",
+        "train.threads=1",
+        "train.progress=false",
+        f"run_dir={Path(runs_dir) / _slug(study) / f'{cell}-{dataset}-s{seed}'}",
+    ]
     if data_dir is not None:
         own.append(f"task.options.data_dir={data_dir}")
     return load_config(PRESET, [*BUDGETS[budget], *overrides, *own])
@@ -112,18 +134,30 @@ def run_config(cell: str, dataset: str, seed: int, budget: str, overrides: Seque
 
 def done_runs(store, study: str) -> set:
     """``{(cell, set, seed)}`` of the finished runs of ``study``."""
-    return {(row["cell"], row["name"], (row["config"] or {}).get("train", {}).get("seed"))
-            for row in store.rows(study=study, status="finished")}
+    return {
+        (row["cell"], row["name"], (row["config"] or {}).get("train", {}).get("seed"))
+        for row in store.rows(study=study, status="finished")
+    }
 
 
-def run_benchmark(sets: Sequence[str], cells: Sequence[str], seeds: int = SEEDS, budget: str = "default",
-                  overrides: Sequence[str] = (), study: Optional[str] = None, store: str = DEFAULT_STORE,
-                  runs_dir: str = DEFAULT_RUNS, minirocket: bool = True, data_dir: Optional[str] = None,
-                  log=print) -> List[str]:
+def run_benchmark(
+    sets: Sequence[str],
+    cells: Sequence[str],
+    seeds: int = SEEDS,
+    budget: str = "default",
+    overrides: Sequence[str] = (),
+    study: Optional[str] = None,
+    store: str = DEFAULT_STORE,
+    runs_dir: str = DEFAULT_RUNS,
+    minirocket: bool = True,
+    data_dir: Optional[str] = None,
+    log=print,
+) -> List[str]:
     """Per set, fit MiniRocket, then train every (cell, seed), skipping what the store already holds; returns
     the failed runs."""
     from .results import ResultStore
     from .train import train
+
     study = study or default_study(budget, overrides)
     results = ResultStore(store)
     done = done_runs(results, study)
@@ -134,30 +168,35 @@ def run_benchmark(sets: Sequence[str], cells: Sequence[str], seeds: int = SEEDS,
                 if (REFERENCE, dataset, seed) not in done:
                     record = minirocket_record(dataset, seed, study, data_dir)
                     results.add(record)
-                    log(f"  {REFERENCE:8s} {dataset:22s} seed {seed}: test accuracy "
-                        f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s")
+                    log(
+                        f"  {REFERENCE:8s} {dataset:22s} seed {seed}: test accuracy "
+                        f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s"
+                    )
         for cell in cells:
             for seed in range(seeds):
                 if (cell, dataset, seed) in done:
                     continue
                 cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
                 try:
-                    record = train(cfg, resume="auto")   # resume a half-finished run, else start
+                    record = train(cfg, resume="auto")  # resume a half-finished run, else start
                 except Exception as error:  # one failing cell must not stop the benchmark
                     failed.append(f"{cell}/{dataset}/seed{seed}: {type(error).__name__}: {error}")
                     log(f"  FAILED {failed[-1]}")
                     continue
-                log(f"  {cell:8s} {dataset:22s} seed {seed}: {record['status']}, test accuracy "
-                    f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s")
+                log(
+                    f"  {cell:8s} {dataset:22s} seed {seed}: {record['status']}, test accuracy "
+                    f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s"
+                )
     return failed
 
 
 def padded_array(series: Sequence[Any], length: int):
     """``[(T_i, d)] -> (N, d, length)`` float32, zero-padded at the end (aeon's channels-first layout)."""
     import numpy as np
+
     out = np.zeros((len(series), series[0].shape[1], length), dtype=np.float32)
     for i, s in enumerate(series):
-        out[i, :, :len(s)] = s.T
+        out[i, :, : len(s)] = s.T
     return out
 
 
@@ -171,6 +210,7 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
 
     from .tasks.uea_ucr import UeaUcrTask
     from .train import version_info
+
     task = UeaUcrTask(dataset, data_dir=data_dir, val_fraction=0.0)
     (x_train, y_train), (x_test, y_test) = task.splits["train"], task.splits["test"]
     length = max(len(s) for s in [*x_train, *x_test])
@@ -183,13 +223,29 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     stamp = datetime.now(timezone.utc)
     return {
         "id": f"{stamp.strftime('%Y%m%d-%H%M%S')}-{REFERENCE}-{dataset}-{uuid.uuid4().hex[:8]}",
-        "status": "finished", "created": stamp.isoformat(), "cell": REFERENCE, "task": "uea_ucr",
-        "preset": None, "study": study, "name": dataset,
-        "config": {"model": {"cell": REFERENCE, "n_kernels": 10000}, "task": {"name": "uea_ucr",
-                   "options": {"dataset": dataset, "val_fraction": 0.0}}, "train": {"seed": seed}},
-        "metrics": {"metric_name": "accuracy", "metric": accuracy, "higher_is_better": True,
-                    "baseline": task.info.baseline, "params": None},
-        "timings": {"train_s": train_s}, "history": [], "run_dir": None, "version": version_info(),
+        "status": "finished",
+        "created": stamp.isoformat(),
+        "cell": REFERENCE,
+        "task": "uea_ucr",
+        "preset": None,
+        "study": study,
+        "name": dataset,
+        "config": {
+            "model": {"cell": REFERENCE, "n_kernels": 10000},
+            "task": {"name": "uea_ucr", "options": {"dataset": dataset, "val_fraction": 0.0}},
+            "train": {"seed": seed},
+        },
+        "metrics": {
+            "metric_name": "accuracy",
+            "metric": accuracy,
+            "higher_is_better": True,
+            "baseline": task.info.baseline,
+            "params": None,
+        },
+        "timings": {"train_s": train_s},
+        "history": [],
+        "run_dir": None,
+        "version": version_info(),
     }
 
 
@@ -214,11 +270,18 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             best_epoch.setdefault(row["cell"], []).append(row["metrics"]["best_step"] * epochs / steps)
     sets = sorted({s for _, s in acc}, key=str.lower)
     cells = sorted({c for c, _ in acc})
-    methods = [c for c in DEFAULT_CELLS if c in cells] + sorted(c for c in cells
-                                                                 if c not in DEFAULT_CELLS + (REFERENCE,))
+    methods = [c for c in DEFAULT_CELLS if c in cells] + sorted(
+        c for c in cells if c not in DEFAULT_CELLS + (REFERENCE,)
+    )
     methods += [REFERENCE] if REFERENCE in cells else []
-    return {"sets": sets, "methods": methods, "acc": acc, "params": params, "train_s": train_s,
-            "best_epoch": best_epoch}
+    return {
+        "sets": sets,
+        "methods": methods,
+        "acc": acc,
+        "params": params,
+        "train_s": train_s,
+        "best_epoch": best_epoch,
+    }
 
 
 def mean_std(values: Sequence[float]) -> str:
@@ -236,6 +299,7 @@ def complete_sets(data: Dict[str, Any]) -> List[str]:
 def average_ranks(data: Dict[str, Any], sets: Sequence[str]) -> Dict[str, float]:
     """Mean over ``sets`` of each method's rank (1 = best; ties share the mean rank) by mean accuracy."""
     from scipy.stats import rankdata
+
     ranks = {m: [] for m in data["methods"]}
     for s in sets:
         means = [statistics.fmean(data["acc"][(m, s)]) for m in data["methods"]]
@@ -248,16 +312,22 @@ def accuracy_rows(data: Dict[str, Any], published: Dict[str, Dict[str, float]]) 
     header = ["set"] + data["methods"] + ["ROCKET (published)", "InceptionTime (published)"]
     out = [header]
     for s in data["sets"]:
-        row = [s] + [mean_std(data["acc"][(m, s)]) + (f" (n={len(data['acc'][(m, s)])})"
-                                                     if len(data["acc"][(m, s)]) != SEEDS else "")
-                     if (m, s) in data["acc"] else "-" for m in data["methods"]]
-        row += [f"{100 * published[s][k]:.1f}" if k in published.get(s, {}) else "-"
-                for k in ("rocket", "inceptiontime")]
+        row = [s] + [
+            mean_std(data["acc"][(m, s)])
+            + (f" (n={len(data['acc'][(m, s)])})" if len(data["acc"][(m, s)]) != SEEDS else "")
+            if (m, s) in data["acc"]
+            else "-"
+            for m in data["methods"]
+        ]
+        row += [
+            f"{100 * published[s][k]:.1f}" if k in published.get(s, {}) else "-" for k in ("rocket", "inceptiontime")
+        ]
         out.append(row)
     sets = complete_sets(data)
     mean_row = [f"mean over {len(sets)} sets"] + [
         f"{100 * statistics.fmean(statistics.fmean(data['acc'][(m, s)]) for s in sets):.1f}" if sets else "-"
-        for m in data["methods"]]
+        for m in data["methods"]
+    ]
     out.append(mean_row + ["-", "-"])
     return out
 
@@ -273,16 +343,29 @@ def rank_rows(data: Dict[str, Any]) -> List[List[str]]:
 
 
 def cost_rows(data: Dict[str, Any]) -> List[List[str]]:
-    out = [["method", "parameters (min-max over sets)", "training s per run (mean over sets)",
-            "training s per run (max set)", "epoch of the best validation (median, max)"]]
+    out = [
+        [
+            "method",
+            "parameters (min-max over sets)",
+            "training s per run (mean over sets)",
+            "training s per run (max set)",
+            "epoch of the best validation (median, max)",
+        ]
+    ]
     for m in data["methods"]:
         counts = [data["params"][(m, s)] for s in data["sets"] if (m, s) in data["params"]]
         times = {s: statistics.fmean(data["train_s"][(m, s)]) for s in data["sets"] if (m, s) in data["train_s"]}
         slowest = max(times, key=times.get)
         epochs = data["best_epoch"].get(m)
-        out.append([m, f"{min(counts)}-{max(counts)}" if counts else "-", f"{statistics.fmean(times.values()):.1f}",
-                    f"{times[slowest]:.1f} ({slowest})",
-                    f"{statistics.median(epochs):.0f}, {max(epochs):.0f}" if epochs else "-"])
+        out.append(
+            [
+                m,
+                f"{min(counts)}-{max(counts)}" if counts else "-",
+                f"{statistics.fmean(times.values()):.1f}",
+                f"{times[slowest]:.1f} ({slowest})",
+                f"{statistics.median(epochs):.0f}, {max(epochs):.0f}" if epochs else "-",
+            ]
+        )
     return out
 
 
@@ -298,32 +381,40 @@ def goal_lines(data: Dict[str, Any]) -> List[str]:
     if sources and REFERENCE in mean:
         best = max(sources, key=mean.get)
         gap = 100 * (mean[REFERENCE] - mean[best])
-        lines.append(f"- Best source cell {best}: {100 * mean[best]:.1f} % against MiniRocket's "
-                     f"{100 * mean[REFERENCE]:.1f} %, a gap of {gap:.1f} points: goal (within 5 points) "
-                     f"{'reached' if gap <= 5 else 'not reached'}.")
+        lines.append(
+            f"- Best source cell {best}: {100 * mean[best]:.1f} % against MiniRocket's "
+            f"{100 * mean[REFERENCE]:.1f} %, a gap of {gap:.1f} points: goal (within 5 points) "
+            f"{'reached' if gap <= 5 else 'not reached'}."
+        )
     if sources and "lstm" in mean:
         below = [c for c in sources if mean[c] <= mean["lstm"]]
-        lines.append(f"- Same-recipe LSTM: {100 * mean['lstm']:.1f} %. Source cells above it: "
-                     f"{', '.join(c for c in sources if c not in below) or 'none'}; at or below it: "
-                     f"{', '.join(below) or 'none'}: goal (every source cell above LSTM) "
-                     f"{'reached' if not below else 'not reached'}.")
+        lines.append(
+            f"- Same-recipe LSTM: {100 * mean['lstm']:.1f} %. Source cells above it: "
+            f"{', '.join(c for c in sources if c not in below) or 'none'}; at or below it: "
+            f"{', '.join(below) or 'none'}: goal (every source cell above LSTM) "
+            f"{'reached' if not below else 'not reached'}."
+        )
     return lines
 
 
 def cd_diagram(data: Dict[str, Any], path: Path) -> Optional[Path]:
     """aeon's critical-difference diagram of the methods over the complete sets (PNG), if it can be drawn."""
     import numpy as np
+
     sets = complete_sets(data)
     if len(sets) < 2 or len(data["methods"]) < 2:
         return None
     import matplotlib
+
     matplotlib.use("Agg")
     from aeon.visualisation import plot_critical_difference
+
     scores = np.array([[statistics.fmean(data["acc"][(m, s)]) for m in data["methods"]] for s in sets])
     figure, _ = plot_critical_difference(scores, list(data["methods"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, bbox_inches="tight", dpi=120)
     import matplotlib.pyplot as plt
+
     plt.close(figure)
     return path
 
@@ -353,11 +444,13 @@ def commits(rows: List[Dict[str, Any]]) -> List[str]:
     return sorted(found)
 
 
-def render_page(store: str, study: str, page: Path, recipe_prefix: Optional[str] = "ucr-recipe/",
-                notes: Optional[Path] = None) -> Path:
+def render_page(
+    store: str, study: str, page: Path, recipe_prefix: Optional[str] = "ucr-recipe/", notes: Optional[Path] = None
+) -> Path:
     """Write the benchmark page (and its CD diagram next to the store) from the database alone, plus the
     hand-written ``notes`` (markdown) if given."""
     from .results import ResultStore, markdown_table
+
     results = ResultStore(store)
     rows = results.rows(study=study)
     data = collect(rows)
@@ -366,49 +459,77 @@ def render_page(store: str, study: str, page: Path, recipe_prefix: Optional[str]
     figure = cd_diagram(data, Path(store).parent / f"cd-{_slug(study)}.png")
     published = published_numbers()
     lines = [
-        "# UCR/UEA benchmark: the default recipe against MiniRocket", "",
+        "# UCR/UEA benchmark: the default recipe against MiniRocket",
+        "",
         f"Generated by `ltdrnn ucr report --store {store} --study {study}` from the results database "
         f"`{store}` (committed beside this page); do not edit by hand. Runs: {len(rows)}; code commits of "
         f"the runs: {', '.join(commits(rows))}. To reproduce the runs: `ltdrnn ucr run --sets "
         f"{','.join(data['sets'])} --cells {','.join(m for m in data['methods'] if m != REFERENCE) or 'none'}"
         f"{'' if study == default_study('default', []) else f' --study {study}'} --store {store}` (runs already "
-        "in the store are skipped).", "",
+        "in the store are skipped).",
+        "",
         "Protocol: official TEST split for testing; a stratified 20 % of the official TRAIN split validates "
         "(the best-validation checkpoint is tested) and the other 80 % trains; seeds 0, 1, 2; accuracy in % as "
         "mean ± sample std over the seeds. Every cell uses the preset `ucr/default` unchanged (the section "
         "*The recipe* below). MiniRocket is aeon's `MiniRocketClassifier` (10,000 kernels), fitted on the "
         "whole TRAIN split with the same seeds; unequal-length sets are zero-padded to the longest series for "
         "it. ROCKET and InceptionTime are the published numbers of the archive's result files (sources "
-        "below), not run here.", "",
-        "## Accuracy per set", "", markdown_table(accuracy_rows(data, published)), "",
+        "below), not run here.",
+        "",
+        "## Accuracy per set",
+        "",
+        markdown_table(accuracy_rows(data, published)),
+        "",
         f"Offline sets not in this study (found where the page was rendered): "
-        f"{', '.join(s for s in available_sets() if s not in data['sets']) or 'none'}.", "",
-        "## Average rank", "",
-        "Ranks by mean accuracy per set (1 = best), over the sets every method ran.", "",
-        markdown_table(rank_rows(data)), ""]
+        f"{', '.join(s for s in available_sets() if s not in data['sets']) or 'none'}.",
+        "",
+        "## Average rank",
+        "",
+        "Ranks by mean accuracy per set (1 = best), over the sets every method ran.",
+        "",
+        markdown_table(rank_rows(data)),
+        "",
+    ]
     if figure is not None:
-        lines += [f"![critical-difference diagram]({_relative(figure, page)})", "",
-                  "Critical-difference diagram drawn with `aeon.visualisation.plot_critical_difference` "
-                  "(one-sided Wilcoxon signed-rank tests, Holm correction, alpha 0.1): methods joined by a bar "
-                  "are not significantly different. With this few sets the test has little power.", ""]
+        lines += [
+            f"![critical-difference diagram]({_relative(figure, page)})",
+            "",
+            "Critical-difference diagram drawn with `aeon.visualisation.plot_critical_difference` "
+            "(one-sided Wilcoxon signed-rank tests, Holm correction, alpha 0.1): methods joined by a bar "
+            "are not significantly different. With this few sets the test has little power.",
+            "",
+        ]
     lines += ["## Goal", ""] + goal_lines(data) + [""]
     if notes is not None:
         lines += [notes.read_text().rstrip(), ""]
-    lines += ["## Parameters and training time", "",
-              "Training time is the optimiser's wall time of one run (one thread, on a machine shared with "
-              "other jobs, so compare within a column with care); for MiniRocket it is the fit time.", "",
-              markdown_table(cost_rows(data)), ""]
+    lines += [
+        "## Parameters and training time",
+        "",
+        "Training time is the optimiser's wall time of one run (one thread, on a machine shared with "
+        "other jobs, so compare within a column with care); for MiniRocket it is the fit time.",
+        "",
+        markdown_table(cost_rows(data)),
+        "",
+    ]
     if recipe_prefix:
         recipe = [r for r in results.rows() if (r["study"] or "").startswith(recipe_prefix)]
         if recipe:
-            lines += ["## The recipe", "",
-                      "The preset `ucr/default` (its comments say why each choice was made):", "",
-                      "```yaml", _preset_text().rstrip(), "```", "",
-                      f"Measurements it was chosen on (studies `{recipe_prefix}*` of the same database; one "
-                      "factor changed at a time from the plain recipe; mean test accuracy over the sets named):",
-                      "", markdown_table(recipe_rows(recipe)), ""]
-    lines += ["## Sources of the published numbers", "",
-              "From `src/ltdrnn/presets/ucr/published.csv`:", ""]
+            lines += [
+                "## The recipe",
+                "",
+                "The preset `ucr/default` (its comments say why each choice was made):",
+                "",
+                "```yaml",
+                _preset_text().rstrip(),
+                "```",
+                "",
+                f"Measurements it was chosen on (studies `{recipe_prefix}*` of the same database; one "
+                "factor changed at a time from the plain recipe; mean test accuracy over the sets named):",
+                "",
+                markdown_table(recipe_rows(recipe)),
+                "",
+            ]
+    lines += ["## Sources of the published numbers", "", "From `src/ltdrnn/presets/ucr/published.csv`:", ""]
     lines += [f"- {line.lstrip('# ').strip()}" for line in _published_header()]
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text("\n".join(lines) + "\n")
@@ -433,6 +554,7 @@ def _published_header() -> List[str]:
 
 def _relative(target: Path, page: Path) -> str:
     import os
+
     return os.path.relpath(target.resolve(), page.resolve().parent)
 
 
@@ -442,20 +564,35 @@ def _slug(text: str) -> str:
 
 # ---- the command ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ltdrnn ucr", description="The UCR/UEA benchmark: the default "
-                                     "recipe over every offline set, beside MiniRocket.")
+    parser = argparse.ArgumentParser(
+        prog="ltdrnn ucr",
+        description="The UCR/UEA benchmark: the default recipe over every offline set, beside MiniRocket.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sets = sub.add_parser("sets", help="list the classification sets found offline")
     sets.add_argument("--data-dir", help="data directory (default: $LTDRNN_DATA or ~/.cache/ltdrnn)")
     run = sub.add_parser("run", help="train the cells over the sets (skipping runs already stored)")
     run.add_argument("--sets", help="comma-separated set names (default: every set found offline)")
-    run.add_argument("--cells", default=",".join(DEFAULT_CELLS),
-                     help=f"comma-separated cells, or none for MiniRocket only (default: {','.join(DEFAULT_CELLS)})")
+    run.add_argument(
+        "--cells",
+        default=",".join(DEFAULT_CELLS),
+        help=f"comma-separated cells, or none for MiniRocket only (default: {','.join(DEFAULT_CELLS)})",
+    )
     run.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds 0..N-1 per cell and set (default: {SEEDS})")
-    run.add_argument("--budget", default="default", choices=tuple(BUDGETS),
-                     help="default: the preset as it is; quick: 10 epochs (minutes, not the protocol)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override applied to every run (a recipe variant; it gets its own study)")
+    run.add_argument(
+        "--budget",
+        default="default",
+        choices=tuple(BUDGETS),
+        help="default: the preset as it is; quick: 10 epochs (minutes, not the protocol)",
+    )
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override applied to every run (a recipe variant; it gets its own study)",
+    )
     run.add_argument("--study", help="study name in the store (default: ucr/<budget>[/<overrides>])")
     run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
     run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default: {DEFAULT_RUNS})")
@@ -464,11 +601,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--page", help="also write the page here when done (e.g. docs/benchmarks-ucr.md)")
     report = sub.add_parser("report", help="write the page from the results database")
     report.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
-    report.add_argument("--study", default=default_study("default", []), help="the study shown (default: "
-                        f"{default_study('default', [])})")
+    report.add_argument(
+        "--study",
+        default=default_study("default", []),
+        help=f"the study shown (default: {default_study('default', [])})",
+    )
     report.add_argument("--page", default=DEFAULT_PAGE, help=f"page to write (default: {DEFAULT_PAGE})")
-    report.add_argument("--notes", type=Path, help="markdown file inserted after the goal check (the "
-                        "discussion of the numbers; e.g. docs/ucr/notes.md)")
+    report.add_argument(
+        "--notes",
+        type=Path,
+        help="markdown file inserted after the goal check (the discussion of the numbers; e.g. docs/ucr/notes.md)",
+    )
     return parser
 
 
@@ -479,6 +622,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     from .config import ConfigError
+
     try:
         return {"sets": _cmd_sets, "run": _cmd_run, "report": _cmd_report}[args.command](args)
     except (BenchmarkError, ConfigError) as error:
@@ -499,26 +643,51 @@ def chosen(text: Optional[str], known: Sequence[str], what: str) -> List[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if not names or unknown:
-        raise BenchmarkError(f"--{what}: expected comma-separated names among {', '.join(known) or '(none)'}, "
-                             f"got {text!r}")
+        raise BenchmarkError(
+            f"--{what}: expected comma-separated names among {', '.join(known) or '(none)'}, got {text!r}"
+        )
     return names
 
 
 def _cmd_run(args) -> int:
     from .cells.registry import list_cells
+
     if args.seeds < 1:
         raise BenchmarkError(f"--seeds: expected a positive number of seeds, got {args.seeds}")
     sets = chosen(args.sets, available_sets(args.data_dir), "sets")
     cells = [] if args.cells == "none" else chosen(args.cells, list_cells(), "cells")
     study = args.study or default_study(args.budget, args.overrides)
     # check the overrides once before any training (a bad key fails here, not after an hour)
-    run_config(cells[0] if cells else DEFAULT_CELLS[0], sets[0], 0, args.budget, args.overrides, study,
-               args.store, args.runs, args.data_dir)
+    run_config(
+        cells[0] if cells else DEFAULT_CELLS[0],
+        sets[0],
+        0,
+        args.budget,
+        args.overrides,
+        study,
+        args.store,
+        args.runs,
+        args.data_dir,
+    )
     started = time.perf_counter()
-    print(f"ltdrnn ucr run: {len(sets)} sets x {len(cells)} cells x {args.seeds} seeds, budget {args.budget}, "
-          f"study {study}, store {args.store}", flush=True)
-    failed = run_benchmark(sets, cells, args.seeds, args.budget, args.overrides, study, args.store, args.runs,
-                           not args.no_minirocket, args.data_dir, log=lambda line: print(line, flush=True))
+    print(
+        f"ltdrnn ucr run: {len(sets)} sets x {len(cells)} cells x {args.seeds} seeds, budget {args.budget}, "
+        f"study {study}, store {args.store}",
+        flush=True,
+    )
+    failed = run_benchmark(
+        sets,
+        cells,
+        args.seeds,
+        args.budget,
+        args.overrides,
+        study,
+        args.store,
+        args.runs,
+        not args.no_minirocket,
+        args.data_dir,
+        log=lambda line: print(line, flush=True),
+    )
     print(f"done in {time.perf_counter() - started:.0f} s; {len(failed)} failed")
     if args.page:
         print(f"written: {render_page(args.store, study, Path(args.page))}")

@@ -1,4 +1,5 @@
 """Behaviour of the baseline cells: each test checks a property its paper builds the cell around."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_indrnn_clipping_limits_the_recurrent_weights():
     assert torch.equal(cell.recurrent_weights(), torch.full((6,), 0.5, dtype=F64))
     cell.clip_recurrent_()
     assert torch.equal(cell.weight_hh, torch.full((6,), 0.5, dtype=F64))
-    assert recurrent_bound(100) == pytest.approx(2 ** 0.01)
+    assert recurrent_bound(100) == pytest.approx(2**0.01)
 
 
 def test_indrnn_keeps_a_unit_with_weight_one_for_a_long_time():
@@ -161,7 +162,7 @@ def test_exprnn_henaff_init_is_block_diagonal_rotations():
     block = torch.arange(6) // 2
     assert w[block.unsqueeze(0) != block.unsqueeze(1)].abs().max() < 1e-12
     for k in range(3):
-        b = w[2 * k:2 * k + 2, 2 * k:2 * k + 2]
+        b = w[2 * k : 2 * k + 2, 2 * k : 2 * k + 2]
         torch.testing.assert_close(b[0, 0], b[1, 1])
         torch.testing.assert_close(b[0, 1], -b[1, 0])
 
@@ -308,8 +309,8 @@ def test_nru_memory_accumulates_without_saturating():
     with torch.no_grad():
         cell.weight_heads.zero_()
         cell.bias_heads.zero_()
-        cell.bias_heads[0] = 3.0          # alpha
-        cell.bias_heads[2 * k:2 * k + 2 * s] = 1.0  # write vector: all ones, normalised
+        cell.bias_heads[0] = 3.0  # alpha
+        cell.bias_heads[2 * k : 2 * k + 2 * s] = 1.0  # write vector: all ones, normalised
     _, (h, m) = cell.scan(torch.randn(200, 2, 3, dtype=F64))
     per_step = 3.0 / 4 ** (1 / 5)
     torch.testing.assert_close(m, torch.full((2, 4), 200 * per_step, dtype=F64))
@@ -322,14 +323,17 @@ def test_nru_rejects_non_square_memory():
 
 
 # ---- option validation ---------------------------------------------------------------------------
-@pytest.mark.parametrize("name, option, value, expected", [
-    ("fastrnn", "alpha_init", float("nan"), "a finite number"),
-    ("fastgrnn", "nu_init", True, "a finite number"),
-    ("lstm", "forget_bias", float("inf"), "a finite number"),
-    ("ugrnn", "gate_bias", "1", "a finite number"),
-    ("antisymmetric", "gamma", -0.1, "a non-negative finite number"),
-    ("cornn", "eps", float("inf"), "a non-negative finite number"),
-])
+@pytest.mark.parametrize(
+    "name, option, value, expected",
+    [
+        ("fastrnn", "alpha_init", float("nan"), "a finite number"),
+        ("fastgrnn", "nu_init", True, "a finite number"),
+        ("lstm", "forget_bias", float("inf"), "a finite number"),
+        ("ugrnn", "gate_bias", "1", "a finite number"),
+        ("antisymmetric", "gamma", -0.1, "a non-negative finite number"),
+        ("cornn", "eps", float("inf"), "a non-negative finite number"),
+    ],
+)
 def test_float_options_are_checked_and_named(name, option, value, expected):
     with pytest.raises(ValueError, match=rf"{option}: expected {expected}, got {value!r}"):
         build(name, **{option: value})
@@ -351,8 +355,11 @@ BASELINE_MODULES = ("gated", "fast", "antisymmetric", "indrnn", "orthogonal", "n
 
 def test_every_baseline_of_these_families_has_a_docs_page_naming_it():
     docs = Path(__file__).resolve().parents[2] / "docs" / "cells"
-    names = [n for n in ltdrnn.list_cells("baseline")
-             if ltdrnn.entry(n).cls.__module__.rsplit(".", 1)[-1] in BASELINE_MODULES]
+    names = [
+        n
+        for n in ltdrnn.list_cells("baseline")
+        if ltdrnn.entry(n).cls.__module__.rsplit(".", 1)[-1] in BASELINE_MODULES
+    ]
     assert len(names) == 16
     for name in names:
         entry = ltdrnn.entry(name)

@@ -1,4 +1,5 @@
 """Clockwork RNN: module schedule, block upper-triangular recurrence, FLOPs of the schedule."""
+
 from __future__ import annotations
 
 import math
@@ -22,21 +23,21 @@ def test_module_k_updates_exactly_every_2_to_the_k_steps():
     h0 = torch.randn(2, 10)
     out, _ = cell.scan(torch.randn(17, 2, 2), (h0, torch.zeros(2, dtype=torch.long)))
     previous = torch.cat([h0.unsqueeze(0), out[:-1]])
-    changed = (out != previous).all(1)                       # (T, H): every sequence changed
+    changed = (out != previous).all(1)  # (T, H): every sequence changed
     start = 0
     for size, period in zip(cell.module_sizes, cell.periods):
         ticks = torch.tensor([t % period == 0 for t in range(17)])
         assert torch.equal(cell.aux["update_mask"][:, 0, start], ticks.float())
-        assert torch.equal(changed[:, start:start + size], ticks.unsqueeze(1).expand(17, size))
+        assert torch.equal(changed[:, start : start + size], ticks.unsqueeze(1).expand(17, size))
         start += size
 
 
 def test_skip_fraction_of_the_exponential_schedule():
     cell = ltdrnn.build("clockwork", 1, 50, num_modules=10)
     cell.scan(torch.randn(1024, 1, 1))
-    expected = 1 - sum(1 / 2 ** i for i in range(10)) / 10
+    expected = 1 - sum(1 / 2**i for i in range(10)) / 10
     assert skip_fraction(cell.aux) == pytest.approx(expected)
-    assert expected == pytest.approx(0.80, abs=0.01)            # the SA-RNN paper's 81 % at H = 50
+    assert expected == pytest.approx(0.80, abs=0.01)  # the SA-RNN paper's 81 % at H = 50
 
 
 def test_slow_modules_never_read_fast_modules():
@@ -44,7 +45,7 @@ def test_slow_modules_never_read_fast_modules():
     x = torch.randn(12, 1, 2)
     h0 = torch.randn(1, 10)
     perturbed = h0.clone()
-    perturbed[:, :3] += 1.0                                   # the fastest module only
+    perturbed[:, :3] += 1.0  # the fastest module only
     steps = torch.zeros(1, dtype=torch.long)
     out_a, _ = cell.scan(x, (h0, steps))
     out_b, _ = cell.scan(x, (perturbed, steps))
@@ -58,8 +59,7 @@ def test_masked_recurrent_weights_get_no_gradient():
     out.sum().backward()
     mask = cell.recurrent_mask.bool()
     assert torch.all(cell.weight_hh.grad[~mask] == 0) and torch.any(cell.weight_hh.grad[mask] != 0)
-    assert torch.equal(mask, torch.block_diag(*[torch.ones(s, s) for s in cell.module_sizes]).bool()
-                       | mask.triu())
+    assert torch.equal(mask, torch.block_diag(*[torch.ones(s, s) for s in cell.module_sizes]).bool() | mask.triu())
 
 
 def test_custom_periods_and_counter_carry_across_chunks():

@@ -3,6 +3,7 @@
 Sizes come from the entry's ``test_options`` (keys ``input_size`` and ``hidden_size`` there override
 the defaults below; the rest are constructor options), merged with the variant's options.
 """
+
 from __future__ import annotations
 
 import io
@@ -105,11 +106,12 @@ def test_lengths_and_packed_equal_each_sequence_alone(name, variant):
             cell.impl = impl
         out, final = reseeded(name, layer, x, lengths=lengths)
         for b, n in enumerate(lengths.tolist()):
-            alone, alone_final = reseeded(name, layer, x[b:b + 1, :n])
+            alone, alone_final = reseeded(name, layer, x[b : b + 1, :n])
             assert_close(out[b, :n], alone[0], f"{impl} outputs of sequence {b}")
             assert torch.all(out[b, n:] == 0), f"{impl}: outputs past the length must be zero"
-            assert_close(flat(map_state(lambda s: s[:, b], final)), flat(alone_final),
-                         f"{impl} final state of sequence {b}")
+            assert_close(
+                flat(map_state(lambda s: s[:, b], final)), flat(alone_final), f"{impl} final state of sequence {b}"
+            )
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         packed_out, packed_final = reseeded(name, layer, packed)
         padded, _ = pad_packed_sequence(packed_out, batch_first=True)
@@ -126,8 +128,11 @@ def test_two_layers_equal_two_chained_cells(name, variant):
     h0, s0 = layer.cells[0].scan(x.transpose(0, 1))
     h1, s1 = layer.cells[1].scan(h0)
     assert_close(out, h1.transpose(0, 1), "outputs")
-    assert_close(flat(final), flat(torch.stack([s0, s1]) if torch.is_tensor(s0)
-                                    else tuple(torch.stack(p) for p in zip(s0, s1))), "final state")
+    assert_close(
+        flat(final),
+        flat(torch.stack([s0, s1]) if torch.is_tensor(s0) else tuple(torch.stack(p) for p in zip(s0, s1))),
+        "final state",
+    )
 
 
 @pytest.mark.parametrize("name,variant", CASES)
@@ -140,8 +145,8 @@ def test_bidirectional_backward_half_reads_the_reversed_sequence(name, variant):
     assert out.shape[-1] == 2 * hidden
     for b, n in enumerate(lengths.tolist()):
         reseeded(name, lambda: None)
-        forward, _ = layer.cells[0].scan(x[b:b + 1, :n].transpose(0, 1))
-        backward, _ = layer.cells[1].scan(x[b:b + 1, :n].flip(1).transpose(0, 1))
+        forward, _ = layer.cells[0].scan(x[b : b + 1, :n].transpose(0, 1))
+        backward, _ = layer.cells[1].scan(x[b : b + 1, :n].flip(1).transpose(0, 1))
         if ltdrnn.entry(name).deterministic:
             assert_close(out[b, :n, :hidden], forward[:, 0], f"forward half of sequence {b}")
             assert_close(out[b, :n, hidden:], backward.flip(0)[:, 0], f"backward half of sequence {b}")
@@ -181,9 +186,9 @@ def test_gradcheck_float64(name, variant):
         scan = ScanCall(cell, impl)
 
         def run(x, *values):
-            outputs, final = torch.func.functional_call(
-                scan, {f"cell.{n}": v for n, v in zip(names, values)}, (x,))
+            outputs, final = torch.func.functional_call(scan, {f"cell.{n}": v for n, v in zip(names, values)}, (x,))
             return outputs, flat(final)
+
         assert torch.autograd.gradcheck(run, (x, *params), eps=1e-6, atol=1e-5, fast_mode=True), impl
 
 
@@ -206,8 +211,7 @@ def test_every_fast_impl_equals_the_reference_at_long_T(name, variant):
     if not fast:
         pytest.skip(f"{name} has only the reference implementation")
     x = torch.randn(1200, 2, cell.input_size)
-    state = map_state(lambda s: s + 0.1 * torch.randn_like(s) if s.is_floating_point() else s,
-                      cell.init_state(2))
+    state = map_state(lambda s: s + 0.1 * torch.randn_like(s) if s.is_floating_point() else s, cell.init_state(2))
     ref = _outputs_and_grads(name, cell, x, state, "reference")
     for impl in fast:
         got = _outputs_and_grads(name, cell, x, state, impl)
@@ -221,8 +225,7 @@ def _outputs_and_grads(name, cell, x, state, impl):
     state = map_state(lambda s: s.clone().requires_grad_() if s.is_floating_point() else s, state)
     out, final = reseeded(name, cell.scan, x, state, impl=impl)
     weights = torch.linspace(-1, 1, out.numel()).view_as(out)
-    (out * weights).sum().backward() if not torch.is_tensor(final) else \
-        ((out * weights).sum() + final.sum()).backward()
+    (out * weights).sum().backward() if not torch.is_tensor(final) else ((out * weights).sum() + final.sum()).backward()
     result = {"outputs": out.detach(), "final": flat(final).detach(), "grad x": x.grad}
     for n, p in cell.named_parameters():
         if p.grad is not None:

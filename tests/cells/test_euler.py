@@ -1,5 +1,6 @@
 """The Euler-step cells' step sizes (cells/euler.py): positive by construction under training, the raw
 literal form kept as an option."""
+
 import pytest
 import torch
 
@@ -22,7 +23,7 @@ def test_eta_stays_positive_where_a_raw_parameter_changes_sign(name):
     positive = adam_steps_against_eta(ltdrnn.build(name, 2, 16, eta=1e-3))
     raw = adam_steps_against_eta(ltdrnn.build(name, 2, 16, eta=1e-3, eta_param="raw"))
     assert bool((positive > 0).all())
-    assert bool((raw < 0).all())        # the literal parametrisation flips, as measured in training
+    assert bool((raw < 0).all())  # the literal parametrisation flips, as measured in training
 
 
 @pytest.mark.parametrize("param", ["exp", "raw"])

@@ -1,4 +1,5 @@
 """The torch.nn cells (lstm, gru, rnn_tanh, rnn_relu) against torch.nn with copied weights, and UGRNN."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,17 @@ TORCH_MODULES = {
     "rnn_tanh": lambda *a, **k: nn.RNN(*a, nonlinearity="tanh", **k),
     "rnn_relu": lambda *a, **k: nn.RNN(*a, nonlinearity="relu", **k),
 }
-TORCH_CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell,
-               "rnn_tanh": lambda *a, **k: nn.RNNCell(*a, nonlinearity="tanh", **k),
-               "rnn_relu": lambda *a, **k: nn.RNNCell(*a, nonlinearity="relu", **k)}
-LAYOUTS = [pytest.param(1, False, id="1layer"), pytest.param(2, False, id="2layers"),
-           pytest.param(2, True, id="2layers-bidirectional")]
+TORCH_CELLS = {
+    "lstm": nn.LSTMCell,
+    "gru": nn.GRUCell,
+    "rnn_tanh": lambda *a, **k: nn.RNNCell(*a, nonlinearity="tanh", **k),
+    "rnn_relu": lambda *a, **k: nn.RNNCell(*a, nonlinearity="relu", **k),
+}
+LAYOUTS = [
+    pytest.param(1, False, id="1layer"),
+    pytest.param(2, False, id="2layers"),
+    pytest.param(2, True, id="2layers-bidirectional"),
+]
 
 
 def states(s):
@@ -45,15 +52,19 @@ def _torch_named_weights(module):
     if isinstance(module, nn.RNNBase):
         return list(module.named_parameters())
     directions = module.num_directions
-    return [(f"{w}_l{i // directions}{'_reverse' if i % directions else ''}", getattr(cell, w))
-            for i, cell in enumerate(module.cells) for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-            if getattr(cell, w) is not None]
+    return [
+        (f"{w}_l{i // directions}{'_reverse' if i % directions else ''}", getattr(cell, w))
+        for i, cell in enumerate(module.cells)
+        for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        if getattr(cell, w) is not None
+    ]
 
 
 def pair(name, layers, bidirectional, dtype=torch.float32, impl="auto", **kwargs):
     torch.manual_seed(0)
-    module = TORCH_MODULES[name](3, 5, num_layers=layers, bidirectional=bidirectional, batch_first=True,
-                                 dtype=dtype, **kwargs)
+    module = TORCH_MODULES[name](
+        3, 5, num_layers=layers, bidirectional=bidirectional, batch_first=True, dtype=dtype, **kwargs
+    )
     return module, recurrent_from_torch(module, impl=impl)
 
 
@@ -111,8 +122,9 @@ def test_fused_equals_step_reference_with_lengths_outputs_and_gradients(name):
         state = tuple(s.clone().requires_grad_() for s in start)
         out, final = cell.scan(xi, state if len(state) > 1 else state[0], lengths, impl=impl)
         (out.sin().sum() + sum((s * s).sum() for s in states(final))).backward()
-        results[impl] = [out, *states(final), xi.grad, *[s.grad for s in state]] + \
-            [p.grad.clone() for p in cell.parameters()]
+        results[impl] = [out, *states(final), xi.grad, *[s.grad for s in state]] + [
+            p.grad.clone() for p in cell.parameters()
+        ]
     assert results["fused"][0][17:, 1].abs().max() == 0 and results["fused"][0][40:].abs().max() == 0
     for fast in ("fused", "fused_packed"):
         for a, b in zip(results[fast], results["reference"]):
@@ -146,7 +158,7 @@ def test_without_bias_matches_torch(name):
 
 def test_initialisation_is_torchs_uniform_bound():
     cell = ltdrnn.build("lstm", 3, 400)
-    bound = 1 / 400 ** 0.5
+    bound = 1 / 400**0.5
     for p in cell.parameters():
         assert p.abs().max() <= bound
         assert p.abs().max() > 0.95 * bound

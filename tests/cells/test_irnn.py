@@ -1,4 +1,5 @@
 """iRNN: the paper's equations (Eq. 5, 6, 8), the readings, Theorem 1, the options, fused == reference."""
+
 import math
 
 import pytest
@@ -109,8 +110,7 @@ def test_theorem1_jacobian_tends_to_minus_identity():
     assert errors[-1] < 1e-6, errors
 
 
-@pytest.mark.parametrize("options", [{"reading": "state"},
-                                     {"projection": True, "rank": 2, "alpha": 3.0}])
+@pytest.mark.parametrize("options", [{"reading": "state"}, {"projection": True, "rank": 2, "alpha": 3.0}])
 def test_theorem1_holds_for_the_state_reading_and_for_eq8(options):
     # Eq. 8's operator is P U = U^2; with U = I + V H its norm is about 1, below alpha = 3
     assert theorem1_error(200, **options) < 1e-6
@@ -212,16 +212,25 @@ def test_default_rank_works_for_any_hidden_size(hidden):
 def test_paper_init():
     cell = IRNN(3, 64, eta=0.02)
     assert torch.allclose(cell.steps.values(), torch.tensor(0.02))
-    bound = 64 ** -0.5
+    bound = 64**-0.5
     assert all(p.abs().max() <= bound for n, p in cell.named_parameters() if n != "steps.log_eta")
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"K": 0}, "K"), ({"rank": 0}, "rank"), ({"rank": 9}, "rank"), ({"alpha": 0.0}, "alpha"),
-    ({"eta": -1e-2}, "eta"), ({"reading": "zero"}, "reading"), ({"activation": "gelu"}, "activation"),
-    ({"eta_per_time_step": True}, "max_length"), ({"max_length": 10}, "max_length"),
-    ({"eta_per_time_step": True, "max_length": 0}, "max_length"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"K": 0}, "K"),
+        ({"rank": 0}, "rank"),
+        ({"rank": 9}, "rank"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"eta": -1e-2}, "eta"),
+        ({"reading": "zero"}, "reading"),
+        ({"activation": "gelu"}, "activation"),
+        ({"eta_per_time_step": True}, "max_length"),
+        ({"max_length": 10}, "max_length"),
+        ({"eta_per_time_step": True, "max_length": 0}, "max_length"),
+    ],
+)
 def test_option_errors_name_the_option(options, match):
     with pytest.raises(ValueError, match=match):
         IRNN(3, 8, **{"rank": 2, **options})
@@ -239,9 +248,15 @@ def test_registered_as_a_source_cell():
 
 
 # ---- fused == reference at long T ---------------------------------------------------------------
-@pytest.mark.parametrize("options", [{}, {"K": 3, "reading": "state", "activation": "tanh"},
-                                     {"K": 2, "reading": "paper"},
-                                     {"rank": None, "projection": False, "learn_alpha": True, "K": 2}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"K": 3, "reading": "state", "activation": "tanh"},
+        {"K": 2, "reading": "paper"},
+        {"rank": None, "projection": False, "learn_alpha": True, "K": 2},
+    ],
+)
 @pytest.mark.slow
 def test_fused_equals_reference_at_T_1000(options):
     torch.manual_seed(1)
@@ -258,8 +273,12 @@ def test_fused_equals_reference_at_T_1000(options):
         out, final = cell.scan(xi, hi, impl=impl)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         ((out * weights).sum() + final.square().sum()).backward()
-        results[impl] = {"out": out.detach(), "grad x": xi.grad, "grad h0": hi.grad,
-                         **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+        results[impl] = {
+            "out": out.detach(),
+            "grad x": xi.grad,
+            "grad h0": hi.grad,
+            **{n: p.grad.clone() for n, p in cell.named_parameters()},
+        }
     for key, ref in results["reference"].items():
         # float32 sums over 1000 steps: the residual reading's gradients reach ~100, so the absolute
         # tolerance scales with each tensor's largest entry
@@ -268,8 +287,10 @@ def test_fused_equals_reference_at_T_1000(options):
 
 
 # ---- streaming without autograd ---------------------------------------------------------------------
-@pytest.mark.parametrize("options", [{"rank": 3}, {"rank": None, "K": 3, "reading": "state", "alpha": 1.3},
-                                     {"rank": 3, "K": 2, "reading": "paper"}])
+@pytest.mark.parametrize(
+    "options",
+    [{"rank": 3}, {"rank": None, "K": 3, "reading": "state", "alpha": 1.3}, {"rank": 3, "K": 2, "reading": "paper"}],
+)
 def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(options):
     torch.manual_seed(0)
     cell = IRNN(3, 8, **options)
@@ -283,7 +304,7 @@ def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(op
                 outputs.append(h)
             torch.testing.assert_close(torch.stack(outputs), expected.detach())
             torch.testing.assert_close(state, expected_final.detach())
-            for p in cell.parameters():     # an optimiser step: the cached operator must follow
+            for p in cell.parameters():  # an optimiser step: the cached operator must follow
                 p.mul_(1.1)
 
 
@@ -296,8 +317,9 @@ def test_no_grad_streaming_still_rejects_bad_input_clearly():
             cell(torch.randn(2, 3, dtype=DT), torch.zeros(2, 8, dtype=DT))
 
 
-@pytest.mark.parametrize("options", [{"rank": 3}, {"rank": None, "K": 3, "reading": "state"},
-                                     {"rank": 3, "reading": "paper"}])
+@pytest.mark.parametrize(
+    "options", [{"rank": 3}, {"rank": None, "K": 3, "reading": "state"}, {"rank": 3, "reading": "paper"}]
+)
 def test_fused_sequence_without_autograd_equals_the_reference(options):
     torch.manual_seed(0)
     cell = IRNN(3, 8, **options)
@@ -309,7 +331,6 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
     torch.testing.assert_close(final, expected_final.detach())
 
 
-
 # ---- it learns: a short run of the adding task -------------------------------------------------------
 @pytest.mark.slow
 def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path):
@@ -318,13 +339,25 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
     scores 0.167. Half the baseline is far from both."""
     from ltdrnn.config import load_config
     from ltdrnn.train import train
+
     torch.set_num_threads(1)
-    cfg = load_config({
-        "model": {"cell": "irnn", "hidden_size": 64},
-        "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
-        "optim": {"name": "adam", "lr": 0.01, "clip_norm": 1.0},
-        "train": {"steps": 400, "batch_size": 64, "eval_every": 400, "seed": 0, "progress": False,
-                  "latency": False, "threads": 1},
-        "run_dir": str(tmp_path / "run"), "results": None})
+    cfg = load_config(
+        {
+            "model": {"cell": "irnn", "hidden_size": 64},
+            "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
+            "optim": {"name": "adam", "lr": 0.01, "clip_norm": 1.0},
+            "train": {
+                "steps": 400,
+                "batch_size": 64,
+                "eval_every": 400,
+                "seed": 0,
+                "progress": False,
+                "latency": False,
+                "threads": 1,
+            },
+            "run_dir": str(tmp_path / "run"),
+            "results": None,
+        }
+    )
     result = train(cfg)
     assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]

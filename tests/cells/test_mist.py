@@ -1,4 +1,5 @@
 """MIST RNN: the paper's equations and initialisation, history semantics, fast paths, gradient claim."""
+
 from __future__ import annotations
 
 import math
@@ -19,16 +20,18 @@ def paper_mist(cell, x):
     """Eqs. 17-19 written out with the paper's separate matrices, states kept in a dict by time."""
     nd, hidden = cell.num_delays, cell.hidden_size
     w_ah, w_rh = cell.weight_hh[:nd], cell.weight_hh[nd:]
-    w_ax, w_rx, w_x = cell.weight_ih[:nd], cell.weight_ih[nd:nd + hidden], cell.weight_ih[nd + hidden:]
-    b_a, b_r, b = cell.bias[:nd], cell.bias[nd:nd + hidden], cell.bias[nd + hidden:]
+    w_ax, w_rx, w_x = cell.weight_ih[:nd], cell.weight_ih[nd : nd + hidden], cell.weight_ih[nd + hidden :]
+    b_a, b_r, b = cell.bias[:nd], cell.bias[nd : nd + hidden], cell.bias[nd + hidden :]
     h = {}
+
     def state(t):
         return h.get(t, torch.zeros(x.shape[1], hidden))  # h_t = 0 for t < 1
+
     for t in range(1, x.shape[0] + 1):
         x_t = x[t - 1]
         a = torch.softmax(state(t - 1) @ w_ah.t() + x_t @ w_ax.t() + b_a, -1)
         r = torch.sigmoid(state(t - 1) @ w_rh.t() + x_t @ w_rx.t() + b_r)
-        mix = sum(a[:, i:i + 1] * state(t - 2 ** i) for i in range(nd))
+        mix = sum(a[:, i : i + 1] * state(t - 2**i) for i in range(nd))
         h[t] = torch.tanh((r * mix) @ cell.weight_mix.t() + x_t @ w_x.t() + b)
     return torch.stack([h[t] for t in range(1, x.shape[0] + 1)])
 

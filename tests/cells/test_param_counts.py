@@ -1,4 +1,5 @@
 """Every parameter count a paper reports (each registry entry's ``param_counts``) is reproduced."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,9 +8,11 @@ import ltdrnn
 
 
 def _cases():
-    return [pytest.param(name, count, id=f"{name}-d{count.input_size}-H{count.hidden_size}-{i}")
-            for name in ltdrnn.list_cells()
-            for i, count in enumerate(ltdrnn.entry(name).param_counts)]
+    return [
+        pytest.param(name, count, id=f"{name}-d{count.input_size}-H{count.hidden_size}-{i}")
+        for name in ltdrnn.list_cells()
+        for i, count in enumerate(ltdrnn.entry(name).param_counts)
+    ]
 
 
 CASES = _cases()
@@ -27,4 +30,5 @@ def test_parameter_count_is_within_the_papers_range(name, count):
     total = sum(p.numel() for p in cell.parameters())
     assert count.low <= total <= count.high, (
         f"{name}(d={count.input_size}, H={count.hidden_size}, {count.options}) has {total} parameters; "
-        f"expected {count.low}..{count.high} ({count.source})")
+        f"expected {count.low}..{count.high} ({count.source})"
+    )

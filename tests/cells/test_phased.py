@@ -1,4 +1,5 @@
 """Phased LSTM: the time gate's shape, closed gates keep the state, time stamps, LSTM when open."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,20 +27,21 @@ def test_time_gate_is_the_papers_piecewise_linear_oscillation():
     set_gate(cell, period=10.0, shift=0.0, r_on=0.2)
     t = torch.tensor([[0.0], [0.5], [1.0], [1.5], [2.0], [5.0], [10.5], [-9.5]])
     cell.train()
-    torch.testing.assert_close(cell.time_gate(t)[:, 0],
-                               torch.tensor([0.0, 0.5, 1.0, 0.5, 0.001 * 0.2, 0.001 * 0.5, 0.5, 0.5]))
+    torch.testing.assert_close(
+        cell.time_gate(t)[:, 0], torch.tensor([0.0, 0.5, 1.0, 0.5, 0.001 * 0.2, 0.001 * 0.5, 0.5, 0.5])
+    )
     cell.eval()
     torch.testing.assert_close(cell.time_gate(t)[:, 0], torch.tensor([0.0, 0.5, 1.0, 0.5, 0, 0, 0.5, 0.5]))
 
 
 def test_closed_gate_keeps_the_state_in_eval():
     cell = make(peepholes=True).eval()
-    set_gate(cell, period=1000.0, shift=-10.0, r_on=0.005)   # open for t in (-10, -5): never here
+    set_gate(cell, period=1000.0, shift=-10.0, r_on=0.005)  # open for t in (-10, -5): never here
     h0, c0 = torch.randn(3, 4), torch.randn(3, 4)
     out, (h, c, steps) = cell.scan(torch.randn(50, 3, 2), (h0, c0, torch.zeros(3, dtype=torch.long)))
     assert torch.equal(h, h0) and torch.equal(c, c0) and torch.equal(out, h0.expand(50, 3, 4))
     assert skip_fraction(cell.aux) == 1 and torch.equal(steps, torch.full((3,), 50))
-    cell.train()                                              # the leak lets a little through
+    cell.train()  # the leak lets a little through
     _, (h, _, _) = cell.scan(torch.randn(50, 3, 2), (h0, c0, torch.zeros(3, dtype=torch.long)))
     assert not torch.equal(h, h0)
 

@@ -1,4 +1,5 @@
 """SA-RNN: coordinator, straight-through gradients, budget, slope annealing, fast and sparse paths."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,8 @@ import torch
 from torch import nn
 
 import ltdrnn
-from stream_helpers import check_streaming_matches_reference
 from ltdrnn.cells.masked import hard_sigmoid, skip_fraction
+from stream_helpers import check_streaming_matches_reference
 
 
 def make(seed=0, d=3, h=8, **options):
@@ -32,8 +33,9 @@ def test_all_zero_mask_leaves_the_state_unchanged(recurrence):
         out, final = cell.scan(x, state, impl=impl)
         h0 = state[0] if recurrence == "lstm" else state
         assert torch.equal(out, h0.expand(12, 4, 8)), impl
-        assert all(torch.equal(a, b) for a, b in zip(final, state)) if recurrence == "lstm" \
-            else torch.equal(final, state)
+        assert (
+            all(torch.equal(a, b) for a, b in zip(final, state)) if recurrence == "lstm" else torch.equal(final, state)
+        )
         assert torch.all(cell.aux["update_mask"] == 0)
 
 
@@ -58,7 +60,7 @@ def test_straight_through_gives_the_coordinator_gradients(impl):
     cell = make()
     out, _ = cell.scan(torch.randn(20, 4, 3), impl=impl)
     assert 0 < skip_fraction(cell.aux) < 1
-    out[-1].pow(2).sum().backward()          # the task loss only: no budget term
+    out[-1].pow(2).sum().backward()  # the task loss only: no budget term
     for name in ("coord_weight_ih", "coord_weight_hh", "coord_bias"):
         grad = getattr(cell, name).grad
         assert grad is not None and grad.abs().sum() > 0, name
@@ -79,7 +81,7 @@ def test_skip_fraction_follows_the_coordinator_bias():
 
 def test_skip_fraction_counts_only_real_steps():
     mask = torch.ones(4, 2, 3)
-    mask[2:, 1] = 0          # sequence 1 has length 2: its zeros past the end must not count
+    mask[2:, 1] = 0  # sequence 1 has length 2: its zeros past the end must not count
     assert skip_fraction(mask) == pytest.approx(1 - 18 / 24)
     assert skip_fraction(mask, torch.tensor([4, 2])) == 0
     mask[0, 0, 0] = 0
@@ -115,11 +117,12 @@ def test_slope_annealing_schedule():
 
 def test_the_annealed_slope_travels_in_the_state_dict_and_through_a_checkpoint(tmp_path):
     from ltdrnn.checkpoint import atomic_save, load_checkpoint
+
     torch.manual_seed(0)
     trained, restored = ltdrnn.Recurrent("sarnn", 3, 6), ltdrnn.Recurrent("sarnn", 3, 6)
-    trained.set_epoch(10)                                     # slope 1 + 0.04 * 10
+    trained.set_epoch(10)  # slope 1 + 0.04 * 10
     atomic_save({"config": {}, "model": trained.state_dict()}, tmp_path / "c.pt")
-    restored.load_state_dict(load_checkpoint(tmp_path / "c.pt")["model"])   # weights_only
+    restored.load_state_dict(load_checkpoint(tmp_path / "c.pt")["model"])  # weights_only
     assert restored.cells[0].slope == trained.cells[0].slope == pytest.approx(1.4)
     x = torch.randn(2, 7, 3)
     trained(x), restored(x)
@@ -159,7 +162,7 @@ def test_budget_gradient_lowers_the_update_probability():
     cell = make()
     cell.scan(torch.randn(10, 4, 3))
     cell.losses()["budget"].backward()
-    assert cell.coord_bias.grad.sum() > 0          # gradient descent on the budget lowers the bias
+    assert cell.coord_bias.grad.sum() > 0  # gradient descent on the budget lowers the bias
 
 
 def test_fused_equals_reference_with_the_budget_term_and_lengths():
@@ -174,8 +177,9 @@ def test_fused_equals_reference_with_the_budget_term_and_lengths():
         out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         ((out * weights).sum() + final.sum() + 0.1 * cell.losses()["budget"]).backward()
-        results[impl] = [out, final, cell.aux["update_mask"], xi.grad, hi.grad] + \
-            [p.grad.clone() for p in cell.parameters()]
+        results[impl] = [out, final, cell.aux["update_mask"], xi.grad, hi.grad] + [
+            p.grad.clone() for p in cell.parameters()
+        ]
     for got, want in zip(results["fused"], results["reference"]):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
@@ -236,14 +240,24 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
 
     def expected(cell):
         mask, prob = cell.aux["update_mask"], cell.aux["update_prob"]
-        assert 0 < mask.mean() < 1      # both updated and skipped units occur
+        assert 0 < mask.mean() < 1  # both updated and skipped units occur
         # the budget is the mean update probability; summed over the steps it is the scan's budget
         return {"mask": mask, "prob": prob, "budget": prob.mean(dim=(1, 2))}
 
     def step(cell):
-        return {"mask": cell.aux["update_mask"][0], "prob": cell.aux["update_prob"][0],
-                "budget": cell.losses()["budget"]}
+        return {
+            "mask": cell.aux["update_mask"][0],
+            "prob": cell.aux["update_prob"][0],
+            "budget": cell.losses()["budget"],
+        }
 
     cell = make(slope=1.5, impl=impl)
-    check_streaming_matches_reference(monkeypatch, kernels, cell, torch.randn(10, batch, 3),
-                                      torch.randn(batch, 8), step_records=step, expected_records=expected)
+    check_streaming_matches_reference(
+        monkeypatch,
+        kernels,
+        cell,
+        torch.randn(10, batch, 3),
+        torch.randn(batch, 8),
+        step_records=step,
+        expected_records=expected,
+    )

@@ -1,4 +1,5 @@
 """Skip RNN (GRU and LSTM) and Random Updates: behaviour of the update gates and masks."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def test_cumulative_probability_gives_the_expected_update_pattern(name):
     assert torch.equal(cell.aux["update_mask"], expected.view(10, 1, 1).expand(10, 3, 5))
     torch.testing.assert_close(cell.aux["update_prob"][:4, 0, 0], torch.tensor([1.0, 0.2, 0.4, 0.6]))
     skipped = expected == 0
-    assert torch.equal(out[1:][skipped[1:]], out[:-1][skipped[1:]])   # copied state on skipped steps
+    assert torch.equal(out[1:][skipped[1:]], out[:-1][skipped[1:]])  # copied state on skipped steps
     assert skip_fraction(cell.aux) == pytest.approx(0.6)
     assert cell.losses()["budget"].item() == pytest.approx(4.0)
 
@@ -40,7 +41,7 @@ def test_cumulative_probability_gives_the_expected_update_pattern(name):
 def test_skipped_steps_keep_the_whole_state(name):
     torch.manual_seed(1)
     cell = ltdrnn.build(name, 2, 4)
-    constant_increment(cell, 0.01)       # after the first update, ~50 steps of skipping
+    constant_increment(cell, 0.01)  # after the first update, ~50 steps of skipping
     state = cell.init_state(2)
     _, state = cell.scan(torch.randn(1, 2, 2), state)
     _, later = cell.scan(torch.randn(20, 2, 2), state)
@@ -65,7 +66,7 @@ def test_straight_through_reaches_the_update_gate(name):
     torch.manual_seed(3)
     cell = ltdrnn.build(name, 2, 5)
     with torch.no_grad():
-        cell.update_bias.fill_(-0.5)        # increments ~0.38: updates every other step or so
+        cell.update_bias.fill_(-0.5)  # increments ~0.38: updates every other step or so
     out, _ = cell.scan(torch.randn(15, 4, 2))
     assert 0 < skip_fraction(cell.aux) < 1
     (out[-1].pow(2).sum() + cell.losses()["budget"]).backward()
@@ -75,7 +76,7 @@ def test_straight_through_reaches_the_update_gate(name):
 def test_budget_respects_lengths():
     torch.manual_seed(4)
     cell = ltdrnn.build("skiprnn_gru", 2, 5)
-    constant_increment(cell, 0.999)       # every step updates
+    constant_increment(cell, 0.999)  # every step updates
     cell.scan(torch.randn(8, 3, 2), lengths=torch.tensor([8, 3, 5]))
     assert cell.losses()["budget"].item() == pytest.approx((8 + 3 + 5) / 3)
 

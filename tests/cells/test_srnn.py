@@ -1,4 +1,5 @@
 """SRNN: the paper's equations, the closed form and compiled kernel against the loop, gradient claims."""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,10 @@ import pytest
 import torch
 
 import ltdrnn
-from stream_helpers import check_streaming_matches_reference
-from ltdrnn import kernels as kernel_module, memory
+from ltdrnn import kernels as kernel_module
+from ltdrnn import memory
 from ltdrnn.cells.srnn import SRNNCell, shift_relu_closed_form
+from stream_helpers import check_streaming_matches_reference
 
 
 def make(input_size=3, hidden_size=16, seed=0, **options):
@@ -69,10 +71,13 @@ def test_linear_default_init_of_every_layer():
         assert layer.weight.abs().max() > 0.8 * bound  # uniform over the whole range, not a narrower one
 
 
-@pytest.mark.parametrize("d,h,options,expected", [
-    (2, 128, {"hyper_size": 32, "fr_layers": 1}, 4_704),     # Table 5, adding: "5k"
-    (1, 1024, {"hyper_size": 32, "fr_layers": 3}, 38_016),   # pMNIST: "50k" with a 10,250 head
-])
+@pytest.mark.parametrize(
+    "d,h,options,expected",
+    [
+        (2, 128, {"hyper_size": 32, "fr_layers": 1}, 4_704),  # Table 5, adding: "5k"
+        (1, 1024, {"hyper_size": 32, "fr_layers": 3}, 38_016),  # pMNIST: "50k" with a 10,250 head
+    ],
+)
 def test_parameter_counts_of_the_paper_configurations(d, h, options, expected):
     cell = ltdrnn.build("srnn", d, h, **options)
     assert sum(p.numel() for p in cell.parameters()) == expected
@@ -148,6 +153,7 @@ def test_kernel_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path):
 
 def test_kernel_builds_where_a_compiler_exists_and_is_cached_on_disk(monkeypatch, tmp_path):
     import shutil
+
     if shutil.which("gcc") is None and shutil.which("cc") is None:
         pytest.skip("no C compiler on this machine")
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
@@ -184,7 +190,7 @@ def test_relu_srnn_gradient_over_3000_steps_is_a_partial_permutation_neither_exp
 def test_relu_srnn_with_active_units_passes_the_gradient_through_3000_steps_unchanged():
     cell = make(input_size=1, hidden_size=8)
     with torch.no_grad():
-        cell.fr_out.bias.fill_(5.0)      # beta > 0 at every step: no unit is ever cut by the relu
+        cell.fr_out.bias.fill_(5.0)  # beta > 0 at every step: no unit is ever cut by the relu
         cell.fr_out.weight.zero_()
     steps = 3000
     jac = jacobian_of_last_state(cell, torch.randn(steps, 1, 1), torch.rand(8))
@@ -210,6 +216,7 @@ def test_scratch_buffers_are_reused_never_handed_out_twice_and_capped():
 
 def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkeypatch, tmp_path):
     import shutil
+
     if shutil.which("gcc") is None and shutil.which("cc") is None:
         pytest.skip("no C compiler on this machine")
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
@@ -228,8 +235,7 @@ def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone(monkey
 
 @pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("batch", [1, 3, 9])
-@pytest.mark.parametrize("options", [{}, {"activation": "tanh", "gate": False}, {"fr_layers": 3},
-                                     {"fr_layers": 0}])
+@pytest.mark.parametrize("options", [{}, {"activation": "tanh", "gate": False}, {"fr_layers": 3}, {"fr_layers": 0}])
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, options):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback, through
     the cell and through the layer's step."""
@@ -245,6 +251,7 @@ def test_kernel_equals_the_loop_whether_it_forms_the_gate_itself_or_reads_it(inp
     dL/dW_g and dL/dx itself; wider inputs: the logits come from BLAS. Also through a batch-first
     layer, whose output gradient reaches the kernel transposed (read with its strides, not copied)."""
     from ltdrnn.cells.srnn import GATE_IN_KERNEL_MAX_INPUT
+
     assert GATE_IN_KERNEL_MAX_INPUT == 4
     cell = make(input_size=input_size, hyper_size=5, **options)
     x, h0 = torch.randn(300, 3, input_size), torch.randn(3, 16)

@@ -1,5 +1,6 @@
 """TARNN: the paper's equations, frozen units (beta = 0), Theorem 1, the regulariser, aux["beta"], the
 options, and fused == reference."""
+
 import math
 
 import pytest
@@ -7,8 +8,8 @@ import torch
 from torch.autograd.functional import jacobian
 
 import ltdrnn
-from stream_helpers import check_streaming_matches_reference
 from ltdrnn.cells.tarnn import TARNN
+from stream_helpers import check_streaming_matches_reference
 
 DT = torch.float64
 
@@ -27,10 +28,16 @@ def explicit_parts(cell, x, s, damping=False):
     """beta and G written out; ``damping`` adds the authors' code's ``-s`` (reading="code")."""
     beta = torch.sigmoid(s @ cell.weight_Us.T + x @ cell.weight_Wx.T + cell.bias_beta)
 
-    def field(z):   # A z + B u + b_lin + phi(U z + W u + b) [- s], without beta
-        g = (z @ cell.A.T + x @ cell.weight_B1.T + s @ cell.weight_B2.T + cell.bias_linear
-             + cell.phi(z @ cell.weight_U.T + x @ cell.weight_W1.T + s @ cell.weight_W2.T + cell.bias))
+    def field(z):  # A z + B u + b_lin + phi(U z + W u + b) [- s], without beta
+        g = (
+            z @ cell.A.T
+            + x @ cell.weight_B1.T
+            + s @ cell.weight_B2.T
+            + cell.bias_linear
+            + cell.phi(z @ cell.weight_U.T + x @ cell.weight_W1.T + s @ cell.weight_W2.T + cell.bias)
+        )
         return g - s if damping else g
+
     return beta, field
 
 
@@ -68,9 +75,16 @@ def test_gate_outside_mixes_after_the_euler_steps(impl, reading):
     torch.testing.assert_close(one_step(cell, x, s, impl), (1 - beta) * s + beta * z)
 
 
-@pytest.mark.parametrize("reading,gate,bias", [("paper", "inside", -3.0), ("paper", "outside", -3.0),
-                                               ("code", "inside", 0.0), ("code", "outside", -3.0),
-                                               ("theorem", "inside", -3.0)])
+@pytest.mark.parametrize(
+    "reading,gate,bias",
+    [
+        ("paper", "inside", -3.0),
+        ("paper", "outside", -3.0),
+        ("code", "inside", 0.0),
+        ("code", "outside", -3.0),
+        ("theorem", "inside", -3.0),
+    ],
+)
 def test_time_constant_bias_init_follows_the_reading(reading, gate, bias):
     assert torch.all(TARNN(2, 8, reading=reading, gate=gate).bias_beta == bias)
 
@@ -112,7 +126,7 @@ def test_a_unit_with_beta_zero_keeps_its_state_exactly(impl, gate):
     cell = TARNN(3, 6, K=3, gate=gate, eta=0.3)
     frozen = [1, 4]
     with torch.no_grad():
-        cell.bias_beta[frozen] = -1e4            # sigmoid underflows to exactly 0
+        cell.bias_beta[frozen] = -1e4  # sigmoid underflows to exactly 0
         cell.bias_beta[[0, 2, 3, 5]] = 2.0
     s0 = torch.randn(5, 6)
     out, final = cell.scan(torch.randn(40, 5, 3), s0, impl=impl)
@@ -126,9 +140,9 @@ def theorem1_jacobian(K, A="identity", constrained=True, reading="paper"):
     cell = cell64(K=K, A=A, activation="tanh", eta=0.5, reading=reading)
     with torch.no_grad():
         cell.bias_beta.zero_()
-        cell.weight_Us.mul_(5.0)              # beta away from saturation and sensitive to s
+        cell.weight_Us.mul_(5.0)  # beta away from saturation and sensitive to s
         cell.weight_U.mul_(0.5 / torch.linalg.matrix_norm(cell.weight_U, 2))
-        if constrained:   # the whole weight of s in the linear term is -A (B2 - I with the code's damping)
+        if constrained:  # the whole weight of s in the linear term is -A (B2 - I with the code's damping)
             cell.weight_B2.copy_(-cell.A + (torch.eye(4, dtype=DT) if reading == "code" else 0))
             cell.weight_W2.copy_(-cell.weight_U)
     x, s = torch.randn(1, 2, dtype=DT), torch.randn(1, 4, dtype=DT)
@@ -157,8 +171,7 @@ def test_losses_are_the_theorem1_regulariser_terms():
     terms = cell.losses()
     assert set(terms) == {"omega_A", "omega_U"}
     torch.testing.assert_close(terms["omega_A"], torch.linalg.matrix_norm(cell.A + cell.weight_B2) ** 2)
-    torch.testing.assert_close(terms["omega_U"],
-                               torch.linalg.matrix_norm(cell.weight_U + cell.weight_W2) ** 2)
+    torch.testing.assert_close(terms["omega_U"], torch.linalg.matrix_norm(cell.weight_U + cell.weight_W2) ** 2)
     terms["omega_U"].backward()
     torch.testing.assert_close(cell.weight_U.grad, 2 * (cell.weight_U + cell.weight_W2).detach())
 
@@ -214,11 +227,18 @@ def test_eta_per_time_step_carries_a_counter_and_checks_max_length():
         cell.scan(torch.randn(6, 3, 2, dtype=DT))
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"A": "skew"}, "A"), ({"gate": "both"}, "gate"), ({"activation": "elu"}, "activation"),
-    ({"K": 0}, "K"), ({"eta": 0.0}, "eta"), ({"eta_per_time_step": True}, "max_length"),
-    ({"max_length": 100}, "max_length"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"A": "skew"}, "A"),
+        ({"gate": "both"}, "gate"),
+        ({"activation": "elu"}, "activation"),
+        ({"K": 0}, "K"),
+        ({"eta": 0.0}, "eta"),
+        ({"eta_per_time_step": True}, "max_length"),
+        ({"max_length": 100}, "max_length"),
+    ],
+)
 def test_option_errors_name_the_option(options, match):
     with pytest.raises(ValueError, match=match):
         TARNN(3, 8, **options)
@@ -235,8 +255,10 @@ def test_registered_as_a_source_cell():
 
 
 # ---- fused == reference at long T ---------------------------------------------------------------
-@pytest.mark.parametrize("options", [{}, {"K": 1, "A": "coupled", "activation": "tanh"},
-                                     {"K": 3, "gate": "outside", "activation": "sigmoid"}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"K": 1, "A": "coupled", "activation": "tanh"}, {"K": 3, "gate": "outside", "activation": "sigmoid"}],
+)
 def test_fused_equals_reference_at_T_1000(options):
     torch.manual_seed(1)
     cell = TARNN(3, 16, eta=0.1, **options)
@@ -249,8 +271,13 @@ def test_fused_equals_reference_at_T_1000(options):
         out, final = cell.scan(xi, si, impl=impl)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         ((out * weights).sum() + final.square().sum()).backward()
-        results[impl] = {"out": out.detach(), "beta": cell.aux["beta"], "grad x": xi.grad,
-                         "grad s0": si.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+        results[impl] = {
+            "out": out.detach(),
+            "beta": cell.aux["beta"],
+            "grad x": xi.grad,
+            "grad s0": si.grad,
+            **{n: p.grad.clone() for n, p in cell.named_parameters()},
+        }
     for key, ref in results["reference"].items():
         torch.testing.assert_close(results["fused"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
 
@@ -273,7 +300,7 @@ def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(op
             torch.testing.assert_close(torch.stack(outputs), expected.detach())
             torch.testing.assert_close(state, expected_final.detach())
             torch.testing.assert_close(torch.stack(betas), expected_beta)
-            for p in cell.parameters():     # an optimiser step: the cached matrices must follow
+            for p in cell.parameters():  # an optimiser step: the cached matrices must follow
                 p.mul_(1.1)
 
 
@@ -300,15 +327,23 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
 
 @pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("batch", [1, 3, 9])
-@pytest.mark.parametrize("options", [{}, {"K": 1, "activation": "sigmoid"},
-                                     {"K": 3, "gate": "outside", "A": "coupled", "activation": "tanh"}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"K": 1, "activation": "sigmoid"}, {"K": 3, "gate": "outside", "A": "coupled", "activation": "tanh"}],
+)
 def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, options):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its PyTorch fallback."""
     torch.manual_seed(0)
     cell = TARNN(3, 8, eta=0.2, **options)
-    check_streaming_matches_reference(monkeypatch, kernels, cell, torch.randn(10, batch, 3), None,
-                                      step_records=lambda c: {"beta": c.aux["beta"][0]},
-                                      expected_records=lambda c: {"beta": c.aux["beta"]})
+    check_streaming_matches_reference(
+        monkeypatch,
+        kernels,
+        cell,
+        torch.randn(10, batch, 3),
+        None,
+        step_records=lambda c: {"beta": c.aux["beta"][0]},
+        expected_records=lambda c: {"beta": c.aux["beta"]},
+    )
 
 
 # ---- it learns: a short run of the adding task -------------------------------------------------------
@@ -319,13 +354,25 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
     from both."""
     from ltdrnn.config import load_config
     from ltdrnn.train import train
+
     torch.set_num_threads(1)
-    cfg = load_config({
-        "model": {"cell": "tarnn", "hidden_size": 64, "options": {"K": 1, "eta": 0.05}},
-        "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
-        "optim": {"name": "adam", "lr": 0.01},
-        "train": {"steps": 400, "batch_size": 64, "eval_every": 400, "seed": 0, "progress": False,
-                  "latency": False, "threads": 1},
-        "run_dir": str(tmp_path / "run"), "results": None})
+    cfg = load_config(
+        {
+            "model": {"cell": "tarnn", "hidden_size": 64, "options": {"K": 1, "eta": 0.05}},
+            "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
+            "optim": {"name": "adam", "lr": 0.01},
+            "train": {
+                "steps": 400,
+                "batch_size": 64,
+                "eval_every": 400,
+                "seed": 0,
+                "progress": False,
+                "latency": False,
+                "threads": 1,
+            },
+            "run_dir": str(tmp_path / "run"),
+            "results": None,
+        }
+    )
     result = train(cfg)
     assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]

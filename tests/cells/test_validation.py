@@ -1,5 +1,6 @@
 """Issue 14: every cell checks its input once per call, before any fused or compiled path, and keeps
 whatever sits past ``lengths`` (NaN, Inf) out of the outputs and the gradients."""
+
 import warnings
 
 import pytest
@@ -54,8 +55,10 @@ def test_state_on_another_dtype_is_named():
         cell(torch.randn(2, D), torch.zeros(2, H, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("lengths", [torch.tensor([True, True]), torch.tensor([1.0, 2.0]), [0, 2],
-                                     torch.tensor([1, 2, 3]), torch.tensor([[1, 2]])])
+@pytest.mark.parametrize(
+    "lengths",
+    [torch.tensor([True, True]), torch.tensor([1.0, 2.0]), [0, 2], torch.tensor([1, 2, 3]), torch.tensor([[1, 2]])],
+)
 def test_bad_lengths_are_refused_by_scan_and_the_layer(lengths):
     cell = _cell("gru")
     with pytest.raises(ValueError, match="lengths"):
@@ -129,9 +132,9 @@ def test_sarnn_warns_when_trained_past_its_gradient_limit(monkeypatch):
         cell.scan(torch.randn(5, 2, D))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        cell.scan(torch.randn(4, 2, D))          # at the limit
+        cell.scan(torch.randn(4, 2, D))  # at the limit
         with torch.no_grad():
-            cell.scan(torch.randn(5, 2, D))      # inference: gradients are not computed
+            cell.scan(torch.randn(5, 2, D))  # inference: gradients are not computed
 
 
 def test_checking_a_state_draws_no_random_numbers():

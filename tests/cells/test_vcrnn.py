@@ -1,4 +1,5 @@
 """VC-RNN: the scheduler's soft mask, limits, budget and sharpening."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,7 @@ def force_fraction(cell, logit):
 def test_soft_mask_updates_the_first_units():
     cell = make(sharpness=4.0, epsilon=0.1)
     e = cell.soft_mask(torch.tensor([[0.5], [0.0], [1.0]]))
-    assert torch.all(e[:, 1:] <= e[:, :-1])                         # non-increasing in the unit index
+    assert torch.all(e[:, 1:] <= e[:, :-1])  # non-increasing in the unit index
     # m H - i = 5 - i for units i = 1..10: sigmoid(4 * 1) > 0.9 -> 1, sigmoid(0) = 0.5, sigmoid(-4) < 0.1 -> 0
     assert torch.equal(e[0, :4], torch.ones(4)) and torch.equal(e[0, 5:], torch.zeros(5))
     assert e[0, 4] == 0.5
@@ -34,10 +35,10 @@ def test_soft_mask_updates_the_first_units():
 def test_limits_of_the_scheduler():
     cell = make(sharpness=50.0)
     x, h0 = torch.randn(8, 2, 3), torch.randn(2, 10)
-    force_fraction(cell, -30.0)                                    # m -> 0: nothing is computed
+    force_fraction(cell, -30.0)  # m -> 0: nothing is computed
     out, _ = cell.scan(x, h0)
     assert torch.equal(out, h0.expand(8, 2, 10)) and skip_fraction(cell.aux) == 1
-    force_fraction(cell, 30.0)                                     # m -> 1: every unit, the last by half
+    force_fraction(cell, 30.0)  # m -> 1: every unit, the last by half
     out, _ = cell.scan(x, h0)
     assert skip_fraction(cell.aux) == 0
     torch.testing.assert_close(cell.aux["update_prob"][:, :, :9], torch.ones(8, 2, 9))
@@ -54,19 +55,21 @@ def test_fully_open_mask_is_a_gru_step():
     gi = x @ cell.weight_ih.T + cell.bias_ih
     e = torch.ones(2, 10)
     from ltdrnn.cells.masked import gru_candidate
-    torch.testing.assert_close(torch.lerp(h0, gru_candidate(gi, e * h0, h0, cell.weight_hh, cell.bias_hh), e),
-                               gru(x, h0))
+
+    torch.testing.assert_close(
+        torch.lerp(h0, gru_candidate(gi, e * h0, h0, cell.weight_hh, cell.bias_hh), e), gru(x, h0)
+    )
 
 
 def test_partial_update_reads_and_writes_only_the_first_units():
     cell = make(sharpness=50.0, epsilon=0.1)
-    force_fraction(cell, 0.0)                                      # m = 0.5: the first 4 units (i < 5)
+    force_fraction(cell, 0.0)  # m = 0.5: the first 4 units (i < 5)
     h0 = torch.randn(1, 10)
     out, _ = cell.scan(torch.randn(1, 1, 3), h0)
     assert torch.equal(cell.aux["update_mask"][0, 0], (torch.arange(10) < 5).float())
     assert torch.equal(out[0, 0, 5:], h0[0, 5:])
     perturbed = h0.clone()
-    perturbed[0, 6:] += 1.0                                        # units the gates do not read
+    perturbed[0, 6:] += 1.0  # units the gates do not read
     out_b, _ = cell.scan(torch.randn(1, 1, 3).copy_(torch.zeros(1)), perturbed)
     out_a, _ = cell.scan(torch.zeros(1, 1, 3), h0)
     torch.testing.assert_close(out_b[0, 0, :4], out_a[0, 0, :4])
@@ -74,11 +77,11 @@ def test_partial_update_reads_and_writes_only_the_first_units():
 
 def test_budget_penalises_the_distance_to_the_target():
     cell = make(target=0.2)
-    force_fraction(cell, 0.0)                                      # m = 0.5 everywhere
+    force_fraction(cell, 0.0)  # m = 0.5 everywhere
     cell.scan(torch.randn(6, 3, 3), lengths=torch.tensor([6, 2, 4]))
     assert cell.losses()["budget"].item() == pytest.approx(0.3 * (6 + 2 + 4) / 3)
     cell.losses()["budget"].backward()
-    assert cell.scheduler_bias.grad.item() > 0                      # descent lowers m toward 0.2
+    assert cell.scheduler_bias.grad.item() > 0  # descent lowers m toward 0.2
 
 
 def test_sharpening_schedule_and_gradients():

@@ -5,6 +5,7 @@ Property: a call either raises ValueError/TypeError whose message starts with th
 or returns what the reference path returns (``impl="reference"``; for the layer, each sequence run
 alone at its own length). Never a crash, never a silently different value.
 """
+
 import math
 
 import pytest
@@ -56,16 +57,26 @@ def inputs(draw, name):
     if lengths == "valid" and steps and batch:
         lengths = torch.tensor([draw(st.integers(1, steps)) for _ in range(batch)])
     else:
-        lengths = {"none": None, "zero": torch.zeros(batch, dtype=torch.long),
-                   "long": torch.full((batch,), steps + 1), "bool": torch.ones(batch, dtype=torch.bool),
-                   "float": torch.ones(batch), "shape": torch.ones(batch + 1, dtype=torch.long),
-                   "valid": None}[lengths]
+        lengths = {
+            "none": None,
+            "zero": torch.zeros(batch, dtype=torch.long),
+            "long": torch.full((batch,), steps + 1),
+            "bool": torch.ones(batch, dtype=torch.bool),
+            "float": torch.ones(batch),
+            "shape": torch.ones(batch + 1, dtype=torch.long),
+            "valid": None,
+        }[lengths]
     state = draw(st.sampled_from(["none", "good", "good", "batch", "width", "dtype", "kind"]))
     good = cell.init_state(max(batch, 1))
     tensors = list(good) if isinstance(good, tuple) else [good]
-    change = {"none": None, "good": lambda t: t.clone(),
-              "batch": lambda t: t[:1].repeat(batch + 1, *[1] * (t.dim() - 1)),
-              "width": lambda t: torch.cat([t, t[..., :1]], -1), "dtype": lambda t: t.double(), "kind": None}[state]
+    change = {
+        "none": None,
+        "good": lambda t: t.clone(),
+        "batch": lambda t: t[:1].repeat(batch + 1, *[1] * (t.dim() - 1)),
+        "width": lambda t: torch.cat([t, t[..., :1]], -1),
+        "dtype": lambda t: t.double(),
+        "kind": None,
+    }[state]
     if state == "none":
         state = None
     elif state == "kind":
@@ -78,8 +89,15 @@ def inputs(draw, name):
     if poison is not None and x.is_floating_point() and x.numel():
         flat = x.view(-1)
         flat[draw(st.integers(0, flat.numel() - 1))] = poison
-        if padding_only and rank == 3 and isinstance(lengths, torch.Tensor) and lengths.dtype == torch.long \
-                and lengths.shape == (batch,) and steps and batch:
+        if (
+            padding_only
+            and rank == 3
+            and isinstance(lengths, torch.Tensor)
+            and lengths.dtype == torch.long
+            and lengths.shape == (batch,)
+            and steps
+            and batch
+        ):
             keep = torch.arange(steps)[:, None] < lengths.clamp(max=steps)[None]
             x = torch.where(keep[..., None] & ~torch.isfinite(x), torch.zeros_like(x), x)
     return x, state, lengths
@@ -107,8 +125,9 @@ def test_scan_raises_clearly_or_equals_the_reference(name, data):
         assert_names_a_parameter(error)
         return
     steps, batch = x.shape[:2]
-    valid = torch.ones(steps, batch, dtype=torch.bool) if lengths is None else \
-        torch.arange(steps)[:, None] < lengths[None]
+    valid = (
+        torch.ones(steps, batch, dtype=torch.bool) if lengths is None else torch.arange(steps)[:, None] < lengths[None]
+    )
     if torch.isfinite(x[valid]).all() and name not in RANDOM:
         clean = torch.where(valid[..., None], x, torch.zeros_like(x))
         with torch.no_grad():
@@ -148,8 +167,15 @@ def test_the_layer_equals_each_sequence_run_alone(name, data):
     bidirectional = data.draw(st.booleans())
     try:
         torch.manual_seed(0)
-        layer = ltdrnn.Recurrent(name, D, H, num_layers=data.draw(st.integers(1, 2)), batch_first=batch_first,
-                                 bidirectional=bidirectional, **_small(name))
+        layer = ltdrnn.Recurrent(
+            name,
+            D,
+            H,
+            num_layers=data.draw(st.integers(1, 2)),
+            batch_first=batch_first,
+            bidirectional=bidirectional,
+            **_small(name),
+        )
     except (ValueError, TypeError) as error:
         assert_names_a_parameter(error)
         return
@@ -163,9 +189,9 @@ def test_the_layer_equals_each_sequence_run_alone(name, data):
         if name in RANDOM:
             return
         for b, n in enumerate(lengths.tolist()):
-            alone, alone_final = layer((x[b:b + 1, :n] if batch_first else x[b:b + 1, :n].transpose(0, 1)))
+            alone, alone_final = layer((x[b : b + 1, :n] if batch_first else x[b : b + 1, :n].transpose(0, 1)))
             alone = alone if batch_first else alone.transpose(0, 1)
             _close(out[b, :n], alone[0])
             assert (out[b, n:] == 0).all()
-            pick = (lambda s: s[:, b:b + 1])
+            pick = lambda s: s[:, b : b + 1]
             _states_close(tuple(map(pick, final)) if isinstance(final, tuple) else pick(final), alone_final)

@@ -3,6 +3,7 @@
 Property: a ConfigError (for the CLI: one line on stderr and exit code 2, or argparse's usage error)
 or a valid result; never another exception, never a hang.
 """
+
 import contextlib
 import io
 import tempfile
@@ -19,19 +20,75 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-KEYS = ["model.cell", "model.hidden_size", "model.num_layers", "model.dropout", "model.bidirectional",
-        "model.options", "model.options.K", "model.head", "model.embedding", "task.name", "task.options",
-        "task.options.T", "optim.name", "optim.lr", "optim.alpha", "optim.clip_norm", "train.steps",
-        "train.epochs", "train.batch_size", "train.device", "train.seed", "train.loss_weights.budget",
-        "train.select_on", "results", "nosuch", "model", "train", "extends", "model..cell", ""]
+KEYS = [
+    "model.cell",
+    "model.hidden_size",
+    "model.num_layers",
+    "model.dropout",
+    "model.bidirectional",
+    "model.options",
+    "model.options.K",
+    "model.head",
+    "model.embedding",
+    "task.name",
+    "task.options",
+    "task.options.T",
+    "optim.name",
+    "optim.lr",
+    "optim.alpha",
+    "optim.clip_norm",
+    "train.steps",
+    "train.epochs",
+    "train.batch_size",
+    "train.device",
+    "train.seed",
+    "train.loss_weights.budget",
+    "train.select_on",
+    "results",
+    "nosuch",
+    "model",
+    "train",
+    "extends",
+    "model..cell",
+    "",
+]
 VALUES = st.one_of(
     # floats from a list: training turns on flush-denormal for the process, which Hypothesis's float
     # generator refuses to run under
-    st.integers(-3, 3).map(str), st.sampled_from(["0.5", "-2.5", "1e-300", "1e308", "nan", "inf", "-0.0"]),
-    st.sampled_from(["true", "no", "null", "~", "1e-3", "-1e-3", ".inf", ".nan", "[1, 2]", "{a: 1}", "{}", "[]",
-                     "&a [*a]", "!!python/object/apply:os.system [true]", "'", "{", "lstm", "gru", "nosuch",
-                     "adam", "cpu", "cuda:3", "../../x", "2001-01-01", "0x10", "1_000"]),
-    st.text(max_size=10))
+    st.integers(-3, 3).map(str),
+    st.sampled_from(["0.5", "-2.5", "1e-300", "1e308", "nan", "inf", "-0.0"]),
+    st.sampled_from(
+        [
+            "true",
+            "no",
+            "null",
+            "~",
+            "1e-3",
+            "-1e-3",
+            ".inf",
+            ".nan",
+            "[1, 2]",
+            "{a: 1}",
+            "{}",
+            "[]",
+            "&a [*a]",
+            "!!python/object/apply:os.system [true]",
+            "'",
+            "{",
+            "lstm",
+            "gru",
+            "nosuch",
+            "adam",
+            "cpu",
+            "cuda:3",
+            "../../x",
+            "2001-01-01",
+            "0x10",
+            "1_000",
+        ]
+    ),
+    st.text(max_size=10),
+)
 
 
 @settings(max_examples=60)
@@ -41,18 +98,22 @@ def test_overrides_give_a_valid_config_or_a_config_error(overrides):
         cfg = load_config("quick/toy-lstm", [f"{k}={v}" for k, v in overrides])
     except ConfigError:
         return
-    assert load_config(cfg.to_dict()) == cfg      # a valid config is a fixed point of loading
+    assert load_config(cfg.to_dict()) == cfg  # a valid config is a fixed point of loading
     with tempfile.TemporaryDirectory() as folder:
         save_config(cfg, Path(folder) / "c.yaml")
         assert load_config(str(Path(folder) / "c.yaml")).to_dict() == cfg.to_dict()
 
 
 @settings(max_examples=60)
-@given(text=st.one_of(st.text(max_size=200),
-                      st.lists(st.tuples(st.sampled_from(["model", "optim", "train", "task", "extends", "x"]),
-                                         VALUES), max_size=5).map(
-                          lambda pairs: "\n".join(f"{k}: {v}" for k, v in pairs))),
-       suffix=st.sampled_from([".yaml", ".json"]))
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.tuples(st.sampled_from(["model", "optim", "train", "task", "extends", "x"]), VALUES), max_size=5
+        ).map(lambda pairs: "\n".join(f"{k}: {v}" for k, v in pairs)),
+    ),
+    suffix=st.sampled_from([".yaml", ".json"]),
+)
 def test_config_files_give_a_valid_config_or_a_config_error(text, suffix):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"run{suffix}"
@@ -63,18 +124,49 @@ def test_config_files_give_a_valid_config_or_a_config_error(text, suffix):
             assert str(error)
 
 
-TINY_TAIL = ["model.cell=tiny", "model.hidden_size=4", "task.name=tiny", "task.options={}", "train.steps=1",
-             "train.epochs=null", "train.eval_every=0", "train.batch_size=8", "train.latency=false",
-             "train.device=cpu"]
-FLAGS = ["--resume", "--resume=auto", "--no-store", "--quiet", "--store", "--split", "test", "val", "--kinds",
-         "curves", "--study", "x", "--group", "nosuch", "-h", "--nosuch", "cells", "tasks", "presets"]
+TINY_TAIL = [
+    "model.cell=tiny",
+    "model.hidden_size=4",
+    "task.name=tiny",
+    "task.options={}",
+    "train.steps=1",
+    "train.epochs=null",
+    "train.eval_every=0",
+    "train.batch_size=8",
+    "train.latency=false",
+    "train.device=cpu",
+]
+FLAGS = [
+    "--resume",
+    "--resume=auto",
+    "--no-store",
+    "--quiet",
+    "--store",
+    "--split",
+    "test",
+    "val",
+    "--kinds",
+    "curves",
+    "--study",
+    "x",
+    "--group",
+    "nosuch",
+    "-h",
+    "--nosuch",
+    "cells",
+    "tasks",
+    "presets",
+]
 
 
 @settings(max_examples=30)
-@given(command=st.sampled_from(["train", "eval", "plot", "report", "list", "sweep", "nosuch", ""]),
-       config=st.sampled_from(["quick/toy-lstm", "nosuch", "../x", "{}"]),
-       middle=st.lists(st.one_of(st.sampled_from(FLAGS), st.tuples(st.sampled_from(KEYS), VALUES).map("=".join)),
-                       max_size=4))
+@given(
+    command=st.sampled_from(["train", "eval", "plot", "report", "list", "sweep", "nosuch", ""]),
+    config=st.sampled_from(["quick/toy-lstm", "nosuch", "../x", "{}"]),
+    middle=st.lists(
+        st.one_of(st.sampled_from(FLAGS), st.tuples(st.sampled_from(KEYS), VALUES).map("=".join)), max_size=4
+    ),
+)
 def test_the_cli_exits_with_a_code_never_a_traceback(command, config, middle):
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
@@ -93,7 +185,7 @@ def test_the_cli_exits_with_a_code_never_a_traceback(command, config, middle):
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 code = main(argv)
-        except SystemExit as stop:       # argparse: usage error (2) or --help (0)
+        except SystemExit as stop:  # argparse: usage error (2) or --help (0)
             assert stop.code in (0, 2), argv
             return
         assert code in (0, 1, 2), (argv, code)

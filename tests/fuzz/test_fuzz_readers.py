@@ -4,6 +4,7 @@ Property: a DataFileError naming the file, or arrays that hold what the format p
 values, whole-number labels within the declared classes, consistent lengths). Never another
 exception, never a silently damaged array.
 """
+
 import pickle
 import tempfile
 from pathlib import Path
@@ -11,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixture_data import (idx_bytes, toy_rows, write_batches, write_har, write_ptb, write_seizure, write_ts,
-                          write_wav)
+from fixture_data import idx_bytes, toy_rows, write_batches, write_har, write_ptb, write_seizure, write_ts, write_wav
 from ltdrnn.data import DataFileError
 from ltdrnn.tasks.cifar import parse_batch
 from ltdrnn.tasks.har import read_har_part
@@ -37,13 +37,18 @@ def mutated(draw, raw: bytes) -> bytes:
         if kind == "flip" and data:
             data[at] ^= 1 << draw(st.integers(0, 7))
         elif kind == "cut":
-            data = data[:at] if draw(st.booleans()) else data[:at] + data[at + draw(st.integers(1, 64)):]
+            data = data[:at] if draw(st.booleans()) else data[:at] + data[at + draw(st.integers(1, 64)) :]
         elif kind == "insert":
-            data[at:at] = draw(st.one_of(st.binary(min_size=1, max_size=8),
-                                         st.sampled_from([b"nan", b"inf", b"-", b"2.9", b"1e39", b"?", b",",
-                                                          b":", b"\n", b"\xff\xfe", b"\0\0\0\x09"])))
+            data[at:at] = draw(
+                st.one_of(
+                    st.binary(min_size=1, max_size=8),
+                    st.sampled_from(
+                        [b"nan", b"inf", b"-", b"2.9", b"1e39", b"?", b",", b":", b"\n", b"\xff\xfe", b"\0\0\0\x09"]
+                    ),
+                )
+            )
         elif kind == "duplicate" and data:
-            data[at:at] = data[at:at + draw(st.integers(1, 256))]
+            data[at:at] = data[at : at + draw(st.integers(1, 256))]
         elif kind == "digit" and data:
             data[at] = ord(str(draw(st.integers(0, 9))))
     return bytes(data)
@@ -153,8 +158,10 @@ def test_wav(data):
 
 HAR_ROOT = Path(tempfile.mkdtemp(prefix="fuzz-har-", dir=_ROOT.name))
 write_har(HAR_ROOT, n_train=3, n_test=1)
-HAR_FILES = {str(p.relative_to(HAR_ROOT / "UCI HAR Dataset")): p.read_bytes()
-             for p in (HAR_ROOT / "UCI HAR Dataset" / "train").rglob("*.txt")}
+HAR_FILES = {
+    str(p.relative_to(HAR_ROOT / "UCI HAR Dataset")): p.read_bytes()
+    for p in (HAR_ROOT / "UCI HAR Dataset" / "train").rglob("*.txt")
+}
 
 
 @settings(max_examples=25)

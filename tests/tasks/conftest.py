@@ -1,4 +1,5 @@
 """Shared fixtures for task tests: no network, and an empty private data directory."""
+
 import socket
 
 import pytest

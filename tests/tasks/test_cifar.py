@@ -1,4 +1,5 @@
 """Noise-padded CIFAR-10 read from pickle batches written here (folder and tar.gz forms)."""
+
 import os
 import pickle
 import tarfile
@@ -37,8 +38,7 @@ def test_archive_is_read_without_extracting(tmp_path):
     with tarfile.open(tmp_path / "data" / "cifar-10-python.tar.gz", "w:gz") as tar:
         tar.add(source, arcname="cifar-10-batches-py")
     task = build_task("noisy_cifar10", data_dir=str(tmp_path / "data"), verify=False, n_val=4, T=32)
-    from_folder = build_task("noisy_cifar10", data_dir=str(tmp_path / "src"), verify=False, n_val=4,
-                             T=32)
+    from_folder = build_task("noisy_cifar10", data_dir=str(tmp_path / "src"), verify=False, n_val=4, T=32)
     torch.testing.assert_close(task.dataset("val")[1][0], from_folder.dataset("val")[1][0])
     assert not list((tmp_path / "data").glob("cifar-10-batches-py"))
 
@@ -48,8 +48,7 @@ def test_checksum_and_format_errors(tmp_path):
     write_batches(folder)
     with pytest.raises(DataFileError, match=r"data_batch_1.*c99cafc152244af753f735de768cd75f"):
         build_task("noisy_cifar10", data_dir=str(tmp_path))
-    (folder / "data_batch_3").write_bytes(pickle.dumps({b"data": np.zeros((2, 100), np.uint8),
-                                                        b"labels": [0, 1]}))
+    (folder / "data_batch_3").write_bytes(pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}))
     with pytest.raises(DataFileError, match=r"data_batch_3.*\(n, 3072\)"):
         build_task("noisy_cifar10", data_dir=str(tmp_path), verify=False)
     (folder / "data_batch_3").write_bytes(pickle.dumps({b"data": 1})[:-5])

@@ -1,4 +1,5 @@
 """ltdrnn.data: data directory precedence, checksummed downloads (file:// only), splits, baselines."""
+
 import hashlib
 from pathlib import Path
 

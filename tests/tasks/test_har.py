@@ -1,4 +1,5 @@
 """HAR-2 read from UCI HAR text files written here (folder and zip), with the 6 -> 2 class merge."""
+
 import zipfile
 
 import numpy as np

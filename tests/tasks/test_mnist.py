@@ -1,4 +1,5 @@
 """MNIST family: the IDX reader on fixture files written here, the layouts, and the offline sources."""
+
 import gzip
 
 import numpy as np
@@ -136,8 +137,10 @@ def test_random_label_crops(mnist_dir):
     assert all(any(torch.allclose(task.dataset("train")[k][0], c) for c in centres) for k in range(20))
     # labels are shuffled, not the images' own labels
     own = np.arange(40) % 10
-    assert not all(any(torch.allclose(task.dataset("train")[k][0], centres[i]) and own[i] == labels[k]
-                       for i in range(40)) for k in range(20))
+    assert not all(
+        any(torch.allclose(task.dataset("train")[k][0], centres[i]) and own[i] == labels[k] for i in range(40))
+        for k in range(20)
+    )
     assert build("mnist_random_labels", root, crop=16, n=5).info.seq_len == 256
 
 

@@ -1,4 +1,5 @@
 """PTB word language modelling and the SA-RNN seizure task, from files written here."""
+
 import math
 
 import numpy as np

@@ -1,5 +1,6 @@
 """Issue 14: the data readers refuse damaged or crafted files with a DataFileError naming the file,
 and never read more than their size cap."""
+
 import gzip
 import pickle
 import struct
@@ -9,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from fixture_data import write_batches, write_har, write_ptb, write_seizure, write_ts, toy_rows
+from fixture_data import toy_rows, write_batches, write_har, write_ptb, write_seizure, write_ts
 from ltdrnn.data import DataFileError, read_capped
 from ltdrnn.tasks import build_task
 from ltdrnn.tasks.cifar import parse_batch
@@ -31,6 +32,7 @@ def test_idx_dimensions_whose_product_overflows_int64_are_a_size_mismatch(tmp_pa
 
 def test_a_gzip_bomb_is_not_unpacked_past_the_cap(tmp_path, monkeypatch):
     import ltdrnn.tasks.mnist as mnist
+
     monkeypatch.setattr(mnist, "read_capped", lambda stream, name: read_capped(stream, name, limit=1 << 16))
     path = tmp_path / "bomb-idx1-ubyte.gz"
     path.write_bytes(gzip.compress(b"\0" * (1 << 20)))
@@ -109,7 +111,7 @@ def _har_zip(tmp_path, replace=None):
 
 
 def test_a_har_zip_bomb_stops_at_the_cap_without_filling_memory(tmp_path):
-    bomb = b"0 " * (MAX_FILE_BYTES // 2 + 1024)   # compresses ~1000x
+    bomb = b"0 " * (MAX_FILE_BYTES // 2 + 1024)  # compresses ~1000x
     archive = _har_zip(tmp_path, lambda name: bomb if name.endswith("body_acc_x_train.txt") else None)
     assert archive.stat().st_size < 2 << 20
     tracemalloc.start()
@@ -119,7 +121,7 @@ def test_a_har_zip_bomb_stops_at_the_cap_without_filling_memory(tmp_path):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 3 * MAX_FILE_BYTES   # the probe saw 5.6 GB
+    assert peak < 3 * MAX_FILE_BYTES  # the probe saw 5.6 GB
 
 
 def test_har_labels_must_be_whole_numbers(tmp_path):

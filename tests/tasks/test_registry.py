@@ -1,4 +1,5 @@
 """Every registered task either builds offline and agrees with its TaskInfo, or says what data it needs."""
+
 import math
 
 import pytest
@@ -7,15 +8,37 @@ import torch
 from ltdrnn.data import DataNotFoundError
 from ltdrnn.tasks import SPLITS, build_task, list_tasks
 
-SMALL = {"adding": dict(T=30), "copy": dict(T=20), "copy_mist": dict(delay=20), "noisy_mnist": dict(T=60),
-         "mnist_random_labels": dict(n=50)}
+SMALL = {
+    "adding": dict(T=30),
+    "copy": dict(T=20),
+    "copy_mist": dict(delay=20),
+    "noisy_mnist": dict(T=60),
+    "mnist_random_labels": dict(n=50),
+}
 NEEDS_FILES = {"noisy_cifar10", "har2", "speech_commands", "google12", "google30", "ptb", "seizure"}
 
 
 def test_expected_tasks_are_registered():
-    assert {"adding", "copy", "copy_mist", "tarnn_toy", "pixel_mnist", "pmnist", "noisy_mnist", "big_pmnist",
-            "mnist_random_labels", "digits", "noisy_cifar10", "uea_ucr", "har2", "speech_commands",
-            "google12", "google30", "ptb", "seizure"} <= set(list_tasks())
+    assert {
+        "adding",
+        "copy",
+        "copy_mist",
+        "tarnn_toy",
+        "pixel_mnist",
+        "pmnist",
+        "noisy_mnist",
+        "big_pmnist",
+        "mnist_random_labels",
+        "digits",
+        "noisy_cifar10",
+        "uea_ucr",
+        "har2",
+        "speech_commands",
+        "google12",
+        "google30",
+        "ptb",
+        "seizure",
+    } <= set(list_tasks())
 
 
 def test_unknown_task_name_is_rejected():

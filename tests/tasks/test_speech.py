@@ -1,4 +1,5 @@
 """Speech commands: wav reading, log-mel features against torch.stft, corpora written here."""
+
 import numpy as np
 import pytest
 import torch
@@ -31,9 +32,16 @@ def test_log_mel_matches_torch_stft_and_has_99_frames():
     assert ours.shape == (99, 32)
     # torch.stft centres the 400-sample window inside 512 bins: pad 56 zeros so frames line up.
     padded = torch.zeros(56 + 98 * 160 + 512)
-    padded[56:56 + RATE] = torch.from_numpy(signal).double()
-    stft = torch.stft(padded.double(), n_fft=512, hop_length=160, win_length=400,
-                      window=torch.ones(400, dtype=torch.float64), center=False, return_complex=True)
+    padded[56 : 56 + RATE] = torch.from_numpy(signal).double()
+    stft = torch.stft(
+        padded.double(),
+        n_fft=512,
+        hop_length=160,
+        win_length=400,
+        window=torch.ones(400, dtype=torch.float64),
+        center=False,
+        return_complex=True,
+    )
     power = stft.abs().T[:99] ** 2 / 512
     reference = torch.log((power @ torch.from_numpy(mel_filterbank()).T).clamp_min(2.2e-16))
     np.testing.assert_allclose(ours, reference.numpy(), rtol=1e-4, atol=1e-4)

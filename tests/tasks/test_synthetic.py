@@ -1,4 +1,5 @@
 """Generated tasks match their definitions, are deterministic and lazy, and baselines measure as stated."""
+
 import math
 
 import pytest
@@ -16,6 +17,7 @@ def items(task, split, n):
 
 
 # --- adding -------------------------------------------------------------------------------------
+
 
 def test_adding_markers_values_and_targets():
     T = 51
@@ -49,10 +51,10 @@ def test_generated_items_are_deterministic_lazy_and_split_specific():
     torch.testing.assert_close(train_a[99_999][1], later_first[0][1])
     assert not torch.equal(train_a[5][0], a.dataset("test")[5][0])
     assert not torch.equal(train_a[5][0], build_task("adding", T=750, seed=4).dataset("train")[5][0])
-    huge = build_task("adding", T=750, n_train=10 ** 12).dataset("train")
-    assert len(huge) == 10 ** 12 and huge[10 ** 12 - 1][0].shape == (750, 2)
+    huge = build_task("adding", T=750, n_train=10**12).dataset("train")
+    assert len(huge) == 10**12 and huge[10**12 - 1][0].shape == (750, 2)
     with pytest.raises(IndexError):
-        huge[10 ** 12]
+        huge[10**12]
 
 
 def test_loader_batches_are_reproducible_by_seed():
@@ -67,6 +69,7 @@ def test_loader_batches_are_reproducible_by_seed():
 
 # --- copy ---------------------------------------------------------------------------------------
 
+
 def test_copy_layout_symbols_and_targets():
     T = 30
     task = build_task("copy", T=T, n_train=500)
@@ -75,10 +78,10 @@ def test_copy_layout_symbols_and_targets():
     assert bool((x.sum(-1) == 1).all())
     tokens = x.argmax(-1)
     assert bool((tokens[:, :10] < 8).all())
-    assert bool((tokens[:, 10:T + 9] == 8).all()) and bool((tokens[:, T + 9] == 9).all())
-    assert bool((tokens[:, T + 10:] == 8).all())
-    assert bool((y[:, :T + 10] == 8).all())
-    assert torch.equal(y[:, T + 10:], tokens[:, :10])
+    assert bool((tokens[:, 10 : T + 9] == 8).all()) and bool((tokens[:, T + 9] == 9).all())
+    assert bool((tokens[:, T + 10 :] == 8).all())
+    assert bool((y[:, : T + 10] == 8).all())
+    assert torch.equal(y[:, T + 10 :], tokens[:, :10])
     assert set(tokens[:, :10].unique().tolist()) == set(range(8))
     assert task.info.output_size == 9 and int(y.max()) <= 8
 
@@ -88,8 +91,8 @@ def test_copy_memoryless_cross_entropy_equals_baseline():
     task = build_task("copy", T=T, n_test=200)
     _, y = items(task, "test", 200)
     probs = torch.zeros(T + 20, 9)
-    probs[:T + 10, 8] = 1.0            # blank while nothing is to be copied
-    probs[T + 10:, :8] = 1.0 / 8       # uniform guess of each copied symbol
+    probs[: T + 10, 8] = 1.0  # blank while nothing is to be copied
+    probs[T + 10 :, :8] = 1.0 / 8  # uniform guess of each copied symbol
     logits = probs.clamp_min(1e-30).log().expand(200, -1, -1)
     ce = F.cross_entropy(logits.reshape(-1, 9), y.reshape(-1))
     assert float(ce) == pytest.approx(10 * math.log(8) / (T + 20), rel=1e-5)
@@ -109,9 +112,9 @@ def test_mist_copy_layout_and_blank_error_rate():
     x, y = items(task, "train", 300)
     tokens = x.argmax(-1)
     assert x.shape == (300, D + 2 * L, 12)
-    assert bool((tokens[:, :L] < 10).all()) and bool((tokens[:, L:L + D - 1] == 10).all())
-    assert bool((tokens[:, L + D - 1] == 11).all()) and bool((tokens[:, L + D:] == 10).all())
-    assert bool((y[:, :L + D] == 10).all()) and torch.equal(y[:, L + D:], tokens[:, :L])
+    assert bool((tokens[:, :L] < 10).all()) and bool((tokens[:, L : L + D - 1] == 10).all())
+    assert bool((tokens[:, L + D - 1] == 11).all()) and bool((tokens[:, L + D :] == 10).all())
+    assert bool((y[:, : L + D] == 10).all()) and torch.equal(y[:, L + D :], tokens[:, :L])
     always_blank_error = float((y != 10).float().mean())
     assert always_blank_error == pytest.approx(1 / 12)
     assert task.info.extra["blank_error_rate"] == pytest.approx(1 / 12)
@@ -121,6 +124,7 @@ def test_mist_copy_layout_and_blank_error_rate():
 
 
 # --- TARNN toy ----------------------------------------------------------------------------------
+
 
 def test_tarnn_toy_definition():
     task = build_task("tarnn_toy", n_train=2000)
@@ -146,6 +150,7 @@ def test_bad_options_are_rejected_with_their_names():
 
 
 # --- noise padding ------------------------------------------------------------------------------
+
 
 def test_noise_padding_keeps_rows_and_adds_standard_normal_noise():
     base = [(torch.full((3, 4), float(i)), torch.tensor(i)) for i in range(200)]

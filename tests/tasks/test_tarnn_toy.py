@@ -4,6 +4,7 @@ The bits sit at fixed positions among U(0, 1) noise of the same range, so a cell
 in the sequence. TARNN gets that from step sizes per time step (the authors' code); see
 docs/cells/tarnn.md, "Toy task".
 """
+
 import pytest
 import torch
 
@@ -42,7 +43,7 @@ def hand_built_toy_solver() -> SequenceModel:
         centre = torch.arange(4.0) / 2
         model.output.weight.zero_()
         model.output.weight[:, 0] = 20 * centre
-        model.output.bias.copy_(-10 * centre ** 2)
+        model.output.bias.copy_(-10 * centre**2)
     return model
 
 
@@ -76,9 +77,21 @@ def test_the_toy_preset_learns_the_task(tmp_path):
     evidence runs had 100% validation accuracy at step 300 (docs/cells/tarnn.md, "Toy task"); the
     training data and order do not depend on the split sizes, so this is the same run."""
     from ltdrnn.train import train
+
     torch.set_num_threads(1)
-    cfg = load_config("reproduce/toy-tarnn", [
-        "train.steps=300", "train.eval_every=300", "train.seed=2",
-        "train.progress=false", "train.latency=false", "train.threads=1", "task.options.n_test=2000",
-        "task.options.n_val=500", f"run_dir={tmp_path / 'run'}", "results=null"])
+    cfg = load_config(
+        "reproduce/toy-tarnn",
+        [
+            "train.steps=300",
+            "train.eval_every=300",
+            "train.seed=2",
+            "train.progress=false",
+            "train.latency=false",
+            "train.threads=1",
+            "task.options.n_test=2000",
+            "task.options.n_val=500",
+            f"run_dir={tmp_path / 'run'}",
+            "results=null",
+        ],
+    )
     assert train(cfg)["metrics"]["metric"] >= 0.99

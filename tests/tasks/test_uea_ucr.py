@@ -1,4 +1,5 @@
 """The .ts reader on files written here, the task's splits, and the sets shipped inside aeon."""
+
 import numpy as np
 import pytest
 import torch
@@ -41,8 +42,7 @@ def test_reader_rejects_bad_files(tmp_path):
 
 def test_task_splits_znorm_and_padding(tmp_path):
     rng = np.random.default_rng(1)
-    write_ts_set(tmp_path, toy_rows(30, 2, rng, lengths=[4, 9]), toy_rows(9, 2, rng, lengths=[5]), dims=2,
-                 equal=False)
+    write_ts_set(tmp_path, toy_rows(30, 2, rng, lengths=[4, 9]), toy_rows(9, 2, rng, lengths=[5]), dims=2, equal=False)
     task = build_task("ucr", dataset="Toy", data_dir=str(tmp_path), val_fraction=0.2, znorm=True)
     assert [len(task.dataset(s)) for s in ("train", "val", "test")] == [24, 6, 9]
     assert task.info.input_size == 2 and task.info.output_size == 3 and task.info.seq_len is None
@@ -63,9 +63,10 @@ def test_missing_set_names_places_searched(tmp_path):
         build_task("ucr", dataset="NoSuchSet", data_dir=str(tmp_path))
 
 
-@pytest.mark.parametrize("name, dims, classes, length", [("GunPoint", 1, 2, 150),
-                                                         ("BasicMotions", 6, 4, 100),
-                                                         ("JapaneseVowels", 12, 9, None)])
+@pytest.mark.parametrize(
+    "name, dims, classes, length",
+    [("GunPoint", 1, 2, 150), ("BasicMotions", 6, 4, 100), ("JapaneseVowels", 12, 9, None)],
+)
 def test_sets_shipped_in_aeon_load_offline(name, dims, classes, length):
     pytest.importorskip("aeon", reason="aeon is not installed")
     task = build_task("uea", dataset=name)
@@ -85,9 +86,13 @@ def test_our_reader_equals_aeons_loader_on_every_set_aeon_ships():
     from aeon.datasets import load_from_ts_file
 
     from ltdrnn.tasks.uea_ucr import aeon_data_dir
+
     # UnitTest/ holds aeon's own fixtures (time-stamped series, which our reader refuses by name)
-    files = sorted(p for p in aeon_data_dir().glob("*/*_T*.ts") if p.parent.name != "UnitTest"
-                   and "@classlabel true" in p.read_text(errors="replace").lower())
+    files = sorted(
+        p
+        for p in aeon_data_dir().glob("*/*_T*.ts")
+        if p.parent.name != "UnitTest" and "@classlabel true" in p.read_text(errors="replace").lower()
+    )
     assert len(files) >= 10  # GunPoint, ArrowHead, ItalyPowerDemand, OSULeaf, BasicMotions, ... TRAIN and TEST
     for path in files:
         ours = read_ts(path)

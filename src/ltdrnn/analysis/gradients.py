@@ -4,10 +4,10 @@ Both run the first layer's cell step by step (its reference loop), so they work 
 need a one-layer, one-direction model (deeper stacks: the first layer is analysed, the rest ignored
 would be wrong, so they are refused).
 """
+
 from __future__ import annotations
 
 import dataclasses
-
 from typing import List, Optional, Tuple
 
 import torch
@@ -23,8 +23,10 @@ def _state_tensors(state) -> List[Tensor]:
 def _single_cell(model):
     rnn = model.rnn
     if rnn.num_layers != 1 or rnn.bidirectional:
-        raise ValueError("gradient analysis: expected a one-layer, one-direction model, got "
-                         f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}")
+        raise ValueError(
+            "gradient analysis: expected a one-layer, one-direction model, got "
+            f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}"
+        )
     return rnn.cells[0]
 
 
@@ -74,8 +76,7 @@ def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info)
     return torch.stack(norms).flip(0).detach()
 
 
-def state_jacobian_norm(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], probes: int = 4,
-                        seed: int = 0) -> float:
+def state_jacobian_norm(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], probes: int = 4, seed: int = 0) -> float:
     """An estimate of ``mean_b ||d state_T / d state_1||_F`` (iRNN Fig. 3).
 
     ``E_v ||v^T J||^2 = ||J||_F^2`` for ``v ~ N(0, I)``; ``probes`` backward passes give the estimate,

@@ -4,6 +4,7 @@ Every function writes one file and returns its path (``learning_curves`` returns
 have no history to draw). Lines are coloured by :func:`cell_colour`, so a cell has the same colour in
 every plot.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -13,14 +14,32 @@ from typing import Dict, Optional, Sequence
 import torch
 from torch import Tensor
 
-
 # The five source cells and the LSTM they are compared with; no grey, which marks the trivial baseline.
-CELL_COLOURS = {"tarnn": "#1f77b4", "srnn": "#ff7f0e", "mist": "#2ca02c", "irnn": "#d62728",
-                "sarnn": "#9467bd", "lstm": "#000000"}
+CELL_COLOURS = {
+    "tarnn": "#1f77b4",
+    "srnn": "#ff7f0e",
+    "mist": "#2ca02c",
+    "irnn": "#d62728",
+    "sarnn": "#9467bd",
+    "lstm": "#000000",
+}
 # Other cells draw from colours none of the above uses; a stable hash (crc32, unlike hash() not salted per
 # process) picks one, so two baselines may share a colour but a cell never changes it.
-OTHER_COLOURS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
-                 "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
+OTHER_COLOURS = (
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#dbdb8d",
+    "#9edae5",
+)
 
 
 def cell_colour(label: str) -> str:
@@ -45,8 +64,10 @@ def _legend_once(label: str, drawn: set) -> Optional[str]:
 def pyplot():
     """matplotlib's pyplot on the Agg backend (files only, no display needed)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -71,8 +92,7 @@ def learning_curves(rows: Sequence[Dict], path, title: str = "") -> Optional[Pat
     for row in drawn:
         steps = [h["step"] for h in row["history"]]
         values = [h.get("val_metric") for h in row["history"]]
-        ax.plot(steps, values, marker=".", color=cell_colour(row["cell"]),
-                label=_legend_once(row["cell"], labelled))
+        ax.plot(steps, values, marker=".", color=cell_colour(row["cell"]), label=_legend_once(row["cell"], labelled))
     metric = drawn[0].get("metric_name") or "metric"
     baseline = (drawn[0].get("metrics") or {}).get("baseline")
     if baseline is not None:
@@ -105,8 +125,9 @@ def jacobian_during_training(rows: Sequence[Dict], path, title: str = "||dh_T/dh
     for row in rows:
         points = [(h["step"], h["jacobian_norm"]) for h in row.get("history") or [] if "jacobian_norm" in h]
         if points:
-            ax.semilogy(*zip(*points), marker=".", color=cell_colour(row["cell"]),
-                        label=_legend_once(row["cell"], labelled))
+            ax.semilogy(
+                *zip(*points), marker=".", color=cell_colour(row["cell"]), label=_legend_once(row["cell"], labelled)
+            )
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("||dh_T/dh_1||_F (estimate)")
     ax.set_title(title)
@@ -117,12 +138,14 @@ def jacobian_during_training(rows: Sequence[Dict], path, title: str = "||dh_T/dh
 def _image(values: Tensor, path, title: str, ylabel: str, cmap: str, colorbar: bool = True) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    shown = ax.imshow(values.detach().float().cpu().T.numpy(), aspect="auto", interpolation="nearest",
-                      cmap=cmap, origin="lower")
+    shown = ax.imshow(
+        values.detach().float().cpu().T.numpy(), aspect="auto", interpolation="nearest", cmap=cmap, origin="lower"
+    )
     ax.set_xlabel("time step t")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     from matplotlib.ticker import MaxNLocator
+
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if colorbar:
         fig.colorbar(shown, ax=ax)
@@ -139,8 +162,9 @@ def beta_over_time(aux: Dict[str, Tensor], path, sequence: int = 0, title: str =
     return _image(aux["beta"][:, sequence], path, title, "hidden unit", "viridis")
 
 
-def unshifted_state(outputs: Tensor, path, shift: int = 1, sequence: int = 0,
-                    title: str = "SRNN hidden state, un-shifted") -> Path:
+def unshifted_state(
+    outputs: Tensor, path, shift: int = 1, sequence: int = 0, title: str = "SRNN hidden state, un-shifted"
+) -> Path:
     """SRNN's outputs ``(T, B, H)`` with the cyclic shift undone: ``g_t = roll(h_t, -shift * (t+1))``,
     so a unit keeps its row over time (``shift``: the roll the cell applies per step)."""
     return _image(unshift(outputs[:, sequence], shift), path, title, "unit (un-shifted)", "magma")

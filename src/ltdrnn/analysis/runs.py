@@ -8,6 +8,7 @@ Loads the best checkpoint, runs a validation batch through the model and draws w
     beta       time constants over time, for cells that record ``aux["beta"]`` (TARNN)
     unshifted  the hidden state with SRNN's cyclic shift undone (SRNN only)
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ from . import gradients, plots
 KINDS = ("curves", "lag", "mask", "beta", "unshifted")
 
 
-def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Optional[Sequence[str]] = None,
-             batch_size: int = 16) -> List[Path]:
+def plot_run(
+    run_dir: str | Path, out_dir: str | Path | None = None, kinds: Optional[Sequence[str]] = None, batch_size: int = 16
+) -> List[Path]:
     """Write the requested (default: every applicable) plots of a run; returns the files written."""
     from ..checkpoint import restore_model
 
@@ -48,8 +50,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, kinds: Opti
     single = model.rnn.num_layers == 1 and not model.rnn.bidirectional
     if "lag" in wanted and single and batch.lengths is None:
         curve = gradients.gradient_vs_lag(model, batch, task.info)
-        written.append(plots.gradient_lag_plot({cfg.model.cell: curve}, out_dir / "gradient_vs_lag.png",
-                                               f"gradient norm vs lag: {label}"))
+        written.append(
+            plots.gradient_lag_plot(
+                {cfg.model.cell: curve}, out_dir / "gradient_vs_lag.png", f"gradient norm vs lag: {label}"
+            )
+        )
     with torch.no_grad():
         x = model.embed(batch.x) if model.embed is not None else batch.x
         outputs, _ = model.rnn(x, lengths=batch.lengths)

@@ -24,6 +24,7 @@ The package, by concern: :mod:`.subjects` (shapes, variants, targets, subjects),
 :mod:`.probes` (memory and malloc, in subprocesses), :mod:`.report` (target verdicts, markdown) and
 :mod:`.cli` (the command line and the run).
 """
+
 from .cli import SCHEMA, SECTIONS, main, parse_options, parse_shapes, run, settings_from, split_names
 from .probes import run_probe, subject_spec, timing_probe
 from .report import evaluate_targets, render_markdown, target_verdict
@@ -31,7 +32,27 @@ from .sections import loglog_slope
 from .subjects import SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
 from .timing import interleaved_samples
 
-__all__ = ["SCHEMA", "SECTIONS", "SHAPES", "TRAIN_TARGETS", "VARIANTS", "Shape", "Subject", "evaluate_targets",
-           "interleaved_samples", "loglog_slope", "main", "parse_options", "parse_shapes", "registry_subjects",
-           "render_markdown", "run", "run_probe", "settings_from", "split_names", "subject_spec",
-           "target_verdict", "timing_probe"]
+__all__ = [
+    "SCHEMA",
+    "SECTIONS",
+    "SHAPES",
+    "TRAIN_TARGETS",
+    "VARIANTS",
+    "Shape",
+    "Subject",
+    "evaluate_targets",
+    "interleaved_samples",
+    "loglog_slope",
+    "main",
+    "parse_options",
+    "parse_shapes",
+    "registry_subjects",
+    "render_markdown",
+    "run",
+    "run_probe",
+    "settings_from",
+    "split_names",
+    "subject_spec",
+    "target_verdict",
+    "timing_probe",
+]

@@ -1,4 +1,5 @@
 """``python -m ltdrnn.bench``: the benchmark, and the child process of its memory and malloc probes."""
+
 import sys
 
 from .cli import main

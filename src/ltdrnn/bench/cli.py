@@ -1,4 +1,5 @@
 """``ltdrnn bench``: the command line, the settings it makes, and the run of the chosen sections."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,44 +28,80 @@ DEFAULT_SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops"
 
 
 QUICK = {"shapes": "adding", "repeats": 3, "warmup": 2, "lengths": "250,1000", "skip_fractions": "0,0.5,0.9"}
-FULL = {"shapes": ",".join(SHAPES), "repeats": 5, "warmup": 2, "lengths": "250,1000,4000",
-        "skip_fractions": "0,0.25,0.5,0.75,0.9"}
+FULL = {
+    "shapes": ",".join(SHAPES),
+    "repeats": 5,
+    "warmup": 2,
+    "lengths": "250,1000,4000",
+    "skip_fractions": "0,0.25,0.5,0.75,0.9",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ltdrnn bench", description="Speed of every registered cell against nn.LSTM / nn.GRU: training "
-        "step, inference, streaming latency, memory, scaling in T, achieved GFLOP/s, SA-RNN skipping.")
-    parser.add_argument("--cells", help="comma-separated registry names and/or variants "
-                        f"({', '.join(v.name for v in VARIANTS)}); default: all. nn.LSTM and nn.GRU always run")
-    parser.add_argument("--shapes", help="comma-separated shapes: " + ", ".join(
-        f"{s.name} (T={s.steps}, d={s.input_size})" for s in SHAPES.values())
-        + ", or TxD (e.g. 100x3); default: all four (--quick: adding)")
-    parser.add_argument("--quick", action="store_true", help="fast subset: adding shape, 3 repeats, 2 warm-ups, "
-                        "T in 250,1000 for scaling, skip fractions 0,0.5,0.9")
+        prog="ltdrnn bench",
+        description="Speed of every registered cell against nn.LSTM / nn.GRU: training "
+        "step, inference, streaming latency, memory, scaling in T, achieved GFLOP/s, SA-RNN skipping.",
+    )
+    parser.add_argument(
+        "--cells",
+        help="comma-separated registry names and/or variants "
+        f"({', '.join(v.name for v in VARIANTS)}); default: all. nn.LSTM and nn.GRU always run",
+    )
+    parser.add_argument(
+        "--shapes",
+        help="comma-separated shapes: "
+        + ", ".join(f"{s.name} (T={s.steps}, d={s.input_size})" for s in SHAPES.values())
+        + ", or TxD (e.g. 100x3); default: all four (--quick: adding)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fast subset: adding shape, 3 repeats, 2 warm-ups, T in 250,1000 for scaling, skip fractions 0,0.5,0.9",
+    )
     parser.add_argument("--batch", type=int, default=128, help="batch size B (default 128)")
     parser.add_argument("--hidden", type=int, default=128, help="hidden size H (default 128)")
     parser.add_argument("--repeats", type=int, help="timed runs per measurement (default 5; --quick 3)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 2, also with --quick)")
     parser.add_argument("--lengths", help="T values of the scaling section (default 250,1000,4000)")
-    parser.add_argument("--scaling-shape", default="adding", help="shape whose d the scaling and skip sections "
-                        "use (default adding)")
+    parser.add_argument(
+        "--scaling-shape", default="adding", help="shape whose d the scaling and skip sections use (default adding)"
+    )
     parser.add_argument("--stream-steps", type=int, default=100, help="steps per streaming sample (default 100)")
     parser.add_argument("--skip-fractions", help="SA-RNN forced skip fractions (default 0,0.25,0.5,0.75,0.9)")
-    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all but malloc)")
-    parser.add_argument("--option", action="append", default=[], metavar="NAME.KEY=VALUE",
-                        help="constructor option for a cell (all its subjects) or one subject, e.g. "
-                        "--option tarnn.K=1 or --option 'tarnn[K=1].impl=reference'; repeatable")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help=f"torch threads (default {torch.get_num_threads()})")
-    parser.add_argument("--no-malloc-tuning", dest="malloc_tuning", action="store_false",
-                        help="keep glibc's default malloc settings (default: apply MALLOC_MMAP_MAX_=0 and a "
-                        "large MALLOC_TRIM_THRESHOLD_ through mallopt at start-up)")
+    parser.add_argument(
+        "--sections",
+        default=",".join(DEFAULT_SECTIONS),
+        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all but malloc)",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME.KEY=VALUE",
+        help="constructor option for a cell (all its subjects) or one subject, e.g. "
+        "--option tarnn.K=1 or --option 'tarnn[K=1].impl=reference'; repeatable",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help=f"torch threads (default {torch.get_num_threads()})",
+    )
+    parser.add_argument(
+        "--no-malloc-tuning",
+        dest="malloc_tuning",
+        action="store_false",
+        help="keep glibc's default malloc settings (default: apply MALLOC_MMAP_MAX_=0 and a "
+        "large MALLOC_TRIM_THRESHOLD_ through mallopt at start-up)",
+    )
     parser.add_argument("--out", default="bench.json", help="JSON output path (default bench.json)")
     parser.add_argument("--markdown", help="markdown output path (default: printed only)")
-    parser.add_argument("--render", metavar="JSON", help="measure nothing: render the markdown of an earlier "
-                        "run's JSON (with --markdown to write it)")
+    parser.add_argument(
+        "--render",
+        metavar="JSON",
+        help="measure nothing: render the markdown of an earlier run's JSON (with --markdown to write it)",
+    )
     return parser
 
 
@@ -127,19 +164,32 @@ def settings_from(args: argparse.Namespace) -> Settings:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise ValueError(f"--sections: unknown {', '.join(unknown)}; expected some of {', '.join(SECTIONS)}")
-    for flag, value in (("--batch", args.batch), ("--hidden", args.hidden), ("--threads", args.threads),
-                        ("--stream-steps", args.stream_steps)):
+    for flag, value in (
+        ("--batch", args.batch),
+        ("--hidden", args.hidden),
+        ("--threads", args.threads),
+        ("--stream-steps", args.stream_steps),
+    ):
         if value <= 0:
             raise ValueError(f"{flag}: expected a positive integer, got {value}")
     repeats = preset["repeats"] if args.repeats is None else args.repeats
     warmup = preset["warmup"] if args.warmup is None else args.warmup
     if repeats <= 0 or warmup < 0:
         raise ValueError(f"--repeats/--warmup: expected repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    return Settings(shapes=parse_shapes(args.shapes or preset["shapes"]), batch=args.batch, hidden=args.hidden,
-                    repeats=repeats, warmup=warmup, lengths=int_list("--lengths", args.lengths or preset["lengths"]),
-                    scaling_shape=parse_shapes(args.scaling_shape)[0], stream_steps=args.stream_steps,
-                    skip_fractions=fraction_list(args.skip_fractions or preset["skip_fractions"]),
-                    sections=sections, threads=args.threads, malloc_tuning=args.malloc_tuning)
+    return Settings(
+        shapes=parse_shapes(args.shapes or preset["shapes"]),
+        batch=args.batch,
+        hidden=args.hidden,
+        repeats=repeats,
+        warmup=warmup,
+        lengths=int_list("--lengths", args.lengths or preset["lengths"]),
+        scaling_shape=parse_shapes(args.scaling_shape)[0],
+        stream_steps=args.stream_steps,
+        skip_fractions=fraction_list(args.skip_fractions or preset["skip_fractions"]),
+        sections=sections,
+        threads=args.threads,
+        malloc_tuning=args.malloc_tuning,
+    )
 
 
 def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[str, Any]:
@@ -153,15 +203,27 @@ def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[s
             described[subject.name] = subject.describe(settings.shapes[0].input_size, settings.hidden)
         except Exception as error:
             subject.error = f"{type(error).__name__}: {error}"
-            described[subject.name] = {"cell": subject.cell, "options": subject.options, "family": subject.family,
-                                       "aliases": subject.aliases, "error": subject.error}
+            described[subject.name] = {
+                "cell": subject.cell,
+                "options": subject.options,
+                "family": subject.family,
+                "aliases": subject.aliases,
+                "error": subject.error,
+            }
     result: Dict[str, Any] = {
-        "schema": SCHEMA, "created": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command, "machine": machine_description(settings.threads, peak, malloc_active),
-        "settings": {**asdict(settings), "shapes": [s.name for s in settings.shapes],
-                     "shape_sizes": {s.name: asdict(s) for s in settings.shapes},
-                     "scaling_shape": settings.scaling_shape.name},
-        "subjects": described, "errors": errors}
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "machine": machine_description(settings.threads, peak, malloc_active),
+        "settings": {
+            **asdict(settings),
+            "shapes": [s.name for s in settings.shapes],
+            "shape_sizes": {s.name: asdict(s) for s in settings.shapes},
+            "scaling_shape": settings.scaling_shape.name,
+        },
+        "subjects": described,
+        "errors": errors,
+    }
     timings = measure_sequences(subjects, settings, errors)
     result.update(timings)
     if "stream" in settings.sections:

@@ -1,5 +1,6 @@
 """The sections measured in fresh subprocesses: peak memory (``memory``) and glibc's malloc settings
 (``malloc``). ``python -m ltdrnn.bench --memory-probe SPEC`` / ``--timing-probe SPEC`` is the child."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,16 @@ from typing import Any, Dict, List, Sequence
 
 from ..memory import MALLOC_ENV, tune_malloc
 from .subjects import LSTM, Shape, Subject
-from .timing import (Settings, attach_ratios, inference_pass, interleaved_samples, median, prepare_process,
-                     progress, train_step)
+from .timing import (
+    Settings,
+    attach_ratios,
+    inference_pass,
+    interleaved_samples,
+    median,
+    prepare_process,
+    progress,
+    train_step,
+)
 
 
 def resident_mb(field: str) -> float:
@@ -65,8 +74,9 @@ def timing_probe(spec: Dict[str, Any]) -> Dict[str, Any]:
     x = shape.batch(spec["batch"])
     subjects = [Subject(**s) for s in spec["subjects"]]
     layers = {s.name: s.layer(shape.input_size, spec["hidden"]) for s in subjects}
-    samples = interleaved_samples({n: train_step(l, x) for n, l in layers.items()}, spec["repeats"],
-                                  spec["warmup"], [], {})
+    samples = interleaved_samples(
+        {n: train_step(layer, x) for n, layer in layers.items()}, spec["repeats"], spec["warmup"], [], {}
+    )
     return {name: median(s) for name, s in samples.items()}
 
 
@@ -85,25 +95,38 @@ def subject_spec(subject: Subject) -> Dict[str, Any]:
     return {"name": subject.name, "cell": subject.cell, "options": subject.options, "family": subject.family}
 
 
-def measure_memory(subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
-                   ) -> List[Dict[str, Any]]:
+def measure_memory(
+    subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
+) -> List[Dict[str, Any]]:
     records = []
     for shape in settings.shapes:
         progress(f"memory {shape.name}: one subprocess per subject")
         for subject in subjects:
             if subject.error is not None:
                 continue
-            spec = {"subject": subject_spec(subject), "shape": asdict(shape), "batch": settings.batch,
-                    "hidden": settings.hidden, "threads": settings.threads,
-                    "malloc_tuning": settings.malloc_tuning}
+            spec = {
+                "subject": subject_spec(subject),
+                "shape": asdict(shape),
+                "batch": settings.batch,
+                "hidden": settings.hidden,
+                "threads": settings.threads,
+                "malloc_tuning": settings.malloc_tuning,
+            }
             try:
                 result = run_probe("memory", spec)
             except Exception as error:
-                errors.append({"section": "memory", "shape": shape.name, "subject": subject.name,
-                               "error": f"{type(error).__name__}: {error}"})
+                errors.append(
+                    {
+                        "section": "memory",
+                        "shape": shape.name,
+                        "subject": subject.name,
+                        "error": f"{type(error).__name__}: {error}",
+                    }
+                )
                 continue
-            records.append({"subject": subject.name, "shape": shape.name, "steps": shape.steps,
-                            "batch": settings.batch, **result})
+            records.append(
+                {"subject": subject.name, "shape": shape.name, "steps": shape.steps, "batch": settings.batch, **result}
+            )
     attach_ratios(records, "train_peak_mb", {"lstm": LSTM})
     return records
 
@@ -111,15 +134,20 @@ def measure_memory(subjects: Sequence[Subject], settings: Settings, errors: List
 MALLOC_MODES = ("default", "env", "mallopt")
 
 
-def measure_malloc(subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
-                   ) -> Dict[str, Any]:
+def measure_malloc(subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Training step medians with glibc's defaults, with the environment variables, and with the same
     settings applied by ``mallopt`` at start-up; each mode in its own process, modes alternating."""
     chosen = [s for s in subjects if s.error is None and (s.cell is None or s.family == "source")]
     shape = settings.shapes[0]
-    spec = {"subjects": [subject_spec(s) for s in chosen], "shape": asdict(shape), "batch": settings.batch,
-            "hidden": settings.hidden, "threads": settings.threads, "repeats": settings.repeats,
-            "warmup": settings.warmup}
+    spec = {
+        "subjects": [subject_spec(s) for s in chosen],
+        "shape": asdict(shape),
+        "batch": settings.batch,
+        "hidden": settings.hidden,
+        "threads": settings.threads,
+        "repeats": settings.repeats,
+        "warmup": settings.warmup,
+    }
     clean_env = {k: v for k, v in os.environ.items() if k not in MALLOC_ENV}
     rounds: Dict[str, List[Dict[str, float]]] = {mode: [] for mode in MALLOC_MODES}
     for round_index in range(2):
@@ -129,10 +157,25 @@ def measure_malloc(subjects: Sequence[Subject], settings: Settings, errors: List
             try:
                 rounds[mode].append(run_probe("timing", {**spec, "mode": mode}, env))
             except Exception as error:
-                errors.append({"section": "malloc", "shape": shape.name, "subject": mode,
-                               "error": f"{type(error).__name__}: {error}"})
-    medians = {mode: {name: median([r[name] for r in results if name in r])
-                      for name in (results[0] if results else {})} for mode, results in rounds.items()}
-    speedups = {mode: {name: medians["default"][name] / seconds for name, seconds in medians[mode].items()
-                       if name in medians["default"]} for mode in MALLOC_MODES if mode != "default"}
+                errors.append(
+                    {
+                        "section": "malloc",
+                        "shape": shape.name,
+                        "subject": mode,
+                        "error": f"{type(error).__name__}: {error}",
+                    }
+                )
+    medians = {
+        mode: {name: median([r[name] for r in results if name in r]) for name in (results[0] if results else {})}
+        for mode, results in rounds.items()
+    }
+    speedups = {
+        mode: {
+            name: medians["default"][name] / seconds
+            for name, seconds in medians[mode].items()
+            if name in medians["default"]
+        }
+        for mode in MALLOC_MODES
+        if mode != "default"
+    }
     return {"shape": shape.name, "env": MALLOC_ENV, "medians": medians, "speedup": speedups}

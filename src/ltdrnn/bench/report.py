@@ -1,4 +1,5 @@
 """The speed targets' verdicts and the markdown report of a benchmark result."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence
@@ -10,8 +11,7 @@ from .subjects import TRAIN_TARGETS, stream_targets
 def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
     """One row per target and shape: the measured ratio, the limit, pass or miss and by how much."""
     subjects = result["subjects"]
-    sources = [name for name, info in subjects.items()
-               if info["family"] == "source" and info["cell"] == name]
+    sources = [name for name, info in subjects.items() if info["family"] == "source" and info["cell"] == name]
     alias = {a: name for name, info in subjects.items() for a in info["aliases"]}
     rows = []
     for target in TRAIN_TARGETS + stream_targets(sources):
@@ -19,10 +19,19 @@ def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
         key = "cell_median" if target.section == "stream" else "median"
         records = {(r["subject"], r["shape"]): r for r in result.get(target.section, [])}
         for shape in result["settings"]["shapes"]:
-            row = {"target": target.label, "subject": target.subject, "measured_as": measured_as,
-                   "section": target.section, "baseline": target.baseline, "shape": shape,
-                   "limit": target.limit, "measured": None, "passed": None, "miss_percent": None,
-                   "note": None}
+            row = {
+                "target": target.label,
+                "subject": target.subject,
+                "measured_as": measured_as,
+                "section": target.section,
+                "baseline": target.baseline,
+                "shape": shape,
+                "limit": target.limit,
+                "measured": None,
+                "passed": None,
+                "miss_percent": None,
+                "note": None,
+            }
             mine, base = records.get((measured_as, shape)), records.get((target.baseline, shape))
             if target.section not in result["settings"]["sections"]:
                 row["note"] = f"section {target.section!r} not run"
@@ -77,23 +86,39 @@ def render_markdown(result: Dict[str, Any]) -> str:
     """The report: machine, command, targets with pass/miss, then one table per section."""
     machine, settings = result["machine"], result["settings"]
     subjects = result["subjects"]
-    lines = [f"# ltdrnn bench — {result['created']}", "",
-             f"Command: `{result['command']}`", "",
-             f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch {machine['torch']}, "
-             f"{machine['torch_threads']} torch thread(s), sgemm peak "
-             f"{machine['matmul_peak']['gflops']:.1f} GFLOP/s, malloc tuning "
-             f"{'on' if machine['malloc_tuning'] else 'off'}, load average at start "
-             f"{', '.join(f'{v:.1f}' for v in machine['load_average'] or [])}.", "",
-             f"Batch {settings['batch']}, hidden {settings['hidden']}, medians of {settings['repeats']} runs "
-             f"after {settings['warmup']} warm-up run(s), subjects interleaved.", ""]
+    lines = [
+        f"# ltdrnn bench — {result['created']}",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch {machine['torch']}, "
+        f"{machine['torch_threads']} torch thread(s), sgemm peak "
+        f"{machine['matmul_peak']['gflops']:.1f} GFLOP/s, malloc tuning "
+        f"{'on' if machine['malloc_tuning'] else 'off'}, load average at start "
+        f"{', '.join(f'{v:.1f}' for v in machine['load_average'] or [])}.",
+        "",
+        f"Batch {settings['batch']}, hidden {settings['hidden']}, medians of {settings['repeats']} runs "
+        f"after {settings['warmup']} warm-up run(s), subjects interleaved.",
+        "",
+    ]
     lines += ["## Targets", ""]
-    lines += table(["target", "shape", "measured", "limit", "result"],
-                   ([r["target"] + ("" if r["subject"] == r["measured_as"] else f" ({r['measured_as']})"),
-                     r["shape"], fmt(r["measured"]), f"<= {r['limit']:g} x {r['baseline']}"
-                     + ("Cell" if r["section"] == "stream" else ""), target_verdict(r)]
-                    for r in result["targets"]))
-    for section, title in (("train", "Training step (forward + backward)"),
-                           ("inference", "Inference (no_grad forward)")):
+    lines += table(
+        ["target", "shape", "measured", "limit", "result"],
+        (
+            [
+                r["target"] + ("" if r["subject"] == r["measured_as"] else f" ({r['measured_as']})"),
+                r["shape"],
+                fmt(r["measured"]),
+                f"<= {r['limit']:g} x {r['baseline']}" + ("Cell" if r["section"] == "stream" else ""),
+                target_verdict(r),
+            ]
+            for r in result["targets"]
+        ),
+    )
+    for section, title in (
+        ("train", "Training step (forward + backward)"),
+        ("inference", "Inference (no_grad forward)"),
+    ):
         if not result.get(section):
             continue
         lines += [f"## {title}", ""]
@@ -105,47 +130,91 @@ def render_markdown(result: Dict[str, Any]) -> str:
             if not rows:
                 continue
             lines += [f"### {shape} (T={rows[0]['steps']}, d={rows[0]['input_size']}, B={rows[0]['batch']})", ""]
-            lines += table(["subject", "impl", "params", "ms", "x nn.LSTM", "x nn.GRU", "GFLOP/s",
-                            "% peak", "peak MB"],
-                           ([subject_label(r["subject"], subjects[r["subject"]]),
-                             subjects[r["subject"]].get("impl", "-"), subjects[r["subject"]].get("parameters", "-"),
-                             ms(r["median"]), fmt(r["ratio_lstm"]), fmt(r["ratio_gru"]),
-                             fmt(flops.get((r["subject"], shape), {}).get(f"{section}_gflops")),
-                             percent(flops.get((r["subject"], shape), {}).get(f"{section}_peak_fraction")),
-                             fmt(memory.get((r["subject"], shape), {}).get(peak_key), 4)]
-                            for r in sorted(rows, key=lambda r: r["median"])))
+            lines += table(
+                ["subject", "impl", "params", "ms", "x nn.LSTM", "x nn.GRU", "GFLOP/s", "% peak", "peak MB"],
+                (
+                    [
+                        subject_label(r["subject"], subjects[r["subject"]]),
+                        subjects[r["subject"]].get("impl", "-"),
+                        subjects[r["subject"]].get("parameters", "-"),
+                        ms(r["median"]),
+                        fmt(r["ratio_lstm"]),
+                        fmt(r["ratio_gru"]),
+                        fmt(flops.get((r["subject"], shape), {}).get(f"{section}_gflops")),
+                        percent(flops.get((r["subject"], shape), {}).get(f"{section}_peak_fraction")),
+                        fmt(memory.get((r["subject"], shape), {}).get(peak_key), 4),
+                    ]
+                    for r in sorted(rows, key=lambda r: r["median"])
+                ),
+            )
     if result.get("stream"):
         lines += ["## Streaming step, batch 1 (µs per step)", ""]
-        lines += table(["subject", "shape", "cell µs", "x nn.LSTMCell", "layer.step µs", "x nn.LSTM step"],
-                       ([subject_label(r["subject"], subjects[r["subject"]]), r["shape"], us(r["cell_median"]),
-                         fmt(r["ratio_lstmcell"]), us(r["layer_median"]), fmt(r["ratio_lstm_layer"])]
-                        for r in result["stream"]))
+        lines += table(
+            ["subject", "shape", "cell µs", "x nn.LSTMCell", "layer.step µs", "x nn.LSTM step"],
+            (
+                [
+                    subject_label(r["subject"], subjects[r["subject"]]),
+                    r["shape"],
+                    us(r["cell_median"]),
+                    fmt(r["ratio_lstmcell"]),
+                    us(r["layer_median"]),
+                    fmt(r["ratio_lstm_layer"]),
+                ]
+                for r in result["stream"]
+            ),
+        )
     if result.get("scaling"):
         lengths = settings["lengths"]
         lines += [f"## Scaling in T (training step ms, {settings['scaling_shape']}; slope 1 = linear)", ""]
-        lines += table(["subject"] + [f"ms T={t}" for t in lengths] + [f"µs/step T={t}" for t in lengths]
-                       + [f"x nn.LSTM T={t}" for t in lengths] + ["log-log slope"],
-                       ([subject_label(r["subject"], subjects[r["subject"]])] + [ms(s) for s in r["medians"]]
-                        + [us(s) for s in r["per_step"]] + [fmt(v) for v in r["ratio_lstm"] or [None] * len(lengths)]
-                        + [fmt(r["slope"])] for r in result["scaling"]))
+        lines += table(
+            ["subject"]
+            + [f"ms T={t}" for t in lengths]
+            + [f"µs/step T={t}" for t in lengths]
+            + [f"x nn.LSTM T={t}" for t in lengths]
+            + ["log-log slope"],
+            (
+                [subject_label(r["subject"], subjects[r["subject"]])]
+                + [ms(s) for s in r["medians"]]
+                + [us(s) for s in r["per_step"]]
+                + [fmt(v) for v in r["ratio_lstm"] or [None] * len(lengths)]
+                + [fmt(r["slope"])]
+                for r in result["scaling"]
+            ),
+        )
     if result.get("skip"):
         lines += [f"## SA-RNN skipping inference ({settings['scaling_shape']})", ""]
-        lines += table(["impl", "batch", "skip (forced)", "skip (measured)", "ms", "x dense (fused)", "x nn.GRU"],
-                       ([r["impl"], r["batch"], f"{r['target_skip']:g}", fmt(r["measured_skip"]), ms(r["median"]),
-                         fmt(r["ratio_dense"]), fmt(r["ratio_gru"])]
-                        for r in sorted(result["skip"], key=lambda r: (-r["batch"], r["impl"], r["target_skip"]))))
+        lines += table(
+            ["impl", "batch", "skip (forced)", "skip (measured)", "ms", "x dense (fused)", "x nn.GRU"],
+            (
+                [
+                    r["impl"],
+                    r["batch"],
+                    f"{r['target_skip']:g}",
+                    fmt(r["measured_skip"]),
+                    ms(r["median"]),
+                    fmt(r["ratio_dense"]),
+                    fmt(r["ratio_gru"]),
+                ]
+                for r in sorted(result["skip"], key=lambda r: (-r["batch"], r["impl"], r["target_skip"]))
+            ),
+        )
     if result.get("malloc"):
         malloc = result["malloc"]
         lines += [f"## glibc malloc settings ({malloc['shape']}; speed-up of the training step over defaults)", ""]
         names = sorted(malloc["medians"].get("default", {}))
-        lines += table(["subject", "default ms"] + [f"x faster: {m}" for m in malloc["speedup"]],
-                       ([n, ms(malloc["medians"]["default"][n])]
-                        + [fmt(malloc["speedup"][m].get(n)) for m in malloc["speedup"]] for n in names))
+        lines += table(
+            ["subject", "default ms"] + [f"x faster: {m}" for m in malloc["speedup"]],
+            (
+                [n, ms(malloc["medians"]["default"][n])] + [fmt(malloc["speedup"][m].get(n)) for m in malloc["speedup"]]
+                for n in names
+            ),
+        )
     if result["errors"]:
         lines += ["## Not measured", ""]
-        lines += table(["subject", "section", "shape", "error"],
-                       ([e.get("subject"), e.get("section", "-"), e.get("shape", "-"), e["error"]]
-                        for e in result["errors"]))
+        lines += table(
+            ["subject", "section", "shape", "error"],
+            ([e.get("subject"), e.get("section", "-"), e.get("shape", "-"), e["error"]] for e in result["errors"]),
+        )
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """The sections measured in this process: training step and inference (``train``, ``inference``), the
 batch-1 streaming step (``stream``), scaling in T (``scaling``), achieved GFLOP/s (``flops``) and
 SA-RNN's skipping inference (``skip``)."""
+
 from __future__ import annotations
 
 import math
@@ -11,12 +12,21 @@ import torch
 from torch import nn
 
 from .subjects import GRU, LSTM, Shape, Subject
-from .timing import (Settings, attach_ratios, built_layers, inference_pass, interleaved_samples, median, progress,
-                     train_step)
+from .timing import (
+    Settings,
+    attach_ratios,
+    built_layers,
+    inference_pass,
+    interleaved_samples,
+    median,
+    progress,
+    train_step,
+)
 
 
-def measure_sequences(subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
-                      ) -> Dict[str, List[Dict[str, Any]]]:
+def measure_sequences(
+    subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
+) -> Dict[str, List[Dict[str, Any]]]:
     """``train`` and ``inference`` records for every subject at every shape."""
     out: Dict[str, List[Dict[str, Any]]] = {"train": [], "inference": []}
     for shape in settings.shapes:
@@ -28,18 +38,29 @@ def measure_sequences(subjects: Sequence[Subject], settings: Settings, errors: L
                 continue
             progress(f"{section} {shape.name} (T={shape.steps}, d={shape.input_size}): {len(layers)} subjects")
             runs = {name: make(layer, x) for name, layer in layers.items()}
-            samples = interleaved_samples(runs, settings.repeats, settings.warmup, errors,
-                                          {**context, "section": section})
-            out[section] += [{"subject": name, "shape": shape.name, "steps": shape.steps,
-                              "input_size": shape.input_size, "batch": settings.batch,
-                              "samples": s, "median": median(s)} for name, s in samples.items()]
+            samples = interleaved_samples(
+                runs, settings.repeats, settings.warmup, errors, {**context, "section": section}
+            )
+            out[section] += [
+                {
+                    "subject": name,
+                    "shape": shape.name,
+                    "steps": shape.steps,
+                    "input_size": shape.input_size,
+                    "batch": settings.batch,
+                    "samples": s,
+                    "median": median(s),
+                }
+                for name, s in samples.items()
+            ]
     for section in out:
         attach_ratios(out[section], "median", {"lstm": LSTM, "gru": GRU})
     return out
 
 
-def stream_runs(subject: Subject, layer: nn.Module, input_size: int, hidden: int, steps: int
-                ) -> Tuple[Callable[[], None], Callable[[], None]]:
+def stream_runs(
+    subject: Subject, layer: nn.Module, input_size: int, hidden: int, steps: int
+) -> Tuple[Callable[[], None], Callable[[], None]]:
     """Two no-grad loops of ``steps`` batch-1 steps: the bare cell and the layer's ``step``.
 
     For nn.LSTM / nn.GRU the bare cell is nn.LSTMCell / nn.GRUCell and the layer step is the layer
@@ -63,6 +84,7 @@ def stream_runs(subject: Subject, layer: nn.Module, input_size: int, hidden: int
                 x = x_t.unsqueeze(1)
                 for _ in range(steps):
                     _, state = layer(x, state)
+
         return cell_loop, layer_loop
 
     cell = layer.cells[0]
@@ -78,11 +100,13 @@ def stream_runs(subject: Subject, layer: nn.Module, input_size: int, hidden: int
             state = None
             for _ in range(steps):
                 _, state = layer.step(x_t, state)
+
     return cell_loop, layer_loop
 
 
-def measure_stream(subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
-                   ) -> List[Dict[str, Any]]:
+def measure_stream(
+    subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
+) -> List[Dict[str, Any]]:
     """Seconds per streaming step at batch 1 (``cell_median``: bare cell, ``layer_median``: layer)."""
     records = []
     for shape in settings.shapes:
@@ -92,8 +116,9 @@ def measure_stream(subjects: Sequence[Subject], settings: Settings, errors: List
         runs = {}
         for subject in subjects:
             if subject.name in layers:
-                cell_loop, layer_loop = stream_runs(subject, layers[subject.name], shape.input_size,
-                                                    settings.hidden, settings.stream_steps)
+                cell_loop, layer_loop = stream_runs(
+                    subject, layers[subject.name], shape.input_size, settings.hidden, settings.stream_steps
+                )
                 runs[(subject.name, "cell")] = cell_loop
                 runs[(subject.name, "layer")] = layer_loop
         samples = interleaved_samples(runs, settings.repeats, settings.warmup, errors, context)
@@ -102,17 +127,27 @@ def measure_stream(subjects: Sequence[Subject], settings: Settings, errors: List
             if None in pair:
                 continue
             per_step = [[s / settings.stream_steps for s in part] for part in pair]
-            records.append({"subject": subject.name, "shape": shape.name, "input_size": shape.input_size,
-                            "batch": 1, "steps_per_sample": settings.stream_steps,
-                            "cell_samples": per_step[0], "cell_median": median(per_step[0]),
-                            "layer_samples": per_step[1], "layer_median": median(per_step[1])})
+            records.append(
+                {
+                    "subject": subject.name,
+                    "shape": shape.name,
+                    "input_size": shape.input_size,
+                    "batch": 1,
+                    "steps_per_sample": settings.stream_steps,
+                    "cell_samples": per_step[0],
+                    "cell_median": median(per_step[0]),
+                    "layer_samples": per_step[1],
+                    "layer_median": median(per_step[1]),
+                }
+            )
     attach_ratios(records, "cell_median", {"lstmcell": LSTM})
     attach_ratios(records, "layer_median", {"lstm_layer": LSTM})
     return records
 
 
-def measure_scaling(subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
-                    ) -> List[Dict[str, Any]]:
+def measure_scaling(
+    subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
+) -> List[Dict[str, Any]]:
     """Training step time at each length of ``settings.lengths``; the log-log slope tests linearity."""
     shape = settings.scaling_shape
     context = {"shape": shape.name, "section": "scaling"}
@@ -122,8 +157,9 @@ def measure_scaling(subjects: Sequence[Subject], settings: Settings, errors: Lis
         progress(f"scaling {shape.name} T={steps}")
         x = shape.batch(settings.batch, steps)
         runs = {name: train_step(layer, x) for name, layer in layers.items()}
-        for name, s in interleaved_samples(runs, settings.repeats, settings.warmup, errors,
-                                           {**context, "steps": steps}).items():
+        for name, s in interleaved_samples(
+            runs, settings.repeats, settings.warmup, errors, {**context, "steps": steps}
+        ).items():
             medians[name][steps] = median(s)
     records = []
     for name, by_length in medians.items():
@@ -131,10 +167,18 @@ def measure_scaling(subjects: Sequence[Subject], settings: Settings, errors: Lis
         if len(lengths) != len(settings.lengths):
             continue
         seconds = [by_length[t] for t in lengths]
-        records.append({"subject": name, "shape": shape.name, "input_size": shape.input_size,
-                        "batch": settings.batch, "lengths": lengths, "medians": seconds,
-                        "per_step": [s / t for s, t in zip(seconds, lengths)],
-                        "slope": loglog_slope(lengths, seconds)})
+        records.append(
+            {
+                "subject": name,
+                "shape": shape.name,
+                "input_size": shape.input_size,
+                "batch": settings.batch,
+                "lengths": lengths,
+                "medians": seconds,
+                "per_step": [s / t for s, t in zip(seconds, lengths)],
+                "slope": loglog_slope(lengths, seconds),
+            }
+        )
     lstm = next((r["medians"] for r in records if r["subject"] == LSTM), None)
     for record in records:
         record["ratio_lstm"] = [s / b for s, b in zip(record["medians"], lstm)] if lstm else None
@@ -158,30 +202,48 @@ def forward_flops_per_sequence(subject: Subject, layer: nn.Module, shape: Shape)
     applies its generic rule (one multiplication per weight per step).
     """
     from ..flops import flops_per_sequence  # imported here: the benchmark's only use of it
+
     module = layer if subject.cell is None else layer.cells[0]
     return 2.0 * flops_per_sequence(module, shape.steps)
 
 
-def flops_records(subjects: Sequence[Subject], settings: Settings, timings: Dict[str, List[Dict[str, Any]]],
-                  peak: float, errors: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def flops_records(
+    subjects: Sequence[Subject],
+    settings: Settings,
+    timings: Dict[str, List[Dict[str, Any]]],
+    peak: float,
+    errors: List[Dict[str, Any]],
+) -> List[Dict[str, Any]]:
     """Achieved GFLOP/s: forward FLOPs x B per inference pass, 3x that per training step (the usual
     convention that a backward pass costs two forward passes)."""
     medians = {(s, r["subject"], r["shape"]): r["median"] for s in ("train", "inference") for r in timings[s]}
     records = []
     for shape in settings.shapes:
-        layers = built_layers(subjects, shape.input_size, settings.hidden, errors,
-                              {"shape": shape.name, "section": "flops"})
+        layers = built_layers(
+            subjects, shape.input_size, settings.hidden, errors, {"shape": shape.name, "section": "flops"}
+        )
         for subject in subjects:
             if subject.name not in layers:
                 continue
             try:
                 flops = forward_flops_per_sequence(subject, layers[subject.name], shape)
             except Exception as error:
-                errors.append({"shape": shape.name, "section": "flops", "subject": subject.name,
-                               "error": f"{type(error).__name__}: {error}"})
+                errors.append(
+                    {
+                        "shape": shape.name,
+                        "section": "flops",
+                        "subject": subject.name,
+                        "error": f"{type(error).__name__}: {error}",
+                    }
+                )
                 continue
-            record = {"subject": subject.name, "shape": shape.name, "steps": shape.steps,
-                      "batch": settings.batch, "forward_flops_per_sequence": flops}
+            record = {
+                "subject": subject.name,
+                "shape": shape.name,
+                "steps": shape.steps,
+                "batch": settings.batch,
+                "forward_flops_per_sequence": flops,
+            }
             for section, factor in (("train", 3.0), ("inference", 1.0)):
                 seconds = medians.get((section, subject.name, shape.name))
                 gflops = factor * flops * settings.batch / seconds / 1e9 if seconds else None
@@ -215,6 +277,7 @@ def measure_skip(settings: Settings, errors: List[Dict[str, Any]]) -> List[Dict[
     skip fractions, against nn.GRU, at the benchmark batch and at batch 1."""
     from ..cells.registry import list_cells
     from ..layers import Recurrent
+
     if SKIP_CELL not in list_cells():
         errors.append({"section": "skip", "subject": SKIP_CELL, "error": "cell 'sarnn' is not registered"})
         return []
@@ -231,24 +294,39 @@ def measure_skip(settings: Settings, errors: List[Dict[str, Any]]) -> List[Dict[
                     layer = Recurrent(SKIP_CELL, shape.input_size, settings.hidden, impl=impl)
                     force_skip_fraction(layer.cells[0], fraction)
                 except Exception as error:
-                    errors.append({"section": "skip", "subject": f"{SKIP_CELL}[impl={impl}]",
-                                   "error": f"{type(error).__name__}: {error}"})
+                    errors.append(
+                        {
+                            "section": "skip",
+                            "subject": f"{SKIP_CELL}[impl={impl}]",
+                            "error": f"{type(error).__name__}: {error}",
+                        }
+                    )
                     continue
                 layers[(SKIP_CELL, impl, fraction)] = layer
                 runs[(SKIP_CELL, impl, fraction)] = inference_pass(layer, x)
         progress(f"skip {shape.name} batch {batch}: {len(runs)} runs")
-        samples = interleaved_samples(runs, settings.repeats, settings.warmup, errors,
-                                      {"section": "skip", "shape": shape.name, "batch": batch})
+        samples = interleaved_samples(
+            runs, settings.repeats, settings.warmup, errors, {"section": "skip", "shape": shape.name, "batch": batch}
+        )
         gru_median = median(samples[(GRU, None, None)]) if (GRU, None, None) in samples else None
         for (name, impl, fraction), s in samples.items():
             if name == GRU:
                 continue
             mask = layers[(name, impl, fraction)].cells[0].aux.get("update_mask")
             dense = samples.get((name, DENSE_IMPL, fraction))
-            records.append({"subject": f"{name}[impl={impl}]", "impl": impl, "shape": shape.name,
-                            "steps": shape.steps, "batch": batch, "target_skip": fraction,
-                            "measured_skip": None if mask is None else 1.0 - float(mask.mean()),
-                            "samples": s, "median": median(s),
-                            "ratio_dense": median(s) / median(dense) if dense else None,
-                            "ratio_gru": median(s) / gru_median if gru_median else None})
+            records.append(
+                {
+                    "subject": f"{name}[impl={impl}]",
+                    "impl": impl,
+                    "shape": shape.name,
+                    "steps": shape.steps,
+                    "batch": batch,
+                    "target_skip": fraction,
+                    "measured_skip": None if mask is None else 1.0 - float(mask.mean()),
+                    "samples": s,
+                    "median": median(s),
+                    "ratio_dense": median(s) / median(dense) if dense else None,
+                    "ratio_gru": median(s) / gru_median if gru_median else None,
+                }
+            )
     return records

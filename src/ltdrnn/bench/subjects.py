@@ -1,6 +1,7 @@
 """What the benchmark measures: input shapes, the named variants of registry cells that the speed
 targets need, the targets themselves, and the subjects (a registry cell through ``Recurrent``, or
 ``nn.LSTM`` / ``nn.GRU``)."""
+
 from __future__ import annotations
 
 import inspect
@@ -17,6 +18,7 @@ TORCH_SUBJECTS = (LSTM, GRU)
 @dataclass(frozen=True)
 class Shape:
     """A benchmark input: ``steps`` (T) time steps of ``input_size`` (d) features per sequence."""
+
     name: str
     steps: int
     input_size: int
@@ -42,6 +44,7 @@ SHAPES = {
 @dataclass(frozen=True)
 class Variant:
     """A named configuration of a registered cell that a speed target needs."""
+
     cell: str
     label: str
     options: Dict[str, Any]
@@ -63,6 +66,7 @@ VARIANTS = (
 @dataclass(frozen=True)
 class Target:
     """``measured(subject) / measured(baseline) <= limit`` in ``section``, at every measured shape."""
+
     label: str
     subject: str
     section: str
@@ -82,8 +86,7 @@ TRAIN_TARGETS = (
 
 def stream_targets(source_cells: Iterable[str]) -> Tuple[Target, ...]:
     """Every source-paper cell's streaming step at batch 1 is no slower than nn.LSTMCell's."""
-    return tuple(Target(f"{name} streaming step, batch 1", name, "stream", LSTM, 1.0)
-                 for name in source_cells)
+    return tuple(Target(f"{name} streaming step, batch 1", name, "stream", LSTM, 1.0) for name in source_cells)
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Subject:
 
     ``aliases`` are variant names whose options equal this subject's, so they share its numbers.
     """
+
     name: str
     cell: Optional[str]
     options: Dict[str, Any] = field(default_factory=dict)
@@ -104,12 +108,18 @@ class Subject:
         if self.cell is None:
             return getattr(nn, self.name.split(".")[1])(input_size, hidden_size, batch_first=True)
         from ..layers import Recurrent
+
         return Recurrent(self.cell, input_size, hidden_size, batch_first=True, **self.options)
 
     def describe(self, input_size: int, hidden_size: int) -> Dict[str, Any]:
         """Registry metadata, parameter count and the scan implementation in use."""
-        info: Dict[str, Any] = {"cell": self.cell, "options": self.options, "family": self.family,
-                                "aliases": self.aliases, "error": self.error}
+        info: Dict[str, Any] = {
+            "cell": self.cell,
+            "options": self.options,
+            "family": self.family,
+            "aliases": self.aliases,
+            "error": self.error,
+        }
         if self.error is None:
             layer = self.layer(input_size, hidden_size)
             info["parameters"] = sum(p.numel() for p in layer.parameters())
@@ -128,26 +138,39 @@ def registry_subjects(cells: Sequence[str] | None, options: Dict[str, Dict[str, 
     the subject's ``error`` instead, so one missing cell cannot stop the benchmark.
     """
     from ..cells.registry import entry, list_cells
+
     known = list_cells()
     variants = {v.name: v for v in VARIANTS}
     wanted = list(known) + list(variants) if cells is None else list(dict.fromkeys(cells))
     unknown = [n for n in wanted if n not in known and n not in variants]
     if unknown:
-        raise ValueError(f"--cells: unknown name(s) {', '.join(unknown)}; expected registry names "
-                         f"({', '.join(known)}) or variants ({', '.join(variants)})")
+        raise ValueError(
+            f"--cells: unknown name(s) {', '.join(unknown)}; expected registry names "
+            f"({', '.join(known)}) or variants ({', '.join(variants)})"
+        )
     subjects: Dict[str, Subject] = {}
     # plain cells first, so that a variant equal to a plain cell becomes the alias, not the reverse
     for name in sorted(wanted, key=lambda n: n in variants):
         variant = variants.get(name)
         cell = variant.cell if variant else name
         if cell not in known:
-            subjects[name] = Subject(name, cell, dict(variant.options), "source",
-                                     error=f"cell {cell!r} is not registered")
+            subjects[name] = Subject(
+                name, cell, dict(variant.options), "source", error=f"cell {cell!r} is not registered"
+            )
             continue
         chosen = {**options.get(cell, {}), **(variant.options if variant else {}), **options.get(name, {})}
         subject = Subject(name, cell, chosen, entry(cell).family, error=unaccepted_options(cell, chosen))
-        same = next((s for s in subjects.values() if s.cell == cell and s.error is None
-                     and subject.error is None and same_options(cell, s.options, chosen)), None)
+        same = next(
+            (
+                s
+                for s in subjects.values()
+                if s.cell == cell
+                and s.error is None
+                and subject.error is None
+                and same_options(cell, s.options, chosen)
+            ),
+            None,
+        )
         if same is not None:
             same.aliases.append(name)
         else:
@@ -157,6 +180,7 @@ def registry_subjects(cells: Sequence[str] | None, options: Dict[str, Dict[str, 
 
 def constructor_defaults(cell: str) -> Dict[str, Any]:
     from ..cells.registry import entry
+
     signature = inspect.signature(entry(cell).cls.__init__)
     return {k: p.default for k, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
 
@@ -168,6 +192,7 @@ def same_options(cell: str, a: Dict[str, Any], b: Dict[str, Any]) -> bool:
 
 def unaccepted_options(cell: str, options: Dict[str, Any]) -> Optional[str]:
     from ..cells.registry import entry
+
     parameters = inspect.signature(entry(cell).cls.__init__).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None

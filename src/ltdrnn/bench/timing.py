@@ -1,5 +1,6 @@
 """How the benchmark times: interleaved rounds, medians, ratios against a baseline, the settings of a
 run, the steps it times, and the process settings and machine description every measurement shares."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ from ..memory import MALLOC_ENV, tune_malloc
 from .subjects import Shape, Subject
 
 
-def interleaved_samples(runs: Dict[Any, Callable[[], Any]], repeats: int, warmup: int,
-                        errors: List[Dict[str, Any]], context: Dict[str, Any]) -> Dict[Any, List[float]]:
+def interleaved_samples(
+    runs: Dict[Any, Callable[[], Any]], repeats: int, warmup: int, errors: List[Dict[str, Any]], context: Dict[str, Any]
+) -> Dict[Any, List[float]]:
     """Seconds per call of each run: ``warmup`` untimed rounds, then ``repeats`` timed rounds.
 
     Each round calls every run once, in an order shuffled afresh each round (seeded, so runs are
@@ -57,6 +59,7 @@ def median(values: Sequence[float]) -> float:
 def attach_ratios(records: List[Dict[str, Any]], key: str, baselines: Dict[str, str]) -> None:
     """Add ``ratio_<label>`` = ``record[key] / baseline's record[key]`` within each group of records
     that share everything but the subject (same section, shape, batch ...)."""
+
     def group(r: Dict[str, Any]) -> Tuple:
         return tuple(sorted((k, str(v)) for k, v in r.items() if k in ("shape", "steps", "batch", "input_size")))
 
@@ -85,8 +88,9 @@ class Settings:
     malloc_tuning: bool
 
 
-def built_layers(subjects: Sequence[Subject], input_size: int, hidden: int, errors: List[Dict[str, Any]],
-                 context: Dict[str, Any]) -> Dict[str, nn.Module]:
+def built_layers(
+    subjects: Sequence[Subject], input_size: int, hidden: int, errors: List[Dict[str, Any]], context: Dict[str, Any]
+) -> Dict[str, nn.Module]:
     layers = {}
     for subject in subjects:
         if subject.error is not None:
@@ -103,6 +107,7 @@ def train_step(layer: nn.Module, x: Tensor) -> Callable[[], None]:
         layer.zero_grad(set_to_none=True)
         outputs, _ = layer(x)
         outputs.mean().backward()
+
     return run
 
 
@@ -110,6 +115,7 @@ def inference_pass(layer: nn.Module, x: Tensor) -> Callable[[], None]:
     def run() -> None:
         with torch.no_grad():
             layer(x)
+
     return run
 
 
@@ -128,7 +134,7 @@ def matmul_peak(threads: int, size: int = 1024, repeats: int = 10) -> Dict[str, 
     a, b = torch.randn(size, size), torch.randn(size, size)
     torch.mm(a, b)
     best = min(timed(lambda: torch.mm(a, b)) for _ in range(repeats))
-    return {"gflops": 2.0 * size ** 3 / best / 1e9, "size": size, "threads": threads}
+    return {"gflops": 2.0 * size**3 / best / 1e9, "size": size, "threads": threads}
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -138,10 +144,18 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def machine_description(threads: int, peak: Dict[str, Any], malloc_active: bool) -> Dict[str, Any]:
-    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": threads,
-            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "matmul_peak": peak, "flush_denormal": True, "malloc_tuning": malloc_active,
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    return {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "matmul_peak": peak,
+        "flush_denormal": True,
+        "malloc_tuning": malloc_active,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
 
 
 def cpu_model() -> str:

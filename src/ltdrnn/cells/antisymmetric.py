@@ -8,6 +8,7 @@ Doc: docs/cells/antisymmetric.md
 Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -19,15 +20,24 @@ from torch import Tensor, nn
 from .base import Cell, check_nonnegative_float, check_positive_float
 from .registry import ParamCount, register
 
-_PAPER = ("Chang, Chen, Haber & Chi 2019, AntisymmetricRNN: A Dynamical System View on Recurrent "
-          "Neural Networks (ICLR)")
+_PAPER = "Chang, Chen, Haber & Chi 2019, AntisymmetricRNN: A Dynamical System View on Recurrent Neural Networks (ICLR)"
 
 
-@register("antisymmetric", family="baseline", paper=_PAPER,
-          variants={"no_diffusion": {"gamma": 0.0}},
-          param_counts=(ParamCount(1, 128, 16_500, 17_000,
-                                   source="TARNN paper Table 1 (pixel MNIST, d=1, H=128): 18K incl. a "
-                                          "10-class linear head (1290)"),))
+@register(
+    "antisymmetric",
+    family="baseline",
+    paper=_PAPER,
+    variants={"no_diffusion": {"gamma": 0.0}},
+    param_counts=(
+        ParamCount(
+            1,
+            128,
+            16_500,
+            17_000,
+            source="TARNN paper Table 1 (pixel MNIST, d=1, H=128): 18K incl. a 10-class linear head (1290)",
+        ),
+    ),
+)
 class AntisymmetricRNN(Cell):
     """AntisymmetricRNN, optionally with the paper's input gate (``gated=True``).
 
@@ -49,9 +59,18 @@ class AntisymmetricRNN(Cell):
     ``(2H, d)`` matrix and the biases one ``(2H,)`` vector.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, eps: float = 0.01, gamma: float = 0.01,
-                 gated: bool = False, init_std: float = 1.0, impl: str = "auto", device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        eps: float = 0.01,
+        gamma: float = 0.01,
+        gated: bool = False,
+        init_std: float = 1.0,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.eps = check_positive_float("eps", eps)
         self.gamma = check_nonnegative_float("gamma", gamma)
@@ -93,15 +112,34 @@ class AntisymmetricRNN(Cell):
         return h, h
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", eps={self.eps}, gamma={self.gamma}, gated={self.gated}, "
-                f"init_std={self.init_std}")
+        return (
+            super().extra_repr() + f", eps={self.eps}, gamma={self.gamma}, gated={self.gated}, init_std={self.init_std}"
+        )
 
 
 @register("antisymmetric_gated", family="baseline", paper=_PAPER)
 class GatedAntisymmetricRNN(AntisymmetricRNN):
     """:class:`AntisymmetricRNN` with ``gated=True`` (its own registry name for benchmarks)."""
 
-    def __init__(self, input_size: int, hidden_size: int, eps: float = 0.01, gamma: float = 0.01,
-                 init_std: float = 1.0, impl: str = "auto", device=None, dtype=None) -> None:
-        super().__init__(input_size, hidden_size, eps=eps, gamma=gamma, gated=True, init_std=init_std,
-                         impl=impl, device=device, dtype=dtype)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        eps: float = 0.01,
+        gamma: float = 0.01,
+        init_std: float = 1.0,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            input_size,
+            hidden_size,
+            eps=eps,
+            gamma=gamma,
+            gated=True,
+            init_std=init_std,
+            impl=impl,
+            device=device,
+            dtype=dtype,
+        )

@@ -27,6 +27,7 @@ Extra outputs
     the trainer weights by its configuration; ``aux`` holds named per-step tensors of the last forward
     pass (update masks, time constants), each ``(T, B, ...)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,7 @@ class Cell(nn.Module):
     #: ``scan`` warns (GradientGrowthWarning) when it records gradients over more steps. None: no limit known.
     gradient_length_limit: int | None = None
 
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None, dtype=None) -> None:
         super().__init__()
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
@@ -96,9 +96,12 @@ class Cell(nn.Module):
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
         """Zero state for ``batch_size`` sequences. Default: ``h = 0`` of shape ``(B, H)``."""
         p = self._any_parameter()
-        return torch.zeros(batch_size, self.hidden_size,
-                           device=device if device is not None else p.device,
-                           dtype=dtype if dtype is not None else p.dtype)
+        return torch.zeros(
+            batch_size,
+            self.hidden_size,
+            device=device if device is not None else p.device,
+            dtype=dtype if dtype is not None else p.dtype,
+        )
 
     def precompute(self, x: Tensor) -> Any:
         """State-independent work for all steps: ``(T, B, d) -> P`` (T leading). Default: ``x``."""
@@ -130,8 +133,9 @@ class Cell(nn.Module):
         outputs, state = self.scan(x_t.unsqueeze(0), state)
         return outputs[0], state
 
-    def scan(self, x: Tensor, state: State | None = None, lengths: Tensor | None = None,
-             impl: str | None = None) -> Tuple[Tensor, State]:
+    def scan(
+        self, x: Tensor, state: State | None = None, lengths: Tensor | None = None, impl: str | None = None
+    ) -> Tuple[Tensor, State]:
         """Run the cell over a sequence.
 
         Args:
@@ -158,10 +162,13 @@ class Cell(nn.Module):
         x = zero_padding(x, lengths)
         limit = self.gradient_length_limit
         if limit is not None and x.shape[0] > limit and torch.is_grad_enabled():
-            warnings.warn(f"{type(self).__name__}: gradients over T={x.shape[0]} steps, more than the "
-                          f"{limit} up to which they are known to stay usable; past it they grow with T "
-                          "towards overflow (docs/reliability.md): clip them or train on shorter sequences",
-                          GradientGrowthWarning, stacklevel=2)
+            warnings.warn(
+                f"{type(self).__name__}: gradients over T={x.shape[0]} steps, more than the "
+                f"{limit} up to which they are known to stay usable; past it they grow with T "
+                "towards overflow (docs/reliability.md): clip them or train on shorter sequences",
+                GradientGrowthWarning,
+                stacklevel=2,
+            )
         impl = self.resolved_impl(impl)
         if impl == "reference":
             return self.scan_reference(x, state, lengths)
@@ -175,13 +182,11 @@ class Cell(nn.Module):
         """Raise unless ``steps`` more time steps can run from ``state``: a limit of cells with
         per-time-step parameters (TARNN's and iRNN's ``eta_per_time_step``); none by default."""
 
-    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
-                       ) -> Tuple[Tensor, State]:
+    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
         """The reference: ``for t: h_t, state = step(precompute(x)[t], state)``."""
         return loop_scan(self, self.precompute(x), state, lengths)
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, State]:
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """A fast implementation named in ``impls``; cells with fast paths override this."""
         raise NotImplementedError(f"{type(self).__name__} has no implementation {impl!r}")
 
@@ -208,17 +213,22 @@ class Cell(nn.Module):
         if x.dim() != expected_dims:
             raise ValueError(f"{name}: expected {expected_dims} dimensions, got shape {tuple(x.shape)}")
         if 0 in x.shape[:-1]:
-            raise ValueError(f"{name}: expected at least one sequence and one time step, got an empty "
-                             f"tensor of shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{name}: expected at least one sequence and one time step, got an empty "
+                f"tensor of shape {tuple(x.shape)}"
+            )
         if x.shape[-1] != self.input_size:
-            raise ValueError(f"{name}: expected last dimension input_size={self.input_size}, "
-                             f"got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{name}: expected last dimension input_size={self.input_size}, got shape {tuple(x.shape)}"
+            )
         p = self._any_parameter(required=False)
         if not x.is_floating_point():
             raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
         if p is not None and x.dtype != p.dtype:
-            raise TypeError(f"{name}: dtype {x.dtype} does not match the cell's parameters ({p.dtype}); "
-                            f"convert one of them, e.g. cell.to({x.dtype})")
+            raise TypeError(
+                f"{name}: dtype {x.dtype} does not match the cell's parameters ({p.dtype}); "
+                f"convert one of them, e.g. cell.to({x.dtype})"
+            )
 
     def check_state(self, state: State, batch_size: int, like: Tensor, name: str = "state") -> None:
         """Raise a clear error unless ``state`` has the layout of ``init_state(batch_size)`` in the
@@ -255,8 +265,7 @@ class Cell(nn.Module):
 
 
 # ---- the reference loop ---------------------------------------------------------------------------
-def loop_scan(cell: Cell, p: Any, state: State, lengths: Tensor | None = None
-              ) -> Tuple[Tensor, State]:
+def loop_scan(cell: Cell, p: Any, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
     """Run ``cell.step`` over the time slices of ``p`` (a tensor or tuple of tensors, T leading).
 
     The loop unbinds the time axis once: indexing ``p[t]`` inside the loop on a tensor that needs a
@@ -352,12 +361,20 @@ def check_lengths(lengths: Any, batch: int, steps: int, device) -> Tensor | None
             lengths = torch.as_tensor(lengths)
         except (TypeError, ValueError, RuntimeError):
             raise ValueError(f"lengths: expected integers, got {lengths!r}") from None
-    if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.shape[0] != batch \
-            or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+    if (
+        not isinstance(lengths, Tensor)
+        or lengths.dim() != 1
+        or lengths.shape[0] != batch
+        or lengths.is_floating_point()
+        or lengths.is_complex()
+        or lengths.dtype == torch.bool
+    ):
         raise ValueError(f"lengths: expected an integer tensor of shape ({batch},), got {describe(lengths)}")
     if len(lengths) and (int(lengths.min()) < 1 or int(lengths.max()) > steps):
-        raise ValueError(f"lengths: expected values in [1, {steps}] (the padded length), got "
-                         f"min {int(lengths.min())}, max {int(lengths.max())}")
+        raise ValueError(
+            f"lengths: expected values in [1, {steps}] (the padded length), got "
+            f"min {int(lengths.min())}, max {int(lengths.max())}"
+        )
     return lengths.to(device=device, dtype=torch.long)
 
 
@@ -374,13 +391,13 @@ def check_state_like(given: Any, expected: State, path: str = "state") -> None:
     """Raise a ValueError/TypeError naming ``path`` unless ``given`` is laid out like ``expected``."""
     if isinstance(expected, Tensor):
         if not isinstance(given, Tensor) or given.shape != expected.shape:
-            raise ValueError(f"{path}: expected a tensor of shape {tuple(expected.shape)}, "
-                             f"got {describe(given)}")
+            raise ValueError(f"{path}: expected a tensor of shape {tuple(expected.shape)}, got {describe(given)}")
         if given.dtype != expected.dtype:
             raise TypeError(f"{path}: expected dtype {expected.dtype}, got {given.dtype}")
         if given.device != expected.device:
-            raise ValueError(f"{path}: expected a tensor on {expected.device} (where the input is), "
-                             f"got one on {given.device}")
+            raise ValueError(
+                f"{path}: expected a tensor on {expected.device} (where the input is), got one on {given.device}"
+            )
         return
     if not isinstance(given, (tuple, list)) or len(given) != len(expected):
         raise ValueError(f"{path}: expected a tuple of {len(expected)} tensors, got {describe(given)}")

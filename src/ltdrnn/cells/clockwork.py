@@ -6,6 +6,7 @@ Doc: docs/cells/clockwork.md
 Tests: tests/cells/test_clockwork.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -15,8 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import State, activation, check_positive_int
-from .registry import register
 from .masked import MaskedCell
+from .registry import register
 
 _PAPER = "Koutnik, Greff, Gomez & Schmidhuber 2014, A Clockwork RNN (ICML)"
 
@@ -54,23 +55,32 @@ class ClockworkRNN(MaskedCell):
         nonlinearity: ``"tanh"`` (paper) or ``"relu"``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_modules: int = 10,
-                 periods: Sequence[int] | None = None, nonlinearity: str = "tanh", impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_modules: int = 10,
+        periods: Sequence[int] | None = None,
+        nonlinearity: str = "tanh",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.num_modules = check_positive_int("num_modules", num_modules)
         if num_modules > hidden_size:
-            raise ValueError(f"num_modules: expected at most hidden_size={hidden_size} modules, "
-                             f"got {num_modules}")
+            raise ValueError(f"num_modules: expected at most hidden_size={hidden_size} modules, got {num_modules}")
         self.periods = self._check_periods(periods, num_modules)
         self.nonlinearity = nonlinearity
         self.phi = activation(nonlinearity, "nonlinearity")
-        self.module_sizes = [hidden_size // num_modules + (1 if i < hidden_size % num_modules else 0)
-                             for i in range(num_modules)]
+        self.module_sizes = [
+            hidden_size // num_modules + (1 if i < hidden_size % num_modules else 0) for i in range(num_modules)
+        ]
         module_of_unit = torch.repeat_interleave(torch.arange(num_modules), torch.tensor(self.module_sizes))
-        self.register_buffer("unit_periods", torch.tensor(self.periods)[module_of_unit].to(
-            device=device), persistent=False)
-        reads = module_of_unit.unsqueeze(1) <= module_of_unit.unsqueeze(0)   # row module <= column module
+        self.register_buffer(
+            "unit_periods", torch.tensor(self.periods)[module_of_unit].to(device=device), persistent=False
+        )
+        reads = module_of_unit.unsqueeze(1) <= module_of_unit.unsqueeze(0)  # row module <= column module
         self.register_buffer("recurrent_mask", reads.to(**self.factory), persistent=False)
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.weight_hh = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
@@ -80,12 +90,12 @@ class ClockworkRNN(MaskedCell):
     @staticmethod
     def _check_periods(periods: Sequence[int] | None, num_modules: int) -> list[int]:
         if periods is None:
-            return [2 ** i for i in range(num_modules)]
+            return [2**i for i in range(num_modules)]
         periods = list(periods)
-        if len(periods) != num_modules or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0
-                                                  for p in periods):
-            raise ValueError(f"periods: expected {num_modules} positive integers (one per module), "
-                             f"got {periods!r}")
+        if len(periods) != num_modules or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in periods
+        ):
+            raise ValueError(f"periods: expected {num_modules} positive integers (one per module), got {periods!r}")
         if periods != sorted(periods):
             raise ValueError(f"periods: expected non-decreasing periods (fast modules first), got {periods!r}")
         return periods

@@ -7,6 +7,7 @@ turns the ODE's damping into anti-damping. A raw learned ``eta`` of 1e-3 under A
 sign within three optimiser steps (measured; see docs/cells/tarnn.md), so the step sizes are positive
 by construction, ``eta = exp(log_eta)``, unless the literal raw parameter is asked for.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ class EulerSteps(nn.Module):
     either way; :meth:`assign_` sets it.
     """
 
-    def __init__(self, steps: int, init: float, per_time_step: bool, max_length: int | None,
-                 factory: dict, param: str = "exp") -> None:
+    def __init__(
+        self, steps: int, init: float, per_time_step: bool, max_length: int | None, factory: dict, param: str = "exp"
+    ) -> None:
         super().__init__()
         self.steps = check_positive_int("K", steps)
         self.init = check_positive_float("eta", init)
@@ -43,12 +45,13 @@ class EulerSteps(nn.Module):
         self.per_time_step = per_time_step
         if per_time_step:
             if max_length is None:
-                raise ValueError("max_length: expected a positive integer when eta_per_time_step=True "
-                                 "(one row of step sizes per time step), got None")
+                raise ValueError(
+                    "max_length: expected a positive integer when eta_per_time_step=True "
+                    "(one row of step sizes per time step), got None"
+                )
             self.max_length = check_positive_int("max_length", max_length)
         elif max_length is not None:
-            raise ValueError(f"max_length: only used with eta_per_time_step=True; expected None, "
-                             f"got {max_length!r}")
+            raise ValueError(f"max_length: only used with eta_per_time_step=True; expected None, got {max_length!r}")
         else:
             self.max_length = None
         shape = (self.max_length, steps) if per_time_step else (steps,)
@@ -74,8 +77,9 @@ class EulerSteps(nn.Module):
         eta = torch.as_tensor(eta, dtype=self.parameter.dtype, device=self.parameter.device)
         if self.param == "exp":
             if not bool((eta > 0).all()):
-                raise ValueError("eta: expected positive step sizes with eta_param='exp', got "
-                                 f"{eta.min().item()!r} as the smallest")
+                raise ValueError(
+                    f"eta: expected positive step sizes with eta_param='exp', got {eta.min().item()!r} as the smallest"
+                )
             eta = eta.log()
         self.parameter.copy_(eta.expand_as(self.parameter))
 
@@ -90,9 +94,11 @@ class EulerSteps(nn.Module):
             return
         last = int(counter.max()) + steps
         if last > self.max_length:
-            raise ValueError(f"max_length: the per-time-step step sizes cover {self.max_length} time "
-                             f"steps, but this call reaches time step {last}; build the cell with a "
-                             f"larger max_length")
+            raise ValueError(
+                f"max_length: the per-time-step step sizes cover {self.max_length} time "
+                f"steps, but this call reaches time step {last}; build the cell with a "
+                f"larger max_length"
+            )
 
     def extra_repr(self) -> str:
         extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
@@ -134,9 +140,16 @@ class EulerCell(Cell):
         """Whether :meth:`forward` may take the lean streaming path: no autograd, the fused impl, a
         plain tensor state and well-formed input; anything unusual (including input that
         :meth:`Cell.forward` rejects with a clear error) goes the general way."""
-        return (not torch.is_grad_enabled() and not self.per_time_step and isinstance(state, Tensor)
-                and isinstance(x_t, Tensor) and x_t.dim() == 2 and x_t.shape[1] == self.input_size
-                and x_t.dtype == state.dtype == self.bias.dtype and self.resolved_impl() == "fused")
+        return (
+            not torch.is_grad_enabled()
+            and not self.per_time_step
+            and isinstance(state, Tensor)
+            and isinstance(x_t, Tensor)
+            and x_t.dim() == 2
+            and x_t.shape[1] == self.input_size
+            and x_t.dtype == state.dtype == self.bias.dtype
+            and self.resolved_impl() == "fused"
+        )
 
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
@@ -147,7 +160,7 @@ class EulerCell(Cell):
         return h, h
 
     def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
-        if self.per_time_step:   # the counter picks the step sizes: the sequence path handles it
+        if self.per_time_step:  # the counter picks the step sizes: the sequence path handles it
             return None
         h = self.lean_step(x_t, state)
         return h, h

@@ -8,6 +8,7 @@ Doc: docs/cells/fast.md
 Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -18,8 +19,10 @@ from torch import Tensor, nn
 from .base import Cell, activation, check_finite_float, check_positive_int
 from .registry import ParamCount, register
 
-_PAPER = ("Kusupati et al. 2018, FastGRNN: A Fast, Accurate, Stable and Tiny Kilobyte Sized Gated "
-          "Recurrent Neural Network (NeurIPS)")
+_PAPER = (
+    "Kusupati et al. 2018, FastGRNN: A Fast, Accurate, Stable and Tiny Kilobyte Sized Gated "
+    "Recurrent Neural Network (NeurIPS)"
+)
 
 
 class FastBase(Cell):
@@ -30,8 +33,16 @@ class FastBase(Cell):
     EdgeML): every weight factor ``N(0, 0.1^2)``, biases 1.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, w_rank: int | None = None,
-                 u_rank: int | None = None, impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        w_rank: int | None = None,
+        u_rank: int | None = None,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.w_rank = None if w_rank is None else check_positive_int("w_rank", w_rank)
         self.u_rank = None if u_rank is None else check_positive_int("u_rank", u_rank)
@@ -59,20 +70,32 @@ class FastBase(Cell):
         return self.apply_factors(self.W, x)
 
     def extra_repr(self) -> str:
-        ranks = "".join(f", {n}={v}" for n, v in (("w_rank", self.w_rank), ("u_rank", self.u_rank))
-                        if v is not None)
+        ranks = "".join(f", {n}={v}" for n, v in (("w_rank", self.w_rank), ("u_rank", self.u_rank)) if v is not None)
         return super().extra_repr() + ranks
 
 
-@register("fastrnn", family="baseline", paper=_PAPER,
-          variants={"lowrank": {"w_rank": 2, "u_rank": 3}, "relu": {"nonlinearity": "relu"}},
-          param_counts=(
-              ParamCount(1, 128, 16_500, 17_000,
-                         source="TARNN paper Table 1 (pixel MNIST, d=1, H=128): 18K incl. a 10-class "
-                                "linear head (1290)"),
-              ParamCount(256, 256, 130_500, 131_500,
-                         source="TARNN paper Table 2 (PTB, embedding 256, H=256, RNN parameters only): 131K"),
-          ))
+@register(
+    "fastrnn",
+    family="baseline",
+    paper=_PAPER,
+    variants={"lowrank": {"w_rank": 2, "u_rank": 3}, "relu": {"nonlinearity": "relu"}},
+    param_counts=(
+        ParamCount(
+            1,
+            128,
+            16_500,
+            17_000,
+            source="TARNN paper Table 1 (pixel MNIST, d=1, H=128): 18K incl. a 10-class linear head (1290)",
+        ),
+        ParamCount(
+            256,
+            256,
+            130_500,
+            131_500,
+            source="TARNN paper Table 2 (PTB, embedding 256, H=256, RNN parameters only): 131K",
+        ),
+    ),
+)
 class FastRNN(FastBase):
     """FastRNN: a tanh RNN step added to a leaky copy of the state.
 
@@ -91,9 +114,19 @@ class FastRNN(FastBase):
         alpha_init, beta_init: initial values of the pre-sigmoid scalars.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, nonlinearity: str = "tanh",
-                 w_rank: int | None = None, u_rank: int | None = None, alpha_init: float = -3.0,
-                 beta_init: float = 3.0, impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        nonlinearity: str = "tanh",
+        w_rank: int | None = None,
+        u_rank: int | None = None,
+        alpha_init: float = -3.0,
+        beta_init: float = 3.0,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, w_rank, u_rank, impl=impl, device=device, dtype=dtype)
         self.nonlinearity = nonlinearity
         self.phi = activation(nonlinearity, "nonlinearity")
@@ -119,8 +152,7 @@ class FastRNN(FastBase):
         return super().extra_repr() + f", nonlinearity={self.nonlinearity!r}"
 
 
-@register("fastgrnn", family="baseline", paper=_PAPER,
-          variants={"lowrank": {"w_rank": 2, "u_rank": 3}})
+@register("fastgrnn", family="baseline", paper=_PAPER, variants={"lowrank": {"w_rank": 2, "u_rank": 3}})
 class FastGRNN(FastBase):
     """FastGRNN: a gate that shares ``W`` and ``U`` with the update, plus learned scalars zeta, nu.
 
@@ -141,10 +173,20 @@ class FastGRNN(FastBase):
             model is the full-rank one).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, gate_nonlinearity: str = "sigmoid",
-                 update_nonlinearity: str = "tanh", w_rank: int | None = None, u_rank: int | None = None,
-                 zeta_init: float = 1.0, nu_init: float = -4.0, impl: str = "auto", device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        gate_nonlinearity: str = "sigmoid",
+        update_nonlinearity: str = "tanh",
+        w_rank: int | None = None,
+        u_rank: int | None = None,
+        zeta_init: float = 1.0,
+        nu_init: float = -4.0,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, w_rank, u_rank, impl=impl, device=device, dtype=dtype)
         self.gate_nonlinearity, self.update_nonlinearity = gate_nonlinearity, update_nonlinearity
         self.gate_phi = activation(gate_nonlinearity, "gate_nonlinearity")
@@ -172,5 +214,7 @@ class FastGRNN(FastBase):
         return h, h
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", gate_nonlinearity={self.gate_nonlinearity!r}, "
-                f"update_nonlinearity={self.update_nonlinearity!r}")
+        return (
+            super().extra_repr() + f", gate_nonlinearity={self.gate_nonlinearity!r}, "
+            f"update_nonlinearity={self.update_nonlinearity!r}"
+        )

@@ -14,6 +14,7 @@ Doc: docs/cells/gated.md
 Tests: tests/cells/test_gated.py, tests/cells/test_contract.py
 Kernel: none of ours (the "fused" paths of gru, lstm, rnn_relu and rnn_tanh call torch's RNN kernels, torch._VF)
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,9 @@ class TorchRNNCell(Cell):
     #: the name of the torch fused op in ``torch._VF``
     fused_op = ""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         if not isinstance(bias, bool):
             raise TypeError(f"bias: expected a bool, got {bias!r}")
@@ -84,8 +86,7 @@ class TorchRNNCell(Cell):
         return F.linear(h, self.weight_hh, self.bias_hh)
 
     # ---- fused paths ---------------------------------------------------------------------------
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, State]:
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Torch's fused kernel over the whole sequence.
 
         With ``lengths``, ``"fused"`` runs the kernel once per stretch between consecutive distinct
@@ -102,8 +103,7 @@ class TorchRNNCell(Cell):
 
     def _fused(self, x: Tensor, state: State) -> Tuple[Tensor, State]:
         op = getattr(torch._VF, self.fused_op)
-        result = op(x, self._to_torch_state(state), self.flat_weights(), self.bias, 1, 0.0, self.training,
-                    False, False)
+        result = op(x, self._to_torch_state(state), self.flat_weights(), self.bias, 1, 0.0, self.training, False, False)
         return result[0], self._from_torch_state(result[1:])
 
     def _fused_segments(self, x: Tensor, state: State, lengths: Tensor) -> Tuple[Tensor, State]:
@@ -121,8 +121,7 @@ class TorchRNNCell(Cell):
         op = getattr(torch._VF, self.fused_op)
         packed = pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False)
         hx = self._permute(self._to_torch_state(state), packed.sorted_indices)
-        result = op(packed.data, packed.batch_sizes, hx, self.flat_weights(), self.bias, 1, 0.0,
-                    self.training, False)
+        result = op(packed.data, packed.batch_sizes, hx, self.flat_weights(), self.bias, 1, 0.0, self.training, False)
         out = PackedSequence(result[0], packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
         outputs, _ = pad_packed_sequence(out, total_length=x.shape[0])
         return outputs, self._from_torch_state(self._permute(result[1:], packed.unsorted_indices))
@@ -143,17 +142,25 @@ class TorchRNNCell(Cell):
         return super().extra_repr() + ("" if self.bias else ", bias=False")
 
 
-@register("lstm", family="baseline",
-          paper="Hochreiter & Schmidhuber 1997, Long short-term memory; torch.nn.LSTM formulation",
-          variants={"no_bias": {"bias": False}, "forget_bias": {"forget_bias": 1.0}},
-          param_counts=(
-              ParamCount(2, 128, 66_500, 67_900, source=_SRNN_T5.format(head=129) + ": 67k"),
-              ParamCount(1, 128, 66_500, 67_500, source=_TARNN_T1.format(task="pixel MNIST", d=1) + ": 68K"),
-              ParamCount(28, 128, 80_200, 81_200, source=_TARNN_T1.format(task="noisy MNIST", d=28) + ": 82K"),
-              ParamCount(1, 100, 40_500, 41_500, source=_MIST_T1),
-              ParamCount(256, 256, 522_000, 527_000,
-                         source="TARNN paper Table 2 (PTB, embedding 256, H=256, RNN parameters only): 524K"),
-          ))
+@register(
+    "lstm",
+    family="baseline",
+    paper="Hochreiter & Schmidhuber 1997, Long short-term memory; torch.nn.LSTM formulation",
+    variants={"no_bias": {"bias": False}, "forget_bias": {"forget_bias": 1.0}},
+    param_counts=(
+        ParamCount(2, 128, 66_500, 67_900, source=_SRNN_T5.format(head=129) + ": 67k"),
+        ParamCount(1, 128, 66_500, 67_500, source=_TARNN_T1.format(task="pixel MNIST", d=1) + ": 68K"),
+        ParamCount(28, 128, 80_200, 81_200, source=_TARNN_T1.format(task="noisy MNIST", d=28) + ": 82K"),
+        ParamCount(1, 100, 40_500, 41_500, source=_MIST_T1),
+        ParamCount(
+            256,
+            256,
+            522_000,
+            527_000,
+            source="TARNN paper Table 2 (PTB, embedding 256, H=256, RNN parameters only): 524K",
+        ),
+    ),
+)
 class LSTM(TorchRNNCell):
     """Long short-term memory, exactly as ``torch.nn.LSTM`` (one layer, one direction).
 
@@ -174,8 +181,16 @@ class LSTM(TorchRNNCell):
     gates = 4
     fused_op = "lstm"
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 forget_bias: float | None = None, impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        forget_bias: float | None = None,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         self.forget_bias = None if forget_bias is None else check_finite_float("forget_bias", forget_bias)
         if forget_bias is not None and not bias:
             raise ValueError("forget_bias: needs bias=True (there is no bias to set)")
@@ -211,11 +226,13 @@ class LSTM(TorchRNNCell):
         return tuple(s.squeeze(0) for s in hidden)
 
 
-@register("gru", family="baseline",
-          paper="Cho et al. 2014, Learning phrase representations using RNN encoder-decoder; "
-                "torch.nn.GRU formulation",
-          variants={"no_bias": {"bias": False}},
-          param_counts=(ParamCount(2, 128, 50_000, 51_000, source=_SRNN_T5.format(head=129) + ": 50k"),))
+@register(
+    "gru",
+    family="baseline",
+    paper="Cho et al. 2014, Learning phrase representations using RNN encoder-decoder; torch.nn.GRU formulation",
+    variants={"no_bias": {"bias": False}},
+    param_counts=(ParamCount(2, 128, 50_000, 51_000, source=_SRNN_T5.format(head=129) + ": 50k"),),
+)
 class GRU(TorchRNNCell):
     """Gated recurrent unit, exactly as ``torch.nn.GRU`` (reset gate applied after ``W_hn``).
 
@@ -252,10 +269,16 @@ class ElmanRNN(TorchRNNCell):
         return h, h
 
 
-@register("rnn_tanh", family="baseline", paper="Elman 1990, Finding structure in time; torch.nn.RNN",
-          variants={"no_bias": {"bias": False}},
-          param_counts=(ParamCount(2, 128, 16_500, 17_500, source=_SRNN_T5.format(head=129) + ": 17k"),
-                        ParamCount(1, 198, 39_300, 40_300, source=_MIST_T1 + " (simple RNN, H=198)")))
+@register(
+    "rnn_tanh",
+    family="baseline",
+    paper="Elman 1990, Finding structure in time; torch.nn.RNN",
+    variants={"no_bias": {"bias": False}},
+    param_counts=(
+        ParamCount(2, 128, 16_500, 17_500, source=_SRNN_T5.format(head=129) + ": 17k"),
+        ParamCount(1, 198, 39_300, 40_300, source=_MIST_T1 + " (simple RNN, H=198)"),
+    ),
+)
 class RNNTanh(ElmanRNN):
     """``torch.nn.RNN(nonlinearity="tanh")``: ``h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)``."""
 
@@ -263,8 +286,12 @@ class RNNTanh(ElmanRNN):
     fused_op = "rnn_tanh"
 
 
-@register("rnn_relu", family="baseline", paper="Elman 1990, Finding structure in time; torch.nn.RNN",
-          variants={"no_bias": {"bias": False}})
+@register(
+    "rnn_relu",
+    family="baseline",
+    paper="Elman 1990, Finding structure in time; torch.nn.RNN",
+    variants={"no_bias": {"bias": False}},
+)
 class RNNReLU(ElmanRNN):
     """``torch.nn.RNN(nonlinearity="relu")``: ``h_t = relu(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)``."""
 
@@ -273,9 +300,11 @@ class RNNReLU(ElmanRNN):
 
 
 # ---- UGRNN ---------------------------------------------------------------------------------------
-@register("ugrnn", family="baseline",
-          paper="Collins, Sohl-Dickstein & Sussillo 2017, Capacity and trainability in recurrent "
-                "neural networks (ICLR)")
+@register(
+    "ugrnn",
+    family="baseline",
+    paper="Collins, Sohl-Dickstein & Sussillo 2017, Capacity and trainability in recurrent neural networks (ICLR)",
+)
 class UGRNN(Cell):
     """Update-gate RNN: one gate interpolating between the old state and a tanh candidate.
 
@@ -291,8 +320,9 @@ class UGRNN(Cell):
     UGRNN cell used by the paper's authors does with its forget bias).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, gate_bias: float = 1.0, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, gate_bias: float = 1.0, impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self.weight_ih = nn.Parameter(torch.empty(2 * hidden_size, input_size, **self.factory))
@@ -306,7 +336,7 @@ class UGRNN(Cell):
         nn.init.uniform_(self.weight_hh, -bound, bound)
         with torch.no_grad():
             self.bias.zero_()
-            self.bias[self.hidden_size:] = self.gate_bias
+            self.bias[self.hidden_size :] = self.gate_bias
 
     def precompute(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight_ih, self.bias)

@@ -6,6 +6,7 @@ Doc: docs/cells/indrnn.md
 Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -28,10 +29,13 @@ def recurrent_bound(steps: int, gamma: float = 2.0) -> float:
     return float(check_positive_float("gamma", gamma) ** (1.0 / steps))
 
 
-@register("indrnn", family="baseline",
-          paper="Li, Li, Cook, Zhu & Gao 2018, Independently Recurrent Neural Network (IndRNN): "
-                "Building A Longer and Deeper RNN (CVPR)",
-          variants={"clipped": {"recurrent_max": 1.05}, "tanh": {"nonlinearity": "tanh"}})
+@register(
+    "indrnn",
+    family="baseline",
+    paper="Li, Li, Cook, Zhu & Gao 2018, Independently Recurrent Neural Network (IndRNN): "
+    "Building A Longer and Deeper RNN (CVPR)",
+    variants={"clipped": {"recurrent_max": 1.05}, "tanh": {"nonlinearity": "tanh"}},
+)
 class IndRNN(Cell):
     """Independently recurrent network: the recurrent weight is a vector, applied elementwise.
 
@@ -52,17 +56,28 @@ class IndRNN(Cell):
     Init: ``u ~ U(recurrent_init)``, ``W ~ N(0, input_init_std^2)``, ``b = 0``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, nonlinearity: str = "relu",
-                 recurrent_max: float | None = None, recurrent_init: Tuple[float, float] = (0.0, 1.0),
-                 input_init_std: float = 0.001, impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        nonlinearity: str = "relu",
+        recurrent_max: float | None = None,
+        recurrent_init: Tuple[float, float] = (0.0, 1.0),
+        input_init_std: float = 0.001,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.nonlinearity = nonlinearity
         self.phi = activation(nonlinearity, "nonlinearity")
-        self.recurrent_max = None if recurrent_max is None else check_positive_float("recurrent_max",
-                                                                                     recurrent_max)
-        if not (isinstance(recurrent_init, (tuple, list)) and len(recurrent_init) == 2
-                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in recurrent_init)
-                and recurrent_init[0] <= recurrent_init[1]):
+        self.recurrent_max = None if recurrent_max is None else check_positive_float("recurrent_max", recurrent_max)
+        if not (
+            isinstance(recurrent_init, (tuple, list))
+            and len(recurrent_init) == 2
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in recurrent_init)
+            and recurrent_init[0] <= recurrent_init[1]
+        ):
             raise ValueError(f"recurrent_init: expected (low, high) with low <= high, got {recurrent_init!r}")
         self.recurrent_init = (float(recurrent_init[0]), float(recurrent_init[1]))
         self.input_init_std = check_positive_float("input_init_std", input_init_std)
@@ -97,5 +112,7 @@ class IndRNN(Cell):
         return h, h
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", nonlinearity={self.nonlinearity!r}, "
-                f"recurrent_max={self.recurrent_max}, recurrent_init={self.recurrent_init}")
+        return (
+            super().extra_repr() + f", nonlinearity={self.nonlinearity!r}, "
+            f"recurrent_max={self.recurrent_max}, recurrent_init={self.recurrent_init}"
+        )

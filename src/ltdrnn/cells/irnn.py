@@ -18,6 +18,7 @@ Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
 Kernel: none (the fused path is a hand-written autograd function)
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,16 @@ from torch import Tensor, nn
 
 from ..memory import empty_buffer
 from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
-from .base import (State, activation as activation_function, check_choice, check_positive_float, check_positive_int,
-                   mask_outputs)
+from .base import (
+    State,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    mask_outputs,
+)
+from .base import (
+    activation as activation_function,
+)
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
@@ -42,9 +51,10 @@ DEFAULT_RANK = 16
 
 
 @register(
-    "irnn", family="source",
+    "irnn",
+    family="source",
     paper="Kag, Zhang & Saligrama, RNNs incrementally evolving on an equilibrium manifold: a panacea for "
-          "vanishing and exploding gradients? (ICLR 2020; reviewed as 'Incremental RNN: a dynamical view')",
+    "vanishing and exploding gradients? (ICLR 2020; reviewed as 'Incremental RNN: a dynamical view')",
     test_options={"rank": 2},
     variants={
         "full_rank_eq5": {"rank": None, "projection": False},
@@ -56,19 +66,22 @@ DEFAULT_RANK = 16
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "K": 2},
     },
     param_counts=(
-        ParamCount(1, 128, 3_500, 4_500, {"rank": 15},
-                   source="iRNN Table 1 pixel-MNIST K=1/3: 4k (rank not given; 15 fits)"),
-        ParamCount(1, 128, 7_500, 8_500, {"rank": 30},
-                   source="iRNN Table 1 permuted-MNIST K=1: 8k (rank not given; 30 fits)"),
-        ParamCount(28, 128, 5_500, 6_500, {"rank": 9},
-                   source="iRNN Table 2 noisy-MNIST K=1: 6k (rank not given; 9 fits)"),
-        ParamCount(9, 80, 3_500, 4_500, {"rank": 20},
-                   source="iRNN Table 3 HAR-2 K=1/3/5: 4k (rank not given; 20 fits)"),
-        ParamCount(32, 80, 8_000, 8_200, {"rank": 34},
-                   source="iRNN Table 9 Google-12: 8.1k (rank not given; 34 fits)"),
-        ParamCount(32, 80, 8_400, 8_600, {"rank": 36},
-                   source="iRNN Table 3 Google-30: 8.5k (rank not given; 36 fits)"),
-    ))
+        ParamCount(
+            1, 128, 3_500, 4_500, {"rank": 15}, source="iRNN Table 1 pixel-MNIST K=1/3: 4k (rank not given; 15 fits)"
+        ),
+        ParamCount(
+            1, 128, 7_500, 8_500, {"rank": 30}, source="iRNN Table 1 permuted-MNIST K=1: 8k (rank not given; 30 fits)"
+        ),
+        ParamCount(
+            28, 128, 5_500, 6_500, {"rank": 9}, source="iRNN Table 2 noisy-MNIST K=1: 6k (rank not given; 9 fits)"
+        ),
+        ParamCount(
+            9, 80, 3_500, 4_500, {"rank": 20}, source="iRNN Table 3 HAR-2 K=1/3/5: 4k (rank not given; 20 fits)"
+        ),
+        ParamCount(32, 80, 8_000, 8_200, {"rank": 34}, source="iRNN Table 9 Google-12: 8.1k (rank not given; 34 fits)"),
+        ParamCount(32, 80, 8_400, 8_600, {"rank": 36}, source="iRNN Table 3 Google-30: 8.5k (rank not given; 36 fits)"),
+    ),
+)
 class IRNN(EulerCell):
     """Incremental RNN: K Euler steps towards the equilibrium of an incremental CTRNN per time step.
 
@@ -128,12 +141,26 @@ class IRNN(EulerCell):
     impls = ("reference", "fused")
     default_impl = "fused"
 
-    def __init__(self, input_size: int, hidden_size: int, K: int = 1, rank: int | str | None = "auto",
-                 projection: bool = True, alpha: float = 1.0, learn_alpha: bool = False, eta: float = 1e-2,
-                 eta_per_time_step: bool = False, max_length: int | None = None, reading: str = "residual",
-                 contractive: bool = False,
-                 activation: str = "relu", eta_param: str = "exp", impl: str = "auto", device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        K: int = 1,
+        rank: int | str | None = "auto",
+        projection: bool = True,
+        alpha: float = 1.0,
+        learn_alpha: bool = False,
+        eta: float = 1e-2,
+        eta_per_time_step: bool = False,
+        max_length: int | None = None,
+        reading: str = "residual",
+        contractive: bool = False,
+        activation: str = "relu",
+        eta_param: str = "exp",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.K = check_positive_int("K", K)
         if rank == "auto":
@@ -204,7 +231,7 @@ class IRNN(EulerCell):
             y = g + h
             a = self.apply_u(y) + p_t
             drive = self.phi(self.apply_u(a) if self.projection else a)
-            eta_i = eta[i] if counter is None else eta[:, i:i + 1]
+            eta_i = eta[i] if counter is None else eta[:, i : i + 1]
             g = g + eta_i * (drive - alpha * y)
         h_new = h + g if self.reading == "residual" else g
         return h_new, join_counter(h_new, None if counter is None else counter + 1)
@@ -249,8 +276,7 @@ class IRNN(EulerCell):
         alpha = float(self.alpha())
         return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.values()), alpha
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, State]:
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`_FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
         linear map of the input, applied for all steps before the loop. Per-time-step step sizes fall
         back to the reference loop."""
@@ -262,14 +288,17 @@ class IRNN(EulerCell):
             second = first.new_empty(0)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
-        outputs = _FusedIRNN.apply(x, weight, bias, state, first, second, self.steps.values(), alpha,
-                                   self.activation, *READINGS[self.reading])
+        outputs = _FusedIRNN.apply(
+            x, weight, bias, state, first, second, self.steps.values(), alpha, self.activation, *READINGS[self.reading]
+        )
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
-                f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
-                f"contractive={self.contractive}, activation={self.activation!r}")
+        return (
+            f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
+            f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
+            f"contractive={self.contractive}, activation={self.activation!r}"
+        )
 
 
 class _FusedIRNN(torch.autograd.Function):
@@ -303,10 +332,10 @@ class _FusedIRNN(torch.autograd.Function):
         torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
         m = _dense_operator(first.detach(), second.detach())
         m_t = m.t().contiguous()
-        keep = any(ctx.needs_input_grad)   # without a backward to come, one step's scratch is enough
+        keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
         phis = empty_buffer((k, span, batch, hidden), c)
-        inputs = empty_buffer((k, span, batch, hidden), c)   # y_0 of every step is filled in after the loop
+        inputs = empty_buffer((k, span, batch, hidden), c)  # y_0 of every step is filled in after the loop
         outputs = empty_buffer((steps, batch, hidden), c)
         pre, last = c.new_empty(batch, hidden), c.new_empty(batch, hidden)
         for t in range(steps):
@@ -338,8 +367,8 @@ class _FusedIRNN(torch.autograd.Function):
         through_phi = ACTIVATION_BACKWARD_INTO[act]
         # [i, t]: gradient wrt pre_i, over eta_i; with K = 1 in the forward's c buffer (free by now)
         dpre = ctx.scratch.unsqueeze(0) if k == 1 else torch.empty_like(phis)
-        grad_y = phis.new_empty(k, batch, hidden)        # [i]: gradient wrt y_{i+1} of the current step
-        carry = torch.zeros_like(h0)                     # gradient wrt h_{t-1}, in one reused buffer
+        grad_y = phis.new_empty(k, batch, hidden)  # [i]: gradient wrt y_{i+1} of the current step
+        carry = torch.zeros_like(h0)  # gradient wrt h_{t-1}, in one reused buffer
         g_dot_phi, g_dot_y = phis.new_zeros(k), phis.new_zeros(k)
         for t in range(steps - 1, -1, -1):
             g = torch.add(grad_outputs[t], carry, out=grad_y[k - 1])
@@ -364,7 +393,7 @@ class _FusedIRNN(torch.autograd.Function):
             grad_m.addmm_(flat_dpre[i].t(), flat_inputs[i], alpha=etas[i])
         if second.numel() == 0:
             grad_first, grad_second = grad_m, None
-        else:   # M = I + V' H
+        else:  # M = I + V' H
             grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
         grad_eta = g_dot_phi - a * g_dot_y
         grad_alpha = -(eta * g_dot_y).sum()
@@ -377,8 +406,19 @@ class _FusedIRNN(torch.autograd.Function):
                 grad_c.add_(flat_dpre[i], alpha=etas[i])
         flat_x = x.reshape(-1, x.shape[-1])
         grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
-        return (grad_x, (grad_c.t() @ flat_x).mul_(scale), grad_c.sum(0).mul_(scale), carry,
-                grad_first, grad_second, grad_eta, grad_alpha, None, None, None)
+        return (
+            grad_x,
+            (grad_c.t() @ flat_x).mul_(scale),
+            grad_c.sum(0).mul_(scale),
+            carry,
+            grad_first,
+            grad_second,
+            grad_eta,
+            grad_alpha,
+            None,
+            None,
+            None,
+        )
 
 
 def _dense_operator(first: Tensor, second: Tensor) -> Tensor:

@@ -10,6 +10,7 @@ Every cell of this group records, after each forward pass, ``aux["update_mask"]`
 into the paper's Skip % (eq. 10). :class:`MaskedCell` is their base: it stacks each step's extras into
 ``aux``. The straight-through helpers and the GRU/LSTM candidates are the pieces their steps share.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Tuple
@@ -100,8 +101,7 @@ class MaskedCell(Cell):
         h, state, _ = self.step_with_aux(p_t, state)
         return h, state
 
-    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
-                       ) -> Tuple[Tensor, State]:
+    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
         """``for t: h_t, state, extras_t = step_with_aux(precompute(x)[t], state)``."""
         p = self.precompute(x)
         slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
@@ -131,9 +131,9 @@ def gru_gates(gi: Tensor, gh: Tensor, hidden: int) -> Tuple[Tensor, Tensor, Tens
     """GRU gates in torch's layout: ``gi = W_ih x + b_ih``, ``gh = W_hh h + b_hh`` (each ``(B, 3H)``)
     -> ``(rz (B, 2H), n (B, H), gh_n (B, H))`` with ``rz = sigmoid(gi_rz + gh_rz)`` and
     ``n = tanh(gi_n + r * gh_n)``; the candidate is ``lerp(n, h, z) = (1 - z) n + z h``."""
-    rz = torch.sigmoid(gi[..., :2 * hidden] + gh[..., :2 * hidden])
-    gh_n = gh[..., 2 * hidden:]
-    n = torch.tanh(torch.addcmul(gi[..., 2 * hidden:], rz[..., :hidden], gh_n))
+    rz = torch.sigmoid(gi[..., : 2 * hidden] + gh[..., : 2 * hidden])
+    gh_n = gh[..., 2 * hidden :]
+    n = torch.tanh(torch.addcmul(gi[..., 2 * hidden :], rz[..., :hidden], gh_n))
     return rz, n, gh_n
 
 
@@ -142,11 +142,10 @@ def gru_candidate(gi: Tensor, read: Tensor, carried: Tensor, weight_hh: Tensor, 
     (the same tensor for a plain GRU; VC-RNN reads a masked state)."""
     gh = torch.addmm(bias_hh, read, weight_hh.t())
     rz, n, _ = gru_gates(gi, gh, carried.shape[-1])
-    return torch.lerp(n, carried, rz[..., carried.shape[-1]:])
+    return torch.lerp(n, carried, rz[..., carried.shape[-1] :])
 
 
-def lstm_candidate(gi: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor
-                   ) -> Tuple[Tensor, Tensor]:
+def lstm_candidate(gi: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tuple[Tensor, Tensor]:
     """The torch.nn.LSTM step (gates ``i, f, g, o``) from ``gi = W_ih x + b_ih``: ``-> (h~, c~)``."""
     gates = gi + torch.addmm(bias_hh, h, weight_hh.t())
     i, f, g, o = gates.chunk(4, dim=-1)

@@ -9,6 +9,7 @@ Doc: docs/cells/mist.md
 Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
 Kernel: src/ltdrnn/csrc/mist_step.c (the "kernel" path), src/ltdrnn/csrc/stream_step.c (streaming step)
 """
+
 from __future__ import annotations
 
 import math
@@ -23,16 +24,21 @@ from ..scan import ParameterCache
 from .base import Cell, check_positive_int, mask_outputs
 from .registry import ParamCount, register
 
-_TABLE1 = ("MIST paper Table 1 (pMNIST, d=1, H=139): ~42,000 for the whole model; the cell has 40,326 "
-           "and the 10-class linear head 1,400 (41,726)")
+_TABLE1 = (
+    "MIST paper Table 1 (pMNIST, d=1, H=139): ~42,000 for the whole model; the cell has 40,326 "
+    "and the 10-class linear head 1,400 (41,726)"
+)
 
 
-@register("mist", family="source",
-          paper="DiPietro, Rupprecht, Navab & Hager 2018, Analyzing and Exploiting NARX Recurrent Neural "
-                "Networks for Long-Term Dependencies, ICLR workshop (arXiv:1702.07805)",
-          test_options={"num_delays": 3},
-          variants={"one_delay": {"num_delays": 1}, "five_delays": {"num_delays": 5}},
-          param_counts=(ParamCount(1, 139, 40_000, 40_700, {"num_delays": 8}, _TABLE1),))
+@register(
+    "mist",
+    family="source",
+    paper="DiPietro, Rupprecht, Navab & Hager 2018, Analyzing and Exploiting NARX Recurrent Neural "
+    "Networks for Long-Term Dependencies, ICLR workshop (arXiv:1702.07805)",
+    test_options={"num_delays": 3},
+    variants={"one_delay": {"num_delays": 1}, "five_delays": {"num_delays": 5}},
+    param_counts=(ParamCount(1, 139, 40_000, 40_700, {"num_delays": 8}, _TABLE1),),
+)
 class MISTCell(Cell):
     r"""Mixed-history (MIST) NARX RNN cell.
 
@@ -93,23 +99,24 @@ class MISTCell(Cell):
     impls = ("reference", "list", "fused", "kernel")
     default_impl = "kernel"  # measured fastest; see docs/cells/mist.md
 
-    def __init__(self, input_size: int, hidden_size: int, num_delays: int = 8, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, num_delays: int = 8, impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, impl, device, dtype)
         self.num_delays = check_positive_int("num_delays", num_delays)
         if num_delays > 20:
-            raise ValueError(f"num_delays: expected at most 20 (a history of 2^(n_d-1) states), "
-                             f"got {num_delays}")
+            raise ValueError(f"num_delays: expected at most 20 (a history of 2^(n_d-1) states), got {num_delays}")
         self.history_size = 2 ** (num_delays - 1)
-        self.delays = tuple(2 ** i for i in range(num_delays))
+        self.delays = tuple(2**i for i in range(num_delays))
         gates = num_delays + hidden_size
         self.weight_hh = nn.Parameter(torch.empty(gates, hidden_size, **self.factory))
         self.weight_ih = nn.Parameter(torch.empty(gates + hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(gates + hidden_size, **self.factory))
         self.weight_mix = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
         # history index of h_{t-2^i} when history[:, -1] is h_{t-1}
-        self.register_buffer("delay_index", torch.tensor([self.history_size - k for k in self.delays],
-                                                         device=device), persistent=False)
+        self.register_buffer(
+            "delay_index", torch.tensor([self.history_size - k for k in self.delays], device=device), persistent=False
+        )
         self._stream_cache = ParameterCache()
         self.reset_parameters()
 
@@ -123,9 +130,13 @@ class MISTCell(Cell):
     # ---- the contract ---------------------------------------------------------------------------
     def init_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero history ``(B, N, H)``: all states before the first step are 0."""
-        return torch.zeros(batch_size, self.history_size, self.hidden_size,
-                           device=device if device is not None else self.bias.device,
-                           dtype=dtype if dtype is not None else self.bias.dtype)
+        return torch.zeros(
+            batch_size,
+            self.history_size,
+            self.hidden_size,
+            device=device if device is not None else self.bias.device,
+            dtype=dtype if dtype is not None else self.bias.dtype,
+        )
 
     def precompute(self, x: Tensor) -> Tensor:
         """Input parts of all three pre-activations: ``(T, B, d) -> (T, B, n_d + 2H)``."""
@@ -134,8 +145,7 @@ class MISTCell(Cell):
     def step(self, p_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
         """``p_t (B, n_d + 2H)``, ``history (B, N, H)`` -> ``(h_t (B, H), new history)``."""
         split = self.num_delays + self.hidden_size
-        h = self._update(p_t[:, :split], p_t[:, split:], history[:, -1],
-                         history.index_select(1, self.delay_index))
+        h = self._update(p_t[:, :split], p_t[:, split:], history[:, -1], history.index_select(1, self.delay_index))
         return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
 
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
@@ -161,14 +171,21 @@ class MISTCell(Cell):
         """``(h_t, new history)`` from one call of the compiled streaming step, or None where it
         does not apply."""
         outputs = stream_in_kernel(
-            "mist_stream", lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands),
-            x_t, history, self.input_size, (self.history_size, self.hidden_size),
-            [(self.hidden_size,), (self.history_size, self.hidden_size)])
+            "mist_stream",
+            lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands),
+            x_t,
+            history,
+            self.input_size,
+            (self.history_size, self.hidden_size),
+            [(self.hidden_size,), (self.history_size, self.hidden_size)],
+        )
         return None if outputs is None else tuple(outputs)
 
     def _stream_operands(self) -> StreamOperands:
-        return StreamOperands((self.weight_ih, self.bias, self.weight_hh, self.weight_mix),
-                              (self.input_size, self.hidden_size, self.num_delays, self.history_size))
+        return StreamOperands(
+            (self.weight_ih, self.bias, self.weight_hh, self.weight_mix),
+            (self.input_size, self.hidden_size, self.num_delays, self.history_size),
+        )
 
     def _stream_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
         """Inference step with the compiled kernel reading the delayed states from ``history``."""
@@ -178,20 +195,36 @@ class MISTCell(Cell):
         gates = torch.addmm(inputs[:, :split], history[:, -1], self.weight_hh.t())
         reset_mixed, scratch = history.new_empty(batch, hidden), history.new_empty(hidden)
         _c_function("mist_forward_step", history.dtype)(
-            gates.data_ptr(), history.data_ptr(), reset_mixed.data_ptr(), scratch.data_ptr(),
-            0, self.history_size, batch, hidden, self.num_delays, hidden, self.history_size * hidden)
+            gates.data_ptr(),
+            history.data_ptr(),
+            reset_mixed.data_ptr(),
+            scratch.data_ptr(),
+            0,
+            self.history_size,
+            batch,
+            hidden,
+            self.num_delays,
+            hidden,
+            self.history_size * hidden,
+        )
         h = torch.addmm(inputs[:, split:], reset_mixed, self.weight_mix.t()).tanh_()
         return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
 
     def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
         return self._stream_in_kernel(x_t, state) if impl == "kernel" else None
 
-    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, Tensor]:
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
         if impl in ("fused", "kernel"):
             outputs, final, states = MISTScan.apply(
-                x, state, self.weight_ih, self.bias, self.weight_hh, self.weight_mix, self.delays,
-                impl == "kernel" and kernel_supports(x))
+                x,
+                state,
+                self.weight_ih,
+                self.bias,
+                self.weight_hh,
+                self.weight_mix,
+                self.delays,
+                impl == "kernel" and kernel_supports(x),
+            )
             if lengths is None:  # the separate views keep the backward free of full-size zero fills
                 return outputs, final
         else:
@@ -200,14 +233,13 @@ class MISTCell(Cell):
             gates_in = nn.functional.linear(x, self.weight_ih[:split], self.bias[:split])
             state_in = nn.functional.linear(x, self.weight_ih[split:], self.bias[split:])
             states = self._list_scan(gates_in, state_in, state)
-        return mask_outputs(states[self.history_size:], lengths), self._final_history(states, lengths)
+        return mask_outputs(states[self.history_size :], lengths), self._final_history(states, lengths)
 
     def _list_scan(self, gates_in: Tensor, state_in: Tensor, history0: Tensor) -> Tensor:
         """Autograd-recorded loop that reads delayed states from a growing list: ``-> (N + T, B, H)``."""
         history = list(history0.unbind(1))
         for g_t, s_t in zip(gates_in.unbind(0), state_in.unbind(0)):
-            history.append(self._update(g_t, s_t, history[-1],
-                                        torch.stack([history[-k] for k in self.delays], 1)))
+            history.append(self._update(g_t, s_t, history[-1], torch.stack([history[-k] for k in self.delays], 1)))
         return torch.stack(history)
 
     # ---- internals ------------------------------------------------------------------------------
@@ -264,8 +296,11 @@ class MISTScan(torch.autograd.Function):
         torch.addmm(bias[:split], flat_x, w_ih[:split].t(), out=activated.view(-1, split))
         reset_mixed = empty_buffer((steps, batch, hidden), w_mix)  # r_t * sum_i a_i h_{t-2^i}
         rows = past - torch.tensor(delays, device=states.device)  # rows of h_{t-2^i} at t = 0
-        step = _kernel_forward_step(states, activated, reset_mixed, len(delays)) if kernel else \
-            _torch_forward_step(states, activated, reset_mixed, rows)
+        step = (
+            _kernel_forward_step(states, activated, reset_mixed, len(delays))
+            if kernel
+            else _torch_forward_step(states, activated, reset_mixed, rows)
+        )
         w_hh_t, w_mix_t = w_hh.t(), w_mix.t()
         h_rows, gate_rows, rm_rows = states.unbind(0), activated.unbind(0), reset_mixed.unbind(0)
         for t in range(steps):
@@ -286,8 +321,11 @@ class MISTScan(torch.autograd.Function):
         grad = _total_state_gradient(states, d_outputs, d_final, d_states)  # dL/dh for every row
         d_gates = scratch_buffer(activated.shape, activated)
         d_pre = scratch_buffer(reset_mixed.shape, reset_mixed)  # dL/d(tanh argument)
-        step = _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, rows.shape[0]) \
-            if ctx.kernel else _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows)
+        step = (
+            _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, rows.shape[0])
+            if ctx.kernel
+            else _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows)
+        )
         tanh_backward = torch.ops.aten.tanh_backward.grad_input
         grad_rows, state_rows, d_pre_rows = grad.unbind(0), states.unbind(0), d_pre.unbind(0)
         for t in range(steps - 1, -1, -1):
@@ -303,7 +341,7 @@ class MISTScan(torch.autograd.Function):
             d_w_ih = torch.cat([flat_gates.t() @ flat_x, flat_pre.t() @ flat_x])
         if ctx.needs_input_grad[3]:
             d_bias = torch.cat([flat_gates.sum(0), flat_pre.sum(0)])
-        d_w_hh = flat_gates.t() @ states[past - 1:-1].reshape(-1, hidden)
+        d_w_hh = flat_gates.t() @ states[past - 1 : -1].reshape(-1, hidden)
         d_w_mix = flat_pre.t() @ reset_mixed.view(-1, hidden)
         d_history0 = grad[:past].transpose(0, 1).clone(memory_format=torch.contiguous_format)
         release(grad, d_gates, d_pre)
@@ -317,15 +355,15 @@ def _total_state_gradient(states, d_outputs, d_final, d_states):
     if d_states is not None:
         grad.copy_(d_states)
     elif d_outputs is not None:  # write the large part once instead of zero-filling it first
-        grad[:rows - d_outputs.shape[0]].zero_()
-        grad[rows - d_outputs.shape[0]:].copy_(d_outputs)
+        grad[: rows - d_outputs.shape[0]].zero_()
+        grad[rows - d_outputs.shape[0] :].copy_(d_outputs)
         d_outputs = None
     else:
         grad.zero_()
     if d_outputs is not None:
-        grad[rows - d_outputs.shape[0]:] += d_outputs
+        grad[rows - d_outputs.shape[0] :] += d_outputs
     if d_final is not None:
-        grad[rows - d_final.shape[1]:] += d_final.transpose(0, 1)
+        grad[rows - d_final.shape[1] :] += d_final.transpose(0, 1)
     return grad
 
 
@@ -339,6 +377,7 @@ def _torch_forward_step(states, activated, reset_mixed, rows):
         delayed = states.index_select(0, rows + t).transpose(0, 1)  # (B, n_d, H)
         mixed = torch.bmm(gates[:, :nd].unsqueeze(1), delayed).squeeze(1)
         torch.mul(gates[:, nd:], mixed, out=reset_mixed[t])
+
     return step
 
 
@@ -354,6 +393,7 @@ def _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows):
         d_mix = torch.bmm(delayed, d_mixed.unsqueeze(-1)).squeeze(-1)
         d_gates[t, :, :nd] = torch._softmax_backward_data(d_mix, mix, -1, mix.dtype)
         grad.index_add_(0, rows + t, mix.t().unsqueeze(-1) * d_mixed.unsqueeze(0))
+
     return step
 
 
@@ -366,8 +406,20 @@ def _kernel_forward_step(states, activated, reset_mixed, nd):
     gate_stride, row_stride = batch * activated.shape[-1] * size, batch * hidden * size
 
     def step(t):
-        function(gates_at + t * gate_stride, states_at, rm_at + t * row_stride, scratch.data_ptr(),
-                 t, past, batch, hidden, nd, batch * hidden, hidden)
+        function(
+            gates_at + t * gate_stride,
+            states_at,
+            rm_at + t * row_stride,
+            scratch.data_ptr(),
+            t,
+            past,
+            batch,
+            hidden,
+            nd,
+            batch * hidden,
+            hidden,
+        )
+
     return step
 
 
@@ -382,8 +434,21 @@ def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, nd):
 
     def step(t, d_reset_mixed):
         d_reset_mixed = d_reset_mixed.contiguous()
-        function(gates_at + t * gate_stride, rm_at + t * row_stride, d_reset_mixed.data_ptr(), states_at,
-                 grad_at, d_gates_at + t * gate_stride, scratch.data_ptr(), t, past, batch, hidden, nd)
+        function(
+            gates_at + t * gate_stride,
+            rm_at + t * row_stride,
+            d_reset_mixed.data_ptr(),
+            states_at,
+            grad_at,
+            d_gates_at + t * gate_stride,
+            scratch.data_ptr(),
+            t,
+            past,
+            batch,
+            hidden,
+            nd,
+        )
+
     return step
 
 

@@ -6,6 +6,7 @@ Doc: docs/cells/nru.md
 Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -19,16 +20,29 @@ from .base import Cell, State, check_positive_float, check_positive_int
 from .registry import ParamCount, register
 
 
-@register("nru", family="baseline",
-          paper="Chandar, Sankar, Vorontsov, Kahou & Bengio 2019, Towards Non-saturating Recurrent Units "
-                "for Modelling Long-term Dependencies (AAAI)",
-          test_options={"memory_size": 4, "heads": 1},
-          variants={"relu_heads": {"memory_size": 4, "heads": 1, "relu_heads": True},
-                    "layer_norm": {"memory_size": 4, "heads": 1, "layer_norm": True}},
-          param_counts=(ParamCount(2, 128, 101_000, 102_500, options={"memory_size": 256, "heads": 4},
-                                   source="SRNN paper Table 5 (adding, d=2, H=128): 102k incl. a "
-                                          "129-parameter linear head; memory 256 and 4 heads (the "
-                                          "authors' configuration) give 101,896 + 129"),))
+@register(
+    "nru",
+    family="baseline",
+    paper="Chandar, Sankar, Vorontsov, Kahou & Bengio 2019, Towards Non-saturating Recurrent Units "
+    "for Modelling Long-term Dependencies (AAAI)",
+    test_options={"memory_size": 4, "heads": 1},
+    variants={
+        "relu_heads": {"memory_size": 4, "heads": 1, "relu_heads": True},
+        "layer_norm": {"memory_size": 4, "heads": 1, "layer_norm": True},
+    },
+    param_counts=(
+        ParamCount(
+            2,
+            128,
+            101_000,
+            102_500,
+            options={"memory_size": 256, "heads": 4},
+            source="SRNN paper Table 5 (adding, d=2, H=128): 102k incl. a "
+            "129-parameter linear head; memory 256 and 4 heads (the "
+            "authors' configuration) give 101,896 + 129",
+        ),
+    ),
+)
 class NRU(Cell):
     """Non-saturating recurrent unit.
 
@@ -54,16 +68,28 @@ class NRU(Cell):
     memory heads ``U(+-1/sqrt(H + M))`` (weights and biases).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, memory_size: int = 64, heads: int = 4,
-                 relu_heads: bool = False, layer_norm: bool = False, norm_p: float = 5.0,
-                 impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        memory_size: int = 64,
+        heads: int = 4,
+        relu_heads: bool = False,
+        layer_norm: bool = False,
+        norm_p: float = 5.0,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.memory_size = check_positive_int("memory_size", memory_size)
         self.heads = check_positive_int("heads", heads)
         side = math.isqrt(memory_size * heads)
         if side * side != memory_size * heads:
-            raise ValueError(f"memory_size, heads: expected memory_size * heads to be a perfect square, "
-                             f"got {memory_size} * {heads} = {memory_size * heads}")
+            raise ValueError(
+                f"memory_size, heads: expected memory_size * heads to be a perfect square, "
+                f"got {memory_size} * {heads} = {memory_size * heads}"
+            )
         self.side = side
         for name, flag in (("relu_heads", relu_heads), ("layer_norm", layer_norm)):
             if not isinstance(flag, bool):
@@ -119,5 +145,7 @@ class NRU(Cell):
         return h, (h, m)
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", memory_size={self.memory_size}, heads={self.heads}, "
-                f"relu_heads={self.relu_heads}, layer_norm={self.use_layer_norm}, norm_p={self.norm_p}")
+        return (
+            super().extra_repr() + f", memory_size={self.memory_size}, heads={self.heads}, "
+            f"relu_heads={self.relu_heads}, layer_norm={self.use_layer_norm}, norm_p={self.norm_p}"
+        )

@@ -12,6 +12,7 @@ Doc: docs/cells/orthogonal.md
 Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -84,8 +85,7 @@ class ExpOrthogonal(nn.Module):
         with torch.no_grad():
             skew = skew_init(original.shape[0], self.init, original.dtype, original.device)
             original.copy_(skew.tril())
-            self._parametrization[0].base = torch.eye(original.shape[0], dtype=original.dtype,
-                                                      device=original.device)
+            self._parametrization[0].base = torch.eye(original.shape[0], dtype=original.dtype, device=original.device)
 
     def rebase_(self) -> None:
         """Make the current matrix the new base and reset ``A`` to zero (same matrix afterwards)."""
@@ -123,10 +123,13 @@ class ModReluRNN(Cell):
         return super().extra_repr() + f", init={self.init!r}"
 
 
-@register("exprnn", family="baseline",
-          paper="Lezcano-Casado & Martinez-Rubio 2019, Cheap Orthogonal Constraints in Neural Networks: "
-                "A Simple Parametrization of the Orthogonal and Unitary Group (ICML)",
-          variants={"cayley": {"init": "cayley"}})
+@register(
+    "exprnn",
+    family="baseline",
+    paper="Lezcano-Casado & Martinez-Rubio 2019, Cheap Orthogonal Constraints in Neural Networks: "
+    "A Simple Parametrization of the Orthogonal and Unitary Group (ICML)",
+    variants={"cayley": {"init": "cayley"}},
+)
 class ExpRNN(ModReluRNN):
     """expRNN: an orthogonal recurrent matrix ``B = exp(A)`` and the modReLU activation.
 
@@ -141,8 +144,9 @@ class ExpRNN(ModReluRNN):
     The input map has no bias (the modReLU bias plays that role), as in the paper.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, init: str = "henaff", impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, init: str = "henaff", impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.init = init
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
@@ -160,9 +164,12 @@ class ExpRNN(ModReluRNN):
         return self.recurrent()
 
 
-@register("nnrnn", family="baseline",
-          paper="Kerg et al. 2019, Non-normal Recurrent Neural Network (nnRNN): learning long time "
-                "dependencies while improving expressivity with transient dynamics (NeurIPS)")
+@register(
+    "nnrnn",
+    family="baseline",
+    paper="Kerg et al. 2019, Non-normal Recurrent Neural Network (nnRNN): learning long time "
+    "dependencies while improving expressivity with transient dynamics (NeurIPS)",
+)
 class NonNormalRNN(ModReluRNN):
     """nnRNN: a recurrent matrix in real Schur form, ``V = P (Lambda + T) P^T``.
 
@@ -184,8 +191,9 @@ class NonNormalRNN(ModReluRNN):
     normal, ``b ~ U(-0.01, 0.01)``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, init: str = "henaff", impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, init: str = "henaff", impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         if hidden_size % 2:
             raise ValueError(f"hidden_size: nnrnn needs an even size (2x2 Schur blocks), got {hidden_size}")
@@ -198,8 +206,11 @@ class NonNormalRNN(ModReluRNN):
         self.radius = nn.Parameter(torch.empty(blocks, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
         block = torch.arange(hidden_size) // 2
-        self.register_buffer("upper_mask", (block.unsqueeze(1) < block.unsqueeze(0)).to(
-            dtype=self.non_normal.dtype, device=self.non_normal.device), persistent=False)
+        self.register_buffer(
+            "upper_mask",
+            (block.unsqueeze(1) < block.unsqueeze(0)).to(dtype=self.non_normal.dtype, device=self.non_normal.device),
+            persistent=False,
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -225,11 +236,21 @@ class NonNormalRNN(ModReluRNN):
         return {"eigenvalue_radius": ((self.radius - 1) ** 2).sum()}
 
 
-@register("urnn", family="baseline",
-          paper="Arjovsky, Shah & Bengio 2016, Unitary Evolution Recurrent Neural Networks (ICML)",
-          param_counts=(ParamCount(2, 256, 1_250, 2_250,
-                                   source="SRNN paper Table 5 (adding, d=2, 128 complex units = hidden_size "
-                                          "256 here): 2k incl. a 257-parameter linear head"),))
+@register(
+    "urnn",
+    family="baseline",
+    paper="Arjovsky, Shah & Bengio 2016, Unitary Evolution Recurrent Neural Networks (ICML)",
+    param_counts=(
+        ParamCount(
+            2,
+            256,
+            1_250,
+            2_250,
+            source="SRNN paper Table 5 (adding, d=2, 128 complex units = hidden_size "
+            "256 here): 2k incl. a 257-parameter linear head",
+        ),
+    ),
+)
 class UnitaryRNN(Cell):
     """uRNN: ``h_t = modrelu(W h_{t-1} + V x_t, b)`` in ``C^N`` with a unitary ``W``.
 
@@ -246,8 +267,7 @@ class UnitaryRNN(Cell):
     state; here it is zero like every cell's (pass a state to ``scan`` to use another).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None,
-                 dtype=None) -> None:
+    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None, dtype=None) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         if hidden_size % 2:
             raise ValueError(f"hidden_size: urnn needs an even size ([Re h; Im h]), got {hidden_size}")

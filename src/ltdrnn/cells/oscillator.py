@@ -5,6 +5,7 @@ Doc: docs/cells/oscillator.md
 Tests: tests/cells/test_baselines.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -25,10 +26,13 @@ class TwoStateCell(Cell):
         return y, torch.zeros_like(y)
 
 
-@register("cornn", family="baseline",
-          paper="Rusch & Mishra 2021, Coupled Oscillatory Recurrent Neural Network (coRNN): An accurate "
-                "and (gradient) stable architecture for learning long time dependencies (ICLR)",
-          variants={"explicit": {"scheme": "explicit"}})
+@register(
+    "cornn",
+    family="baseline",
+    paper="Rusch & Mishra 2021, Coupled Oscillatory Recurrent Neural Network (coRNN): An accurate "
+    "and (gradient) stable architecture for learning long time dependencies (ICLR)",
+    variants={"explicit": {"scheme": "explicit"}},
+)
 class CoRNN(TwoStateCell):
     """coRNN: a network of coupled, damped, driven oscillators ``y'' = tanh(W y + Wz y' + V u + b) - gamma y - eps y'``.
 
@@ -49,9 +53,18 @@ class CoRNN(TwoStateCell):
     authors' code, one ``nn.Linear`` on ``[x, z, y]``): all ``U(-1/sqrt(d + 2H), 1/sqrt(d + 2H))``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, dt: float = 0.042, gamma: float = 2.7,
-                 eps: float = 4.7, scheme: str = "imex", impl: str = "auto", device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        dt: float = 0.042,
+        gamma: float = 2.7,
+        eps: float = 4.7,
+        scheme: str = "imex",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.dt = check_positive_float("dt", dt)
         self.gamma = check_nonnegative_float("gamma", gamma)
@@ -81,12 +94,14 @@ class CoRNN(TwoStateCell):
         return y, (y, z)
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", dt={self.dt}, gamma={self.gamma}, eps={self.eps}, "
-                f"scheme={self.scheme!r}")
+        return super().extra_repr() + f", dt={self.dt}, gamma={self.gamma}, eps={self.eps}, scheme={self.scheme!r}"
 
 
-@register("lem", family="baseline",
-          paper="Rusch, Mishra, Erichson & Mahoney 2022, Long Expressive Memory for Sequence Modeling (ICLR)")
+@register(
+    "lem",
+    family="baseline",
+    paper="Rusch, Mishra, Erichson & Mahoney 2022, Long Expressive Memory for Sequence Modeling (ICLR)",
+)
 class LEM(TwoStateCell):
     """Long expressive memory: two coupled ODEs with learned, input-dependent multiscale time steps.
 
@@ -109,8 +124,9 @@ class LEM(TwoStateCell):
     ``U(-1/sqrt(H), 1/sqrt(H))``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, dt: float = 1.0, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, dt: float = 1.0, impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.dt = check_positive_float("dt", dt)
         h = hidden_size

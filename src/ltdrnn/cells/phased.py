@@ -6,6 +6,7 @@ Doc: docs/cells/phased.md
 Tests: tests/cells/test_phased.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -17,17 +18,23 @@ from torch import Tensor, nn
 
 from ..flops import LSTM_UNIT_EXTRA
 from .base import State, check_positive_float
-from .registry import register
 from .masked import MaskedCell, init_uniform
+from .registry import register
 
-_PAPER = ("Neil, Pfeiffer & Liu 2016, Phased LSTM: Accelerating Recurrent Network Training for Long or "
-          "Event-based Sequences (NeurIPS)")
+_PAPER = (
+    "Neil, Pfeiffer & Liu 2016, Phased LSTM: Accelerating Recurrent Network Training for Long or "
+    "Event-based Sequences (NeurIPS)"
+)
 #: multiplications of the time gate per unit and step: phase / tau, 2 phase / r_on, leak * phase
 TIME_GATE_FLOPS = 3
 
 
-@register("phased_lstm", family="baseline", paper=_PAPER,
-          variants={"no_peepholes": {"peepholes": False}, "timestamps": {"time_input": True}})
+@register(
+    "phased_lstm",
+    family="baseline",
+    paper=_PAPER,
+    variants={"no_peepholes": {"peepholes": False}, "timestamps": {"time_input": True}},
+)
 class PhasedLSTM(MaskedCell):
     """LSTM whose memory is written only while each unit's oscillating time gate is open.
 
@@ -64,16 +71,29 @@ class PhasedLSTM(MaskedCell):
         time_input: read the time stamp from the last input feature.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, period_range: Tuple[float, float] = (1.0, 1000.0),
-                 r_on: float = 0.05, learn_r_on: bool = True, leak: float = 0.001, peepholes: bool = True,
-                 time_input: bool = False, impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        period_range: Tuple[float, float] = (1.0, 1000.0),
+        r_on: float = 0.05,
+        learn_r_on: bool = True,
+        leak: float = 0.001,
+        peepholes: bool = True,
+        time_input: bool = False,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         for name, flag in (("learn_r_on", learn_r_on), ("peepholes", peepholes), ("time_input", time_input)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected a bool, got {flag!r}")
         if time_input and input_size < 2:
-            raise ValueError(f"input_size: with time_input=True the last feature is the time stamp, so "
-                             f"expected at least 2 features, got {input_size}")
+            raise ValueError(
+                f"input_size: with time_input=True the last feature is the time stamp, so "
+                f"expected at least 2 features, got {input_size}"
+            )
         low, high = self._check_range(period_range)
         self.period_range = (low, high)
         self.initial_r_on = check_positive_float("r_on", r_on)
@@ -101,8 +121,7 @@ class PhasedLSTM(MaskedCell):
         try:
             low, high = (float(v) for v in period_range)
         except (TypeError, ValueError):
-            raise ValueError(f"period_range: expected two positive numbers (low, high), got {period_range!r}") \
-                from None
+            raise ValueError(f"period_range: expected two positive numbers (low, high), got {period_range!r}") from None
         if not 0 < low <= high or not math.isfinite(high):
             raise ValueError(f"period_range: expected 0 < low <= high, got {period_range!r}")
         return low, high
@@ -169,6 +188,8 @@ class PhasedLSTM(MaskedCell):
         return float(steps * self.hidden_size * (TIME_GATE_FLOPS + updated * unit))
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", period_range={self.period_range}, r_on={self.initial_r_on:g}, "
-                f"learn_r_on={self.learn_r_on}, leak={self.leak:g}, peepholes={self.peepholes}, "
-                f"time_input={self.time_input}")
+        return (
+            super().extra_repr() + f", period_range={self.period_range}, r_on={self.initial_r_on:g}, "
+            f"learn_r_on={self.learn_r_on}, leak={self.leak:g}, peepholes={self.peepholes}, "
+            f"time_input={self.time_input}"
+        )

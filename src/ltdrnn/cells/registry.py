@@ -3,6 +3,7 @@
 The CLI, the test-suite and the benchmarks look cells up here and never import them by hand.
 Each cell family registers its classes at import time of its module (see ``cells/__init__.py``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ class ParamCount:
 
     ``low <= count <= high`` must hold for ``build(name, input_size, hidden_size, **options)``.
     """
+
     input_size: int
     hidden_size: int
     low: int
@@ -43,6 +45,7 @@ class Entry:
         deterministic: False for cells that draw random numbers in forward (random update masks);
             equivalence tests then reseed the generator before each compared run.
     """
+
     name: str
     cls: Type[Cell]
     family: str
@@ -57,20 +60,40 @@ class Entry:
 _REGISTRY: Dict[str, Entry] = {}
 
 
-def register(name: str, *, family: str, paper: str, test_options: Dict[str, Any] | None = None,
-             param_counts: Tuple[ParamCount, ...] = (), variants: Dict[str, Dict[str, Any]] | None = None,
-             gradcheck: bool = True, deterministic: bool = True):
+def register(
+    name: str,
+    *,
+    family: str,
+    paper: str,
+    test_options: Dict[str, Any] | None = None,
+    param_counts: Tuple[ParamCount, ...] = (),
+    variants: Dict[str, Dict[str, Any]] | None = None,
+    gradcheck: bool = True,
+    deterministic: bool = True,
+):
     """Class decorator that adds a Cell subclass to the registry under ``name``."""
+
     def add(cls: Type[Cell]) -> Type[Cell]:
         if name in _REGISTRY and not _same_class(_REGISTRY[name].cls, cls):
-            raise ValueError(f"cell name {name!r} is registered twice "
-                             f"({_REGISTRY[name].cls.__name__} and {cls.__name__})")
+            raise ValueError(
+                f"cell name {name!r} is registered twice ({_REGISTRY[name].cls.__name__} and {cls.__name__})"
+            )
         if not (isinstance(cls, type) and issubclass(cls, Cell)):
             raise TypeError(f"register({name!r}): expected a Cell subclass, got {cls!r}")
-        _REGISTRY[name] = Entry(name, cls, family, paper, dict(test_options or {}), tuple(param_counts),
-                                dict(variants or {}), gradcheck, deterministic)
+        _REGISTRY[name] = Entry(
+            name,
+            cls,
+            family,
+            paper,
+            dict(test_options or {}),
+            tuple(param_counts),
+            dict(variants or {}),
+            gradcheck,
+            deterministic,
+        )
         cls.registry_name = name
         return cls
+
     return add
 
 
@@ -85,8 +108,7 @@ def entry(name: str) -> Entry:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"cell: unknown name {name!r}; expected one of {', '.join(sorted(_REGISTRY))}") \
-            from None
+        raise ValueError(f"cell: unknown name {name!r}; expected one of {', '.join(sorted(_REGISTRY))}") from None
 
 
 def list_cells(family: str | None = None) -> list[str]:

@@ -8,6 +8,7 @@ Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
 Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
 """
+
 from __future__ import annotations
 
 import math
@@ -21,17 +22,32 @@ from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
 from ..kernels import StreamOperands, stream_in_kernel
 from ..scan import ParameterCache
 from .base import State, check_choice, check_positive_float, mask_outputs
-from .masked import (MaskedCell, binary, gru_candidate, gru_gates, init_uniform, lstm_candidate,
-                     straight_through_mix, sum_over_valid_steps)
+from .masked import (
+    MaskedCell,
+    binary,
+    gru_candidate,
+    gru_gates,
+    init_uniform,
+    lstm_candidate,
+    straight_through_mix,
+    sum_over_valid_steps,
+)
 from .registry import register
 
-_PAPER = ("Hartvigsen, Sen, Kong & Rundensteiner 2020, Learning to Selectively Update State Neurons "
-          "in Recurrent Networks (CIKM)")
+_PAPER = (
+    "Hartvigsen, Sen, Kong & Rundensteiner 2020, Learning to Selectively Update State Neurons "
+    "in Recurrent Networks (CIKM)"
+)
 
 
 # ---- SA-RNN ---------------------------------------------------------------------------------------
-@register("sarnn", family="source", paper=_PAPER, gradcheck=False,
-          variants={"lstm": {"recurrence": "lstm"}, "fixed_slope": {"anneal_slope": False, "slope": 2.0}})
+@register(
+    "sarnn",
+    family="source",
+    paper=_PAPER,
+    gradcheck=False,
+    variants={"lstm": {"recurrence": "lstm"}, "fixed_slope": {"anneal_slope": False, "slope": 2.0}},
+)
 class SARNN(MaskedCell):
     """Selective-activation RNN: a GRU (or LSTM) whose units are updated only where a coordinator says.
 
@@ -94,9 +110,19 @@ class SARNN(MaskedCell):
     # parameter-gradient norm stays below 1e5 up to T=2000 and passes 1e6 at T=3000 (docs/reliability.md).
     gradient_length_limit = 2000
 
-    def __init__(self, input_size: int, hidden_size: int, recurrence: str = "gru", slope: float = 1.0,
-                 anneal_slope: bool = True, slope_increment: float = 0.04, max_slope: float = 5.0,
-                 impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        recurrence: str = "gru",
+        slope: float = 1.0,
+        anneal_slope: bool = True,
+        slope_increment: float = 0.04,
+        max_slope: float = 5.0,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         check_choice("recurrence", recurrence, ("gru", "lstm"))
         # set before Cell.__init__ validates ``impl`` against them: the fast paths are GRU-only
         self.impls = ("reference", "fused", "sparse") if recurrence == "gru" else ("reference",)
@@ -203,7 +229,12 @@ class SARNN(MaskedCell):
         outputs = stream_in_kernel(
             "sarnn_stream",
             lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands, self.slope),
-            x_t, h, self.input_size, (self.hidden_size,), [(self.hidden_size,)] * 3)
+            x_t,
+            h,
+            self.input_size,
+            (self.hidden_size,),
+            [(self.hidden_size,)] * 3,
+        )
         if outputs is None:
             return None
         out, prob, mask = outputs
@@ -215,26 +246,37 @@ class SARNN(MaskedCell):
     def _stream_operands(self) -> StreamOperands:
         """The GRU weights and the coordinator scaled as in :meth:`precompute` (same ops, same values)."""
         half = 0.5 * self.slope
-        return StreamOperands((self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh,
-                               self.coord_weight_ih * half, self.coord_bias * half + 0.5,
-                               self.scaled_coord_weight()), (self.input_size, self.hidden_size))
+        return StreamOperands(
+            (
+                self.weight_ih,
+                self.bias_ih,
+                self.weight_hh,
+                self.bias_hh,
+                self.coord_weight_ih * half,
+                self.coord_bias * half + 0.5,
+                self.scaled_coord_weight(),
+            ),
+            (self.input_size, self.hidden_size),
+        )
 
     def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
         h = self._stream_in_kernel(x_t, state)
         return None if h is None else (h, h)
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, State]:
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         gi, coord_in = self.precompute(x)
         needs_grad = torch.is_grad_enabled() and (
-            x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters()))
+            x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters())
+        )
         if impl == "sparse" and not needs_grad:
             with torch.no_grad():
-                outputs, probs, masks = sparse_sarnn_gru(gi, coord_in, state, self.weight_hh, self.bias_hh,
-                                                         self.scaled_coord_weight())
+                outputs, probs, masks = sparse_sarnn_gru(
+                    gi, coord_in, state, self.weight_hh, self.bias_hh, self.scaled_coord_weight()
+                )
         else:
-            outputs, probs, masks = FusedSARNNGRU.apply(gi, coord_in, state, self.weight_hh, self.bias_hh,
-                                                        self.scaled_coord_weight())
+            outputs, probs, masks = FusedSARNNGRU.apply(
+                gi, coord_in, state, self.weight_hh, self.bias_hh, self.scaled_coord_weight()
+            )
         self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
         return final_from_outputs(outputs, state, lengths)
 
@@ -256,8 +298,10 @@ class SARNN(MaskedCell):
         return masked_unit_flops(steps, hdim, unit, d + 2, skip_fraction)
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", recurrence={self.recurrence!r}, slope={self.slope:g}, "
-                f"anneal_slope={self.anneal_slope}")
+        return (
+            super().extra_repr() + f", recurrence={self.recurrence!r}, slope={self.slope:g}, "
+            f"anneal_slope={self.anneal_slope}"
+        )
 
 
 def final_from_outputs(outputs: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
@@ -284,15 +328,16 @@ class FusedSARNNGRU(torch.autograd.Function):
         hidden = coord_in.shape[-1]
         weight_t = weight_hh.t()
         outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
-        keep = any(ctx.needs_input_grad)                 # nothing to save for inference
+        keep = any(ctx.needs_input_grad)  # nothing to save for inference
         h = h0
         saved = []
-        for gi_t, c_t, out_t, pre_t, mask_t in zip(gi.unbind(0), coord_in.unbind(0), outputs.unbind(0),
-                                                   pres.unbind(0), masks.unbind(0)):
+        for gi_t, c_t, out_t, pre_t, mask_t in zip(
+            gi.unbind(0), coord_in.unbind(0), outputs.unbind(0), pres.unbind(0), masks.unbind(0)
+        ):
             gh = torch.addmm(bias_hh, h, weight_t)
             # in place: gh_rz is not needed again, so gh ends up holding (r, z, gh_n)
-            rz = gh[:, :2 * hidden].add_(gi_t[:, :2 * hidden]).sigmoid_()
-            n = torch.tanh(torch.addcmul(gi_t[:, 2 * hidden:], rz[:, :hidden], gh[:, 2 * hidden:]))
+            rz = gh[:, : 2 * hidden].add_(gi_t[:, : 2 * hidden]).sigmoid_()
+            n = torch.tanh(torch.addcmul(gi_t[:, 2 * hidden :], rz[:, :hidden], gh[:, 2 * hidden :]))
             cand = torch.lerp(n, h, rz[:, hidden:])
             # clamp(pre) > 0.5 exactly when pre > 0.5, so the clamp waits until after the loop
             u = torch.gt(torch.addcmul(c_t, coord_weight, h, out=pre_t), 0.5, out=mask_t)
@@ -310,22 +355,32 @@ class FusedSARNNGRU(torch.autograd.Function):
         saved, ctx.saved = ctx.saved, None
         steps, batch, hidden = outputs.shape
         aten = torch.ops.aten
-        weight_rz, weight_n = weight_hh[:2 * hidden], weight_hh[2 * hidden:]
+        weight_rz, weight_n = weight_hh[: 2 * hidden], weight_hh[2 * hidden :]
         d_gi = outputs.new_empty(steps, batch, 3 * hidden)
         d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
         d_coord_weight = torch.zeros_like(h0)
         carry = torch.zeros_like(h0)
         previous = [h0] + list(outputs.unbind(0))[:-1]
-        per_step = zip(saved, previous, masks.unbind(0), pres.unbind(0), d_outputs.unbind(0),
-                       d_probs.unbind(0), d_gi.unbind(0), d_gh_n.unbind(0), d_coord.unbind(0))
+        per_step = zip(
+            saved,
+            previous,
+            masks.unbind(0),
+            pres.unbind(0),
+            d_outputs.unbind(0),
+            d_probs.unbind(0),
+            d_gi.unbind(0),
+            d_gh_n.unbind(0),
+            d_coord.unbind(0),
+        )
         for (gh, n), hp, u, pre, d_out, d_prob, d_gi_t, d_gh_n_t, d_coord_t in reversed(list(per_step)):
-            r, z = gh[:, :hidden], gh[:, hidden:2 * hidden]
+            r, z = gh[:, :hidden], gh[:, hidden : 2 * hidden]
             dh = carry + d_out
             d_cand = dh * u
-            d_n = aten.tanh_backward(torch.addcmul(d_cand, d_cand, z, value=-1.0), n,
-                                     grad_input=d_gi_t[:, 2 * hidden:])
-            aten.sigmoid_backward(d_n * gh[:, 2 * hidden:], r, grad_input=d_gi_t[:, :hidden])
-            aten.sigmoid_backward(d_cand * (hp - n), z, grad_input=d_gi_t[:, hidden:2 * hidden])
+            d_n = aten.tanh_backward(
+                torch.addcmul(d_cand, d_cand, z, value=-1.0), n, grad_input=d_gi_t[:, 2 * hidden :]
+            )
+            aten.sigmoid_backward(d_n * gh[:, 2 * hidden :], r, grad_input=d_gi_t[:, :hidden])
+            aten.sigmoid_backward(d_cand * (hp - n), z, grad_input=d_gi_t[:, hidden : 2 * hidden])
             torch.mul(d_n, r, out=d_gh_n_t)
             # straight-through (d u / d u~ = 1), then the clamp of the hard sigmoid; the candidate
             # is recomputed exactly as in forward rather than kept for every step
@@ -333,8 +388,8 @@ class FusedSARNNGRU(torch.autograd.Function):
             aten.hardtanh_backward(torch.addcmul(d_prob, dh, delta), pre, 0.0, 1.0, grad_input=d_coord_t)
             d_coord_weight.addcmul_(d_coord_t, hp)
             carry = torch.addcmul(dh - d_cand, d_cand, z).addcmul_(d_coord_t, coord_weight)
-            carry.addmm_(d_gi_t[:, :2 * hidden], weight_rz).addmm_(d_gh_n_t, weight_n)
-        d_rz = d_gi[..., :2 * hidden]
+            carry.addmm_(d_gi_t[:, : 2 * hidden], weight_rz).addmm_(d_gh_n_t, weight_n)
+        d_rz = d_gi[..., : 2 * hidden]
         d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
         d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
         return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
@@ -351,8 +406,15 @@ def weight_gradient(d_pre: Tensor, outputs: Tensor, h0: Tensor) -> Tensor:
     return first + rest
 
 
-def sparse_sarnn_gru(gi: Tensor, coord_in: Tensor, h0: Tensor, weight_hh: Tensor, bias_hh: Tensor,
-                     coord_weight: Tensor, dense_above: float = 0.3) -> Tuple[Tensor, Tensor, Tensor]:
+def sparse_sarnn_gru(
+    gi: Tensor,
+    coord_in: Tensor,
+    h0: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor,
+    coord_weight: Tensor,
+    dense_above: float = 0.3,
+) -> Tuple[Tensor, Tensor, Tensor]:
     """Inference that computes the GRU candidate only for units updated by at least one sequence.
 
     Per step, with ``k`` such units, the recurrent matmul is ``(B, H) x (H, 3k)`` on the gathered rows
@@ -373,11 +435,11 @@ def sparse_sarnn_gru(gi: Tensor, coord_in: Tensor, h0: Tensor, weight_hh: Tensor
         if active.numel() > dense_above * hidden:
             h = torch.lerp(h, gru_candidate(gi_t, h, h, weight_hh, bias_hh), u)
         elif active.numel():
-            rows = (gate_offsets + active).reshape(-1)             # r, z, n rows of the active units
+            rows = (gate_offsets + active).reshape(-1)  # r, z, n rows of the active units
             gh = torch.addmm(bias_hh.index_select(0, rows), h, weight_hh.index_select(0, rows).t())
             h_active = h.index_select(1, active)
             rz, n, _ = gru_gates(gi_t.index_select(1, rows), gh, active.numel())
-            cand = torch.lerp(n, h_active, rz[:, active.numel():])
+            cand = torch.lerp(n, h_active, rz[:, active.numel() :])
             h = h.index_copy(1, active, torch.lerp(h_active, cand, u.index_select(1, active)))
         hs.append(h)
         probs.append(prob)

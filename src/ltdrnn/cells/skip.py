@@ -8,6 +8,7 @@ Doc: docs/cells/skip.md
 Tests: tests/cells/test_skip.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -19,21 +20,32 @@ from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
 from .base import State, check_choice
+from .masked import (
+    MaskedCell,
+    binary,
+    gru_candidate,
+    init_uniform,
+    lstm_candidate,
+    straight_through,
+    straight_through_mix,
+    sum_over_valid_steps,
+)
 from .registry import register
-from .masked import (MaskedCell, binary, gru_candidate, init_uniform, lstm_candidate, straight_through,
-                    straight_through_mix, sum_over_valid_steps)
 
-_CAMPOS = ("Campos, Jou, Giro-i-Nieto, Torres & Chang 2018, Skip RNN: Learning to Skip State Updates "
-           "in Recurrent Neural Networks (ICLR)")
-_SARNN = ("Hartvigsen et al. 2020, Learning to Selectively Update State Neurons in Recurrent Networks "
-          "(CIKM), baseline 'Random Updates'")
+_CAMPOS = (
+    "Campos, Jou, Giro-i-Nieto, Torres & Chang 2018, Skip RNN: Learning to Skip State Updates "
+    "in Recurrent Neural Networks (ICLR)"
+)
+_SARNN = (
+    "Hartvigsen et al. 2020, Learning to Selectively Update State Neurons in Recurrent Networks "
+    "(CIKM), baseline 'Random Updates'"
+)
 
 
 class GatedRecurrence(MaskedCell):
     """A torch.nn GRU or LSTM recurrence (same layout and init) under a per-step update mask."""
 
-    def __init__(self, input_size: int, hidden_size: int, recurrence: str, impl: str, device, dtype
-                 ) -> None:
+    def __init__(self, input_size: int, hidden_size: int, recurrence: str, impl: str, device, dtype) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.recurrence = check_choice("recurrence", recurrence, ("gru", "lstm"))
         gates = 3 if recurrence == "gru" else 4
@@ -44,8 +56,7 @@ class GatedRecurrence(MaskedCell):
 
     def reset_recurrence(self) -> None:
         """torch.nn init: ``U(-1/sqrt(H), 1/sqrt(H))``."""
-        init_uniform([self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh],
-                     1.0 / math.sqrt(self.hidden_size))
+        init_uniform([self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh], 1.0 / math.sqrt(self.hidden_size))
 
     def precompute(self, x: Tensor) -> Tensor:
         """``(T, B, d) -> (T, B, G*H)``: ``W_ih x_t + b_ih``."""
@@ -90,8 +101,9 @@ class SkipRNN(GatedRecurrence):
     not state it; our choice, so that training starts with frequent updates).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, recurrence: str = "gru", impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, recurrence: str = "gru", impl: str = "auto", device=None, dtype=None
+    ) -> None:
         super().__init__(input_size, hidden_size, recurrence, impl, device, dtype)
         self.update_weight = nn.Parameter(torch.empty(1, hidden_size, **self.factory))
         self.update_bias = nn.Parameter(torch.empty(1, **self.factory))
@@ -179,11 +191,18 @@ class RandomUpdates(GatedRecurrence):
     units; a new ``init_state`` draws a new pattern). The mask carries no gradient. Init: torch.nn.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, update_prob: float = 0.5,
-                 recurrence: str = "gru", impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        update_prob: float = 0.5,
+        recurrence: str = "gru",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, recurrence, impl, device, dtype)
-        if isinstance(update_prob, bool) or not isinstance(update_prob, (int, float)) \
-                or not 0.0 <= update_prob <= 1.0:
+        if isinstance(update_prob, bool) or not isinstance(update_prob, (int, float)) or not 0.0 <= update_prob <= 1.0:
             raise ValueError(f"update_prob: expected a probability in [0, 1], got {update_prob!r}")
         self.update_prob = float(update_prob)
         self.register_buffer("unit_index", torch.arange(hidden_size, device=device), persistent=False)
@@ -194,7 +213,7 @@ class RandomUpdates(GatedRecurrence):
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
         h = super().init_state(batch_size, device, dtype)
-        key = torch.randint(0, 2 ** 62, (1,)).to(h.device)
+        key = torch.randint(0, 2**62, (1,)).to(h.device)
         clock = torch.stack([key.expand(batch_size), torch.zeros_like(key).expand(batch_size)], dim=1)
         return (h, clock) if self.recurrence == "gru" else (h, h.clone(), clock)
 
@@ -212,8 +231,7 @@ class RandomUpdates(GatedRecurrence):
         h_new = torch.lerp(h, h_cand, decision)
         clock = clock + torch.tensor([0, 1], device=clock.device)
         new_state = (h_new, clock) if c is None else (h_new, torch.lerp(c, c_cand, decision), clock)
-        return h_new, new_state, {"update_mask": decision,
-                                  "update_prob": torch.full_like(decision, self.update_prob)}
+        return h_new, new_state, {"update_mask": decision, "update_prob": torch.full_like(decision, self.update_prob)}
 
     def flops_per_sequence(self, steps: int, skip_fraction: float | None = None) -> float:
         """Only updated units cost their recurrence; ``skip_fraction=None`` uses ``1 - update_prob``."""

@@ -9,6 +9,7 @@ Doc: docs/cells/srnn.md
 Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
 Kernel: src/ltdrnn/csrc/srnn_scan.c (the "kernel" path), src/ltdrnn/csrc/stream_step.c (streaming step)
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -19,23 +20,33 @@ from torch import Tensor, nn
 from ..kernels import FLAG, POINTER, SIZE, StreamOperands, kernel_function, kernel_runs_on, pointer, stream_in_kernel
 from ..memory import empty_buffer, release, scratch_buffer
 from ..scan import ParameterCache, final_state_at_lengths
-from .base import (Cell, check_choice, check_nonnegative_int, check_positive_int,
-                   mask_outputs)
+from .base import Cell, check_choice, check_nonnegative_int, check_positive_int, mask_outputs
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
-_PMNIST = ("SRNN paper pMNIST (d=1, three f_r layers of 32): 50k for the whole model; the cell has "
-           "38,016 and the 10-class linear head 10,250 (48,266)")
+_PMNIST = (
+    "SRNN paper pMNIST (d=1, three f_r layers of 32): 50k for the whole model; the cell has "
+    "38,016 and the 10-class linear head 10,250 (48,266)"
+)
 
 
-@register("srnn", family="source",
-          paper="Rotman & Wolf 2021, Shuffling Recurrent Neural Networks, AAAI",
-          test_options={"hyper_size": 5},
-          variants={"tanh": {"activation": "tanh"}, "no_gate": {"gate": False},
-                    "three_layers": {"fr_layers": 3}, "affine_fr": {"fr_layers": 0},
-                    "tanh_no_gate": {"activation": "tanh", "gate": False}},
-          param_counts=(ParamCount(2, 128, 4_600, 5_000, {"hyper_size": 32, "fr_layers": 1}, _TABLE5),
-                        ParamCount(1, 1024, 37_500, 38_500, {"hyper_size": 32, "fr_layers": 3}, _PMNIST)))
+@register(
+    "srnn",
+    family="source",
+    paper="Rotman & Wolf 2021, Shuffling Recurrent Neural Networks, AAAI",
+    test_options={"hyper_size": 5},
+    variants={
+        "tanh": {"activation": "tanh"},
+        "no_gate": {"gate": False},
+        "three_layers": {"fr_layers": 3},
+        "affine_fr": {"fr_layers": 0},
+        "tanh_no_gate": {"activation": "tanh", "gate": False},
+    },
+    param_counts=(
+        ParamCount(2, 128, 4_600, 5_000, {"hyper_size": 32, "fr_layers": 1}, _TABLE5),
+        ParamCount(1, 1024, 37_500, 38_500, {"hyper_size": 32, "fr_layers": 3}, _PMNIST),
+    ),
+)
 class SRNNCell(Cell):
     r"""Shuffling RNN cell.
 
@@ -89,9 +100,18 @@ class SRNNCell(Cell):
     impls = ("reference", "fused", "kernel", "closed_form")
     default_impl = "kernel"
 
-    def __init__(self, input_size: int, hidden_size: int, hyper_size: int = 32, fr_layers: int = 1,
-                 gate: bool = True, activation: str = "relu", impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        hyper_size: int = 32,
+        fr_layers: int = 1,
+        gate: bool = True,
+        activation: str = "relu",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         self.activation = check_choice("activation", activation, ("relu", "tanh"))
         if activation != "relu":  # the closed form exists for relu only
             self.impls = ("reference", "fused", "kernel")
@@ -144,8 +164,14 @@ class SRNNCell(Cell):
     def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
         """``h_t`` from one call of the compiled streaming step, or None where it does not apply."""
         outputs = stream_in_kernel(
-            "srnn_stream", lambda: self._stream_cache.get(self._beta_parameters(), self._stream_operands),
-            x_t, h, self.input_size, (self.hidden_size,), [(self.hidden_size,)])
+            "srnn_stream",
+            lambda: self._stream_cache.get(self._beta_parameters(), self._stream_operands),
+            x_t,
+            h,
+            self.input_size,
+            (self.hidden_size,),
+            [(self.hidden_size,)],
+        )
         return None if outputs is None else outputs[0]
 
     def _beta_parameters(self) -> list:
@@ -161,15 +187,16 @@ class SRNNCell(Cell):
         tensors = self._beta_parameters()
         if not self.gate:
             tensors += [None, None]
-        return StreamOperands(tensors, (self.input_size, self.hidden_size, self.hyper_size, self.fr_layers,
-                                        int(self.activation == "relu")))
+        return StreamOperands(
+            tensors,
+            (self.input_size, self.hidden_size, self.hyper_size, self.fr_layers, int(self.activation == "relu")),
+        )
 
     def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
         h = self._stream_in_kernel(x_t, state) if impl == "kernel" else None
         return None if h is None else (h, h)
 
-    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, Tensor]:
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
         if impl == "closed_form":
             outputs = shift_relu_closed_form(self.precompute(x), state)
         elif impl == "kernel" and kernel_supports(x):
@@ -188,13 +215,22 @@ class SRNNCell(Cell):
     def _kernel_scan(self, x: Tensor, state: Tensor) -> Tensor:
         features = self._fr_features(x)
         gate = self.gate_layer
-        return KernelScan.apply(features, self.fr_out.weight, self.fr_out.bias, x,
-                                None if gate is None else gate.weight, None if gate is None else gate.bias,
-                                state, self.activation == "relu")
+        return KernelScan.apply(
+            features,
+            self.fr_out.weight,
+            self.fr_out.bias,
+            x,
+            None if gate is None else gate.weight,
+            None if gate is None else gate.bias,
+            state,
+            self.activation == "relu",
+        )
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, hyper_size={self.hyper_size}, fr_layers={self.fr_layers}, "
-                f"gate={self.gate}, activation={self.activation!r}")
+        return (
+            f"{super().extra_repr()}, hyper_size={self.hyper_size}, fr_layers={self.fr_layers}, "
+            f"gate={self.gate}, activation={self.activation!r}"
+        )
 
 
 # ---- closed form (relu) -------------------------------------------------------------------------------
@@ -208,8 +244,8 @@ def shift_relu_closed_form(beta: Tensor, h0: Tensor) -> Tensor:
     steps, hidden = beta.shape[0], beta.shape[-1]
     shift = torch.arange(1, steps + 1, device=beta.device).view(-1, 1, 1)
     position = torch.arange(hidden, device=beta.device).view(1, 1, -1)
-    into_frame = ((position + shift) % hidden).expand_as(beta)     # c_t[i] = beta_t[i + t + 1]
-    out_of_frame = ((position - shift) % hidden).expand_as(beta)   # h_t[i] = g_t[i - t - 1]
+    into_frame = ((position + shift) % hidden).expand_as(beta)  # c_t[i] = beta_t[i + t + 1]
+    out_of_frame = ((position - shift) % hidden).expand_as(beta)  # h_t[i] = g_t[i - t - 1]
     g = relu_accumulate(beta.gather(-1, into_frame), h0)
     return g.gather(-1, out_of_frame)
 
@@ -288,7 +324,7 @@ class KernelScan(torch.autograd.Function):
         steps, batch, hidden = features.shape[0], features.shape[1], w_f.shape[0]
         f = _product_into(empty_buffer((steps, batch, hidden), features), features, w_f)
         inline_gate = w_g is not None and x.shape[-1] <= GATE_IN_KERNEL_MAX_INPUT
-        if inline_gate:   # the kernel forms the gate's logits from x itself
+        if inline_gate:  # the kernel forms the gate's logits from x itself
             g, x, w_g = None, x.contiguous(), w_g.contiguous()
         else:
             g = None if w_g is None else _product_into(empty_buffer((steps, batch, hidden), x), x, w_g)
@@ -296,9 +332,20 @@ class KernelScan(torch.autograd.Function):
         h0 = h0.contiguous()
         h = empty_buffer(f.shape, f)
         status = _c_function("srnn_forward", f.dtype)(
-            pointer(f), pointer(b_f), pointer(g), pointer(b_g), pointer(x if inline_gate else None),
-            pointer(w_g if inline_gate else None), x.shape[-1], pointer(h0), pointer(h),
-            steps, batch, hidden, int(relu))
+            pointer(f),
+            pointer(b_f),
+            pointer(g),
+            pointer(b_g),
+            pointer(x if inline_gate else None),
+            pointer(w_g if inline_gate else None),
+            x.shape[-1],
+            pointer(h0),
+            pointer(h),
+            steps,
+            batch,
+            hidden,
+            int(relu),
+        )
         if status != 0:
             raise MemoryError("srnn_forward: the kernel could not allocate its work space")
         ctx.relu, ctx.inline_gate = relu, inline_gate
@@ -320,10 +367,29 @@ class KernelScan(torch.autograd.Function):
         d_wg = torch.empty_like(w_g) if inline_gate else None
         d_x = torch.empty_like(x) if inline_gate and ctx.needs_input_grad[3] else None
         status = _c_function("srnn_backward", h.dtype)(
-            pointer(dh), dh.stride(0), dh.stride(1), pointer(h), pointer(f), pointer(b_f), pointer(g),
-            pointer(b_g), pointer(x if inline_gate else None), pointer(w_g if inline_gate else None),
-            x.shape[-1], pointer(df), pointer(dg), pointer(dh0), pointer(d_bf), pointer(d_bg),
-            pointer(d_wg), pointer(d_x), steps, batch, hidden, int(ctx.relu))
+            pointer(dh),
+            dh.stride(0),
+            dh.stride(1),
+            pointer(h),
+            pointer(f),
+            pointer(b_f),
+            pointer(g),
+            pointer(b_g),
+            pointer(x if inline_gate else None),
+            pointer(w_g if inline_gate else None),
+            x.shape[-1],
+            pointer(df),
+            pointer(dg),
+            pointer(dh0),
+            pointer(d_bf),
+            pointer(d_bg),
+            pointer(d_wg),
+            pointer(d_x),
+            steps,
+            batch,
+            hidden,
+            int(ctx.relu),
+        )
         if status != 0:
             raise MemoryError("srnn_backward: the kernel could not allocate its work buffers")
         df2 = df.view(-1, hidden)

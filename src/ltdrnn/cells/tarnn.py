@@ -14,6 +14,7 @@ Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
 Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -25,17 +26,19 @@ from torch import Tensor, nn
 from ..kernels import StreamOperands, stream_in_kernel
 from ..memory import empty_buffer
 from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
-from .base import State, activation as activation_function, check_choice, loop_scan, mask_outputs
+from .base import State, check_choice, loop_scan, mask_outputs
+from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}   # as csrc/stream_step.c numbers them
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/stream_step.c numbers them
 READINGS = ("paper", "code", "theorem")
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
 
 @register(
-    "tarnn", family="source",
+    "tarnn",
+    family="source",
     paper="Kag & Saligrama, Time adaptive recurrent neural network (CVPR 2021; reviewed at ICLR 2021)",
     test_options={"K": 2},
     variants={
@@ -47,12 +50,24 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
         "theorem_reading_raw_eta": {"reading": "theorem", "eta_param": "raw"},
     },
     param_counts=(
-        ParamCount(1, 128, 66_200, 67_200, {"A": "coupled"},
-                   source=_T1.format(task="pixel-MNIST / permuted-MNIST, d=1", count="68K")),
+        ParamCount(
+            1,
+            128,
+            66_200,
+            67_200,
+            {"A": "coupled"},
+            source=_T1.format(task="pixel-MNIST / permuted-MNIST, d=1", count="68K"),
+        ),
         ParamCount(28, 128, 76_200, 77_200, source=_T1.format(task="noisy MNIST, d=28", count="78K")),
-        ParamCount(2, 128, 66_500, 67_900,
-                   source="our specification: H=128, d=2 about 67-68K (add task; the paper gives no count for it)"),
-    ))
+        ParamCount(
+            2,
+            128,
+            66_500,
+            67_900,
+            source="our specification: H=128, d=2 about 67-68K (add task; the paper gives no count for it)",
+        ),
+    ),
+)
 class TARNN(EulerCell):
     """Time-adaptive RNN: K Euler steps of a per-unit time-scaled ODE per time step.
 
@@ -109,15 +124,30 @@ class TARNN(EulerCell):
     impls = ("reference", "fused")
     default_impl = "fused"
 
-    def __init__(self, input_size: int, hidden_size: int, K: int = 5, A: str = "identity",
-                 activation: str = "relu", gate: str = "inside", reading: str = "paper", eta: float = 0.01,
-                 eta_per_time_step: bool = False, max_length: int | None = None, eta_param: str = "exp",
-                 impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        K: int = 5,
+        A: str = "identity",
+        activation: str = "relu",
+        gate: str = "inside",
+        reading: str = "paper",
+        eta: float = 0.01,
+        eta_per_time_step: bool = False,
+        max_length: int | None = None,
+        eta_param: str = "exp",
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.A_kind = check_choice("A", A, ("identity", "coupled"))
         if A == "coupled" and hidden_size % 2:
-            raise ValueError(f"hidden_size: A='coupled' couples unit i with unit i + H/2 and needs an "
-                             f"even hidden_size, got {hidden_size}")
+            raise ValueError(
+                f"hidden_size: A='coupled' couples unit i with unit i + H/2 and needs an "
+                f"even hidden_size, got {hidden_size}"
+            )
         self.activation = activation
         self.phi = activation_function(activation)
         self.gate = check_choice("gate", gate, ("inside", "outside"))
@@ -145,7 +175,7 @@ class TARNN(EulerCell):
         h = self.hidden_size
         a = -torch.eye(h, **self.factory)
         if self.A_kind == "coupled":
-            a[: h // 2, h // 2:] += torch.eye(h // 2, **self.factory)
+            a[: h // 2, h // 2 :] += torch.eye(h // 2, **self.factory)
         return a
 
     def reset_parameters(self) -> None:
@@ -155,7 +185,7 @@ class TARNN(EulerCell):
         nn.init.zeros_(self.bias)
         nn.init.zeros_(self.bias_linear)
         nn.init.constant_(self.bias_beta, self.beta_bias_init())
-        if self.reading == "theorem":   # start on Theorem 1's set A + B2 = 0, U + W2 = 0 (Omega = 0)
+        if self.reading == "theorem":  # start on Theorem 1's set A + B2 = 0, U + W2 = 0 (Omega = 0)
             with torch.no_grad():
                 self.weight_B2.copy_(-self.A)
                 self.weight_W2.copy_(-self.weight_U)
@@ -171,14 +201,15 @@ class TARNN(EulerCell):
         ``reading="code"`` (the authors' code adds ``-s_{m-1}`` to G: extra damping)."""
         if not self.damping:
             return self.weight_B2
-        return self.weight_B2 - torch.eye(self.hidden_size, device=self.weight_B2.device,
-                                          dtype=self.weight_B2.dtype)
+        return self.weight_B2 - torch.eye(self.hidden_size, device=self.weight_B2.device, dtype=self.weight_B2.dtype)
 
     # ---- the maths, literally ----------------------------------------------------------------------
     def input_weights(self) -> Tuple[Tensor, Tensor]:
         """``[B1; W1; W_x]`` ``(3H, d)`` and ``[b_lin; b; b_beta]`` ``(3H,)``."""
-        return (torch.cat([self.weight_B1, self.weight_W1, self.weight_Wx]),
-                torch.cat([self.bias_linear, self.bias, self.bias_beta]))
+        return (
+            torch.cat([self.weight_B1, self.weight_W1, self.weight_Wx]),
+            torch.cat([self.bias_linear, self.bias, self.bias_beta]),
+        )
 
     def precompute(self, x: Tensor) -> Tensor:
         """``(T, B, d) -> (T, B, 3H)``: ``[B1 x + b_lin, W1 x + b, W_x x + b_beta]``."""
@@ -189,15 +220,15 @@ class TARNN(EulerCell):
         s, counter = split_counter(self.per_time_step, state)
         bx, wx, gx = p_t.chunk(3, dim=-1)
         beta = torch.sigmoid(F.linear(s, self.weight_Us) + gx)
-        linear_u = bx + F.linear(s, self.weight_B2)            # B u + b_lin
+        linear_u = bx + F.linear(s, self.weight_B2)  # B u + b_lin
         if self.damping:
-            linear_u = linear_u - s                            # the authors' code: G(z) = ... - z - s
-        inside_u = wx + F.linear(s, self.weight_W2)            # W u + b
+            linear_u = linear_u - s  # the authors' code: G(z) = ... - z - s
+        inside_u = wx + F.linear(s, self.weight_W2)  # W u + b
         eta = self.steps.at(counter)
         z = s
         for k in range(self.K):
             g = F.linear(z, self.A) + linear_u + self.phi(F.linear(z, self.weight_U) + inside_u)
-            eta_k = eta[k] if counter is None else eta[:, k:k + 1]
+            eta_k = eta[k] if counter is None else eta[:, k : k + 1]
             z = z + eta_k * (beta * g if self.gate == "inside" else g)
         if self.gate == "outside":
             z = (1 - beta) * s + beta * z
@@ -205,8 +236,7 @@ class TARNN(EulerCell):
             self._betas.append(beta.detach())
         return z, join_counter(z, None if counter is None else counter + 1)
 
-    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None
-                       ) -> Tuple[Tensor, State]:
+    def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
         """The loop over :meth:`step`; also records ``aux["beta"]``."""
         self._betas = []
         try:
@@ -219,8 +249,10 @@ class TARNN(EulerCell):
     def losses(self) -> dict[str, Tensor]:
         """Theorem 1's regulariser terms, unweighted: ``||A + B2||_F^2`` and ``||U + W2||_F^2`` (with
         ``reading="code"``, ``B2 - I``: the whole weight of ``s_{m-1}`` in the linear term)."""
-        return {"omega_A": (self.A + self.state_matrix()).square().sum(),
-                "omega_U": (self.weight_U + self.weight_W2).square().sum()}
+        return {
+            "omega_A": (self.A + self.state_matrix()).square().sum(),
+            "omega_U": (self.weight_U + self.weight_W2).square().sum(),
+        }
 
     # ---- the fused path ----------------------------------------------------------------------------
     def state_weights(self) -> Tensor:
@@ -233,8 +265,14 @@ class TARNN(EulerCell):
         :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``csrc/stream_step.c``, else a few PyTorch
         ops on matrices cached until a parameter changes."""
         outputs = stream_in_kernel(
-            "tarnn_stream", lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
-            x_t, s, self.input_size, (self.hidden_size,), [(self.hidden_size,)] * 2)
+            "tarnn_stream",
+            lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
+            x_t,
+            s,
+            self.input_size,
+            (self.hidden_size,),
+            [(self.hidden_size,)] * 2,
+        )
         if outputs is not None:
             out, beta = outputs
         else:
@@ -244,12 +282,20 @@ class TARNN(EulerCell):
 
     def _torch_step(self, x_t: Tensor, s: Tensor) -> Tuple[Tensor, Tensor]:
         """``(s_m, beta)`` of one step without autograd in a few PyTorch ops."""
-        weight_t, bias, state_t, chains, _ = self._stream_cache.get(self.own_parameters(),
-                                                                    self._stream_operands)
+        weight_t, bias, state_t, chains, _ = self._stream_cache.get(self.own_parameters(), self._stream_operands)
         batch = x_t.shape[0]
         if batch not in chains:
-            chains[batch] = _EulerChain(self.K, batch, self.hidden_size, scalars(self.steps.values()),
-                                        self.activation, self.A_kind, self.gate, self.weight_U, s)
+            chains[batch] = _EulerChain(
+                self.K,
+                batch,
+                self.hidden_size,
+                scalars(self.steps.values()),
+                self.activation,
+                self.A_kind,
+                self.gate,
+                self.weight_U,
+                s,
+            )
         out, beta = torch.empty_like(s), torch.empty_like(s)
         p_t = torch.addmm(bias, x_t, weight_t)
         chains[batch].run(p_t, s, state_t, out, beta, None, None, in_place=True)
@@ -260,26 +306,42 @@ class TARNN(EulerCell):
         state_weights = self.state_weights()
         kernel_operands = StreamOperands(
             (weight, bias, state_weights, self.weight_U, self.steps.values()),
-            (self.input_size, self.hidden_size, self.K, _ACTIVATION_CODES[self.activation],
-             int(self.A_kind == "coupled"), int(self.gate == "inside")))
+            (
+                self.input_size,
+                self.hidden_size,
+                self.K,
+                _ACTIVATION_CODES[self.activation],
+                int(self.A_kind == "coupled"),
+                int(self.gate == "inside"),
+            ),
+        )
         return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str
-                  ) -> Tuple[Tensor, State]:
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`_FusedTARNN`. The first Euler step starts at ``z_0 = s``, so its
         ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
         Per-time-step step sizes fall back to the reference loop."""
         if self.per_time_step:
             return self.scan_reference(x, state, lengths)
-        outputs, betas = _FusedTARNN.apply(x, *self.input_weights(), state, self.state_weights(),
-                                           self.weight_U, self.steps.values(), self.activation, self.A_kind,
-                                           self.gate)
+        outputs, betas = _FusedTARNN.apply(
+            x,
+            *self.input_weights(),
+            state,
+            self.state_weights(),
+            self.weight_U,
+            self.steps.values(),
+            self.activation,
+            self.A_kind,
+            self.gate,
+        )
         self.aux["beta"] = mask_outputs(betas, lengths)
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, K={self.K}, A={self.A_kind!r}, activation={self.activation!r}, "
-                f"gate={self.gate!r}, reading={self.reading!r}")
+        return (
+            f"{super().extra_repr()}, K={self.K}, A={self.A_kind!r}, activation={self.activation!r}, "
+            f"gate={self.gate!r}, reading={self.reading!r}"
+        )
 
 
 class _FusedTARNN(torch.autograd.Function):
@@ -314,7 +376,7 @@ class _FusedTARNN(torch.autograd.Function):
         chain = _EulerChain(k, batch, hidden, scalars(eta), act, a_kind, gate, u.detach(), p)
         training = any(ctx.needs_input_grad)
         store = training and k == 1 and gate == "inside"
-        in_place = store or not training    # P is needed again only by a recomputing backward
+        in_place = store or not training  # P is needed again only by a recomputing backward
         # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
         phis, gs = (empty_buffer((steps, k, batch, hidden), p) if store else p.new_empty(0) for _ in range(2))
         betas, outputs = empty_buffer((steps, batch, hidden), p), empty_buffer((steps, batch, hidden), p)
@@ -345,21 +407,20 @@ class _FusedTARNN(torch.autograd.Function):
         w_t = state_weights.t().contiguous()
         inside = gate == "inside"
         grad_u, grad_eta = torch.zeros_like(u), p.new_zeros(k)
-        grad_delta = p.new_empty(k, batch, hidden)      # [i]: gradient wrt delta_{i+1}
-        grad_g = p.new_empty(k, batch, hidden)          # [i]: gradient wrt G_i
-        dpre = p.new_empty(k, batch, hidden)            # [i]: gradient wrt the argument of phi
+        grad_delta = p.new_empty(k, batch, hidden)  # [i]: gradient wrt delta_{i+1}
+        grad_g = p.new_empty(k, batch, hidden)  # [i]: gradient wrt G_i
+        dpre = p.new_empty(k, batch, hidden)  # [i]: gradient wrt the argument of phi
         products, beta_grad = p.new_empty(k, batch, hidden), p.new_empty(batch, hidden)
         gd, dgs, dps, prods = (b.unbind(0) for b in (grad_delta, grad_g, dpre, products))
         inputs = torch.cat([s0.detach().unsqueeze(0), outputs[:-1]])
-        carry = torch.zeros_like(s0)                     # gradient wrt s_{t-1}, in one reused buffer
+        carry = torch.zeros_like(s0)  # gradient wrt s_{t-1}, in one reused buffer
         g_outside = s0.new_empty(batch, hidden)
-        per_step = list(zip(grad_outputs.unbind(0), betas.unbind(0), p.unbind(0), inputs.unbind(0),
-                            grad_p.unbind(0)))
+        per_step = list(zip(grad_outputs.unbind(0), betas.unbind(0), p.unbind(0), inputs.unbind(0), grad_p.unbind(0)))
         for t in range(steps - 1, -1, -1):
             grad_out, beta, p_t, s_prev, rows = per_step[t]
             if store:
                 phi_t, g_t = phis[t], gs[t]
-            else:   # recompute this step's Euler chain in the chain's small buffers
+            else:  # recompute this step's Euler chain in the chain's small buffers
                 chain.run(p_t, s_prev, w_t, None, beta, None, None)
                 phi_t, g_t = chain.phis, chain.gs
             phi_at = phi_t.unbind(0)
@@ -368,7 +429,7 @@ class _FusedTARNN(torch.autograd.Function):
                 torch.mul(g, beta, out=gd[k - 1])
             # with K = 1 the gradients wrt G_0 and its argument are the rows of grad P themselves
             dg_out = (rows[:, :hidden],) if k == 1 else dgs
-            dp_out = (rows[:, hidden:2 * hidden],) if k == 1 else dps
+            dp_out = (rows[:, hidden : 2 * hidden],) if k == 1 else dps
             for i in range(k - 1, -1, -1):
                 if inside:
                     dg = torch.mul(gd[i], beta, out=dg_out[i]).mul_(etas[i])
@@ -380,24 +441,34 @@ class _FusedTARNN(torch.autograd.Function):
                     _add_a_transposed(gd[i - 1], dg, a_kind)
             if k > 1:
                 _sum_into(dgs, rows[:, :hidden])
-                _sum_into(dps, rows[:, hidden:2 * hidden])
-                grad_u.addmm_(dpre[1:].view(-1, hidden).t(), chain.deltas[:k - 1].view(-1, hidden))
-            torch.mul(grad_delta, g_t, out=products)    # [i]: grad_delta_{i+1} * G_i
-            if inside:   # d beta = sum_i eta_i grad_delta_{i+1} G_i;  d eta_i = <grad_delta_{i+1} beta, G_i>
+                _sum_into(dps, rows[:, hidden : 2 * hidden])
+                grad_u.addmm_(dpre[1:].view(-1, hidden).t(), chain.deltas[: k - 1].view(-1, hidden))
+            torch.mul(grad_delta, g_t, out=products)  # [i]: grad_delta_{i+1} * G_i
+            if inside:  # d beta = sum_i eta_i grad_delta_{i+1} G_i;  d eta_i = <grad_delta_{i+1} beta, G_i>
                 d_beta = torch.mul(prods[0], etas[0], out=beta_grad)
                 for i in range(1, k):
                     d_beta.add_(prods[i], alpha=etas[i])
                 grad_eta.addmv_(products.view(k, -1), beta.reshape(-1))
-            else:        # s_m = s + beta delta_K;  d eta_i = <grad_delta_{i+1}, G_i>
+            else:  # s_m = s + beta delta_K;  d eta_i = <grad_delta_{i+1}, G_i>
                 d_beta = torch.mul(g, chain.deltas[k - 1], out=beta_grad)
                 grad_eta.add_(products.view(k, -1).sum(1))
-            torch.ops.aten.sigmoid_backward.grad_input(d_beta, beta, grad_input=rows[:, 2 * hidden:])
+            torch.ops.aten.sigmoid_backward.grad_input(d_beta, beta, grad_input=rows[:, 2 * hidden :])
             torch.addmm(g, rows, state_weights, out=carry)
         flat_grad_p, flat_x = grad_p.view(-1, three_h), x.reshape(-1, x.shape[-1])
         grad_state_weights = flat_grad_p.t() @ inputs.view(-1, hidden)
         grad_x = (flat_grad_p @ weight.detach()).view(x.shape) if ctx.needs_input_grad[0] else None
-        return (grad_x, flat_grad_p.t() @ flat_x, flat_grad_p.sum(0), carry, grad_state_weights,
-                grad_u if k > 1 else None, grad_eta, None, None, None)
+        return (
+            grad_x,
+            flat_grad_p.t() @ flat_x,
+            flat_grad_p.sum(0),
+            carry,
+            grad_state_weights,
+            grad_u if k > 1 else None,
+            grad_eta,
+            None,
+            None,
+            None,
+        )
 
 
 class _EulerChain:
@@ -415,8 +486,7 @@ class _EulerChain:
         self.phi = ACTIVATION_INTO[act]
         self.u_t = u.t().contiguous()
         self.phis, self.gs, self.deltas = (like.new_empty(k, batch, hidden) for _ in range(3))
-        self.phi_slots, self.g_slots, self.delta_slots = (
-            b.unbind(0) for b in (self.phis, self.gs, self.deltas))
+        self.phi_slots, self.g_slots, self.delta_slots = (b.unbind(0) for b in (self.phis, self.gs, self.deltas))
         self.q_all, self.pre = like.new_empty(batch, 3 * hidden), like.new_empty(batch, hidden)
 
     def run(self, p_t, s, w_t, out, beta_out, phi_out, g_out, in_place=False):
@@ -425,7 +495,7 @@ class _EulerChain:
         ``s_m`` (written into ``out``), or None when recomputing."""
         hidden, k, etas, inside = self.hidden, self.k, self.etas, self.inside
         q_all = p_t.addmm_(s, w_t) if in_place else torch.addmm(p_t, s, w_t, out=self.q_all)
-        c, q, r = q_all[:, :hidden], q_all[:, hidden:2 * hidden], q_all[:, 2 * hidden:]
+        c, q, r = q_all[:, :hidden], q_all[:, hidden : 2 * hidden], q_all[:, 2 * hidden :]
         beta = beta_out if out is None else torch.sigmoid(r, out=beta_out)
         phis = self.phi_slots if phi_out is None else phi_out.unbind(0)
         gs = self.g_slots if g_out is None else g_out.unbind(0)
@@ -437,7 +507,7 @@ class _EulerChain:
             if delta is not None:
                 _add_a(g, delta, self.a_kind)
             if inside and i == k - 1:
-                if out is None:   # recomputation: s_m is known, delta_K is not needed
+                if out is None:  # recomputation: s_m is known, delta_K is not needed
                     return None
                 # s_m = s + delta_{K-1} + eta beta G, straight into the output
                 base = s if delta is None else torch.add(s, delta, out=out)
@@ -447,8 +517,7 @@ class _EulerChain:
         return None if out is None else torch.addcmul(s, beta, delta, out=out)
 
 
-def _euler_increment(delta: Tensor | None, g: Tensor, beta: Tensor | None, eta: float, out: Tensor
-                     ) -> Tensor:
+def _euler_increment(delta: Tensor | None, g: Tensor, beta: Tensor | None, eta: float, out: Tensor) -> Tensor:
     """``out = delta + eta beta G`` (``delta`` None means 0; no beta with the gate outside)."""
     if delta is None:
         return torch.mul(g, eta, out=out) if beta is None else torch.mul(g, beta, out=out).mul_(eta)

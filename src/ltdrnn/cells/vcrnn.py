@@ -6,6 +6,7 @@ Doc: docs/cells/vcrnn.md
 Tests: tests/cells/test_vcrnn.py, tests/cells/test_contract.py
 Kernel: none (PyTorch operations only)
 """
+
 from __future__ import annotations
 
 import math
@@ -16,15 +17,13 @@ from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA
 from .base import check_nonnegative_float, check_positive_float
-from .registry import register
 from .masked import MaskedCell, gru_candidate, init_uniform, sum_over_valid_steps
+from .registry import register
 
-_PAPER = ("Jernite, Grave, Joulin & Mikolov 2017, Variable Computation in Recurrent Neural Networks "
-          "(ICLR)")
+_PAPER = "Jernite, Grave, Joulin & Mikolov 2017, Variable Computation in Recurrent Neural Networks (ICLR)"
 
 
-@register("vcrnn", family="baseline", paper=_PAPER,
-          variants={"sharp": {"sharpness": 20.0, "epsilon": 0.1}})
+@register("vcrnn", family="baseline", paper=_PAPER, variants={"sharp": {"sharpness": 20.0, "epsilon": 0.1}})
 class VCRNN(MaskedCell):
     """Variable-computation GRU: a scheduler picks, per step, the fraction of units to update; a
     sharpened soft mask updates the first units fully and the rest not at all.
@@ -53,9 +52,18 @@ class VCRNN(MaskedCell):
     Init: GRU as torch.nn; scheduler ``w_h, w_x, b ~ U(-1/sqrt(H), 1/sqrt(H))``.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, target: float = 0.5, sharpness: float = 1.0,
-                 sharpness_increment: float = 0.0, epsilon: float = 0.1, impl: str = "auto",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        target: float = 0.5,
+        sharpness: float = 1.0,
+        sharpness_increment: float = 0.0,
+        epsilon: float = 0.1,
+        impl: str = "auto",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target <= 1:
             raise ValueError(f"target: expected a fraction in [0, 1], got {target!r}")
@@ -84,8 +92,7 @@ class VCRNN(MaskedCell):
 
     def precompute(self, x: Tensor):
         """``(W_ih x + b_ih (T, B, 3H), w_x . x + b (T, B, 1))``."""
-        return (F.linear(x, self.weight_ih, self.bias_ih),
-                F.linear(x, self.scheduler_weight_ih, self.scheduler_bias))
+        return (F.linear(x, self.weight_ih, self.bias_ih), F.linear(x, self.scheduler_weight_ih, self.scheduler_bias))
 
     def soft_mask(self, m: Tensor) -> Tensor:
         """``(B, 1)`` fractions -> ``(B, H)`` thresholded soft mask ``e``."""
@@ -106,8 +113,7 @@ class VCRNN(MaskedCell):
         """``{"budget": sum_t |m_t - target|}``, mean over the batch."""
         if "computation" not in self.aux:
             return {}
-        return {"budget": sum_over_valid_steps((self.aux["computation"] - self.target).abs(),
-                                               self.valid()).mean()}
+        return {"budget": sum_over_valid_steps((self.aux["computation"] - self.target).abs(), self.valid()).mean()}
 
     def flops_per_sequence(self, steps: int, skip_fraction: float | None = None) -> float:
         """Scheduler (``w_h . h``, ``w_x . x``, the mask's ``lambda`` product per unit) on every step;
@@ -120,5 +126,6 @@ class VCRNN(MaskedCell):
         return float(steps * (scheduler + k * (3 * (d + k) + GRU_UNIT_EXTRA + 2)))
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f", target={self.target:g}, sharpness={self.sharpness:g}, "
-                f"epsilon={self.epsilon:g}")
+        return (
+            super().extra_repr() + f", target={self.target:g}, sharpness={self.sharpness:g}, epsilon={self.epsilon:g}"
+        )

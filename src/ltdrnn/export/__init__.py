@@ -8,6 +8,7 @@ The unit of every format is :class:`~ltdrnn.export.step.StreamingStep`: ``(x_t (
 run's test split, sizes, memory, latencies) and ``report.md`` (the same, for people).
 The core package does not import this module; the onnx format needs the ``export`` extra.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,6 +36,7 @@ def load_trained(path: str | Path):
     The model is in eval mode; the task is built from the run's own config (for its test split).
     """
     from ..checkpoint import CheckpointError, restore_model
+
     try:
         cfg, task, model = restore_model(path)
     except CheckpointError as error:
@@ -42,9 +44,18 @@ def load_trained(path: str | Path):
     return model.eval(), cfg, task
 
 
-def export(source, format: str, out: str | Path | None = None, *, int8: bool = False,
-           name: Optional[str] = None, task=None, measure: bool = True, split: str = "test",
-           latency_steps: int = 20000) -> Dict[str, Any]:
+def export(
+    source,
+    format: str,
+    out: str | Path | None = None,
+    *,
+    int8: bool = False,
+    name: Optional[str] = None,
+    task=None,
+    measure: bool = True,
+    split: str = "test",
+    latency_steps: int = 20000,
+) -> Dict[str, Any]:
     """Export a trained model's streaming step and measure it; returns the report (also ``report.json``).
 
     Args:
@@ -73,6 +84,7 @@ def export(source, format: str, out: str | Path | None = None, *, int8: bool = F
     step = StreamingStep(model)
     cells = [cell.registry_name for cell in step.cells]
     from .c_export import check_c_supported, check_name
+
     name = check_name(name or re.sub(r"\W", "_", f"ltdrnn_{cells[0]}"))
     if format == "c":
         for cell in step.cells:
@@ -83,7 +95,7 @@ def export(source, format: str, out: str | Path | None = None, *, int8: bool = F
         report = _report(format, int8, name, origin, step, cells, written, task)
         if measure and task is not None:
             _measure(report, format, model, step, written, task, split, latency_steps)
-    finally:   # the compiled library and benchmark: build products of the measurement, not deliverables
+    finally:  # the compiled library and benchmark: build products of the measurement, not deliverables
         if written.get("work") is not None:
             shutil.rmtree(written["work"], ignore_errors=True)
     report["out"] = str(out)
@@ -103,6 +115,7 @@ def _source(source):
 
 def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, cells) -> Dict[str, Any]:
     from . import c_export, onnx_export, pt2_export
+
     writer = {"onnx": onnx_export.write, "pt2": pt2_export.write, "c": c_export.write}[format]
     try:
         return writer(step, out, name, int8)
@@ -110,31 +123,47 @@ def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, c
         raise
     except Exception as error:  # the exporter's own limits for this cell: say which cell and format
         first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-        raise ExportError(f"cell {'+'.join(cells)!r}: export to {format} is not supported "
-                          f"({type(error).__name__}: {first})") from error
+        raise ExportError(
+            f"cell {'+'.join(cells)!r}: export to {format} is not supported ({type(error).__name__}: {first})"
+        ) from error
 
 
 def _report(format, int8, name, origin, step, cells, written, task) -> Dict[str, Any]:
     from .c_export import generate_c
+
     model = step.model
     try:
         fp32, quantised = generate_c(step, name, False), generate_c(step, name, True)
-    except ExportError:   # a cell the C generator does not handle: no C costs to report
+    except ExportError:  # a cell the C generator does not handle: no C costs to report
         fp32 = quantised = None
     parameters = sum(p.numel() for p in model.parameters())
     return {
-        "format": format, "int8": int8, "name": name, "source": origin, "cells": cells,
+        "format": format,
+        "int8": int8,
+        "name": name,
+        "source": origin,
+        "cells": cells,
         "task": task.info.name if task is not None else None,
-        "sizes": {"input": step.input_size, "hidden": step.cells[-1].hidden_size, "layers": len(cells),
-                  "outputs": step.output_size, "state": step.state_size, "parameters": parameters},
+        "sizes": {
+            "input": step.input_size,
+            "hidden": step.cells[-1].hidden_size,
+            "layers": len(cells),
+            "outputs": step.output_size,
+            "state": step.state_size,
+            "parameters": parameters,
+        },
         "files": {Path(f).name: Path(f).stat().st_size for f in written["files"]},
         # the generated C's const arrays (what a device stores); without C support, 4 bytes per parameter
-        "weight_bytes": {"fp32": fp32.weight_bytes if fp32 else 4 * parameters,
-                         "int8": quantised.weight_bytes if quantised else None},
+        "weight_bytes": {
+            "fp32": fp32.weight_bytes if fp32 else 4 * parameters,
+            "int8": quantised.weight_bytes if quantised else None,
+        },
         # the state to start every sequence from; null means zeros (the C init function sets it either way)
         "initial_state": step.init_state(1)[0].tolist() if step.init_state(1).any() else None,
         "memory_bytes": {"state": 4 * step.state_size, "scratch": fp32.scratch_bytes if fp32 else None},
-        "parity": None, "latency_us": None, "targets": None,
+        "parity": None,
+        "latency_us": None,
+        "targets": None,
         "notes": list(written["notes"]),
         "environment": {"torch": torch.__version__, "threads": 1},
     }
@@ -142,6 +171,7 @@ def _report(format, int8, name, origin, step, cells, written, task) -> Dict[str,
 
 def _measure(report, format, model, step, written, task, split, latency_steps) -> None:
     from . import measure
+
     if written["step"] is not None:
         report["parity"] = measure.parity(model, step, written["step"], task, split)
         report["parity"]["split"] = split
@@ -150,9 +180,9 @@ def _measure(report, format, model, step, written, task, split, latency_steps) -
         latency[f"{format}_step"] = measure.runner_latency_us(written["step"], step, max(1, latency_steps // 10))
     if format == "c" and written.get("work") is not None:
         from .c_export import step_latency_ns
+
         files = written["files"]
-        latency["c_step"] = step_latency_ns(files[1], files[0], report["name"], latency_steps,
-                                            written["work"]) / 1000
+        latency["c_step"] = step_latency_ns(files[1], files[0], report["name"], latency_steps, written["work"]) / 1000
         latency["c_speedup_vs_torch_step"] = latency["torch_recurrent_step"] / latency["c_step"]
     report["latency_us"] = latency
     report["targets"] = _targets(report)
@@ -166,10 +196,12 @@ def _targets(report) -> Dict[str, Optional[bool]]:
     speedup = latency.get("c_speedup_vs_torch_step")
     return {
         "fp32_max_abs_error<=1e-5": None if report["int8"] or error is None else error <= TARGETS["max_abs_error"],
-        "fp32_max_rel_error<=1e-5": None if report["int8"] or relative is None
+        "fp32_max_rel_error<=1e-5": None
+        if report["int8"] or relative is None
         else relative <= TARGETS["max_abs_error"],
         "fp32_agreement=100%": None if report["int8"] or agreement is None else agreement >= TARGETS["agreement"],
-        "int8_agreement>=99%": None if not report["int8"] or agreement is None
+        "int8_agreement>=99%": None
+        if not report["int8"] or agreement is None
         else agreement >= TARGETS["int8_agreement"],
         "c_step>=10x_faster": None if speedup is None else speedup >= TARGETS["c_speedup"],
     }
@@ -186,22 +218,39 @@ def _save(report: Dict[str, Any], out: Path) -> None:
 def summary(report: Dict[str, Any]) -> str:
     """The report as a short markdown page."""
     sizes, weights, memory = report["sizes"], report["weight_bytes"], report["memory_bytes"]
-    lines = [f"# Export of {'+'.join(report['cells'])} ({report['format']}{', int8' if report['int8'] else ''})",
-             "", f"Source: `{report['source']}`; task: {report['task']}; "
-             f"d={sizes['input']}, H={sizes['hidden']}, outputs={sizes['outputs']}, state={sizes['state']} floats.",
-             "", "Files: " + ", ".join(f"`{name}` ({size:,} B)" for name, size in report["files"].items()), "",
-             f"Weights: {weights['fp32']:,} B fp32" + (f", {weights['int8']:,} B int8" if weights["int8"] else "")
-             + f"; state {memory['state']:,} B" + (f", scratch {memory['scratch']:,} B" if memory["scratch"] else ""),
-             ""]
+    lines = [
+        f"# Export of {'+'.join(report['cells'])} ({report['format']}{', int8' if report['int8'] else ''})",
+        "",
+        f"Source: `{report['source']}`; task: {report['task']}; "
+        f"d={sizes['input']}, H={sizes['hidden']}, outputs={sizes['outputs']}, state={sizes['state']} floats.",
+        "",
+        "Files: " + ", ".join(f"`{name}` ({size:,} B)" for name, size in report["files"].items()),
+        "",
+        f"Weights: {weights['fp32']:,} B fp32"
+        + (f", {weights['int8']:,} B int8" if weights["int8"] else "")
+        + f"; state {memory['state']:,} B"
+        + (f", scratch {memory['scratch']:,} B" if memory["scratch"] else ""),
+        "",
+    ]
     parity, measures = report["parity"], []
     if parity:
-        measures += [["test sequences", parity["sequences"]],
-                     ["max abs error vs eager", f"{parity['max_abs_error']:.3g} (largest output "
-                      f"{parity['output_scale']:.3g}; relative {parity['max_rel_error']:.2g})"]]
+        measures += [
+            ["test sequences", parity["sequences"]],
+            [
+                "max abs error vs eager",
+                f"{parity['max_abs_error']:.3g} (largest output "
+                f"{parity['output_scale']:.3g}; relative {parity['max_rel_error']:.2g})",
+            ],
+        ]
         if parity["agreement"] is not None:
-            measures += [["prediction agreement", f"{100 * parity['agreement']:.2f}%"],
-                         ["accuracy eager / export", f"{100 * parity['accuracy_eager']:.2f}% / "
-                          f"{100 * parity['accuracy_export']:.2f}% (delta {100 * parity['accuracy_delta']:+.2f} pt)"]]
+            measures += [
+                ["prediction agreement", f"{100 * parity['agreement']:.2f}%"],
+                [
+                    "accuracy eager / export",
+                    f"{100 * parity['accuracy_eager']:.2f}% / "
+                    f"{100 * parity['accuracy_export']:.2f}% (delta {100 * parity['accuracy_delta']:+.2f} pt)",
+                ],
+            ]
     for key, value in (report["latency_us"] or {}).items():
         if key.endswith("speedup_vs_torch_step"):
             measures.append(["C step speed-up over Recurrent.step", f"{value:.1f}x"])

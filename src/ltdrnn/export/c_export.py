@@ -15,6 +15,7 @@ the library (the fused forms of TARNN and iRNN: ``input_weights``/``state_weight
 ``w[r, c] ~ scale[r] * q[r, c]`` with ``scale[r] = max_c |w[r, c]| / 127``; a row's products are summed
 in float and scaled once. Biases and per-unit vectors stay float (a few hundred bytes).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -64,6 +65,7 @@ ACTIVATIONS = {"relu": "relu_({})", "tanh": "tanhf({})", "sigmoid": "sigmoid_({}
 class CSource:
     """Generated files and their costs: ``weight_bytes`` of the const arrays, ``state_bytes`` of the
     caller's state, ``scratch_bytes`` of the largest stack scratch the step uses at once."""
+
     name: str
     header: str
     source: str
@@ -97,7 +99,7 @@ class Program:
             raise AssertionError(f"array {label} defined twice")
         self.names.add(label)
         items = [fmt(v) for v in values.reshape(-1).tolist()]
-        rows = [", ".join(items[i:i + 8]) for i in range(0, len(items), 8)]
+        rows = [", ".join(items[i : i + 8]) for i in range(0, len(items), 8)]
         self.arrays.append(f"static const {ctype} {label}[{len(items)}] = {{\n    " + ",\n    ".join(rows) + "\n};")
         self.weight_bytes += values.size * values.itemsize
 
@@ -177,6 +179,7 @@ def emitter(*names: str):
         for name in names:
             EMITTERS[name] = function
         return function
+
     return add
 
 
@@ -186,19 +189,25 @@ def _lstm(p: Program, cell, pre: str, x: str, s: str):
     w_ih, w_hh = p.matrix(pre + "w_ih", cell.weight_ih), p.matrix(pre + "w_hh", cell.weight_hh)
     bias = p.vector(pre + "bias", cell.bias_ih + cell.bias_hh) if cell.bias else None
     lines = p.buffers(g=4 * hidden) + [
-        _init_from("g", bias, 4 * hidden), p.matvec("g", w_ih, x), p.matvec("g", w_hh, s),
-        f"float *h = {s}, *c = {s} + {hidden};"]
+        _init_from("g", bias, 4 * hidden),
+        p.matvec("g", w_ih, x),
+        p.matvec("g", w_hh, s),
+        f"float *h = {s}, *c = {s} + {hidden};",
+    ]
     lines += _lstm_update(p, hidden, "g", "c[j] = cn; h[j] = hn;")
     return lines, s
 
 
 def _lstm_update(p: Program, hidden: int, g: str, store: str) -> List[str]:
     """The torch.nn.LSTM cell update from the gate sums ``g`` (i, f, g, o); ``store`` keeps ``cn``, ``hn``."""
-    return [f"for (int j = 0; j < {hidden}; ++j) {{",
-            f"    const float cn = {p.sigmoid(f'{g}[{hidden} + j]')} * c[j] + "
-            f"{p.sigmoid(f'{g}[j]')} * tanhf({g}[{2 * hidden} + j]);",
-            f"    const float hn = {p.sigmoid(f'{g}[{3 * hidden} + j]')} * tanhf(cn);",
-            f"    {store}", "}"]
+    return [
+        f"for (int j = 0; j < {hidden}; ++j) {{",
+        f"    const float cn = {p.sigmoid(f'{g}[{hidden} + j]')} * c[j] + "
+        f"{p.sigmoid(f'{g}[j]')} * tanhf({g}[{2 * hidden} + j]);",
+        f"    const float hn = {p.sigmoid(f'{g}[{3 * hidden} + j]')} * tanhf(cn);",
+        f"    {store}",
+        "}",
+    ]
 
 
 @emitter("gru")
@@ -208,19 +217,25 @@ def _gru(p: Program, cell, pre: str, x: str, s: str):
     b_ih = p.vector(pre + "b_ih", cell.bias_ih) if cell.bias else None
     b_hh = p.vector(pre + "b_hh", cell.bias_hh) if cell.bias else None
     lines = p.buffers(gi=3 * hidden, gh=3 * hidden) + [
-        _init_from("gi", b_ih, 3 * hidden), _init_from("gh", b_hh, 3 * hidden),
-        p.matvec("gi", w_ih, x), p.matvec("gh", w_hh, s)]
+        _init_from("gi", b_ih, 3 * hidden),
+        _init_from("gh", b_hh, 3 * hidden),
+        p.matvec("gi", w_ih, x),
+        p.matvec("gh", w_hh, s),
+    ]
     return lines + _gru_update(p, hidden, s, "{h}[j] = cand;"), s
 
 
 def _gru_update(p: Program, hidden: int, h: str, assign: str) -> List[str]:
     """torch.nn.GRU's update from ``gi``, ``gh``; ``assign`` stores ``cand`` (``{h}`` is the state)."""
-    return [f"for (int j = 0; j < {hidden}; ++j) {{",
-            f"    const float r = {p.sigmoid(f'gi[j] + gh[j]')};",
-            f"    const float z = {p.sigmoid(f'gi[{hidden} + j] + gh[{hidden} + j]')};",
-            f"    const float n = tanhf(gi[{2 * hidden} + j] + r * gh[{2 * hidden} + j]);",
-            f"    const float cand = (1.0f - z) * n + z * {h}[j];",
-            "    " + assign.format(h=h), "}"]
+    return [
+        f"for (int j = 0; j < {hidden}; ++j) {{",
+        f"    const float r = {p.sigmoid('gi[j] + gh[j]')};",
+        f"    const float z = {p.sigmoid(f'gi[{hidden} + j] + gh[{hidden} + j]')};",
+        f"    const float n = tanhf(gi[{2 * hidden} + j] + r * gh[{2 * hidden} + j]);",
+        f"    const float cand = (1.0f - z) * n + z * {h}[j];",
+        "    " + assign.format(h=h),
+        "}",
+    ]
 
 
 def _fast_preactivation(p: Program, cell, pre: str, x: str, s: str, bias: str | None) -> List[str]:
@@ -242,7 +257,8 @@ def _fastrnn(p: Program, cell, pre: str, x: str, s: str):
     alpha, beta = float(torch.sigmoid(cell.alpha.detach().float())), float(torch.sigmoid(cell.beta.detach().float()))
     lines = _fast_preactivation(p, cell, pre, x, s, bias) + [
         f"for (int j = 0; j < {cell.hidden_size}; ++j)",
-        f"    {s}[j] = {_float(alpha)} * {p.act(cell.nonlinearity, 'a[j]')} + {_float(beta)} * {s}[j];"]
+        f"    {s}[j] = {_float(alpha)} * {p.act(cell.nonlinearity, 'a[j]')} + {_float(beta)} * {s}[j];",
+    ]
     return lines, s
 
 
@@ -254,32 +270,47 @@ def _fastgrnn(p: Program, cell, pre: str, x: str, s: str):
         f"for (int j = 0; j < {cell.hidden_size}; ++j) {{",
         f"    const float z = {p.act(cell.gate_nonlinearity, f'a[j] + {b_z}[j]')};",
         f"    const float cand = {p.act(cell.update_nonlinearity, f'a[j] + {b_h}[j]')};",
-        f"    {s}[j] = ({_float(zeta)} * (1.0f - z) + {_float(nu)}) * cand + z * {s}[j];", "}"]
+        f"    {s}[j] = ({_float(zeta)} * (1.0f - z) + {_float(nu)}) * cand + z * {s}[j];",
+        "}",
+    ]
     return lines, s
 
 
 @emitter("srnn")
 def _srnn(p: Program, cell, pre: str, x: str, s: str):
     hidden, k = cell.hidden_size, cell.hyper_size
-    lines = p.buffers(f0=k if cell.fr_layers else 0, f1=k if cell.fr_layers > 1 else 0, beta=hidden,
-                      gate=hidden if cell.gate else 0, hn=hidden)
+    lines = p.buffers(
+        f0=k if cell.fr_layers else 0,
+        f1=k if cell.fr_layers > 1 else 0,
+        beta=hidden,
+        gate=hidden if cell.gate else 0,
+        hn=hidden,
+    )
     feature = x
     for index, layer in enumerate(cell.fr_hidden):
         buf = f"f{index % 2}"
-        lines += [_init_from(buf, p.vector(f"{pre}fr{index}_b", layer.bias), k),
-                  p.matvec(buf, p.matrix(f"{pre}fr{index}_w", layer.weight), feature),
-                  f"for (int i = 0; i < {k}; ++i) {buf}[i] = {p.act('relu', f'{buf}[i]')};"]
+        lines += [
+            _init_from(buf, p.vector(f"{pre}fr{index}_b", layer.bias), k),
+            p.matvec(buf, p.matrix(f"{pre}fr{index}_w", layer.weight), feature),
+            f"for (int i = 0; i < {k}; ++i) {buf}[i] = {p.act('relu', f'{buf}[i]')};",
+        ]
         feature = buf
-    lines += [_init_from("beta", p.vector(pre + "out_b", cell.fr_out.bias), hidden),
-              p.matvec("beta", p.matrix(pre + "out_w", cell.fr_out.weight), feature)]
+    lines += [
+        _init_from("beta", p.vector(pre + "out_b", cell.fr_out.bias), hidden),
+        p.matvec("beta", p.matrix(pre + "out_w", cell.fr_out.weight), feature),
+    ]
     if cell.gate:
-        lines += [_init_from("gate", p.vector(pre + "gate_b", cell.gate_layer.bias), hidden),
-                  p.matvec("gate", p.matrix(pre + "gate_w", cell.gate_layer.weight), x),
-                  f"for (int j = 0; j < {hidden}; ++j) beta[j] *= {p.sigmoid('gate[j]')};"]
+        lines += [
+            _init_from("gate", p.vector(pre + "gate_b", cell.gate_layer.bias), hidden),
+            p.matvec("gate", p.matrix(pre + "gate_w", cell.gate_layer.weight), x),
+            f"for (int j = 0; j < {hidden}; ++j) beta[j] *= {p.sigmoid('gate[j]')};",
+        ]
     # h_t = act(roll(h_{t-1}, 1) + beta): unit j reads unit j - 1, unit 0 reads the last
-    lines += [f"hn[0] = {p.act(cell.activation, f'{s}[{hidden - 1}] + beta[0]')};",
-              f"for (int j = 1; j < {hidden}; ++j) hn[j] = {p.act(cell.activation, f'{s}[j - 1] + beta[j]')};",
-              f"memcpy({s}, hn, sizeof hn);"]
+    lines += [
+        f"hn[0] = {p.act(cell.activation, f'{s}[{hidden - 1}] + beta[0]')};",
+        f"for (int j = 1; j < {hidden}; ++j) hn[j] = {p.act(cell.activation, f'{s}[j - 1] + beta[j]')};",
+        f"memcpy({s}, hn, sizeof hn);",
+    ]
     return lines, s
 
 
@@ -293,7 +324,9 @@ def _mist(p: Program, cell, pre: str, x: str, s: str):
     w_hh, w_mix = p.matrix(pre + "w_hh", cell.weight_hh), p.matrix(pre + "w_mix", cell.weight_mix)
     prev = f"{s} + {(n - 1) * hidden}"
     lines = p.buffers(gates=split, hn=hidden, rm=hidden) + [
-        _init_from("gates", b_gates, split), p.matvec("gates", w_gates, x), p.matvec("gates", w_hh, prev),
+        _init_from("gates", b_gates, split),
+        p.matvec("gates", w_gates, x),
+        p.matvec("gates", w_hh, prev),
         "float top = gates[0], total = 0.0f;",
         f"for (int i = 1; i < {nd}; ++i) top = gates[i] > top ? gates[i] : top;",
         f"for (int i = 0; i < {nd}; ++i) {{ gates[i] = expf(gates[i] - top); total += gates[i]; }}",
@@ -301,19 +334,23 @@ def _mist(p: Program, cell, pre: str, x: str, s: str):
         "memset(rm, 0, sizeof rm);",
         f"for (int i = 0; i < {nd}; ++i) {{   /* the state 2^i steps back is row N - 2^i of the history */",
         f"    const float *delayed = {s} + ({n} - (1 << i)) * {hidden};",
-        f"    for (int j = 0; j < {hidden}; ++j) rm[j] += gates[i] * delayed[j];", "}",
+        f"    for (int j = 0; j < {hidden}; ++j) rm[j] += gates[i] * delayed[j];",
+        "}",
         f"for (int j = 0; j < {hidden}; ++j) rm[j] *= {p.sigmoid(f'gates[{nd} + j]')};",
-        _init_from("hn", b_state, hidden), p.matvec("hn", w_state, x), p.matvec("hn", w_mix, "rm"),
+        _init_from("hn", b_state, hidden),
+        p.matvec("hn", w_state, x),
+        p.matvec("hn", w_mix, "rm"),
         f"for (int j = 0; j < {hidden}; ++j) hn[j] = tanhf(hn[j]);",
         f"memmove({s}, {s} + {hidden}, sizeof(float) * {(n - 1) * hidden});",
-        f"memcpy({prev}, hn, sizeof hn);"]
+        f"memcpy({prev}, hn, sizeof hn);",
+    ]
     return lines, prev
 
 
 @emitter("sarnn")
 def _sarnn(p: Program, cell, pre: str, x: str, s: str):
     hidden = cell.hidden_size
-    half = 0.5 * cell.slope       # the coordinator exactly as SARNN.precompute/coordinate scale it
+    half = 0.5 * cell.slope  # the coordinator exactly as SARNN.precompute/coordinate scale it
     coord_w = p.matrix(pre + "coord_w", cell.coord_weight_ih * half)
     coord_b = p.vector(pre + "coord_b", cell.coord_bias * half + 0.5)
     coord_h = p.vector(pre + "coord_h", cell.scaled_coord_weight())
@@ -321,15 +358,18 @@ def _sarnn(p: Program, cell, pre: str, x: str, s: str):
     w_ih, w_hh = p.matrix(pre + "w_ih", cell.weight_ih), p.matrix(pre + "w_hh", cell.weight_hh)
     b_ih, b_hh = p.vector(pre + "b_ih", cell.bias_ih), p.vector(pre + "b_hh", cell.bias_hh)
     lines = p.buffers(u=hidden, gi=gates * hidden, gh=gates * hidden) + [
-        _init_from("u", coord_b, hidden), p.matvec("u", coord_w, x),
+        _init_from("u", coord_b, hidden),
+        p.matvec("u", coord_w, x),
         # u_t = 1[hard_sigmoid(...) > 1/2]; the clamp does not change the decision
         f"for (int j = 0; j < {hidden}; ++j) u[j] = (u[j] + {coord_h}[j] * {s}[j]) > 0.5f;",
-        _init_from("gi", b_ih, gates * hidden), _init_from("gh", b_hh, gates * hidden),
-        p.matvec("gi", w_ih, x), p.matvec("gh", w_hh, s)]
+        _init_from("gi", b_ih, gates * hidden),
+        _init_from("gh", b_hh, gates * hidden),
+        p.matvec("gi", w_ih, x),
+        p.matvec("gh", w_hh, s),
+    ]
     if cell.recurrence == "gru":
         return lines + _gru_update(p, hidden, s, "if (u[j] > 0.5f) {h}[j] = cand;"), s
-    lines += [f"for (int j = 0; j < {gates * hidden}; ++j) gi[j] += gh[j];",
-              f"float *h = {s}, *c = {s} + {hidden};"]
+    lines += [f"for (int j = 0; j < {gates * hidden}; ++j) gi[j] += gh[j];", f"float *h = {s}, *c = {s} + {hidden};"]
     return lines + _lstm_update(p, hidden, "gi", "if (u[j] > 0.5f) { c[j] = cn; h[j] = hn; }"), s
 
 
@@ -341,12 +381,17 @@ def _tarnn(p: Program, cell, pre: str, x: str, s: str):
     w_state, u = p.matrix(pre + "w_state", cell.state_weights()), p.matrix(pre + "u", cell.weight_U)
     eta = p.vector(pre + "eta", cell.steps.values())
     inside = cell.gate == "inside"
-    coupled = (f"    if (k) for (int j = 0; j < {hidden // 2}; ++j) g[j] += delta[{hidden // 2} + j];"
-               if cell.A_kind == "coupled" else None)
+    coupled = (
+        f"    if (k) for (int j = 0; j < {hidden // 2}; ++j) g[j] += delta[{hidden // 2} + j];"
+        if cell.A_kind == "coupled"
+        else None
+    )
     # the fused formulation (TARNN._FusedTARNN): [c, q, r] = P + s [B2 + A; W2 + U; U_s]^T, delta_0 = 0,
     # G_k = phi(q + U delta_k) + c + A delta_k, delta_{k+1} = delta_k + eta_k (beta) G_k
     lines = p.buffers(qa=3 * hidden, beta=hidden, delta=hidden, arg=hidden, g=hidden) + [
-        _init_from("qa", b_in, 3 * hidden), p.matvec("qa", w_in, x), p.matvec("qa", w_state, s),
+        _init_from("qa", b_in, 3 * hidden),
+        p.matvec("qa", w_in, x),
+        p.matvec("qa", w_state, s),
         f"for (int j = 0; j < {hidden}; ++j) {{ beta[j] = {p.sigmoid(f'qa[{2 * hidden} + j]')}; delta[j] = 0.0f; }}",
         f"for (int k = 0; k < {k}; ++k) {{",
         f"    memcpy(arg, qa + {hidden}, sizeof arg);",
@@ -355,13 +400,15 @@ def _tarnn(p: Program, cell, pre: str, x: str, s: str):
         *([coupled] if coupled else []),
         f"    for (int j = 0; j < {hidden}; ++j) delta[j] += {eta}[k] * {'beta[j] * ' if inside else ''}g[j];",
         "}",
-        f"for (int j = 0; j < {hidden}; ++j) {s}[j] += {'' if inside else 'beta[j] * '}delta[j];"]
+        f"for (int j = 0; j < {hidden}; ++j) {s}[j] += {'' if inside else 'beta[j] * '}delta[j];",
+    ]
     return lines, s
 
 
 @emitter("irnn")
 def _irnn(p: Program, cell, pre: str, x: str, s: str):
     from ..cells.irnn import _dense_operator
+
     hidden = cell.hidden_size
     weight, bias = cell.input_map()
     first, second = cell.recurrent_operator()
@@ -371,17 +418,22 @@ def _irnn(p: Program, cell, pre: str, x: str, s: str):
     with torch.no_grad():
         alpha = _float(float(cell.alpha()))
     from ..cells.irnn import READINGS
+
     start, keep = (_float(v) for v in READINGS[cell.reading])
     # in y = g + h_{t-1}: y_0 = start * h, y_{i+1} = y_i + eta_i (phi(M y_i + c) - alpha y_i),
     # h_t = y_K - keep * h (keep = 0: the residual reading, h_t = y_K)
     lines = p.buffers(c=hidden, y=hidden, drive=hidden) + [
-        _init_from("c", b_in, hidden), p.matvec("c", w_in, x),
+        _init_from("c", b_in, hidden),
+        p.matvec("c", w_in, x),
         f"for (int j = 0; j < {hidden}; ++j) y[j] = {start} * {s}[j];",
         f"for (int i = 0; i < {cell.K}; ++i) {{",
-        "    memcpy(drive, c, sizeof drive);", "    " + p.matvec("drive", m_op, "y"),
+        "    memcpy(drive, c, sizeof drive);",
+        "    " + p.matvec("drive", m_op, "y"),
         f"    for (int j = 0; j < {hidden}; ++j) y[j] += {eta}[i] * ({p.act(cell.activation, 'drive[j]')} - "
-        f"{alpha} * y[j]);", "}",
-        f"for (int j = 0; j < {hidden}; ++j) {s}[j] = y[j] - {keep} * {s}[j];"]
+        f"{alpha} * y[j]);",
+        "}",
+        f"for (int j = 0; j < {hidden}; ++j) {s}[j] = y[j] - {keep} * {s}[j];",
+    ]
     return lines, s
 
 
@@ -394,8 +446,10 @@ def check_c_supported(cell) -> None:
     """Raise :class:`ExportError` for a cell (or cell option) the C generator does not handle."""
     name = getattr(cell, "registry_name", type(cell).__name__)
     if name not in EMITTERS:
-        raise ExportError(f"cell {name!r}: export to C is not supported (supported: "
-                          f"{', '.join(supported_cells())}); the onnx and pt2 formats may work for it")
+        raise ExportError(
+            f"cell {name!r}: export to C is not supported (supported: "
+            f"{', '.join(supported_cells())}); the onnx and pt2 formats may work for it"
+        )
     unsupported = UNSUPPORTED_OPTIONS.get(name)
     if unsupported:
         reason = unsupported(cell)
@@ -412,8 +466,9 @@ UNSUPPORTED_OPTIONS: Dict[str, Callable[[object], str | None]] = {
 def check_name(name) -> str:
     """``name`` if it can be a file base name and a C symbol prefix, else :class:`ExportError`."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ExportError(f"name: expected a C identifier (letters, digits, _; not starting with a digit), "
-                          f"got {name!r}")
+        raise ExportError(
+            f"name: expected a C identifier (letters, digits, _; not starting with a digit), got {name!r}"
+        )
     return name
 
 
@@ -428,7 +483,9 @@ def generate_c(step: StreamingStep, name: str, int8: bool = False) -> CSource:
     x = "x"
     if model.embed is not None:
         body += p.buffers(embedded=model.embed.out_features) + [
-            "memset(embedded, 0, sizeof embedded);", p.matvec("embedded", p.matrix("embed_w", model.embed.weight), x)]
+            "memset(embedded, 0, sizeof embedded);",
+            p.matvec("embedded", p.matrix("embed_w", model.embed.weight), x),
+        ]
         x = "embedded"
     offsets = [next(part.offset for part in step.parts if part.layer == i) for i in range(len(step.cells))]
     layer_scratch = []
@@ -438,33 +495,47 @@ def generate_c(step: StreamingStep, name: str, int8: bool = False) -> CSource:
         layer_scratch.append(p.scratch_floats)
         body += [f"/* layer {index}: {cell.registry_name} */", "{", f"    float *s = state + {offsets[index]};"]
         body += ["    " + line for line in lines]
-        if index + 1 < len(step.cells):   # the next layer reads this layer's output
+        if index + 1 < len(step.cells):  # the next layer reads this layer's output
             body += [f"    memcpy(layer_out, {out}, sizeof(float) * {cell.hidden_size});"]
         else:
-            body += [f"    {_init_from('out', p.vector('head_b', model.output.bias), model.output.out_features)}",
-                     "    " + p.matvec("out", p.matrix("head_w", model.output.weight), out)]
+            body += [
+                f"    {_init_from('out', p.vector('head_b', model.output.bias), model.output.out_features)}",
+                "    " + p.matvec("out", p.matrix("head_w", model.output.weight), out),
+            ]
         body.append("}")
         x = "layer_out"
     hidden_between = max((c.hidden_size for c in step.cells[:-1]), default=0)
     prelude = [f"float layer_out[{hidden_between}];"] if hidden_between else []
-    scratch = (max(layer_scratch) + hidden_between + (model.embed.out_features if model.embed is not None else 0))
+    scratch = max(layer_scratch) + hidden_between + (model.embed.out_features if model.embed is not None else 0)
     upper = name.upper()
-    header = _HEADER.format(name=name, upper=upper, d=step.input_size, s=step.state_size, o=step.output_size,
-                            what=_describe(step, int8))
+    header = _HEADER.format(
+        name=name, upper=upper, d=step.input_size, s=step.state_size, o=step.output_size, what=_describe(step, int8)
+    )
     initial = step.init_state(1)[0]
-    init = (f"memset(state, 0, sizeof(float) * {upper}_STATE_SIZE);" if not initial.any() else
-            f"memcpy(state, {p.vector('initial_state', initial)}, sizeof(float) * {upper}_STATE_SIZE);")
+    init = (
+        f"memset(state, 0, sizeof(float) * {upper}_STATE_SIZE);"
+        if not initial.any()
+        else f"memcpy(state, {p.vector('initial_state', initial)}, sizeof(float) * {upper}_STATE_SIZE);"
+    )
     helpers = "\n\n".join(HELPERS[h] for h in ("sigmoid", "relu", "mv", "mv_q8") if h in p.helpers)
-    source = _SOURCE.format(name=name, upper=upper, what=_describe(step, int8), helpers=helpers,
-                            arrays="\n".join(p.arrays), init=init,
-                            body="\n".join("    " + line for line in prelude + body))
+    source = _SOURCE.format(
+        name=name,
+        upper=upper,
+        what=_describe(step, int8),
+        helpers=helpers,
+        arrays="\n".join(p.arrays),
+        init=init,
+        body="\n".join("    " + line for line in prelude + body),
+    )
     return CSource(name, header, source, p.weight_bytes, 4 * step.state_size, 4 * scratch)
 
 
 def _describe(step: StreamingStep, int8: bool) -> str:
     cells = "+".join(c.registry_name for c in step.cells)
-    return (f"{cells}, d={step.input_size}, H={step.cells[-1].hidden_size}, outputs={step.output_size}, "
-            f"weights {'int8 per output row (float scale)' if int8 else 'float32'}")
+    return (
+        f"{cells}, d={step.input_size}, H={step.cells[-1].hidden_size}, outputs={step.output_size}, "
+        f"weights {'int8 per output row (float scale)' if int8 else 'float32'}"
+    )
 
 
 _HEADER = """/* {name}: one streaming step of a ltdrnn model ({what}).
@@ -533,8 +604,9 @@ def compile_c(sources, target: Path, shared: bool) -> Path:
         raise ExportError("C compiler: none found (set CC or install cc) to compile the generated step")
     flags = ["-shared", "-fPIC"] if shared else []
     flags += sorted({f"-I{Path(source).parent}" for source in sources})
-    result = subprocess.run([compiler, *CFLAGS, *flags, "-o", str(target), *map(str, sources), "-lm"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [compiler, *CFLAGS, *flags, "-o", str(target), *map(str, sources), "-lm"], capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise ExportError(f"C compiler: {compiler} failed on the generated code:\n{result.stderr[:2000]}")
     return target
@@ -548,11 +620,12 @@ def library_step(library: Path, name: str, state_size: int, output_size: int):
 
     def run(x_t, state):
         x_t = np.ascontiguousarray(x_t, dtype=np.float32)
-        state = np.array(state, dtype=np.float32, order="C")   # a copy: the C step updates it in place
+        state = np.array(state, dtype=np.float32, order="C")  # a copy: the C step updates it in place
         y = np.empty((x_t.shape[0], output_size), dtype=np.float32)
         for b in range(x_t.shape[0]):
             function(x_t[b].ctypes.data, state[b].ctypes.data, y[b].ctypes.data)
         return y, state
+
     return run
 
 

@@ -4,6 +4,7 @@ Every exported format is driven the same way: a step function ``(x_t (B, d), sta
 state)`` on float32 numpy arrays, run over each test sequence up to its true length
 (:func:`~ltdrnn.export.step.run_sequences`), against ``model(x, lengths)`` in eager PyTorch.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,9 @@ def as_numpy(value) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-def parity(model: nn.Module, step: StreamingStep, run: StepFunction, task, split: str = "test",
-           batch_size: int = 256) -> Dict[str, Optional[float]]:
+def parity(
+    model: nn.Module, step: StreamingStep, run: StepFunction, task, split: str = "test", batch_size: int = 256
+) -> Dict[str, Optional[float]]:
     """Max absolute output error and, for a classifier, prediction agreement and accuracies.
 
     Returns ``{"sequences", "max_abs_error", "output_scale", "max_rel_error", "agreement",
@@ -42,13 +44,22 @@ def parity(model: nn.Module, step: StreamingStep, run: StepFunction, task, split
         with torch.no_grad():
             eager.append(as_numpy(model(x, lengths)))
         state = as_numpy(step.init_state(x.shape[0])).astype(np.float32)
-        exported.append(run_sequences(wrapped, state, as_numpy(x).astype(np.float32),
-                                      None if lengths is None else lengths.tolist()))
+        exported.append(
+            run_sequences(wrapped, state, as_numpy(x).astype(np.float32), None if lengths is None else lengths.tolist())
+        )
         labels.append(as_numpy(y))
     eager, exported, labels = np.concatenate(eager), np.concatenate(exported), np.concatenate(labels)
     error, scale = float(np.abs(eager - exported).max()), float(np.abs(eager).max())
-    result = {"sequences": int(len(eager)), "max_abs_error": error, "output_scale": scale,
-              "max_rel_error": error / scale if scale > 0 else error, "agreement": None, "accuracy_eager": None, "accuracy_export": None, "accuracy_delta": None}
+    result = {
+        "sequences": int(len(eager)),
+        "max_abs_error": error,
+        "output_scale": scale,
+        "max_rel_error": error / scale if scale > 0 else error,
+        "agreement": None,
+        "accuracy_eager": None,
+        "accuracy_export": None,
+        "accuracy_delta": None,
+    }
     if task.info.loss == "cross_entropy":
         predicted_eager, predicted_export = eager.argmax(-1), exported.argmax(-1)
         result["agreement"] = float((predicted_eager == predicted_export).mean())
@@ -62,6 +73,7 @@ def _numpy_step(run: StepFunction) -> StepFunction:
     def step(x_t, state):
         y, state = run(x_t, state)
         return as_numpy(y), as_numpy(state)
+
     return step
 
 
@@ -100,8 +112,11 @@ def torch_step_latencies(model: nn.Module, steps: int) -> Dict[str, float]:
 
             def lstm_step():
                 lstm_state[0] = lstm(x, lstm_state[0])
-            return {"torch_recurrent_step": per_call_us(recurrent_step, steps),
-                    "torch_lstmcell": per_call_us(lstm_step, steps)}
+
+            return {
+                "torch_recurrent_step": per_call_us(recurrent_step, steps),
+                "torch_lstmcell": per_call_us(lstm_step, steps),
+            }
     finally:
         torch.set_num_threads(threads)
 
@@ -113,6 +128,7 @@ def runner_latency_us(run: StepFunction, step: StreamingStep, steps: int) -> flo
 
     def call():
         state[0] = run(x, state[0])[1]
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

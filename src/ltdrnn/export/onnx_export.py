@@ -5,6 +5,7 @@ dynamic; opset :data:`OPSET`. ``int8``: onnxruntime's dynamic quantisation with 
 int8 weights (``quantize_dynamic(per_channel=True, weight_type=QInt8)``): the matrix products become
 ``MatMulInteger`` on int8 weights and activations quantised on the fly, accumulating in int32.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,9 @@ def require(module: str):
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
-        raise ExportError(f"format onnx: needs the module {error.name!r}; install the export extra: "
-                          "pip install 'ltdrnn[export]'") from None
+        raise ExportError(
+            f"format onnx: needs the module {error.name!r}; install the export extra: pip install 'ltdrnn[export]'"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -53,9 +55,16 @@ def export_onnx(step: StreamingStep, path: Path) -> None:
     batch = torch.export.Dim("batch")
     example = (torch.zeros(2, step.input_size), step.init_state(2))
     with quiet():
-        program = torch.onnx.export(step, example, dynamo=True, opset_version=OPSET, verbose=False,
-                                    input_names=["x", "state"], output_names=["y", "state_out"],
-                                    dynamic_shapes={"x_t": {0: batch}, "state": {0: batch}})
+        program = torch.onnx.export(
+            step,
+            example,
+            dynamo=True,
+            opset_version=OPSET,
+            verbose=False,
+            input_names=["x", "state"],
+            output_names=["y", "state_out"],
+            dynamic_shapes={"x_t": {0: batch}, "state": {0: batch}},
+        )
         program.save(str(path))
 
 
@@ -63,8 +72,9 @@ def quantize(source: Path, target: Path) -> None:
     """onnxruntime's dynamic quantisation, int8 weights per output channel."""
     quantization = require("onnxruntime.quantization")
     with quiet():
-        quantization.quantize_dynamic(str(source), str(target), per_channel=True,
-                                      weight_type=quantization.QuantType.QInt8)
+        quantization.quantize_dynamic(
+            str(source), str(target), per_channel=True, weight_type=quantization.QuantType.QInt8
+        )
 
 
 def check(path: Path) -> int:
@@ -84,9 +94,12 @@ def session_step(path: Path):
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def run(x_t, state):
-        y, state = session.run(None, {"x": np.ascontiguousarray(x_t, dtype=np.float32),
-                                      "state": np.ascontiguousarray(state, dtype=np.float32)})
+        y, state = session.run(
+            None,
+            {"x": np.ascontiguousarray(x_t, dtype=np.float32), "state": np.ascontiguousarray(state, dtype=np.float32)},
+        )
         return y, state
+
     return run
 
 

@@ -3,6 +3,7 @@
 Files: ``NAME.pt2`` (the step, batch dynamic) and ``NAME.sequence.pt2`` (``x (1, T, d), state (1, S) ->
 (y (1, T, o), state)`` with the length ``T >= 2`` dynamic). Both load with ``torch.export.load(path).module()``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +52,9 @@ def export_sequence(step: StreamingStep) -> torch.export.ExportedProgram:
     """
     length = torch.export.Dim("length", min=2)
     example = (torch.zeros(1, 3, step.input_size), step.init_state(1))
-    return torch.export.export(ScannedSequence(step), example,
-                               dynamic_shapes={"x": {0: None, 1: length}, "state": None})
+    return torch.export.export(
+        ScannedSequence(step), example, dynamic_shapes={"x": {0: None, 1: length}, "state": None}
+    )
 
 
 def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
@@ -61,8 +63,10 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     Returns ``{"files": [...], "step": callable (x_t, state) -> (y, state), "notes": [...]}``.
     """
     if int8:
-        raise ExportError("--int8: not supported for the pt2 format (torch.export keeps the float weights); "
-                          "use --format onnx --int8 (onnxruntime quantisation) or --format c --int8")
+        raise ExportError(
+            "--int8: not supported for the pt2 format (torch.export keeps the float weights); "
+            "use --format onnx --int8 (onnxruntime quantisation) or --format c --int8"
+        )
     program = export_step(step)
     path = out / f"{name}.pt2"
     torch.export.save(program, path)
@@ -70,8 +74,10 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     try:
         sequence = export_sequence(step)
     except Exception as error:  # torch.export's own limits: report them, keep the step
-        notes.append(f"sequence: torch.export of the scan loop failed ({type(error).__name__}: "
-                     f"{str(error).splitlines()[0][:200]}); only the step was exported")
+        notes.append(
+            f"sequence: torch.export of the scan loop failed ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:200]}); only the step was exported"
+        )
     else:
         torch.export.save(sequence, out / f"{name}.sequence.pt2")
         files.append(out / f"{name}.sequence.pt2")
@@ -81,4 +87,5 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     def run_step(x_t, state):
         with torch.no_grad():
             return loaded(torch.as_tensor(x_t), torch.as_tensor(state))
+
     return {"files": files, "step": run_step, "notes": notes}

@@ -10,6 +10,7 @@ It is built from the library's own contract: for every layer ``cell.step(cell.pr
 model's head on the top layer's output. Fed the steps of a sequence, ``y_t`` at the sequence's last
 true step is what :class:`~ltdrnn.models.SequenceModel` returns for a terminal head.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,6 +30,7 @@ class ExportError(ValueError):
 @dataclass(frozen=True)
 class StatePart:
     """One tensor of one layer's state: its per-sequence shape and where it sits in the packed state."""
+
     layer: int
     shape: Tuple[int, ...]
     offset: int
@@ -45,9 +47,11 @@ def state_layout(cells) -> List[StatePart]:
         state = cell.init_state(1)
         for tensor in (state,) if isinstance(state, Tensor) else state:
             if not tensor.is_floating_point():
-                raise ExportError(f"cell {cell.registry_name!r}: its state holds a {tensor.dtype} tensor "
-                                  "(per-time-step step sizes keep a step counter); exporting a step with an "
-                                  "integer state is not supported, build the cell with eta_per_time_step=False")
+                raise ExportError(
+                    f"cell {cell.registry_name!r}: its state holds a {tensor.dtype} tensor "
+                    "(per-time-step step sizes keep a step counter); exporting a step with an "
+                    "integer state is not supported, build the cell with eta_per_time_step=False"
+                )
             parts.append(StatePart(layer, tuple(tensor.shape[1:]), offset))
             offset += parts[-1].size
     return parts
@@ -57,18 +61,25 @@ def check_exportable(model) -> None:
     """Raise :class:`ExportError` unless ``model`` is a float-input, one-direction SequenceModel with a
     terminal head and a float state."""
     from ..models import SequenceModel
+
     if not isinstance(model, SequenceModel):
         raise ExportError(f"model: expected a ltdrnn SequenceModel, got {type(model).__name__}")
     if model.rnn.bidirectional:
-        raise ExportError("model: a bidirectional model cannot stream (its backward direction reads the "
-                          "whole sequence); exporting a step is not supported")
+        raise ExportError(
+            "model: a bidirectional model cannot stream (its backward direction reads the "
+            "whole sequence); exporting a step is not supported"
+        )
     if model.tokens:
-        raise ExportError("model: token input (an nn.Embedding of ids) is not supported by the export; the "
-                          "exported step takes float input x_t")
+        raise ExportError(
+            "model: token input (an nn.Embedding of ids) is not supported by the export; the "
+            "exported step takes float input x_t"
+        )
     if not model.terminal:
-        raise ExportError(f"model.head: {model.head!r} is not supported by the export; expected a terminal "
-                          "head (classifier or regressor), whose output at a sequence's last step is the "
-                          "prediction")
+        raise ExportError(
+            f"model.head: {model.head!r} is not supported by the export; expected a terminal "
+            "head (classifier or regressor), whose output at a sequence's last step is the "
+            "prediction"
+        )
     state_layout(model.rnn.cells)
 
 
@@ -116,10 +127,9 @@ class StreamingStep(nn.Module):
         batch = state.shape[0]
         per_layer: List[list] = [[] for _ in self.cells]
         for part in self.parts:
-            piece = state[:, part.offset:part.offset + part.size].reshape(batch, *part.shape)
+            piece = state[:, part.offset : part.offset + part.size].reshape(batch, *part.shape)
             per_layer[part.layer].append(piece)
-        return [tuple(pieces) if is_tuple else pieces[0]
-                for is_tuple, pieces in zip(self.tuple_states, per_layer)]
+        return [tuple(pieces) if is_tuple else pieces[0] for is_tuple, pieces in zip(self.tuple_states, per_layer)]
 
     def pack(self, states: List[State]) -> Tensor:
         """One state per layer -> ``(B, S)``."""

@@ -1,10 +1,37 @@
 """Results: the store (:mod:`.store`, one row per finished run in SQLite or any SQLAlchemy database) and
 the report (:mod:`.report`, tables and plots from the store). The names are re-exported here, where
 callers have always imported them from."""
-from .report import (comparison_rows, detail_rows, html_table, markdown_table, marked_comparison_rows, model_label, paper_numbers,
-                     paper_rows, render_report, setting_label, summarise)
+
+from .report import (
+    comparison_rows,
+    detail_rows,
+    html_table,
+    markdown_table,
+    marked_comparison_rows,
+    model_label,
+    paper_numbers,
+    paper_rows,
+    render_report,
+    setting_label,
+    summarise,
+)
 from .store import ResultConflict, ResultStore, create_tables, database_url, sqlite_file
 
-__all__ = ["ResultConflict", "ResultStore", "comparison_rows", "create_tables", "database_url", "detail_rows",
-           "html_table", "markdown_table", "marked_comparison_rows", "model_label", "paper_numbers", "paper_rows", "render_report",
-           "setting_label", "sqlite_file", "summarise"]
+__all__ = [
+    "ResultConflict",
+    "ResultStore",
+    "comparison_rows",
+    "create_tables",
+    "database_url",
+    "detail_rows",
+    "html_table",
+    "markdown_table",
+    "marked_comparison_rows",
+    "model_label",
+    "paper_numbers",
+    "paper_rows",
+    "render_report",
+    "setting_label",
+    "sqlite_file",
+    "summarise",
+]

@@ -4,6 +4,7 @@ the papers' own numbers, and learning curves, as markdown and HTML (``ltdrnn rep
 :func:`markdown_table` is the project's one markdown-table writer; the benchmark, sweep, reproduction
 and UCR pages use it too.
 """
+
 from __future__ import annotations
 
 import html
@@ -19,6 +20,7 @@ from .store import ResultStore
 def paper_numbers() -> List[Dict[str, Any]]:
     """The packaged table of numbers the papers report (``presets/paper_numbers.yaml``)."""
     import yaml
+
     text = (resources.files("ltdrnn") / "presets" / "paper_numbers.yaml").read_text()
     return yaml.safe_load(text)["numbers"]
 
@@ -26,14 +28,15 @@ def paper_numbers() -> List[Dict[str, Any]]:
 # ---- report ----------------------------------------------------------------------------------------
 def setting_label(task: str, options: Dict[str, Any]) -> str:
     """A column label for a task and the options that change the problem (not sizes or seeds)."""
-    shown = {k: v for k, v in sorted(options.items())
-             if not k.startswith("n_") and k not in ("seed", "data_dir", "download")}
+    shown = {
+        k: v for k, v in sorted(options.items()) if not k.startswith("n_") and k not in ("seed", "data_dir", "download")
+    }
     if not shown:
         return task
     return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
 
 
-LABEL_OPTIONS = ("reading", "eta")   # cell options that make a different model of the same cell
+LABEL_OPTIONS = ("reading", "eta")  # cell options that make a different model of the same cell
 
 
 def model_label(row: Dict[str, Any]) -> str:
@@ -70,9 +73,12 @@ def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         task, options = options_of[column]
         paper = [n for n in numbers if _matches(n, members[-1]["cell"], task, options)]
         table[(cell, column)] = {
-            "mean": statistics.fmean(values), "std": statistics.pstdev(values) if len(values) > 1 else None,
-            "n": len(values), "metric_name": members[-1]["metric_name"],
-            "params": members[-1]["params"], "train_s": statistics.fmean(r["train_time_s"] or 0 for r in members),
+            "mean": statistics.fmean(values),
+            "std": statistics.pstdev(values) if len(values) > 1 else None,
+            "n": len(values),
+            "metric_name": members[-1]["metric_name"],
+            "params": members[-1]["params"],
+            "train_s": statistics.fmean(r["train_time_s"] or 0 for r in members),
             "skip": members[-1]["metrics"].get("skip_fraction"),
             "flops": members[-1]["metrics"].get("flops_per_sequence"),
             "paper": paper[0] if paper else None,
@@ -119,10 +125,19 @@ def detail_rows(summary: Dict[str, Any]) -> List[List[str]]:
             item = summary["table"].get((cell, column))
             if item is None:
                 continue
-            out.append([column, cell, item["metric_name"], _format_value(item["mean"], item["metric_name"]),
-                        _format_value(item["baseline"], item["metric_name"]), str(item["params"]),
-                        f"{item['train_s']:.1f}", "-" if item["skip"] is None else f"{100 * item['skip']:.1f}",
-                        "-" if item["flops"] is None else f"{item['flops']:.3g}"])
+            out.append(
+                [
+                    column,
+                    cell,
+                    item["metric_name"],
+                    _format_value(item["mean"], item["metric_name"]),
+                    _format_value(item["baseline"], item["metric_name"]),
+                    str(item["params"]),
+                    f"{item['train_s']:.1f}",
+                    "-" if item["skip"] is None else f"{100 * item['skip']:.1f}",
+                    "-" if item["flops"] is None else f"{item['flops']:.3g}",
+                ]
+            )
     return out
 
 
@@ -133,8 +148,9 @@ def paper_rows(summary: Dict[str, Any]) -> List[List[str]]:
     for n in paper_numbers():
         if n["task"] in tasks:
             setting = ", ".join(f"{k}={v}" for k, v in (n.get("setting") or {}).items()) or "-"
-            out.append([n["task"], setting, n["cell"], n["metric"],
-                        _format_value(n["value"], n["metric"]), n["source"]])
+            out.append(
+                [n["task"], setting, n["cell"], n["metric"], _format_value(n["value"], n["metric"]), n["source"]]
+            )
     return out
 
 
@@ -144,8 +160,11 @@ def marked_comparison_rows(summary: Dict[str, Any]) -> List[List[str]]:
     marked = [list(row) for row in comparison_rows(summary)]
     baselines = ["trivial baseline"]
     for j, column in enumerate(summary["columns"], start=1):
-        items = {i: summary["table"][(cell, column)] for i, cell in enumerate(summary["cells"], start=1)
-                 if (cell, column) in summary["table"]}
+        items = {
+            i: summary["table"][(cell, column)]
+            for i, cell in enumerate(summary["cells"], start=1)
+            if (cell, column) in summary["table"]
+        }
         first = next(iter(items.values()))  # a column is one task setting: one metric, one direction
         sign = 1 if first["higher_is_better"] else -1
         best = max(items, key=lambda i: sign * items[i]["mean"])
@@ -158,6 +177,7 @@ def marked_comparison_rows(summary: Dict[str, Any]) -> List[List[str]]:
 def markdown_table(rows: Sequence[Sequence[Any]]) -> str:
     """A markdown table, the first row as header: each cell ``str()``-ed, ``|`` escaped and line breaks
     folded to spaces, so no value can break the table's layout."""
+
     def cells(row: Sequence[Any]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
 
@@ -170,8 +190,13 @@ def html_table(rows: List[List[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_report(store: ResultStore | str, out_dir: str | Path, study: Optional[str] = None,
-                  plots: bool = True, title: str = "ltdrnn report") -> Dict[str, Path]:
+def render_report(
+    store: ResultStore | str,
+    out_dir: str | Path,
+    study: Optional[str] = None,
+    plots: bool = True,
+    title: str = "ltdrnn report",
+) -> Dict[str, Path]:
     """Write ``report.md``, ``report.html`` and PNG plots into ``out_dir``; returns their paths."""
     store = ResultStore(store) if isinstance(store, str) else store
     out_dir = Path(out_dir)
@@ -181,27 +206,39 @@ def render_report(store: ResultStore | str, out_dir: str | Path, study: Optional
     figures: List[Path] = []
     if plots and summary["columns"]:
         from ..analysis.plots import learning_curves
+
         for column in summary["columns"]:
-            members = [r for r in rows if r["status"] == "finished" and r["metric"] is not None
-                       and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {}))
-                       == column]
+            members = [
+                r
+                for r in rows
+                if r["status"] == "finished"
+                and r["metric"] is not None
+                and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {})) == column
+            ]
             path = out_dir / f"curves_{_slug(column)}.png"
             if learning_curves(members, path, title=column):
                 figures.append(path)
     failed = [r for r in rows if r["status"] != "finished"]
     sections = [
-        ("Comparison (test metric of the best-validation checkpoint; [paper: value] where a paper reports "
-         "the same setting)", comparison_rows(summary)),
+        (
+            "Comparison (test metric of the best-validation checkpoint; [paper: value] where a paper reports "
+            "the same setting)",
+            comparison_rows(summary),
+        ),
         ("Details", detail_rows(summary)),
         ("Numbers reported by the papers", paper_rows(summary)),
     ]
-    intro = (f"{len(rows)} runs in the store{f' for study {study!r}' if study else ''}, "
-             f"{len(failed)} not finished (diverged or failed).")
+    intro = (
+        f"{len(rows)} runs in the store{f' for study {study!r}' if study else ''}, "
+        f"{len(failed)} not finished (diverged or failed)."
+    )
     md = [f"# {title}", "", intro, ""]
-    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;"
-            "margin:1em 0}td,th{border:1px solid #bbb;padding:4px 8px;text-align:left}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>"]
+    page = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;"
+        "margin:1em 0}td,th{border:1px solid #bbb;padding:4px 8px;text-align:left}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>",
+    ]
     for heading, table in sections:
         md += [f"## {heading}", "", markdown_table(table), ""]
         page.append(f"<h2>{html.escape(heading)}</h2>{html_table(table)}")

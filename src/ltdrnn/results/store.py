@@ -13,6 +13,7 @@ The helpers :func:`database_url`, :func:`sqlite_file` and :func:`create_tables` 
 project keeps in a database (runs, sweep claims, reproduction analyses). Rendering lives in
 :mod:`ltdrnn.results.report`.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def sqlite_file(url: str) -> Optional[Path]:
     """The file behind a SQLite URL; None for another database or an in-memory one."""
     if not url.startswith("sqlite:///") or url.startswith("sqlite:///:memory:"):
         return None
-    return Path(url[len("sqlite:///"):])
+    return Path(url[len("sqlite:///") :])
 
 
 def create_tables(sa, metadata, engine, attempts: int = 3) -> None:
@@ -79,6 +80,7 @@ class ResultStore:
                 cursor.execute(f"PRAGMA busy_timeout={milliseconds}")
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.close()
+
         self.table = _runs_table(sa)
         create_tables(sa, self.table.metadata, self.engine)
 
@@ -92,8 +94,10 @@ class ResultStore:
                 connection.execute(self.table.insert().values(**row))
         except self.sa.exc.IntegrityError:
             if on_conflict == "error":
-                raise ResultConflict(f"run id {row['id']!r} is already in {self.url}; rows are never "
-                                     "overwritten (store it with on_conflict='new_id')") from None
+                raise ResultConflict(
+                    f"run id {row['id']!r} is already in {self.url}; rows are never "
+                    "overwritten (store it with on_conflict='new_id')"
+                ) from None
             row["id"] = f"{row['id']}-{uuid.uuid4().hex[:6]}"
             with self.engine.begin() as connection:
                 connection.execute(self.table.insert().values(**row))
@@ -105,8 +109,13 @@ class ResultStore:
         with self.engine.connect() as connection:
             return connection.execute(query).first() is not None
 
-    def rows(self, study: Optional[str] = None, status: Optional[str] = None,
-             cell: Optional[str] = None, task: Optional[str] = None) -> List[Dict[str, Any]]:
+    def rows(
+        self,
+        study: Optional[str] = None,
+        status: Optional[str] = None,
+        cell: Optional[str] = None,
+        task: Optional[str] = None,
+    ) -> List[Dict[str, Any]]:
         """Stored runs, oldest first, JSON columns decoded."""
         query = self.sa.select(self.table).order_by(self.table.c.created, self.table.c.id)
         for column, value in (("study", study), ("status", status), ("cell", cell), ("task", task)):
@@ -124,7 +133,8 @@ class ResultStore:
 def _runs_table(sa):
     metadata = sa.MetaData()
     return sa.Table(
-        "runs", metadata,
+        "runs",
+        metadata,
         sa.Column("id", sa.String(200), primary_key=True),
         sa.Column("created", sa.String(40), nullable=False),
         sa.Column("status", sa.String(20), nullable=False),
@@ -147,12 +157,20 @@ def _to_row(record: Dict[str, Any]) -> Dict[str, Any]:
     metrics = record.get("metrics") or {}
     metric = metrics.get("metric")
     return {
-        "id": record["id"], "created": record["created"], "status": record.get("status", "finished"),
-        "cell": record["cell"], "task": record["task"], "preset": record.get("preset"),
-        "study": record.get("study"), "name": record.get("name"), "metric_name": metrics.get("metric_name"),
+        "id": record["id"],
+        "created": record["created"],
+        "status": record.get("status", "finished"),
+        "cell": record["cell"],
+        "task": record["task"],
+        "preset": record.get("preset"),
+        "study": record.get("study"),
+        "name": record.get("name"),
+        "metric_name": metrics.get("metric_name"),
         "metric": metric if metric is None or math.isfinite(metric) else None,
-        "params": metrics.get("params"), "train_time_s": (record.get("timings") or {}).get("train_s"),
-        "git_commit": (record.get("version") or {}).get("git_commit"), "run_dir": record.get("run_dir"),
+        "params": metrics.get("params"),
+        "train_time_s": (record.get("timings") or {}).get("train_s"),
+        "git_commit": (record.get("version") or {}).get("git_commit"),
+        "run_dir": record.get("run_dir"),
         **{name: json.dumps(record.get(name), default=str) for name in COLUMNS_JSON},
     }
 

@@ -51,6 +51,7 @@ configs, the default objective), :mod:`.storage` (Optuna storage, study, claims,
 :mod:`.worker` (the worker loop, local worker processes), :mod:`.report` (summary, importance, plot,
 markdown) and :mod:`.cli`.
 """
+
 from ..results import database_url as storage_url  # the name callers of ltdrnn.sweep have used
 from .cli import main
 from .report import has_study, parameter_importance, study_markdown, study_report, study_summary, top_k
@@ -59,7 +60,28 @@ from .storage import open_storage, open_study
 from .trials import base_config, check_params_apply, resolve_direction, train_objective, trial_config
 from .worker import DEFAULT_STORAGE, run_worker, run_workers
 
-__all__ = ["DEFAULT_STORAGE", "Param", "Range", "SweepSpec", "base_config", "check_params_apply", "has_study",
-           "list_sweeps", "load_spec", "main", "open_storage", "open_study", "parameter_importance",
-           "resolve_direction", "run_worker", "run_workers", "storage_url", "study_markdown", "study_report",
-           "study_summary", "top_k", "train_objective", "trial_config"]
+__all__ = [
+    "DEFAULT_STORAGE",
+    "Param",
+    "Range",
+    "SweepSpec",
+    "base_config",
+    "check_params_apply",
+    "has_study",
+    "list_sweeps",
+    "load_spec",
+    "main",
+    "open_storage",
+    "open_study",
+    "parameter_importance",
+    "resolve_direction",
+    "run_worker",
+    "run_workers",
+    "storage_url",
+    "study_markdown",
+    "study_report",
+    "study_summary",
+    "top_k",
+    "train_objective",
+    "trial_config",
+]

@@ -1,4 +1,5 @@
 """``python -m ltdrnn.sweep``: the same as ``ltdrnn sweep``."""
+
 import sys
 
 from .cli import main

@@ -1,4 +1,5 @@
 """``ltdrnn sweep run | report | list``."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,24 +14,45 @@ from .worker import DEFAULT_STORAGE, run_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ltdrnn sweep", description="Hyperparameter sweeps on Optuna: many "
-                                     "workers share one study through a database.")
+    parser = argparse.ArgumentParser(
+        prog="ltdrnn sweep",
+        description="Hyperparameter sweeps on Optuna: many workers share one study through a database.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run trials of a study (creating it if needed)")
     run.add_argument("spec", help="packaged sweep (ltdrnn sweep list) or a sweep YAML file")
-    run.add_argument("--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE}); "
-                     "e.g. postgresql://user:pass@host/db to share the study between machines")
+    run.add_argument(
+        "--storage",
+        default=DEFAULT_STORAGE,
+        help=f"Optuna storage URL (default {DEFAULT_STORAGE}); "
+        "e.g. postgresql://user:pass@host/db to share the study between machines",
+    )
     run.add_argument("--study", help="study name (default: the spec's)")
     run.add_argument("--trials", type=int, help="trials in the whole study (default: the spec's)")
     run.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
-    run.add_argument("--first-worker", type=int, default=0, help="index of this machine's first worker: "
-                     "workers on different machines need different indices for different sampler seeds")
+    run.add_argument(
+        "--first-worker",
+        type=int,
+        default=0,
+        help="index of this machine's first worker: "
+        "workers on different machines need different indices for different sampler seeds",
+    )
     run.add_argument("--store", help="results database of the runs (default: the base config's results)")
     run.add_argument("--runs", default="runs", help="directory of run directories (default ./runs)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override for every trial's config, e.g. --set train.epochs=2")
-    run.add_argument("--heartbeat", type=int, default=30, help="seconds between heartbeats (default 30); a "
-                     "trial without one for twice as long is failed and retried")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for every trial's config, e.g. --set train.epochs=2",
+    )
+    run.add_argument(
+        "--heartbeat",
+        type=int,
+        default=30,
+        help="seconds between heartbeats (default 30); a trial without one for twice as long is failed and retried",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     report = sub.add_parser("report", help="best trials, top-k summary, importance, sensitivity plot")
     report.add_argument("--study", required=True)
@@ -49,11 +71,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             spec = load_spec(args.spec)
             study = args.study or spec.study
             started = time.perf_counter()
-            counts = run_workers(spec, args.workers, args.storage, study, args.trials, args.first_worker,
-                                 args.overrides, args.runs, args.store, args.heartbeat, args.quiet)
+            counts = run_workers(
+                spec,
+                args.workers,
+                args.storage,
+                study,
+                args.trials,
+                args.first_worker,
+                args.overrides,
+                args.runs,
+                args.store,
+                args.heartbeat,
+                args.quiet,
+            )
             total = {k: sum(c[k] for c in counts) for k in ("complete", "pruned", "failed", "given_back")}
-            print(f"sweep {study}: this machine {total}; {time.perf_counter() - started:.0f} s. "
-                  f"Report: ltdrnn sweep report --study {study} --storage {args.storage}")
+            print(
+                f"sweep {study}: this machine {total}; {time.perf_counter() - started:.0f} s. "
+                f"Report: ltdrnn sweep report --study {study} --storage {args.storage}"
+            )
             return 0 if len(counts) == args.workers else 1
         if args.command == "report":
             paths = study_report(args.study, args.storage, args.out, plots=not args.no_plots)

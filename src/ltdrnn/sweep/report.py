@@ -1,5 +1,6 @@
 """The study's report: the papers' top-k summary, the best trials, parameter importance, a sensitivity
 plot, and the markdown of it all (``ltdrnn sweep report``, ``ltdrnn report --study``)."""
+
 from __future__ import annotations
 
 import math
@@ -39,17 +40,19 @@ def study_summary(study: str, storage: str = DEFAULT_STORAGE) -> Dict[str, Any]:
     """The study as plain data: trials by state, the ranked finished trials, the top-k summary, importances."""
     optuna = optuna_module()
     from optuna.trial import TrialState
+
     if not has_study(study, storage):
-        raise ConfigError(f"study: no study {study!r} in {storage}; run one with 'ltdrnn sweep run' or name "
-                          "the storage that holds it (--storage)")
+        raise ConfigError(
+            f"study: no study {study!r} in {storage}; run one with 'ltdrnn sweep run' or name "
+            "the storage that holds it (--storage)"
+        )
     store = open_storage(storage, heartbeat_s=30)
     handle = optuna.load_study(study_name=study, storage=store)
     fail_stale_trials(handle)  # a dead worker's trial shows as FAIL, not as running forever
     trials = handle.get_trials(deepcopy=False)
     spec = handle.user_attrs.get(SPEC_ATTR) or {"params": [], "report": {"top_fraction": 0.1}}
     maximize = handle.direction == optuna.study.StudyDirection.MAXIMIZE
-    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE),
-                      key=lambda t: t.value, reverse=maximize)
+    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value, reverse=maximize)
     finished = len(complete) + sum(t.state == TrialState.PRUNED for t in trials)
     k = top_k(spec["report"], finished, len(complete)) if complete else 0
     top = complete[:k]
@@ -68,12 +71,21 @@ def study_summary(study: str, storage: str = DEFAULT_STORAGE) -> Dict[str, Any]:
     tests = [t.user_attrs["test_metric"] for t in top if t.user_attrs.get("test_metric") is not None]
     states = {s.name: sum(t.state == s for t in trials) for s in TrialState}
     return {
-        "study": study, "direction": "maximize" if maximize else "minimize", "spec": spec,
-        "budget": handle.user_attrs.get(BUDGET_ATTR), "states": {k: v for k, v in states.items() if v},
-        "trials": trials, "ranked": complete, "k": k,
-        "top": {"validation": _mean_std([t.value for t in top]), "test": _mean_std(tests),
-                "metric_name": top[0].user_attrs.get("metric_name", "value") if top else None,
-                "params": params_summary, "n_test": len(tests)},
+        "study": study,
+        "direction": "maximize" if maximize else "minimize",
+        "spec": spec,
+        "budget": handle.user_attrs.get(BUDGET_ATTR),
+        "states": {k: v for k, v in states.items() if v},
+        "trials": trials,
+        "ranked": complete,
+        "k": k,
+        "top": {
+            "validation": _mean_std([t.value for t in top]),
+            "test": _mean_std(tests),
+            "metric_name": top[0].user_attrs.get("metric_name", "value") if top else None,
+            "params": params_summary,
+            "n_test": len(tests),
+        },
         "importance": parameter_importance(handle, complete, log_params),
     }
 
@@ -84,8 +96,10 @@ def parameter_importance(handle, complete, log_params) -> Dict[str, Any]:
     optuna = optuna_module()
     if len(complete) >= 2:
         try:
-            return {"method": "optuna.importance.get_param_importances",
-                    "values": dict(optuna.importance.get_param_importances(handle))}
+            return {
+                "method": "optuna.importance.get_param_importances",
+                "values": dict(optuna.importance.get_param_importances(handle)),
+            }
         except (RuntimeError, ValueError, ZeroDivisionError):
             pass
     values = {}
@@ -112,6 +126,7 @@ def _spearman(xs: List[float], ys: List[float]) -> Optional[float]:
                 out[order[m]] = (i + j) / 2
             i = j + 1
         return out
+
     rx, ry = ranks(xs), ranks(ys)
     if len(set(rx)) < 2 or len(set(ry)) < 2:
         return None
@@ -127,14 +142,13 @@ def sensitivity_plot(summary: Dict[str, Any], path: Path) -> bool:
     plt = pyplot()
     log_params = {p["name"] for p in summary["spec"]["params"] if p["distribution"] == "log-float"}
     figure, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), squeeze=False)
-    top = set(t.number for t in ranked[:summary["k"]])
+    top = set(t.number for t in ranked[: summary["k"]])
     for axis, name in zip(axes[0], names):
         points = [(t.params[name], t.value, t.number in top) for t in ranked if name in t.params]
         numeric = all(isinstance(x, (int, float)) for x, _, _ in points)
         labels = sorted({str(x) for x, _, _ in points})
         xs = [x if numeric else labels.index(str(x)) for x, _, _ in points]
-        axis.scatter(xs, [v for _, v, _ in points], c=["tab:red" if best else "tab:blue" for *_, best in points],
-                     s=18)
+        axis.scatter(xs, [v for _, v, _ in points], c=["tab:red" if best else "tab:blue" for *_, best in points], s=18)
         if numeric and name in log_params:
             axis.set_xscale("log")
         if not numeric:
@@ -152,45 +166,85 @@ def study_markdown(summary: Dict[str, Any], figure: Optional[str] = None, best: 
     ranked = summary["ranked"]
     metric = top["metric_name"] or "value"
     states = ", ".join(f"{n} {c}" for n, c in summary["states"].items())
-    lines = [f"## Sweep {summary['study']}", "",
-             f"{spec.get('description', '')}".strip(),
-             f"Base `{spec.get('base')}`, sampler {spec.get('sampler')}, {summary['direction']} validation "
-             f"{metric}; budget {summary['budget']} trials; trials by state: {states}.", ""]
+    lines = [
+        f"## Sweep {summary['study']}",
+        "",
+        f"{spec.get('description', '')}".strip(),
+        f"Base `{spec.get('base')}`, sampler {spec.get('sampler')}, {summary['direction']} validation "
+        f"{metric}; budget {summary['budget']} trials; trials by state: {states}.",
+        "",
+    ]
     if ranked:
-        rule = (f"top {spec['report']['top_fraction']:.0%}" if "top_fraction" in spec["report"]
-                else f"top {spec['report']['top_k']:g}")
+        rule = (
+            f"top {spec['report']['top_fraction']:.0%}"
+            if "top_fraction" in spec["report"]
+            else f"top {spec['report']['top_k']:g}"
+        )
         finished = len(ranked) + summary["states"].get("PRUNED", 0)
         names = [p["name"] for p in spec["params"]]
-        lines += [f"### Top {summary['k']} of {finished} finished trials by validation ({rule}; mean ± std)", "",
-                  markdown_table([["quantity", "mean ± std"], [f"validation {metric}", top["validation"]],
-                                  [f"test {metric} (n={top['n_test']})", top["test"]],
-                                  *sorted(top["params"].items())]),
-                  "", f"### Best {min(best, len(ranked))} trials", "",
-                  markdown_table([["rank", "trial", "validation", "test", *names, "run id"]]
-                                 + [[i, t.number, f"{t.value:.4g}", _format_param(t.user_attrs.get("test_metric")),
-                                     *(_format_param(t.params.get(n, "-")) for n in names),
-                                     t.user_attrs.get("run_id", "-")] for i, t in enumerate(ranked[:best], 1)])]
+        lines += [
+            f"### Top {summary['k']} of {finished} finished trials by validation ({rule}; mean ± std)",
+            "",
+            markdown_table(
+                [
+                    ["quantity", "mean ± std"],
+                    [f"validation {metric}", top["validation"]],
+                    [f"test {metric} (n={top['n_test']})", top["test"]],
+                    *sorted(top["params"].items()),
+                ]
+            ),
+            "",
+            f"### Best {min(best, len(ranked))} trials",
+            "",
+            markdown_table(
+                [["rank", "trial", "validation", "test", *names, "run id"]]
+                + [
+                    [
+                        i,
+                        t.number,
+                        f"{t.value:.4g}",
+                        _format_param(t.user_attrs.get("test_metric")),
+                        *(_format_param(t.params.get(n, "-")) for n in names),
+                        t.user_attrs.get("run_id", "-"),
+                    ]
+                    for i, t in enumerate(ranked[:best], 1)
+                ]
+            ),
+        ]
     importance = summary["importance"]
     if importance["values"]:
-        lines += ["", f"### Parameter importance ({importance['method']})", "",
-                  markdown_table([["parameter", "importance"]]
-                                 + [[n, f"{v:.3f}"] for n, v in sorted(importance["values"].items(),
-                                                                        key=lambda kv: -kv[1])])]
+        lines += [
+            "",
+            f"### Parameter importance ({importance['method']})",
+            "",
+            markdown_table(
+                [["parameter", "importance"]]
+                + [[n, f"{v:.3f}"] for n, v in sorted(importance["values"].items(), key=lambda kv: -kv[1])]
+            ),
+        ]
     if figure:
         lines += ["", f"![sensitivity]({figure})"]
     unfinished = [t for t in summary["trials"] if t.state.name not in ("COMPLETE", "PRUNED")]
     if unfinished:
-        lines += ["", "### Trials not completed", "",
-                  markdown_table([["trial", "state", "retry of", "reason"]]
-                                 + [[t.number, t.state.name, t.system_attrs.get("failed_trial", "-"), reason(t)]
-                                    for t in unfinished])]
+        lines += [
+            "",
+            "### Trials not completed",
+            "",
+            markdown_table(
+                [["trial", "state", "retry of", "reason"]]
+                + [[t.number, t.state.name, t.system_attrs.get("failed_trial", "-"), reason(t)] for t in unfinished]
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
 def reason(trial) -> str:
     """Why a trial did not complete: given back unrun, its error, or a lost worker."""
-    return trial.user_attrs.get("not_run") or trial.user_attrs.get("error") or (
-        "worker stopped sending heartbeats" if trial.state.name == "FAIL" else "")
+    return (
+        trial.user_attrs.get("not_run")
+        or trial.user_attrs.get("error")
+        or ("worker stopped sending heartbeats" if trial.state.name == "FAIL" else "")
+    )
 
 
 def has_study(study: str, storage: str = DEFAULT_STORAGE) -> bool:
@@ -207,8 +261,9 @@ def has_study(study: str, storage: str = DEFAULT_STORAGE) -> bool:
     return study in optuna.study.get_all_study_names(storage=url)
 
 
-def study_report(study: str, storage: str = DEFAULT_STORAGE, out_dir: str | Path = "report",
-                 plots: bool = True) -> Dict[str, Path]:
+def study_report(
+    study: str, storage: str = DEFAULT_STORAGE, out_dir: str | Path = "report", plots: bool = True
+) -> Dict[str, Path]:
     """Write ``sweep-<study>.md`` (and ``sweep-<study>.png``) into ``out_dir``; returns their paths.
 
     This is the function ``ltdrnn report --study NAME`` can call to add the study's section.

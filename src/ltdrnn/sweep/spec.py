@@ -1,6 +1,7 @@
 """The sweep spec: its schema (dataclasses checked by the typed config machinery of
 :mod:`ltdrnn.config`, so an unknown key or a wrong type is refused naming the key, as in a run config),
 the value checks a type cannot express, and the packaged specs under ``presets/sweeps/``."""
+
 from __future__ import annotations
 
 import copy
@@ -22,6 +23,7 @@ DIRECTIONS = ("auto", "maximize", "minimize")
 class Range:
     """One entry of ``params`` as a spec writes it: ``float``/``log-float``/``int`` in ``[low, high]``
     (``step`` optional), or ``categorical`` over ``choices``."""
+
     distribution: Optional[str] = None
     low: Optional[float] = None
     high: Optional[float] = None
@@ -32,6 +34,7 @@ class Range:
 @dataclass
 class Param(Range):
     """A searched config key (``name``, dotted) and its range."""
+
     name: str = ""
 
     def suggest(self, trial) -> Any:
@@ -39,8 +42,7 @@ class Param(Range):
             return trial.suggest_categorical(self.name, self.choices)
         if self.distribution == "int":
             return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1))
-        return trial.suggest_float(self.name, self.low, self.high, step=self.step,
-                                   log=self.distribution == "log-float")
+        return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.distribution == "log-float")
 
     def grid_values(self) -> List[Any]:
         """The values a grid visits: the choices, or every ``step`` from low to high for int."""
@@ -48,8 +50,10 @@ class Param(Range):
             return list(self.choices)
         if self.distribution == "int":
             return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
-        raise ConfigError(f"params.{self.name}: the grid sampler needs categorical or int parameters, "
-                          f"got distribution {self.distribution!r}")
+        raise ConfigError(
+            f"params.{self.name}: the grid sampler needs categorical or int parameters, "
+            f"got distribution {self.distribution!r}"
+        )
 
 
 @dataclass
@@ -57,6 +61,7 @@ class SweepSpec:
     """A whole spec; the keys of the file, except that ``params`` is a mapping there (dotted key ->
     :class:`Range`) and ``extends`` is resolved before the schema applies. ``study`` defaults to the
     spec's name."""
+
     base: Optional[str] = None
     params: List[Param] = field(default_factory=list)
     study: str = "sweep"
@@ -102,8 +107,11 @@ def list_sweeps() -> List[str]:
     names = []
     for group in _sweep_root().iterdir():
         if group.is_dir() and not group.name.startswith(("_", ".")):
-            names += [f"{group.name}/{item.name[:-5]}" for item in group.iterdir()
-                      if item.name.endswith(".yaml") and not item.name.startswith("_")]
+            names += [
+                f"{group.name}/{item.name[:-5]}"
+                for item in group.iterdir()
+                if item.name.endswith(".yaml") and not item.name.startswith("_")
+            ]
     return sorted(names)
 
 
@@ -113,8 +121,7 @@ def _read_spec_data(source: str) -> Dict[str, Any]:
     else:
         item = _sweep_root().joinpath(*f"{source}.yaml".split("/"))
         if not item.is_file():
-            raise ConfigError(f"sweep {source!r}: no such file or packaged sweep; packaged: "
-                              f"{', '.join(list_sweeps())}")
+            raise ConfigError(f"sweep {source!r}: no such file or packaged sweep; packaged: {', '.join(list_sweeps())}")
         data = load_yaml(item.read_text(), f"sweep {source!r}") or {}
     parent = data.pop("extends", None)
     if parent is None:
@@ -148,12 +155,12 @@ def _range(name: str, raw: Any) -> Range:
     """The entry ``params.<name>``: types from the schema, then the bounds a type cannot express."""
     key = f"params.{name}"
     if not isinstance(raw, dict):
-        raise ConfigError(f"{key}: expected a mapping such as {{distribution: log-float, low: 1e-4, high: 10}}, "
-                          f"got {raw!r}")
+        raise ConfigError(
+            f"{key}: expected a mapping such as {{distribution: log-float, low: 1e-4, high: 10}}, got {raw!r}"
+        )
     spec = typed(Range, raw, key)
     if spec.distribution not in DISTRIBUTIONS:
-        raise ConfigError(f"{key}.distribution: expected one of {', '.join(DISTRIBUTIONS)}, "
-                          f"got {spec.distribution!r}")
+        raise ConfigError(f"{key}.distribution: expected one of {', '.join(DISTRIBUTIONS)}, got {spec.distribution!r}")
     if spec.distribution == "categorical":
         if not spec.choices:
             raise ConfigError(f"{key}.choices: expected a non-empty list, got {raw.get('choices')!r}")
@@ -176,8 +183,11 @@ def _check_values(spec: SweepSpec) -> None:
     """What the schema's types cannot express: required keys, choices, ranges, the grid's needs."""
     if not spec.base:
         raise ConfigError("sweep base: expected the preset or config file the trials start from, got none")
-    for key, value, choices in (("sampler", spec.sampler, SAMPLERS), ("direction", spec.direction, DIRECTIONS),
-                                ("pruner.name", spec.pruner.get("name", "none"), PRUNERS)):
+    for key, value, choices in (
+        ("sampler", spec.sampler, SAMPLERS),
+        ("direction", spec.direction, DIRECTIONS),
+        ("pruner.name", spec.pruner.get("name", "none"), PRUNERS),
+    ):
         if value not in choices:
             raise ConfigError(f"sweep {key}: expected one of {', '.join(choices)}, got {value!r}")
     if spec.trials is not None and spec.trials < 1:

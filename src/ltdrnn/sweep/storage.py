@@ -1,5 +1,6 @@
 """Optuna plumbing: the storage with heartbeats, samplers, pruners, the study, the claims table that
 makes a trial run once, the heartbeat thread, and the bookkeeping of retries (see the package notes)."""
+
 from __future__ import annotations
 
 import threading
@@ -36,15 +37,18 @@ def open_storage(url: str, retries: int = 2, heartbeat_s: int = 30, grace_s: Opt
             path.parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": 120}}
     import sqlalchemy
+
     for attempt in range(5):
         try:
             with warnings.catch_warnings():  # heartbeats are marked experimental; they are stable since 2.9
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
-                    url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_s,
                     grace_period=grace_s if grace_s is not None else 2 * heartbeat_s,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        max_retry=retries))
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries),
+                )
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
             # workers starting together on a new database race to create Optuna's tables; the loser
             # finds them there on the next attempt
@@ -91,16 +95,24 @@ def make_pruner(spec: SweepSpec):
 def open_study(spec: SweepSpec, storage, study: str, direction: str, worker: int = 0, budget: Optional[int] = None):
     """Create or join the study; the first worker records the spec, every worker its budget."""
     optuna = optuna_module()
-    handle = optuna.create_study(storage=storage, study_name=study, direction=direction,
-                                 sampler=make_sampler(spec, worker), pruner=make_pruner(spec), load_if_exists=True)
+    handle = optuna.create_study(
+        storage=storage,
+        study_name=study,
+        direction=direction,
+        sampler=make_sampler(spec, worker),
+        pruner=make_pruner(spec),
+        load_if_exists=True,
+    )
     attrs = handle.user_attrs
     if attrs.get(BUDGET_ATTR) != budget:  # the latest budget a worker was given (--trials may grow a study)
         handle.set_user_attr(BUDGET_ATTR, budget)
     if SPEC_ATTR not in attrs:
         handle.set_user_attr(SPEC_ATTR, spec.to_dict())
     elif [p["name"] for p in attrs[SPEC_ATTR]["params"]] != [p.name for p in spec.params]:
-        raise ConfigError(f"study {study!r} searches {[p['name'] for p in attrs[SPEC_ATTR]['params']]}, this spec "
-                          f"{[p.name for p in spec.params]}; use another --study name")
+        raise ConfigError(
+            f"study {study!r} searches {[p['name'] for p in attrs[SPEC_ATTR]['params']]}, this spec "
+            f"{[p.name for p in spec.params]}; use another --study name"
+        )
     return handle
 
 
@@ -109,31 +121,41 @@ class Claims:
 
     def __init__(self, url: str) -> None:
         import sqlalchemy as sa
+
         self.sa = sa
         url = database_url(url)
         self.engine = sa.create_engine(url, connect_args={"timeout": 120} if url.startswith("sqlite") else {})
         metadata = sa.MetaData()
         self.table = sa.Table(
-            CLAIMS_TABLE, metadata,
+            CLAIMS_TABLE,
+            metadata,
             sa.Column("study", sa.String(200), primary_key=True),
             sa.Column("root", sa.Integer, primary_key=True),
             sa.Column("attempt", sa.Integer, primary_key=True),
             sa.Column("trial_number", sa.Integer, nullable=False),
             sa.Column("worker", sa.String(200), nullable=False),
-            sa.Column("claimed", sa.String(40), nullable=False))
+            sa.Column("claimed", sa.String(40), nullable=False),
+        )
         create_tables(sa, metadata, self.engine)
 
     def claim(self, study: str, root: int, attempt: int, number: int, worker: str) -> Optional[int]:
         """None if this worker won; else the trial number that holds the claim."""
-        row = {"study": study, "root": root, "attempt": attempt, "trial_number": number, "worker": worker,
-               "claimed": datetime.now(timezone.utc).isoformat()}
+        row = {
+            "study": study,
+            "root": root,
+            "attempt": attempt,
+            "trial_number": number,
+            "worker": worker,
+            "claimed": datetime.now(timezone.utc).isoformat(),
+        }
         try:
             with self.engine.begin() as connection:
                 connection.execute(self.table.insert().values(**row))
             return None
         except self.sa.exc.IntegrityError:
             query = self.sa.select(self.table.c.trial_number).where(
-                (self.table.c.study == study) & (self.table.c.root == root) & (self.table.c.attempt == attempt))
+                (self.table.c.study == study) & (self.table.c.root == root) & (self.table.c.attempt == attempt)
+            )
             with self.engine.connect() as connection:
                 return connection.execute(query).scalar_one()
 
@@ -173,8 +195,11 @@ def root_and_attempt(frozen) -> tuple:
 
 def roots(study) -> List[int]:
     """Numbers of the first attempts that count against the budget (trials given back unrun do not)."""
-    return sorted(t.number for t in study.get_trials(deepcopy=False)
-                  if "failed_trial" not in t.system_attrs and "not_run" not in t.user_attrs)
+    return sorted(
+        t.number
+        for t in study.get_trials(deepcopy=False)
+        if "failed_trial" not in t.system_attrs and "not_run" not in t.user_attrs
+    )
 
 
 def pending(study, states) -> List[Any]:

@@ -1,5 +1,6 @@
 """From a spec to trials: the config of each trial, early checks of the searched keys, the direction,
 and the default objective (one ``train(cfg)``, its run stored with the study's name)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,15 @@ def base_config(spec: SweepSpec, overrides: Sequence[str] = ()) -> RunConfig:
     return load_config(spec.base, list(spec.set) + list(overrides))
 
 
-def trial_config(spec: SweepSpec, values: Dict[str, Any], number: int, study: str,
-                 overrides: Sequence[str] = (), runs_dir: str = "runs", results: Optional[str] = None) -> RunConfig:
+def trial_config(
+    spec: SweepSpec,
+    values: Dict[str, Any],
+    number: int,
+    study: str,
+    overrides: Sequence[str] = (),
+    runs_dir: str = "runs",
+    results: Optional[str] = None,
+) -> RunConfig:
     """The config of trial ``number`` (its first attempt's number): base + overrides + the trial's values,
     ``study``, ``name`` ``trial-<number>``, run dir ``<runs_dir>/<study>/trial-<number>``, per-trial seed."""
     base = base_config(spec, overrides)
@@ -59,6 +67,7 @@ def resolve_direction(spec: SweepSpec, overrides: Sequence[str] = ()) -> str:
     if spec.direction != "auto":
         return spec.direction
     from ..tasks import build_task
+
     cfg = base_config(spec, overrides)
     return "maximize" if build_task(cfg.task.name, **cfg.task.options).info.higher_is_better else "minimize"
 
@@ -66,11 +75,13 @@ def resolve_direction(spec: SweepSpec, overrides: Sequence[str] = ()) -> str:
 def train_objective(trial, cfg: RunConfig) -> float:
     """Train ``cfg``; the validation metric of the selected checkpoint. Pruning through ``on_validation``."""
     from ..train import train
+
     optuna = optuna_module()
     previous = stored_record(cfg)
     if previous is not None:  # the run finished before its worker died: do not train it again
         record = previous
     else:
+
         def report(entry: Dict[str, Any]) -> bool:
             value = entry.get("val_metric")
             if value is None or not math.isfinite(value):
@@ -80,8 +91,12 @@ def train_objective(trial, cfg: RunConfig) -> float:
 
         record = train(cfg, resume="auto", on_validation=[report])
     metrics = record["metrics"]
-    for key, value in (("run_id", record["id"]), ("run_status", record["status"]),
-                       ("test_metric", metrics["metric"]), ("metric_name", metrics["metric_name"])):
+    for key, value in (
+        ("run_id", record["id"]),
+        ("run_status", record["status"]),
+        ("test_metric", metrics["metric"]),
+        ("metric_name", metrics["metric_name"]),
+    ):
         trial.set_user_attr(key, value)
     value = metrics.get("val_best")
     if record["status"] in ("pruned", "diverged"):
@@ -98,6 +113,7 @@ def stored_record(cfg: RunConfig) -> Optional[Dict[str, Any]]:
         return None
     record = json.loads(path.read_text())
     from ..results import ResultStore
+
     stored = [r for r in ResultStore(cfg.results).rows(study=cfg.study) if r["id"] == record["id"]]
     return stored[0] if stored else None
 
@@ -107,8 +123,19 @@ def failed_row(cfg: RunConfig, error: str) -> None:
     if not cfg.results:
         return
     from ..results import ResultStore
-    ResultStore(cfg.results).add({
-        "id": f"{cfg.study}-{cfg.name}-failed-{uuid.uuid4().hex[:8]}", "status": "failed",
-        "created": datetime.now(timezone.utc).isoformat(), "cell": cfg.model.cell, "task": cfg.task.name,
-        "preset": cfg.preset, "study": cfg.study, "name": cfg.name, "config": cfg.to_dict(),
-        "metrics": {"error": error}, "run_dir": cfg.run_dir})
+
+    ResultStore(cfg.results).add(
+        {
+            "id": f"{cfg.study}-{cfg.name}-failed-{uuid.uuid4().hex[:8]}",
+            "status": "failed",
+            "created": datetime.now(timezone.utc).isoformat(),
+            "cell": cfg.model.cell,
+            "task": cfg.task.name,
+            "preset": cfg.preset,
+            "study": cfg.study,
+            "name": cfg.name,
+            "config": cfg.to_dict(),
+            "metrics": {"error": error},
+            "run_dir": cfg.run_dir,
+        }
+    )

@@ -1,5 +1,6 @@
 """The worker loop: run trials of a study until its budget is used and nothing is waiting or running;
 several workers in processes of this machine (``--workers K``)."""
+
 from __future__ import annotations
 
 import os
@@ -10,18 +11,38 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..config import ConfigError
 from .spec import SweepSpec, load_spec
-from .storage import (Claims, Heartbeat, ask, fail_stale_trials, open_storage, open_study, optuna_module, pending,
-                      root_and_attempt, roots)
+from .storage import (
+    Claims,
+    Heartbeat,
+    ask,
+    fail_stale_trials,
+    open_storage,
+    open_study,
+    optuna_module,
+    pending,
+    root_and_attempt,
+    roots,
+)
 from .trials import Objective, check_params_apply, failed_row, resolve_direction, train_objective, trial_config
 
 DEFAULT_STORAGE = "sqlite:///sweeps.db"
 
 
-def run_worker(spec: SweepSpec | str, storage: str = DEFAULT_STORAGE, study: Optional[str] = None,
-               trials: Optional[int] = None, objective: Objective = train_objective, worker: int = 0,
-               overrides: Sequence[str] = (), runs_dir: str = "runs", results: Optional[str] = None,
-               heartbeat_s: int = 30, grace_s: Optional[int] = None, poll_s: Optional[float] = None,
-               log: Callable[[str], None] = print) -> Dict[str, int]:
+def run_worker(
+    spec: SweepSpec | str,
+    storage: str = DEFAULT_STORAGE,
+    study: Optional[str] = None,
+    trials: Optional[int] = None,
+    objective: Objective = train_objective,
+    worker: int = 0,
+    overrides: Sequence[str] = (),
+    runs_dir: str = "runs",
+    results: Optional[str] = None,
+    heartbeat_s: int = 30,
+    grace_s: Optional[int] = None,
+    poll_s: Optional[float] = None,
+    log: Callable[[str], None] = print,
+) -> Dict[str, int]:
     """Run trials of the study until its budget is used and nothing is waiting or running.
 
     ``objective(trial, cfg)`` returns the value to optimise for the trial's config (``train_objective``
@@ -29,6 +50,7 @@ def run_worker(spec: SweepSpec | str, storage: str = DEFAULT_STORAGE, study: Opt
     """
     optuna_module()  # a clear message when Optuna is missing
     from optuna.trial import TrialState
+
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     study_name = study or spec.study
     budget = spec.budget(trials)
@@ -56,24 +78,26 @@ def run_worker(spec: SweepSpec | str, storage: str = DEFAULT_STORAGE, study: Opt
             if holder == trial.number:
                 continue  # queued trial taken by two workers at once; the other one runs it
             if holder is not None or (root == trial.number and roots(handle).index(trial.number) >= budget):
-                reason = (f"duplicate of trial {holder}" if holder is not None
-                          else f"budget of {budget} trials reached")
+                reason = f"duplicate of trial {holder}" if holder is not None else f"budget of {budget} trials reached"
                 trial.set_user_attr("not_run", reason)
                 handle.tell(trial, state=TrialState.FAIL)
                 done["given_back"] += 1
                 continue
-            state = _run_trial(handle, store, trial, spec, study_name, root, attempt, objective, overrides,
-                               runs_dir, results, log)
+            state = _run_trial(
+                handle, store, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results, log
+            )
             done[state] += 1
     finally:
         claims.dispose()
     return done
 
 
-def _run_trial(handle, store, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results,
-               log) -> str:
+def _run_trial(
+    handle, store, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results, log
+) -> str:
     optuna = optuna_module()
     from optuna.trial import TrialState
+
     values = {p.name: p.suggest(trial) for p in spec.params}
     cfg = trial_config(spec, values, root, study_name, overrides, runs_dir, results)
     label = f"trial {trial.number}" + (f" (retry {attempt} of trial {root})" if attempt else "")
@@ -102,36 +126,83 @@ def _run_trial(handle, store, trial, spec, study_name, root, attempt, objective,
     return "complete"
 
 
-def _worker_process(spec_data, storage, study, trials, worker, overrides, runs_dir, results, heartbeat_s,
-                    threads, progress, outcomes=None) -> Dict[str, int]:
+def _worker_process(
+    spec_data,
+    storage,
+    study,
+    trials,
+    worker,
+    overrides,
+    runs_dir,
+    results,
+    heartbeat_s,
+    threads,
+    progress,
+    outcomes=None,
+) -> Dict[str, int]:
     """One worker of ``--workers K``, in this process or a fresh one (then its counts go to ``outcomes``)."""
     import torch
+
     torch.set_num_threads(threads)
     extra = list(overrides) + [f"train.threads={threads}", f"train.progress={str(progress).lower()}"]
-    counts = run_worker(load_spec(spec_data), storage, study, trials, worker=worker, overrides=extra,
-                        runs_dir=runs_dir, results=results, heartbeat_s=heartbeat_s)
+    counts = run_worker(
+        load_spec(spec_data),
+        storage,
+        study,
+        trials,
+        worker=worker,
+        overrides=extra,
+        runs_dir=runs_dir,
+        results=results,
+        heartbeat_s=heartbeat_s,
+    )
     if outcomes is not None:
         outcomes.put(counts)
     return counts
 
 
-def run_workers(spec: SweepSpec, workers: int, storage: str, study: str, trials: Optional[int],
-                first_worker: int = 0, overrides: Sequence[str] = (), runs_dir: str = "runs",
-                results: Optional[str] = None, heartbeat_s: int = 30, quiet: bool = False) -> List[Dict[str, int]]:
+def run_workers(
+    spec: SweepSpec,
+    workers: int,
+    storage: str,
+    study: str,
+    trials: Optional[int],
+    first_worker: int = 0,
+    overrides: Sequence[str] = (),
+    runs_dir: str = "runs",
+    results: Optional[str] = None,
+    heartbeat_s: int = 30,
+    quiet: bool = False,
+) -> List[Dict[str, int]]:
     """``workers`` processes on this machine, each a ``run_worker`` of the same study; returns the counts
     of the workers that ended normally (a worker that dies leaves its trial to the heartbeat rules)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers: expected a positive number of worker processes, got {workers!r}")
     spec.budget(trials)  # a bad --trials fails here, before any worker starts
     threads = max(1, (os.cpu_count() or 1) // workers)
-    args = [(spec.to_spec_data(), storage, study, trials, first_worker + i, list(overrides), runs_dir,
-             results, heartbeat_s, threads, not quiet and i == 0) for i in range(workers)]
+    args = [
+        (
+            spec.to_spec_data(),
+            storage,
+            study,
+            trials,
+            first_worker + i,
+            list(overrides),
+            runs_dir,
+            results,
+            heartbeat_s,
+            threads,
+            not quiet and i == 0,
+        )
+        for i in range(workers)
+    ]
     if workers == 1:
         return [_worker_process(*args[0])]
     # create the tables first: workers starting together would race to create them
     open_storage(storage, spec.retries, heartbeat_s)
     Claims(storage).dispose()
     import multiprocessing
+
     context = multiprocessing.get_context("spawn")
     outcomes = context.Queue()
     # separate processes, not a pool: a pool ends every worker when one of them dies
@@ -142,8 +213,11 @@ def run_workers(spec: SweepSpec, workers: int, storage: str, study: str, trials:
     for process in processes:
         process.join()
         if process.exitcode != 0:
-            print(f"ltdrnn sweep: worker process {process.pid} ended with exit code {process.exitcode}; "
-                  "its trial is failed and retried after the heartbeat grace period", file=sys.stderr)
+            print(
+                f"ltdrnn sweep: worker process {process.pid} ended with exit code {process.exitcode}; "
+                "its trial is failed and retried after the heartbeat grace period",
+                file=sys.stderr,
+            )
     while not outcomes.empty():
         counts.append(outcomes.get())
     return counts

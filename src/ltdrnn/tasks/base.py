@@ -9,6 +9,7 @@ baseline a model must beat). Items are ``(x, y)``:
 
 Sequences of one task may differ in length; ``collate`` pads them and returns their lengths.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -39,6 +40,7 @@ class TaskInfo:
         input_kind: ``"float"`` or ``"tokens"``.
         ignore_index: per-step target value that the loss ignores (padding), if any.
     """
+
     name: str
     input_size: int
     output_size: int
@@ -59,6 +61,7 @@ class TaskInfo:
 
 class Batch(NamedTuple):
     """A padded batch, batch-first: ``x (B, T, d)`` or ``(B, T)``; ``y``; ``lengths (B,)`` or None."""
+
     x: Tensor
     y: Tensor
     lengths: Optional[Tensor]
@@ -98,13 +101,20 @@ class Task:
             y = torch.stack(ys)
         return Batch(x, y, lengths)
 
-    def loader(self, split: str, batch_size: int, shuffle: bool | None = None, seed: int = 0,
-               **kwargs: Any) -> DataLoader:
+    def loader(
+        self, split: str, batch_size: int, shuffle: bool | None = None, seed: int = 0, **kwargs: Any
+    ) -> DataLoader:
         """A DataLoader over ``split`` (shuffled for train unless told otherwise, seeded)."""
         shuffle = (split == "train") if shuffle is None else shuffle
         generator = torch.Generator().manual_seed(seed)
-        return DataLoader(self.dataset(split), batch_size=batch_size, shuffle=shuffle,
-                          collate_fn=self.collate, generator=generator, **kwargs)
+        return DataLoader(
+            self.dataset(split),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            collate_fn=self.collate,
+            generator=generator,
+            **kwargs,
+        )
 
 
 _TASKS: Dict[str, Callable[..., Task]] = {}
@@ -112,11 +122,13 @@ _TASKS: Dict[str, Callable[..., Task]] = {}
 
 def register_task(name: str):
     """Decorator adding a Task class (or factory) under ``name``."""
+
     def add(factory):
         if name in _TASKS:
             raise ValueError(f"task name {name!r} is registered twice")
         _TASKS[name] = factory
         return factory
+
     return add
 
 
@@ -136,6 +148,7 @@ def list_tasks() -> List[str]:
 def _load_all() -> None:
     import pkgutil
     from importlib import import_module
+
     package = import_module(__package__)
     for module in pkgutil.iter_modules(package.__path__):
         if module.name != "base":

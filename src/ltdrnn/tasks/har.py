@@ -13,6 +13,7 @@ HAR preprocessing behind FastGRNN/iRNN: int(0.1 * 21 + 1); drawn with
 ``split_seed``), so overlapping windows of one person never straddle train and validation.
 Normalisation: each of the 9 channels to zero mean, unit variance with training-split statistics.
 """
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import (ArrayDataset, DataFileError, DataNotFoundError, integer_labels, majority_accuracy,
-                    read_capped)
+from ..data import ArrayDataset, DataFileError, DataNotFoundError, integer_labels, majority_accuracy, read_capped
 from ..data import data_dir as resolve_data_dir
 from .base import Task, TaskInfo, register_task
 
@@ -34,8 +34,10 @@ FOLDER = "UCI HAR Dataset"
 STEPS = 128
 #: Most bytes read from one HAR file; the largest real one (a training signal) has about 15 MB
 MAX_FILE_BYTES = 64 << 20
-HOW_TO_GET = ("Get 'UCI HAR Dataset.zip' from https://archive.ics.uci.edu/dataset/240 and put the zip or "
-              "the extracted 'UCI HAR Dataset' folder in <data_dir>/har/.")
+HOW_TO_GET = (
+    "Get 'UCI HAR Dataset.zip' from https://archive.ics.uci.edu/dataset/240 and put the zip or "
+    "the extracted 'UCI HAR Dataset' folder in <data_dir>/har/."
+)
 
 
 def two_class_label(activity: np.ndarray) -> np.ndarray:
@@ -58,8 +60,9 @@ def _opener(root: Path) -> Callable[[str], bytes]:
                 raise DataFileError(f"{archive}: not a readable zip ({error}). {HOW_TO_GET}") from error
             names = {n.split(FOLDER + "/", 1)[-1]: n for n in handle.namelist() if FOLDER + "/" in n}
             return lambda rel: _read_member(handle, names, archive, rel)
-    raise DataNotFoundError(f"HAR: neither '{FOLDER}/' nor '{FOLDER}.zip' found in {root / 'har'} or "
-                            f"{root}. {HOW_TO_GET}")
+    raise DataNotFoundError(
+        f"HAR: neither '{FOLDER}/' nor '{FOLDER}.zip' found in {root / 'har'} or {root}. {HOW_TO_GET}"
+    )
 
 
 def _read_file(path: Path) -> bytes:
@@ -84,11 +87,15 @@ def _numbers(raw: bytes, name: str, columns: Optional[int]) -> np.ndarray:
         table = np.loadtxt(io.BytesIO(raw), dtype=np.float32, ndmin=2)
     except (ValueError, UnicodeDecodeError) as error:
         reason = " ".join(str(error).split(";")[0].split())[:200]  # numpy's advice after ';' does not apply
-        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, whitespace-separated "
-                            f"({reason}; truncated file?). {HOW_TO_GET}") from None
+        raise DataFileError(
+            f"{name}: expected {columns or 1} numbers per line, whitespace-separated "
+            f"({reason}; truncated file?). {HOW_TO_GET}"
+        ) from None
     if table.shape[0] == 0 or table.shape[1] != (columns or 1):
-        raise DataFileError(f"{name}: expected {columns or 1} numbers per line, got a table of shape "
-                            f"{table.shape} (truncated file?). {HOW_TO_GET}")
+        raise DataFileError(
+            f"{name}: expected {columns or 1} numbers per line, got a table of shape "
+            f"{table.shape} (truncated file?). {HOW_TO_GET}"
+        )
     if not np.isfinite(table).all():
         raise DataFileError(f"{name}: expected finite numbers, got NaN or infinity. {HOW_TO_GET}")
     return table
@@ -96,19 +103,23 @@ def _numbers(raw: bytes, name: str, columns: Optional[int]) -> np.ndarray:
 
 def read_har_part(read: Callable[[str], bytes], part: str) -> Dict[str, np.ndarray]:
     """``x (n, 128, 9) float32``, ``activity (n,)`` 1..6 and ``subject (n,)`` of ``part``."""
+
     def load(rel, columns=None):
         try:
             raw = read(rel)
         except FileNotFoundError as error:
             raise DataNotFoundError(f"HAR: {rel} is missing ({error}). {HOW_TO_GET}") from error
         return _numbers(raw, rel, columns)
+
     signals = [load(f"{part}/Inertial Signals/{s}_{part}.txt", STEPS) for s in SIGNALS]
     activity = integer_labels(load(f"{part}/y_{part}.txt")[:, 0], f"HAR {part}/y_{part}.txt")
     subject = integer_labels(load(f"{part}/subject_{part}.txt")[:, 0], f"HAR {part}/subject_{part}.txt")
     counts = {len(s) for s in signals} | {len(activity), len(subject)}
     if len(counts) != 1:
-        raise DataFileError(f"HAR {part}: signal, label and subject files disagree on the number of "
-                            f"windows ({sorted(counts)}). {HOW_TO_GET}")
+        raise DataFileError(
+            f"HAR {part}: signal, label and subject files disagree on the number of "
+            f"windows ({sorted(counts)}). {HOW_TO_GET}"
+        )
     if not set(np.unique(activity)) <= set(range(1, 7)):
         raise DataFileError(f"HAR {part}: y_{part}.txt must hold activity codes 1..6")
     return {"x": np.stack(signals, axis=-1), "activity": activity, "subject": subject}
@@ -118,8 +129,9 @@ def read_har_part(read: Callable[[str], bytes], part: str) -> Dict[str, np.ndarr
 class Har2Task(Task):
     """x ``(128, 9)`` float; y ``()`` in {0, 1} (see the module docstring for the merge)."""
 
-    def __init__(self, data_dir: Optional[str] = None, val_subjects: int = 3, split_seed: int = 0,
-                 normalize: str = "dataset"):
+    def __init__(
+        self, data_dir: Optional[str] = None, val_subjects: int = 3, split_seed: int = 0, normalize: str = "dataset"
+    ):
         if normalize not in ("dataset", "none"):
             raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
         read = _opener(resolve_data_dir(data_dir))
@@ -129,19 +141,31 @@ class Har2Task(Task):
             raise ValueError(f"val_subjects: expected 0..{len(subjects) - 1}, got {val_subjects}")
         held_out = np.random.default_rng(split_seed).choice(subjects, val_subjects, replace=False)
         is_val = np.isin(train["subject"], held_out)
-        parts = {"train": (train["x"][~is_val], train["activity"][~is_val]),
-                 "val": (train["x"][is_val], train["activity"][is_val]),
-                 "test": (test["x"], test["activity"])}
+        parts = {
+            "train": (train["x"][~is_val], train["activity"][~is_val]),
+            "val": (train["x"][is_val], train["activity"][is_val]),
+            "test": (test["x"], test["activity"]),
+        }
         fit = parts["train"][0].reshape(-1, len(SIGNALS))
-        self.mean, self.std = ((fit.mean(0), fit.std(0)) if normalize == "dataset"
-                               else (np.zeros(len(SIGNALS)), np.ones(len(SIGNALS))))
-        self.splits = {k: (((x - self.mean) / self.std).astype(np.float32), two_class_label(a))
-                       for k, (x, a) in parts.items()}
-        self.info = TaskInfo(name="har2", input_size=len(SIGNALS), output_size=2, loss="cross_entropy",
-                             target="terminal", metric="accuracy", higher_is_better=True,
-                             baseline=majority_accuracy(self.splits["train"][1]),
-                             baseline_note="majority class of the training split", seq_len=STEPS,
-                             extra={"signals": SIGNALS, "val_subjects": sorted(held_out.tolist())})
+        self.mean, self.std = (
+            (fit.mean(0), fit.std(0)) if normalize == "dataset" else (np.zeros(len(SIGNALS)), np.ones(len(SIGNALS)))
+        )
+        self.splits = {
+            k: (((x - self.mean) / self.std).astype(np.float32), two_class_label(a)) for k, (x, a) in parts.items()
+        }
+        self.info = TaskInfo(
+            name="har2",
+            input_size=len(SIGNALS),
+            output_size=2,
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
+            baseline=majority_accuracy(self.splits["train"][1]),
+            baseline_note="majority class of the training split",
+            seq_len=STEPS,
+            extra={"signals": SIGNALS, "val_subjects": sorted(held_out.tolist())},
+        )
 
     def build_split(self, split: str) -> Dataset:
         x, y = self.splits[split]

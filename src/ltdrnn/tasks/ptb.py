@@ -8,6 +8,7 @@ windows: item i is ``x = s[i L : (i+1) L]`` and ``y = s[i L + 1 : (i+1) L + 1]``
 (300 in TARNN/iRNN, after Kusupati et al.; 35 is the usual setting); the last incomplete window is dropped.
 The trivial baseline is the perplexity of the training unigram distribution on the test stream.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,10 @@ from .base import Task, TaskInfo, register_task
 
 FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
 EOS, UNK = "<eos>", "<unk>"
-HOW_TO_GET = ("Get simple-examples.tgz from http://www.fit.vutbr.cz/~imikolov/rnnlm/ and copy "
-              "data/ptb.{train,valid,test}.txt into <data_dir>/ptb/.")
+HOW_TO_GET = (
+    "Get simple-examples.tgz from http://www.fit.vutbr.cz/~imikolov/rnnlm/ and copy "
+    "data/ptb.{train,valid,test}.txt into <data_dir>/ptb/."
+)
 
 
 def read_words(path: Path) -> List[str]:
@@ -52,8 +55,9 @@ def find_ptb(root: Path, path: Optional[str]) -> Dict[str, Path]:
         found = {split: place / name for split, name in FILES.items()}
         if all(p.exists() for p in found.values()):
             return found
-    raise DataNotFoundError(f"PTB: {', '.join(FILES.values())} not found in "
-                            f"{', '.join(str(p) for p in places)}. {HOW_TO_GET}")
+    raise DataNotFoundError(
+        f"PTB: {', '.join(FILES.values())} not found in {', '.join(str(p) for p in places)}. {HOW_TO_GET}"
+    )
 
 
 class WindowDataset(Dataset):
@@ -67,7 +71,7 @@ class WindowDataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} windows")
         start = index * self.seq_len
-        chunk = torch.from_numpy(self.stream[start:start + self.seq_len + 1])
+        chunk = torch.from_numpy(self.stream[start : start + self.seq_len + 1])
         return chunk[:-1], chunk[1:]
 
 
@@ -75,35 +79,53 @@ class WindowDataset(Dataset):
 class PtbTask(Task):
     """x ``(L,)`` int64 word ids; y ``(L,)`` int64 next-word ids; per-step cross-entropy."""
 
-    def __init__(self, seq_len: int = 300, data_dir: Optional[str] = None, path: Optional[str] = None,
-                 expect_vocab: Optional[int] = 10000):
+    def __init__(
+        self,
+        seq_len: int = 300,
+        data_dir: Optional[str] = None,
+        path: Optional[str] = None,
+        expect_vocab: Optional[int] = 10000,
+    ):
         if seq_len < 1:
             raise ValueError(f"seq_len: expected a positive integer, got {seq_len}")
         files = find_ptb(resolve_data_dir(data_dir), path)
         words = {split: read_words(p) for split, p in files.items()}
         self.vocab = build_vocabulary(words["train"])
         if expect_vocab is not None and len(self.vocab) != expect_vocab:
-            raise DataFileError(f"{files['train']}: expected a {expect_vocab}-word vocabulary (Mikolov's "
-                                f"PTB), got {len(self.vocab)}; pass expect_vocab=None for other corpora. "
-                                + HOW_TO_GET)
+            raise DataFileError(
+                f"{files['train']}: expected a {expect_vocab}-word vocabulary (Mikolov's "
+                f"PTB), got {len(self.vocab)}; pass expect_vocab=None for other corpora. " + HOW_TO_GET
+            )
         unk = self.vocab.get(UNK)
         self.streams = {}
         for split, tokens in words.items():
             unseen = {w for w in tokens if w not in self.vocab}
             if unseen and unk is None:
-                raise DataFileError(f"{files[split]}: words {sorted(unseen)[:5]} are not in the training "
-                                    f"vocabulary and there is no {UNK} token")
+                raise DataFileError(
+                    f"{files[split]}: words {sorted(unseen)[:5]} are not in the training "
+                    f"vocabulary and there is no {UNK} token"
+                )
             self.streams[split] = np.array([self.vocab.get(w, unk) for w in tokens], dtype=np.int64)
             if len(tokens) <= seq_len:
-                raise DataFileError(f"{files[split]}: {len(tokens)} tokens, too few for one window of "
-                                    f"seq_len={seq_len} (needs {seq_len + 1}). {HOW_TO_GET}")
+                raise DataFileError(
+                    f"{files[split]}: {len(tokens)} tokens, too few for one window of "
+                    f"seq_len={seq_len} (needs {seq_len + 1}). {HOW_TO_GET}"
+                )
         self.seq_len = int(seq_len)
         self.info = TaskInfo(
-            name="ptb", input_size=len(self.vocab), output_size=len(self.vocab), loss="cross_entropy",
-            target="per_step", metric="perplexity", higher_is_better=False,
-            baseline=self.unigram_perplexity(), baseline_note="training unigram distribution on the test words",
-            seq_len=self.seq_len, input_kind="tokens",
-            extra={"tokens": {s: len(v) for s, v in self.streams.items()}})
+            name="ptb",
+            input_size=len(self.vocab),
+            output_size=len(self.vocab),
+            loss="cross_entropy",
+            target="per_step",
+            metric="perplexity",
+            higher_is_better=False,
+            baseline=self.unigram_perplexity(),
+            baseline_note="training unigram distribution on the test words",
+            seq_len=self.seq_len,
+            input_kind="tokens",
+            extra={"tokens": {s: len(v) for s, v in self.streams.items()}},
+        )
 
     def unigram_perplexity(self) -> float:
         counts = np.bincount(self.streams["train"], minlength=len(self.vocab)) + 1.0  # add-one: no zero

@@ -8,6 +8,7 @@ other classes, a balanced 4,600; centre each series around zero (``center="serie
 (samples 170..177 are dropped); split 80/10/10 at random (stratified, ``seed``).
 x ``(17, 1)``; y ``()`` 1 for seizure, else 0.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,16 +20,24 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import (ArrayDataset, DataFileError, DataNotFoundError, find_first, integer_labels,
-                    majority_accuracy)
+from ..data import (
+    ArrayDataset,
+    DataFileError,
+    DataNotFoundError,
+    find_first,
+    integer_labels,
+    majority_accuracy,
+    stratified_split,
+)
 from ..data import data_dir as resolve_data_dir
-from ..data import stratified_split
 from .base import Task, TaskInfo, register_task
 
 NAMES = ["Epileptic Seizure Recognition.csv", "data.csv"]
 SAMPLES, CHUNK = 178, 10
-HOW_TO_GET = ("Get 'Epileptic Seizure Recognition.csv' from https://archive.ics.uci.edu/dataset/388 "
-              "and put it in <data_dir>/seizure/.")
+HOW_TO_GET = (
+    "Get 'Epileptic Seizure Recognition.csv' from https://archive.ics.uci.edu/dataset/388 "
+    "and put it in <data_dir>/seizure/."
+)
 
 
 def read_seizure_csv(path: Path):
@@ -42,8 +51,10 @@ def read_seizure_csv(path: Path):
     header = [h.strip() for h in rows[0]]
     wanted = [f"X{i}" for i in range(1, SAMPLES + 1)]
     if not set(wanted + ["y"]) <= set(header):
-        raise DataFileError(f"{path}: expected header columns X1..X{SAMPLES} and y (the UCI layout), got "
-                            f"{header[:4]}... ({len(header)} columns). {HOW_TO_GET}")
+        raise DataFileError(
+            f"{path}: expected header columns X1..X{SAMPLES} and y (the UCI layout), got "
+            f"{header[:4]}... ({len(header)} columns). {HOW_TO_GET}"
+        )
     columns = [header.index(c) for c in wanted]
     label_col = header.index("y")
     try:
@@ -61,15 +72,16 @@ def read_seizure_csv(path: Path):
 def chunk_means(x: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
     """``(n, S) -> (n, S // chunk)``: the mean of each complete chunk of ``chunk`` samples."""
     steps = x.shape[1] // chunk
-    return x[:, :steps * chunk].reshape(len(x), steps, chunk).mean(-1)
+    return x[:, : steps * chunk].reshape(len(x), steps, chunk).mean(-1)
 
 
 @register_task("seizure")
 class SeizureTask(Task):
     """Balanced binary seizure detection on 17-step summaries of 178-sample EEG rows."""
 
-    def __init__(self, data_dir: Optional[str] = None, seed: int = 0, center: str = "series",
-                 path: Optional[str] = None):
+    def __init__(
+        self, data_dir: Optional[str] = None, seed: int = 0, center: str = "series", path: Optional[str] = None
+    ):
         if center not in ("series", "dataset"):
             raise ValueError(f"center: expected 'series' or 'dataset', got {center!r}")
         folder = resolve_data_dir(data_dir) / "seizure"
@@ -79,18 +91,27 @@ class SeizureTask(Task):
         x, y = read_seizure_csv(file)
         rng = np.random.default_rng(seed)
         positive, negative = np.flatnonzero(y == 1), np.flatnonzero(y != 1)
-        keep = np.sort(np.concatenate([positive, rng.choice(negative, min(len(positive), len(negative)),
-                                                             replace=False)]))
+        keep = np.sort(
+            np.concatenate([positive, rng.choice(negative, min(len(positive), len(negative)), replace=False)])
+        )
         x, labels = x[keep], (y[keep] == 1).astype(np.int64)
         x = x - (x.mean(1, keepdims=True) if center == "series" else x.mean())
         x = chunk_means(x)[..., None].astype(np.float32)
         parts = stratified_split(labels, (0.8, 0.1, 0.1), seed)
         self.splits = {s: (x[idx], labels[idx]) for s, idx in zip(("train", "val", "test"), parts)}
         self.info = TaskInfo(
-            name="seizure", input_size=1, output_size=2, loss="cross_entropy", target="terminal",
-            metric="accuracy", higher_is_better=True, baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the (balanced) training split", seq_len=x.shape[1],
-            extra={"center": center, "n": len(labels)})
+            name="seizure",
+            input_size=1,
+            output_size=2,
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
+            baseline=majority_accuracy(self.splits["train"][1]),
+            baseline_note="majority class of the (balanced) training split",
+            seq_len=x.shape[1],
+            extra={"center": center, "n": len(labels)},
+        )
 
     def build_split(self, split: str) -> Dataset:
         x, y = self.splits[split]

@@ -18,6 +18,7 @@ frames; ``window`` ("rect" by default, or "hamming"/"hann"); power spectrum |FFT
 standardised with the mean and std of (up to ``stats_items``) training items (TARNN/iRNN normalise to
 zero mean, unit variance).
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,8 +38,10 @@ from .base import Task, TaskInfo, register_task
 SAMPLE_RATE = 16000
 KAGGLE_WORDS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"]
 SILENCE, UNKNOWN, NOISE_DIR = "_silence_", "_unknown_", "_background_noise_"
-HOW_TO_GET = ("Get speech_commands_v0.01.tar.gz from http://download.tensorflow.org/data/ and extract it "
-              "into <data_dir>/speech_commands/ (word folders, validation_list.txt, testing_list.txt).")
+HOW_TO_GET = (
+    "Get speech_commands_v0.01.tar.gz from http://download.tensorflow.org/data/ and extract it "
+    "into <data_dir>/speech_commands/ (word folders, validation_list.txt, testing_list.txt)."
+)
 
 
 def read_wav(path: Path) -> np.ndarray:
@@ -48,20 +51,28 @@ def read_wav(path: Path) -> np.ndarray:
             channels, width, rate = handle.getnchannels(), handle.getsampwidth(), handle.getframerate()
             declared = handle.getnframes()
             frames = handle.readframes(declared)
-    except (wave.Error, EOFError, RuntimeError) as error:   # the wave module raises a bare RuntimeError
+    except (wave.Error, EOFError, RuntimeError) as error:  # the wave module raises a bare RuntimeError
         # on some malformed chunk headers (found by tests/fuzz/test_fuzz_readers.py::test_wav)
         raise DataFileError(f"{path}: not a readable wav file ({error!r}). {HOW_TO_GET}") from error
     if channels != 1 or width != 2 or rate != SAMPLE_RATE:
-        raise DataFileError(f"{path}: expected mono 16-bit PCM at {SAMPLE_RATE} Hz, got {channels} "
-                            f"channel(s), {8 * width}-bit, {rate} Hz")
+        raise DataFileError(
+            f"{path}: expected mono 16-bit PCM at {SAMPLE_RATE} Hz, got {channels} "
+            f"channel(s), {8 * width}-bit, {rate} Hz"
+        )
     if len(frames) != 2 * declared:
-        raise DataFileError(f"{path}: truncated: the header declares {declared} samples, the file holds "
-                            f"{len(frames) // 2}")
+        raise DataFileError(
+            f"{path}: truncated: the header declares {declared} samples, the file holds {len(frames) // 2}"
+        )
     return np.frombuffer(frames, "<i2").astype(np.float32) / 32768.0
 
 
-def mel_filterbank(n_filters: int = 32, n_fft: int = 512, sample_rate: int = SAMPLE_RATE,
-                   low_hz: float = 0.0, high_hz: Optional[float] = None) -> np.ndarray:
+def mel_filterbank(
+    n_filters: int = 32,
+    n_fft: int = 512,
+    sample_rate: int = SAMPLE_RATE,
+    low_hz: float = 0.0,
+    high_hz: Optional[float] = None,
+) -> np.ndarray:
     """``(n_filters, n_fft // 2 + 1)`` triangular filters equally spaced on the mel scale."""
     high_hz = sample_rate / 2 if high_hz is None else high_hz
     to_mel = lambda hz: 2595.0 * np.log10(1.0 + hz / 700.0)
@@ -81,9 +92,17 @@ def mel_filterbank(n_filters: int = 32, n_fft: int = 512, sample_rate: int = SAM
 WINDOWS = {"rect": np.ones, "hamming": np.hamming, "hann": np.hanning}
 
 
-def log_mel(signal: np.ndarray, n_filters: int = 32, win_ms: float = 25.0, hop_ms: float = 10.0,
-            n_fft: int = 512, window: str = "rect", preemphasis: float = 0.97,
-            sample_rate: int = SAMPLE_RATE, bank: Optional[np.ndarray] = None) -> np.ndarray:
+def log_mel(
+    signal: np.ndarray,
+    n_filters: int = 32,
+    win_ms: float = 25.0,
+    hop_ms: float = 10.0,
+    n_fft: int = 512,
+    window: str = "rect",
+    preemphasis: float = 0.97,
+    sample_rate: int = SAMPLE_RATE,
+    bank: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """``(frames, n_filters)`` log mel energies; frames = 1 + ceil((len - win) / hop) (last one padded).
 
     Equivalent to: for each frame f, e = bank @ |rfft(w * s[f*hop : f*hop+win], n_fft)|^2 / n_fft;
@@ -95,7 +114,7 @@ def log_mel(signal: np.ndarray, n_filters: int = 32, win_ms: float = 25.0, hop_m
     emphasised = np.append(signal[:1], signal[1:] - preemphasis * signal[:-1]).astype(np.float64)
     frames = 1 if len(emphasised) <= win else 1 + math.ceil((len(emphasised) - win) / hop)
     padded = np.zeros((frames - 1) * hop + win)
-    padded[:len(emphasised)] = emphasised
+    padded[: len(emphasised)] = emphasised
     index = np.arange(win)[None, :] + hop * np.arange(frames)[:, None]
     spectrum = np.abs(np.fft.rfft(padded[index] * WINDOWS[window](win), n_fft)) ** 2 / n_fft
     bank = mel_filterbank(n_filters, n_fft, sample_rate) if bank is None else bank
@@ -109,7 +128,7 @@ def _noise_recording(path: Path) -> np.ndarray:
 
 def fit_to_one_second(signal: np.ndarray) -> np.ndarray:
     out = np.zeros(SAMPLE_RATE, dtype=np.float32)
-    out[:min(len(signal), SAMPLE_RATE)] = signal[:SAMPLE_RATE]
+    out[: min(len(signal), SAMPLE_RATE)] = signal[:SAMPLE_RATE]
     return out
 
 
@@ -128,8 +147,11 @@ def scan_corpus(root: Path) -> Tuple[Dict[str, List[Path]], set, set, List[Path]
         if not path.exists():
             raise DataNotFoundError(f"Speech Commands: {path} is missing. {HOW_TO_GET}")
         lists[name] = {line.strip() for line in path.read_text().splitlines() if line.strip()}
-    words = {d.name: sorted(d.glob("*.wav")) for d in sorted(root.iterdir())
-             if d.is_dir() and d.name != NOISE_DIR and not d.name.startswith(".")}
+    words = {
+        d.name: sorted(d.glob("*.wav"))
+        for d in sorted(root.iterdir())
+        if d.is_dir() and d.name != NOISE_DIR and not d.name.startswith(".")
+    }
     words = {w: files for w, files in words.items() if files}
     noise = sorted((root / NOISE_DIR).glob("*.wav")) if (root / NOISE_DIR).is_dir() else []
     return words, lists["validation_list.txt"], lists["testing_list.txt"], noise
@@ -139,8 +161,16 @@ def scan_corpus(root: Path) -> Tuple[Dict[str, List[Path]], set, set, List[Path]
 class SpeechCommandsTask(Task):
     """x ``(99, 32)`` float log-mel frames; y ``()`` class index (see ``info.extra["classes"]``)."""
 
-    def __init__(self, classes: int = 30, data_dir: Optional[str] = None, path: Optional[str] = None,
-                 seed: int = 0, window: str = "rect", n_filters: int = 32, stats_items: int = 2000):
+    def __init__(
+        self,
+        classes: int = 30,
+        data_dir: Optional[str] = None,
+        path: Optional[str] = None,
+        seed: int = 0,
+        window: str = "rect",
+        n_filters: int = 32,
+        stats_items: int = 2000,
+    ):
         if classes not in (12, 30):
             raise ValueError(f"classes: expected 12 or 30, got {classes}")
         if window not in WINDOWS:
@@ -156,10 +186,18 @@ class SpeechCommandsTask(Task):
         self.stats_items = int(stats_items)
         train_labels = np.array([label for _, label, _ in self.entries["train"]], dtype=np.int64)
         self.info = TaskInfo(
-            name="speech_commands", input_size=self.n_filters, output_size=len(self.class_names),
-            loss="cross_entropy", target="terminal", metric="accuracy", higher_is_better=True,
-            baseline=majority_accuracy(train_labels), baseline_note="majority class of the training split",
-            seq_len=99, extra={"classes": self.class_names, "window": window, "root": str(root)})
+            name="speech_commands",
+            input_size=self.n_filters,
+            output_size=len(self.class_names),
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
+            baseline=majority_accuracy(train_labels),
+            baseline_note="majority class of the training split",
+            seq_len=99,
+            extra={"classes": self.class_names, "window": window, "root": str(root)},
+        )
 
     def _entries(self, classes, root, words, val, test):
         split_files: Dict[str, Dict[str, List[Path]]] = {s: {} for s in ("train", "val", "test")}
@@ -170,8 +208,10 @@ class SpeechCommandsTask(Task):
             names = sorted(words)
             if len(names) != 30:
                 raise DataFileError(f"{root}: expected 30 word folders for classes=30, found {len(names)}")
-            return names, {s: [(f, names.index(w), None) for w in names for f in files.get(w, [])]
-                           for s, files in split_files.items()}
+            return names, {
+                s: [(f, names.index(w), None) for w in names for f in files.get(w, [])]
+                for s, files in split_files.items()
+            }
         absent = [w for w in KAGGLE_WORDS if w not in words]
         if absent:
             raise DataFileError(f"{root}: classes=12 needs the word folders {absent}")
@@ -185,8 +225,11 @@ class SpeechCommandsTask(Task):
             known = [(f, names.index(w), None) for w in KAGGLE_WORDS for f in files.get(w, [])]
             per_class = max(1, round(len(known) / len(KAGGLE_WORDS)))
             others = [f for w, fs in sorted(files.items()) if w not in KAGGLE_WORDS for f in fs]
-            picked = [others[i] for i in sorted(rng.choice(len(others), min(per_class, len(others)),
-                                                           replace=False))] if others else []
+            picked = (
+                [others[i] for i in sorted(rng.choice(len(others), min(per_class, len(others)), replace=False))]
+                if others
+                else []
+            )
             unknown = [(f, names.index(UNKNOWN), None) for f in picked]
             silence = []
             for _ in range(per_class):
@@ -201,7 +244,7 @@ class SpeechCommandsTask(Task):
         if start is None:
             signal = read_wav(path)
         else:  # excerpts of the few long noise recordings: keep them in memory
-            signal = _noise_recording(path)[start:start + SAMPLE_RATE]
+            signal = _noise_recording(path)[start : start + SAMPLE_RATE]
         return log_mel(fit_to_one_second(signal), self.n_filters, window=self.window, bank=self.bank)
 
     def stats(self) -> Tuple[np.ndarray, np.ndarray]:

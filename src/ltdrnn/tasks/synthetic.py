@@ -3,6 +3,7 @@
 Every item is a pure function of ``(seed, split, index)`` (see ``ltdrnn.data.item_rng``): nothing
 is materialised, any index can be read in any order, and the three splits never share a stream.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,11 @@ class _GeneratedTask(Task):
     """
 
     def __init__(self, n_train: int, n_val: int, n_test: int, seed: int, fresh_train: bool = False):
-        self.sizes = {"train": _check_int("n_train", n_train, 0),
-                      "val": _check_int("n_val", n_val, 0),
-                      "test": _check_int("n_test", n_test, 0)}
+        self.sizes = {
+            "train": _check_int("n_train", n_train, 0),
+            "val": _check_int("n_val", n_val, 0),
+            "test": _check_int("n_test", n_test, 0),
+        }
         self.seed, self.fresh_train = int(seed), bool(fresh_train)
 
     def make(self, rng: np.random.Generator) -> Tuple[Tensor, Tensor]:
@@ -57,15 +60,30 @@ class AddingTask(_GeneratedTask):
     the last step. Predicting 1 always scores Var(U1 + U2) = 1/6 ~ 0.167.
     """
 
-    def __init__(self, T: int = 100, n_train: int = 100_000, n_val: int = 1_000, n_test: int = 10_000,
-                 seed: int = 0, fresh_train: bool = False):
+    def __init__(
+        self,
+        T: int = 100,
+        n_train: int = 100_000,
+        n_val: int = 1_000,
+        n_test: int = 10_000,
+        seed: int = 0,
+        fresh_train: bool = False,
+    ):
         super().__init__(n_train, n_val, n_test, seed, fresh_train)
         self.T = _check_int("T", T, 2)
         self.info = TaskInfo(
-            name="adding", input_size=2, output_size=1, loss="mse", target="terminal", metric="mse",
-            higher_is_better=False, baseline=1.0 / 6.0,
+            name="adding",
+            input_size=2,
+            output_size=1,
+            loss="mse",
+            target="terminal",
+            metric="mse",
+            higher_is_better=False,
+            baseline=1.0 / 6.0,
             baseline_note="predict 1 for every sequence: MSE = Var(U1 + U2) = 1/6",
-            seq_len=self.T, extra={"T": self.T})
+            seq_len=self.T,
+            extra={"T": self.T},
+        )
 
     def make(self, rng: np.random.Generator) -> Tuple[Tensor, Tensor]:
         T, half = self.T, self.T // 2
@@ -86,16 +104,16 @@ class _CopyBase(_GeneratedTask):
     DATA: int
     BLANK: int
 
-    def __init__(self, one_hot: bool, n_train: int, n_val: int, n_test: int, seed: int,
-                 fresh_train: bool):
+    def __init__(self, one_hot: bool, n_train: int, n_val: int, n_test: int, seed: int, fresh_train: bool):
         super().__init__(n_train, n_val, n_test, seed, fresh_train)
         self.one_hot = bool(one_hot)
 
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def copy_tokens(self, rng: np.random.Generator, copied: int, marker: int,
-                    marker_at: int) -> Tuple[np.ndarray, np.ndarray]:
+    def copy_tokens(
+        self, rng: np.random.Generator, copied: int, marker: int, marker_at: int
+    ) -> Tuple[np.ndarray, np.ndarray]:
         """Inputs: ``copied`` uniform data symbols, blanks, ``marker`` at index ``marker_at``, blanks.
         Targets: blanks, then the same symbols as the last ``copied`` steps."""
         symbols = rng.integers(0, self.DATA, size=copied)
@@ -129,20 +147,34 @@ class CopyTask(_CopyBase):
 
     DATA, BLANK, DELIMITER, COPIED = 8, 8, 9, 10
 
-    def __init__(self, T: int = 100, one_hot: bool = True, n_train: int = 100_000, n_val: int = 1_000,
-                 n_test: int = 10_000, seed: int = 0, fresh_train: bool = False):
+    def __init__(
+        self,
+        T: int = 100,
+        one_hot: bool = True,
+        n_train: int = 100_000,
+        n_val: int = 1_000,
+        n_test: int = 10_000,
+        seed: int = 0,
+        fresh_train: bool = False,
+    ):
         super().__init__(one_hot, n_train, n_val, n_test, seed, fresh_train)
         self.T = _check_int("T", T, 1)
         self.vocab, self.length = 10, self.T + 2 * self.COPIED
         self.info = TaskInfo(
-            name="copy", input_size=self.vocab, output_size=self.DATA + 1, loss="cross_entropy",
-            target="per_step", metric="cross_entropy", higher_is_better=False,
+            name="copy",
+            input_size=self.vocab,
+            output_size=self.DATA + 1,
+            loss="cross_entropy",
+            target="per_step",
+            metric="cross_entropy",
+            higher_is_better=False,
             baseline=self.COPIED * math.log(self.DATA) / self.length,
             baseline_note="memoryless: predict blank for T+10 steps, then uniform over the 8 data "
-                          "symbols: 10 ln 8 / (T + 20)",
-            seq_len=self.length, input_kind="float" if self.one_hot else "tokens",
-            extra={"T": self.T, "blank": self.BLANK, "delimiter": self.DELIMITER,
-                   "data_symbols": self.DATA})
+            "symbols: 10 ln 8 / (T + 20)",
+            seq_len=self.length,
+            input_kind="float" if self.one_hot else "tokens",
+            extra={"T": self.T, "blank": self.BLANK, "delimiter": self.DELIMITER, "data_symbols": self.DATA},
+        )
 
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
         return self.copy_tokens(rng, self.COPIED, self.DELIMITER, marker_at=self.T + self.COPIED - 1)
@@ -163,27 +195,48 @@ class MistCopyTask(_CopyBase):
 
     DATA, BLANK, GO = 10, 10, 11
 
-    def __init__(self, delay: int = 100, num_symbols: int | None = None, one_hot: bool = True,
-                 n_train: int = 100_000, n_val: int = 1_000, n_test: int = 1_000, seed: int = 0,
-                 fresh_train: bool = False):
+    def __init__(
+        self,
+        delay: int = 100,
+        num_symbols: int | None = None,
+        one_hot: bool = True,
+        n_train: int = 100_000,
+        n_val: int = 1_000,
+        n_test: int = 1_000,
+        seed: int = 0,
+        fresh_train: bool = False,
+    ):
         super().__init__(one_hot, n_train, n_val, n_test, seed, fresh_train)
         self.delay = _check_int("delay", delay, 1)
         if num_symbols is None:
             if self.delay % 10:
-                raise ValueError(f"delay: expected a multiple of 10 when num_symbols is not given "
-                                 f"(L = D / 10), got {delay}")
+                raise ValueError(
+                    f"delay: expected a multiple of 10 when num_symbols is not given (L = D / 10), got {delay}"
+                )
             num_symbols = self.delay // 10
         self.L = _check_int("num_symbols", num_symbols, 1)
         self.vocab, self.length = 12, self.delay + 2 * self.L
         self.info = TaskInfo(
-            name="copy_mist", input_size=self.vocab, output_size=self.vocab - 1, loss="cross_entropy",
-            target="per_step", metric="cross_entropy", higher_is_better=False,
+            name="copy_mist",
+            input_size=self.vocab,
+            output_size=self.vocab - 1,
+            loss="cross_entropy",
+            target="per_step",
+            metric="cross_entropy",
+            higher_is_better=False,
             baseline=self.L * math.log(self.DATA) / self.length,
             baseline_note="memoryless: blank for L + D steps, then uniform over 10 symbols: "
-                          "L ln 10 / (D + 2L); always-blank error rate L / (D + 2L)",
-            seq_len=self.length, input_kind="float" if self.one_hot else "tokens",
-            extra={"delay": self.delay, "L": self.L, "blank": self.BLANK, "go": self.GO,
-                   "blank_error_rate": self.L / self.length})
+            "L ln 10 / (D + 2L); always-blank error rate L / (D + 2L)",
+            seq_len=self.length,
+            input_kind="float" if self.one_hot else "tokens",
+            extra={
+                "delay": self.delay,
+                "L": self.L,
+                "blank": self.BLANK,
+                "go": self.GO,
+                "blank_error_rate": self.L / self.length,
+            },
+        )
 
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
         return self.copy_tokens(rng, self.L, self.GO, marker_at=self.L + self.delay - 1)
@@ -200,8 +253,16 @@ class TarnnToyTask(_GeneratedTask):
     x: ``(16, 1)`` float; y: ``()`` int64 in 0..3.
     """
 
-    def __init__(self, T: int = 16, positions: Tuple[int, int] = (4, 12), n_train: int = 50_000,
-                 n_val: int = 5_000, n_test: int = 10_000, seed: int = 0, fresh_train: bool = False):
+    def __init__(
+        self,
+        T: int = 16,
+        positions: Tuple[int, int] = (4, 12),
+        n_train: int = 50_000,
+        n_val: int = 5_000,
+        n_test: int = 10_000,
+        seed: int = 0,
+        fresh_train: bool = False,
+    ):
         super().__init__(n_train, n_val, n_test, seed, fresh_train)
         self.T = _check_int("T", T, 2)
         positions = tuple(int(p) for p in positions)
@@ -209,10 +270,18 @@ class TarnnToyTask(_GeneratedTask):
             raise ValueError(f"positions: expected two distinct steps in [0, {self.T}), got {positions}")
         self.positions = positions
         self.info = TaskInfo(
-            name="tarnn_toy", input_size=1, output_size=4, loss="cross_entropy", target="terminal",
-            metric="accuracy", higher_is_better=True, baseline=0.25,
-            baseline_note="constant class; the 4 classes are equiprobable", seq_len=self.T,
-            extra={"positions": list(positions)})
+            name="tarnn_toy",
+            input_size=1,
+            output_size=4,
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
+            baseline=0.25,
+            baseline_note="constant class; the 4 classes are equiprobable",
+            seq_len=self.T,
+            extra={"positions": list(positions)},
+        )
 
     def make(self, rng: np.random.Generator) -> Tuple[Tensor, Tensor]:
         x = rng.random(self.T, dtype=np.float32)

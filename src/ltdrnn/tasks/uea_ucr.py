@@ -19,6 +19,7 @@ Your own series as arrays: ``arrays="my_series.npz"`` reads ``x_train``, ``y_tra
 ``x`` is ``(N, T)`` or ``(N, T, d)``, ``y`` holds the labels (numbers or strings, classes in sorted order).
 ``dataset`` then only names the set in the results.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -34,13 +35,16 @@ from ..data import DataFileError, DataNotFoundError, majority_accuracy, stratifi
 from ..data import data_dir as resolve_data_dir
 from .base import Task, TaskInfo, register_task
 
-HOW_TO_GET = ("UCR/UEA sets are at https://www.timeseriesclassification.com (download the .ts version) "
-              "and go in <data_dir>/ucr_uea/<Name>/<Name>_TRAIN.ts and <Name>_TEST.ts.")
+HOW_TO_GET = (
+    "UCR/UEA sets are at https://www.timeseriesclassification.com (download the .ts version) "
+    "and go in <data_dir>/ucr_uea/<Name>/<Name>_TRAIN.ts and <Name>_TEST.ts."
+)
 
 
 @dataclass
 class TsFile:
     """A parsed ``.ts`` file: ``series[i]`` is float32 ``(T_i, d)``; ``labels`` index ``class_names``."""
+
     series: List[np.ndarray]
     labels: np.ndarray
     class_names: List[str]
@@ -49,17 +53,18 @@ class TsFile:
 
 def _parse_dimension(text: str, path: Path, line_no: int) -> np.ndarray:
     if "(" in text:
-        raise DataFileError(f"{path}:{line_no}: time-stamped series '(t,v)' are not supported; "
-                            "expected comma-separated values")
+        raise DataFileError(
+            f"{path}:{line_no}: time-stamped series '(t,v)' are not supported; expected comma-separated values"
+        )
     try:
         with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused below
-            values = np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")],
-                              dtype=np.float32)
+            values = np.array([np.nan if v.strip() == "?" else float(v) for v in text.split(",")], dtype=np.float32)
     except ValueError as error:
         raise DataFileError(f"{path}:{line_no}: expected comma-separated numbers, got {text[:40]!r}") from error
     if np.isinf(values).any():  # an infinity, or a number beyond float32's range; '?' marks missing values
-        raise DataFileError(f"{path}:{line_no}: expected finite numbers (or '?' for a missing value), got "
-                            f"{text[:40]!r}")
+        raise DataFileError(
+            f"{path}:{line_no}: expected finite numbers (or '?' for a missing value), got {text[:40]!r}"
+        )
     return values
 
 
@@ -85,29 +90,30 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
             continue
         if not in_data:
             if not line.startswith("@"):
-                raise DataFileError(f"{path}:{line_no}: expected a '@' header line before @data, got "
-                                    f"{line[:40]!r}. {HOW_TO_GET}")
+                raise DataFileError(
+                    f"{path}:{line_no}: expected a '@' header line before @data, got {line[:40]!r}. {HOW_TO_GET}"
+                )
             key, _, value = line[1:].partition(" ")
             header[key.lower()] = value.strip()
             in_data = key.lower() == "data"
             continue
         *dims, label = line.split(":")
         if not dims:
-            raise DataFileError(f"{path}:{line_no}: expected '<values>[:<values>...]:<class>', got "
-                                f"{line[:40]!r}")
+            raise DataFileError(f"{path}:{line_no}: expected '<values>[:<values>...]:<class>', got {line[:40]!r}")
         columns = [_parse_dimension(d, path, line_no) for d in dims]
         length = max(len(c) for c in columns)
         stacked = np.full((length, len(columns)), np.nan, dtype=np.float32)
         for j, column in enumerate(columns):
-            stacked[:len(column), j] = column
+            stacked[: len(column), j] = column
         series.append(stacked)
         raw_labels.append(label.strip())
     if not in_data:
         raise DataFileError(f"{path}: no @data line; not a .ts file. {HOW_TO_GET}")
     class_spec = header.get("classlabel", "").split()
     if not class_spec or class_spec[0].lower() != "true":
-        raise DataFileError(f"{path}: expected '@classLabel true <classes>' (a classification set), got "
-                            f"{header.get('classlabel')!r}")
+        raise DataFileError(
+            f"{path}: expected '@classLabel true <classes>' (a classification set), got {header.get('classlabel')!r}"
+        )
     names = class_names if class_names is not None else class_spec[1:]
     unknown = sorted(set(raw_labels) - set(names))
     if unknown:
@@ -116,11 +122,9 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
     if len(dims) > 1:
         raise DataFileError(f"{path}: series have different numbers of dimensions {sorted(dims)}")
     if "dimensions" in header and not header["dimensions"].isdigit():
-        raise DataFileError(f"{path}: expected '@dimensions <positive integer>', got "
-                            f"{header['dimensions'][:40]!r}")
+        raise DataFileError(f"{path}: expected '@dimensions <positive integer>', got {header['dimensions'][:40]!r}")
     if "dimensions" in header and series and int(header["dimensions"]) != dims.pop():
-        raise DataFileError(f"{path}: @dimensions says {header['dimensions']} but the data has "
-                            f"{series[0].shape[1]}")
+        raise DataFileError(f"{path}: @dimensions says {header['dimensions']} but the data has {series[0].shape[1]}")
     if header.get("equallength", "").lower() == "true" and len({len(s) for s in series}) > 1:
         raise DataFileError(f"{path}: @equalLength true but the series lengths differ")
     lookup = {name: i for i, name in enumerate(names)}
@@ -146,8 +150,10 @@ def find_ts_pair(name: str, path: Optional[str] = None, data_dir: Optional[str] 
         train, test = place / f"{name}_TRAIN.ts", place / f"{name}_TEST.ts"
         if train.exists() and test.exists():
             return {"train": train, "test": test}
-    raise DataNotFoundError(f"UCR/UEA set {name!r}: {name}_TRAIN.ts and {name}_TEST.ts not found in "
-                            f"{', '.join(str(p) for p in places)}. {HOW_TO_GET}")
+    raise DataNotFoundError(
+        f"UCR/UEA set {name!r}: {name}_TRAIN.ts and {name}_TEST.ts not found in "
+        f"{', '.join(str(p) for p in places)}. {HOW_TO_GET}"
+    )
 
 
 ARRAY_KEYS = ("x_train", "y_train", "x_test", "y_test")
@@ -161,8 +167,7 @@ def read_arrays(path: str) -> Dict[str, TsFile]:
     except (OSError, ValueError) as error:
         raise DataFileError(f"arrays {path}: not a readable .npz file without pickled objects ({error})") from error
     if any(k not in data for k in ARRAY_KEYS):
-        raise DataFileError(f"arrays {path}: expected arrays {', '.join(ARRAY_KEYS)}, got "
-                            f"{', '.join(data) or 'none'}")
+        raise DataFileError(f"arrays {path}: expected arrays {', '.join(ARRAY_KEYS)}, got {', '.join(data) or 'none'}")
     names = sorted(set(data["y_train"].tolist()))
     lookup = {name: i for i, name in enumerate(names)}
     unknown = sorted(set(data["y_test"].tolist()) - set(names), key=str)
@@ -172,11 +177,14 @@ def read_arrays(path: str) -> Dict[str, TsFile]:
     for split in ("train", "test"):
         x, y = data[f"x_{split}"], data[f"y_{split}"]
         if x.ndim not in (2, 3) or len(x) != len(y):
-            raise DataFileError(f"arrays {path}: expected x_{split} of shape (N, T) or (N, T, d) with N = "
-                                f"len(y_{split}) = {len(y)}, got {x.shape}")
+            raise DataFileError(
+                f"arrays {path}: expected x_{split} of shape (N, T) or (N, T, d) with N = "
+                f"len(y_{split}) = {len(y)}, got {x.shape}"
+            )
         series = x.astype(np.float32).reshape(*x.shape[:2], -1)
-        files[split] = TsFile(list(series), np.array([lookup[v] for v in y.tolist()], dtype=np.int64),
-                              [str(n) for n in names])
+        files[split] = TsFile(
+            list(series), np.array([lookup[v] for v in y.tolist()], dtype=np.int64), [str(n) for n in names]
+        )
     return files
 
 
@@ -200,9 +208,16 @@ class SeriesDataset(Dataset):
 class UeaUcrTask(Task):
     """x ``(T_i, d)`` float; y ``()`` class index (classes in the file's ``@classLabel`` order)."""
 
-    def __init__(self, dataset: str = "GunPoint", path: Optional[str] = None, data_dir: Optional[str] = None,
-                 val_fraction: float = 0.2, split_seed: int = 0, znorm: bool = False,
-                 arrays: Optional[str] = None):
+    def __init__(
+        self,
+        dataset: str = "GunPoint",
+        path: Optional[str] = None,
+        data_dir: Optional[str] = None,
+        val_fraction: float = 0.2,
+        split_seed: int = 0,
+        znorm: bool = False,
+        arrays: Optional[str] = None,
+    ):
         if not 0 <= val_fraction < 1:
             raise ValueError(f"val_fraction: expected a value in [0, 1), got {val_fraction}")
         if arrays is not None:
@@ -213,22 +228,35 @@ class UeaUcrTask(Task):
             files = find_ts_pair(dataset, path, data_dir)
             train = read_ts(files["train"])
             test = read_ts(files["test"], class_names=train.class_names)
-        prepare = (lambda s: np.nan_to_num(znormalise(s) if znorm else s, nan=0.0).astype(np.float32))
+        prepare = lambda s: np.nan_to_num(znormalise(s) if znorm else s, nan=0.0).astype(np.float32)
         train_series = [prepare(s) for s in train.series]
         test_series = [prepare(s) for s in test.series]
         fit, val = stratified_split(train.labels, (1 - val_fraction, val_fraction), split_seed)
-        self.splits = {"train": ([train_series[i] for i in fit], train.labels[fit]),
-                       "val": ([train_series[i] for i in val], train.labels[val]),
-                       "test": (test_series, test.labels)}
+        self.splits = {
+            "train": ([train_series[i] for i in fit], train.labels[fit]),
+            "val": ([train_series[i] for i in val], train.labels[val]),
+            "test": (test_series, test.labels),
+        }
         lengths = {len(s) for s in train_series + test_series}
         self.info = TaskInfo(
-            name="uea_ucr", input_size=train_series[0].shape[1], output_size=len(train.class_names),
-            loss="cross_entropy", target="terminal", metric="accuracy", higher_is_better=True,
+            name="uea_ucr",
+            input_size=train_series[0].shape[1],
+            output_size=len(train.class_names),
+            loss="cross_entropy",
+            target="terminal",
+            metric="accuracy",
+            higher_is_better=True,
             baseline=majority_accuracy(self.splits["train"][1]),
             baseline_note="majority class of the training split",
             seq_len=lengths.pop() if len(lengths) == 1 else None,
-            extra={"dataset": dataset, "classes": train.class_names, "znorm": znorm,
-                   "val_fraction": val_fraction, "files": {k: str(v) for k, v in files.items()}})
+            extra={
+                "dataset": dataset,
+                "classes": train.class_names,
+                "znorm": znorm,
+                "val_fraction": val_fraction,
+                "files": {k: str(v) for k, v in files.items()},
+            },
+        )
 
     def build_split(self, split: str) -> Dataset:
         return SeriesDataset(*self.splits[split])
