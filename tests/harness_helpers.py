@@ -102,3 +102,31 @@ def tiny_config(tmp_path, **sections):
         "results": str(tmp_path / "results.db"),
     }
     return deep_merge(data, sections)
+
+
+def train_adding_t100(tmp_path, model: dict, optim: dict) -> dict:
+    """The training regression run of the source cells: 400 steps of adding T=100 at batch 64, seed 0,
+    one thread, tested on 512 sequences; returns the trainer's record."""
+    from ltdrnn.config import load_config
+    from ltdrnn.train import train
+
+    torch.set_num_threads(1)
+    cfg = load_config(
+        {
+            "model": model,
+            "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
+            "optim": optim,
+            "train": {
+                "steps": 400,
+                "batch_size": 64,
+                "eval_every": 400,
+                "seed": 0,
+                "progress": False,
+                "latency": False,
+                "threads": 1,
+            },
+            "run_dir": str(tmp_path / "run"),
+            "results": None,
+        }
+    )
+    return train(cfg)

@@ -8,6 +8,7 @@ import torch
 from torch.autograd.functional import jacobian
 
 import ltdrnn
+from harness_helpers import train_adding_t100
 from ltdrnn.cells.tarnn import TARNN
 from stream_helpers import check_streaming_matches_reference
 
@@ -352,27 +353,7 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
     """400 Adam steps (lr 1e-2) of adding T=100: the three seeds we measured ended at test MSE 0.015,
     0.024 and 0.031 (H=64, K=1, eta_0=0.05); predicting 1 scores 0.167. Half the baseline is far
     from both."""
-    from ltdrnn.config import load_config
-    from ltdrnn.train import train
-
-    torch.set_num_threads(1)
-    cfg = load_config(
-        {
-            "model": {"cell": "tarnn", "hidden_size": 64, "options": {"K": 1, "eta": 0.05}},
-            "task": {"name": "adding", "options": {"T": 100, "n_train": 25_600, "n_val": 256, "n_test": 512}},
-            "optim": {"name": "adam", "lr": 0.01},
-            "train": {
-                "steps": 400,
-                "batch_size": 64,
-                "eval_every": 400,
-                "seed": 0,
-                "progress": False,
-                "latency": False,
-                "threads": 1,
-            },
-            "run_dir": str(tmp_path / "run"),
-            "results": None,
-        }
+    result = train_adding_t100(
+        tmp_path, {"cell": "tarnn", "hidden_size": 64, "options": {"K": 1, "eta": 0.05}}, {"name": "adam", "lr": 0.01}
     )
-    result = train(cfg)
     assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]
