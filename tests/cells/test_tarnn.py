@@ -76,6 +76,28 @@ def test_gate_outside_mixes_after_the_euler_steps(impl, reading):
     torch.testing.assert_close(one_step(cell, x, s, impl), (1 - beta) * s + beta * z)
 
 
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("per_time_step", [False, True])
+def test_code_reading_with_the_gate_outside_is_the_authors_body(impl, per_time_step):
+    """The authors' default variant: ``z <- (1 - eta) z + eta (phi(U z + W u + b) - z - s + B u + b_lin)``
+    then ``s_m = (1 - beta) s + beta z_K``, written here without the cell's ``A`` buffer."""
+    options = {"eta_per_time_step": True, "max_length": 8} if per_time_step else {}
+    cell = cell64(K=2, gate="outside", reading="code", activation="tanh", **options)
+    randomise(cell)
+    x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
+    beta = torch.sigmoid(s @ cell.weight_Us.T + x @ cell.weight_Wx.T + cell.bias_beta)
+    inside = x @ cell.weight_W1.T + s @ cell.weight_W2.T + cell.bias
+    linear = x @ cell.weight_B1.T + s @ cell.weight_B2.T + cell.bias_linear
+    eta = cell.steps.values()
+    eta = eta[0] if per_time_step else eta
+    z = s
+    for k in range(2):
+        z = (1 - eta[k]) * z + eta[k] * (torch.tanh(z @ cell.weight_U.T + inside) - z - s + linear)
+    state = (s, torch.zeros(3, dtype=torch.long)) if per_time_step else s
+    out, _ = cell.scan(x.unsqueeze(0), state, impl=impl)
+    torch.testing.assert_close(out[0], (1 - beta) * s + beta * z)
+
+
 @pytest.mark.parametrize(
     "reading,gate,bias",
     [

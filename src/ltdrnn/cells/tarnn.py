@@ -79,6 +79,7 @@ class TARNN(EulerCell):
         z_0 = s_{m-1};  for k in 1..K:  z_k = z_{k-1} + eta_k * beta * G(z_{k-1})     (gate="inside")
         s_m = z_K
         # gate="outside" (authors' code variant): z_k = z_{k-1} + eta_k G(z_{k-1}),
+        #   with reading="code" and the gate outside, A = -2I (the code's (1 - eta) z + eta (.. - z ..)),
         #                                         s_m = (1 - beta) s_{m-1} + beta z_K
 
     ``A`` is fixed: ``-I`` (``"identity"``) or ``"coupled"``: ``-I`` plus ``+I`` on the upper right
@@ -153,6 +154,8 @@ class TARNN(EulerCell):
         self.gate = check_choice("gate", gate, ("inside", "outside"))
         self.reading = check_choice("reading", reading, READINGS)
         self.damping = reading == "code"
+        # the authors' gate-outside body, (1 - eta) z + eta (phi(..) - z - s + ..), damps z twice
+        self.double_damping = reading == "code" and gate == "outside"
         self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
         self.K = self.steps.steps
         h, d = hidden_size, input_size
@@ -173,7 +176,7 @@ class TARNN(EulerCell):
 
     def _matrix_a(self) -> Tensor:
         h = self.hidden_size
-        a = -torch.eye(h, **self.factory)
+        a = -torch.eye(h, **self.factory) * (2 if self.double_damping else 1)
         if self.A_kind == "coupled":
             a[: h // 2, h // 2 :] += torch.eye(h // 2, **self.factory)
         return a
@@ -260,6 +263,10 @@ class TARNN(EulerCell):
         Euler step (``z_0 = s``), for one matmul."""
         return torch.cat([self.state_matrix() + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
 
+    def streams(self, x_t, state) -> bool:
+        """The compiled streaming step knows ``A = -I`` only: the doubly damped body takes the general way."""
+        return not self.double_damping and super().streams(x_t, state)
+
     def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor:
         """``s_m`` of one step without autograd (recording ``aux``): at batch up to
         :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``csrc/stream_step.c``, else a few PyTorch
@@ -320,8 +327,9 @@ class TARNN(EulerCell):
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`_FusedTARNN`. The first Euler step starts at ``z_0 = s``, so its
         ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
-        Per-time-step step sizes fall back to the reference loop."""
-        if self.per_time_step:
+        Per-time-step step sizes and the authors' gate-outside body (``A - I``) fall back to the
+        reference loop."""
+        if self.per_time_step or self.double_damping:
             return self.scan_reference(x, state, lengths)
         outputs, betas = _FusedTARNN.apply(
             x,
