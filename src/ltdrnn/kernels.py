@@ -1,5 +1,5 @@
-"""Compiled kernels: building the plain-C files of ``ltdrnn/csrc`` on first use, caching them, declaring
-their C signatures, and the one-call streaming step of the source cells.
+"""Compiled kernels: building the plain-C files of ``ltdrnn/csrc`` (and its C++ files against ATen) on first
+use, caching them, declaring their C signatures, and the one-call streaming step of the source cells.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base`.
 
@@ -11,6 +11,11 @@ Building
     gets its own build. Any failure (no compiler, read-only cache, missing source) makes
     :func:`load_kernel` return None once, with one warning, and callers fall back to their pure-PyTorch
     path. ``LTDRNN_NO_KERNELS=1`` disables compiled kernels altogether.
+
+    :func:`load_torch_ops` does the same for ``csrc/<name>.cpp``: C++ against torch's headers and
+    libraries (``-lc10 -ltorch_cpu``; the cache key adds the torch version), registered as
+    ``torch.ops.ltdrnn.*`` operators. Torch's headers make this build slow (about 30 s on an idle core,
+    3 minutes on this loaded machine), once per machine and torch version.
 
 Calling
     :func:`kernel_function` is the one place that looks a function up by dtype (``<name>_f32`` or

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -29,19 +30,28 @@ inline T sigmoid(T v) {
   return T(1) / (T(1) + std::exp(-v));
 }
 
-template <typename T>
-inline T activate(T q, int64_t act) {
-  if (act == 0) return q > T(0) ? q : T(0);
-  if (act == 1) return std::tanh(q);
+// The activation is a template argument so that each inner loop has no branch on it and vectorises.
+template <int Act, typename T>
+inline T activate(T q) {
+  if constexpr (Act == 0) return q > T(0) ? q : T(0);
+  if constexpr (Act == 1) return std::tanh(q);
   return sigmoid(q);
 }
 
 // d phi / d q, from phi's value
-template <typename T>
-inline T activation_slope(T phi, int64_t act) {
-  if (act == 0) return phi > T(0) ? T(1) : T(0);
-  if (act == 1) return T(1) - phi * phi;
+template <int Act, typename T>
+inline T activation_slope(T phi) {
+  if constexpr (Act == 0) return phi > T(0) ? T(1) : T(0);
+  if constexpr (Act == 1) return T(1) - phi * phi;
   return phi * (T(1) - phi);
+}
+
+// Calls body(std::integral_constant<int, act>{}) for the run-time activation code.
+template <typename Body>
+void with_activation(int64_t act, Body body) {
+  if (act == 0) return body(std::integral_constant<int, 0>{});
+  if (act == 1) return body(std::integral_constant<int, 1>{});
+  return body(std::integral_constant<int, 2>{});
 }
 
 int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
@@ -67,9 +77,8 @@ void check_like(const at::Tensor& t, const at::Tensor& p, const char* name) {
               "tarnn_loop: ", name, " must be a contiguous (T, B, H) tensor of p's dtype, got ", t.sizes());
 }
 
-template <typename T>
-void forward_elementwise(T* pt, const T* s, T* out, T* beta_out, int64_t batch, int64_t hidden, T eta,
-                         int64_t act) {
+template <int Act, typename T>
+void forward_elementwise(T* pt, const T* s, T* out, T* beta_out, int64_t batch, int64_t hidden, T eta) {
   at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const T* c = pt + b * 3 * hidden;
@@ -81,7 +90,7 @@ void forward_elementwise(T* pt, const T* s, T* out, T* beta_out, int64_t batch, 
       for (int64_t j = 0; j < hidden; ++j) {
         const T beta = sigmoid(r[j]);
         beta_b[j] = beta;
-        out_b[j] = s_b[j] + eta * beta * (activate(q[j], act) + c[j]);
+        out_b[j] = s_b[j] + eta * beta * (activate<Act>(q[j]) + c[j]);
       }
     }
   });
@@ -89,9 +98,9 @@ void forward_elementwise(T* pt, const T* s, T* out, T* beta_out, int64_t batch, 
 
 // g = grad_out + carry; with dG = eta beta g: [dc | dq | dr] = [dG | dG phi'(q) | eta g G beta (1 - beta)]
 // written over [c | q | r]; returns sum(g beta G), the step's part of d eta.
-template <typename T>
+template <int Act, typename T>
 double backward_elementwise(T* pt, const T* beta, const T* grad_out, const int64_t* grad_strides, const T* carry,
-                            T* g, int64_t batch, int64_t hidden, T eta, int64_t act) {
+                            T* g, int64_t batch, int64_t hidden, T eta) {
   std::vector<double> row_sums(batch, 0.0);
   at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
@@ -105,14 +114,14 @@ double backward_elementwise(T* pt, const T* beta, const T* grad_out, const int64
       T sum = T(0);
       for (int64_t j = 0; j < hidden; ++j) {
         const T gj = grad_b[j * grad_strides[1]] + carry_b[j];
-        const T phi = activate(q[j], act);
+        const T phi = activate<Act>(q[j]);
         const T big_g = phi + c[j];
         const T bj = beta_b[j];
         const T d_g = eta * bj * gj;
         g_b[j] = gj;
         sum += gj * bj * big_g;
         c[j] = d_g;
-        q[j] = d_g * activation_slope(phi, act);
+        q[j] = d_g * activation_slope<Act>(phi);
         r[j] = eta * gj * big_g * bj * (T(1) - bj);
       }
       row_sums[b] = static_cast<double>(sum);
@@ -134,16 +143,18 @@ void tarnn_k1_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t,
   TORCH_CHECK(w_t.sizes() == at::IntArrayRef({hidden, 3 * hidden}) && w_t.scalar_type() == p.scalar_type(),
               "tarnn_loop: w_t must be (H, 3H) = (", hidden, ", ", 3 * hidden, "), got ", w_t.sizes());
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_k1_forward", [&] {
-    at::Tensor s = s0;
-    for (int64_t t = 0; t < steps; ++t) {
-      at::Tensor pt = p.select(0, t);
-      pt.addmm_(s, w_t);
-      at::Tensor out = outputs.select(0, t);
-      forward_elementwise<scalar_t>(pt.data_ptr<scalar_t>(), s.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                    betas.select(0, t).data_ptr<scalar_t>(), batch, hidden,
-                                    static_cast<scalar_t>(eta), act);
-      s = out;
-    }
+    with_activation(act, [&](auto kind) {
+      at::Tensor s = s0;
+      for (int64_t t = 0; t < steps; ++t) {
+        at::Tensor pt = p.select(0, t);
+        pt.addmm_(s, w_t);
+        at::Tensor out = outputs.select(0, t);
+        forward_elementwise<decltype(kind)::value, scalar_t>(
+            pt.data_ptr<scalar_t>(), s.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+            betas.select(0, t).data_ptr<scalar_t>(), batch, hidden, static_cast<scalar_t>(eta));
+        s = out;
+      }
+    });
   });
 }
 
@@ -165,16 +176,18 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
   double grad_eta = 0.0;
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_k1_backward", [&] {
-    carry.zero_();
-    const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>();
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      at::Tensor pt = p.select(0, t);
-      grad_eta += backward_elementwise<scalar_t>(
-          pt.data_ptr<scalar_t>(), betas.select(0, t).data_ptr<scalar_t>(), grad_base + t * grad_outputs.stride(0),
-          grad_strides, carry.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), batch, hidden,
-          static_cast<scalar_t>(eta), act);
-      at::addmm_out(carry, g, pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
-    }
+    with_activation(act, [&](auto kind) {
+      carry.zero_();
+      const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>();
+      for (int64_t t = steps - 1; t >= 0; --t) {
+        at::Tensor pt = p.select(0, t);
+        grad_eta += backward_elementwise<decltype(kind)::value, scalar_t>(
+            pt.data_ptr<scalar_t>(), betas.select(0, t).data_ptr<scalar_t>(),
+            grad_base + t * grad_outputs.stride(0), grad_strides, carry.data_ptr<scalar_t>(),
+            g.data_ptr<scalar_t>(), batch, hidden, static_cast<scalar_t>(eta));
+        at::addmm_out(carry, g, pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+      }
+    });
   });
   return grad_eta;
 }
