@@ -125,6 +125,19 @@ def test_flops_use_the_measured_medians(report):
     assert lstm["forward_flops_per_sequence"] == 2 * 8 * 4 * 4 * (3 + 4)
 
 
+def test_arithmetic_limit_ratio_is_the_flops_quotient_to_lstm(report):
+    result, markdown = report
+    flops = {r["subject"]: r for r in result["flops"]}
+    lstm = flops["nn.LSTM"]["forward_flops_per_sequence"]
+    for record in result["flops"]:
+        assert record["ratio_lstm_flops"] == pytest.approx(record["forward_flops_per_sequence"] / lstm)
+    # a GRU unit has 3 of the LSTM's 4 gate rows, whatever d and H
+    assert flops["nn.GRU"]["ratio_lstm_flops"] == pytest.approx(0.75)
+    # TARNN K=1 (H=4, d=3): 3Hd + 3H^2 + 2H against 4H(d + H)
+    assert flops["tarnn[K=1]"]["ratio_lstm_flops"] == pytest.approx((36 + 48 + 8) / 112)
+    assert "FLOPs x nn.LSTM" in markdown and f"| {flops['nn.GRU']['ratio_lstm_flops']:.3g} |" in markdown
+
+
 def test_targets_follow_from_the_measurements(report):
     result, _ = report
     rows = result["targets"]

@@ -30,6 +30,24 @@ def test_generic_rule_counts_matrix_weights_per_step():
     assert flops_per_sequence(gru, 500, skip_fraction=0.5) == 250 * 3 * 128 * 130
 
 
+@pytest.mark.parametrize(
+    "options, per_step",
+    [
+        ({"K": 1}, 3 * 128 * 1 + 3 * 128**2 + 2 * 128),  # 0.754 of nn.LSTM's 4H(d + H) at d=1, H=128
+        ({"K": 5}, 3 * 128 * 1 + 7 * 128**2 + 10 * 128),  # four more products with U and eta beta G
+        ({"K": 3, "gate": "outside"}, 3 * 128 * 1 + 5 * 128**2 + 3 * 128 + 2 * 128),
+        ({"K": 1, "A": "coupled", "reading": "code"}, 3 * 128 * 1 + 3 * 128**2 + 2 * 128),  # A, damping: free
+    ],
+)
+def test_tarnn_counts_the_fused_products_per_euler_step(options, per_step):
+    cell = ltdrnn.build("tarnn", 1, 128, **options)
+    assert flops_per_sequence(cell, 784) == 784 * per_step
+    lstm_per_step = generic_flops(torch.nn.LSTM(1, 128), 1)
+    assert lstm_per_step == 4 * 128 * (1 + 128)
+    if options == {"K": 1}:
+        assert flops_per_sequence(cell, 784) / (784 * lstm_per_step) == pytest.approx(0.754, abs=1e-3)
+
+
 def test_sarnn_counts_the_coordinator_always_and_the_gru_only_for_updates():
     cell = ltdrnn.build("sarnn", 2, 128)
     coordinator = 500 * 128 * (2 + 2)

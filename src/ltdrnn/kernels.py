@@ -1,5 +1,5 @@
-"""Compiled kernels: building the plain-C files of ``ltdrnn/csrc`` on first use, caching them, declaring
-their C signatures, and the one-call streaming step of the source cells.
+"""Compiled kernels: building the plain-C files of ``ltdrnn/csrc`` (and its C++ files against ATen) on first
+use, caching them, declaring their C signatures, and the one-call streaming step of the source cells.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base`.
 
@@ -11,6 +11,11 @@ Building
     gets its own build. Any failure (no compiler, read-only cache, missing source) makes
     :func:`load_kernel` return None once, with one warning, and callers fall back to their pure-PyTorch
     path. ``LTDRNN_NO_KERNELS=1`` disables compiled kernels altogether.
+
+    :func:`load_torch_ops` does the same for ``csrc/<name>.cpp``: C++ against torch's headers and
+    libraries (``-lc10 -ltorch_cpu``; the cache key adds the torch version), registered as
+    ``torch.ops.ltdrnn.*`` operators. Torch's headers make this build slow (about 30 s on an idle core,
+    3 minutes on this loaded machine), once per machine and torch version.
 
 Calling
     :func:`kernel_function` is the one place that looks a function up by dtype (``<name>_f32`` or
@@ -42,6 +47,7 @@ from torch import Tensor
 # to flush-denormals-to-zero as soon as the library is loaded.
 C_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC")
 _LOADED: dict[str, ctypes.CDLL | None] = {}
+_TORCH_OPS: dict[str, bool] = {}  # registered operators stay for the life of the process
 
 
 def kernels_enabled() -> bool:
@@ -78,13 +84,57 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
     return _LOADED[name]
 
 
-def _build(name: str) -> Path:
-    source = resources.files("ltdrnn").joinpath("csrc", f"{name}.c").read_bytes()
-    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+def load_torch_ops(name: str) -> bool:
+    """Whether the ATen operators of ``ltdrnn/csrc/<name>.cpp`` (``torch.ops.ltdrnn.*``) are available.
+
+    The C++ file is built like the C kernels (on first use, cached on disk under a name derived from
+    the source, the flags, the CPU, the compiler and the torch version) and registered once per
+    process with ``torch.ops.load_library``. Needs a C++ compiler (``$CXX``, ``g++`` or ``c++``) and
+    torch's headers, nothing else (no ninja, no Python headers). Any failure gives one warning and
+    False: callers use their PyTorch path. ``LTDRNN_NO_KERNELS=1`` makes it False.
+    """
+    if not kernels_enabled():
+        return False
+    if name not in _TORCH_OPS:
+        try:
+            torch.ops.load_library(str(_build(name, "cpp")))
+            _TORCH_OPS[name] = True
+        except Exception as error:  # any failure means: use the PyTorch fallback
+            warnings.warn(
+                f"ltdrnn: compiled operators {name!r} unavailable ({error}); using the pure-PyTorch implementation",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            _TORCH_OPS[name] = False
+    return _TORCH_OPS[name]
+
+
+def _toolchain(language: str) -> tuple[str, list[str], list[str], bytes]:
+    """``(compiler, compile flags, link flags, what else the build depends on)`` for ``"c"`` or ``"cpp"``
+    (C++ against torch's headers and libraries)."""
+    if language == "c":
+        compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+        if compiler is None:
+            raise RuntimeError("no C compiler found (gcc or cc on PATH, or $CC)")
+        return compiler, list(C_FLAGS), ["-lm"], b""
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
-        raise RuntimeError("no C compiler found (gcc or cc on PATH, or $CC)")
+        raise RuntimeError("no C++ compiler found (g++ or c++ on PATH, or $CXX)")
+    from torch.utils import cpp_extension  # imported only to build: it is slow to import
+
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    includes = [f"-I{path}" for path in cpp_extension.include_paths()]
+    libraries = cpp_extension.library_paths()
+    links = [f"-L{path}" for path in libraries] + [f"-Wl,-rpath,{path}" for path in libraries]
+    compile_flags = [*C_FLAGS, "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes]
+    return compiler, compile_flags, [*links, "-lc10", "-ltorch_cpu"], torch.__version__.encode()
+
+
+def _build(name: str, language: str = "c") -> Path:
+    source = resources.files("ltdrnn").joinpath("csrc", f"{name}.{language}").read_bytes()
+    compiler, compile_flags, link_flags, depends_on = _toolchain(language)
     key = hashlib.sha256(
-        source + " ".join(C_FLAGS).encode() + _cpu_signature().encode() + compiler.encode()
+        source + " ".join(compile_flags).encode() + _cpu_signature().encode() + compiler.encode() + depends_on
     ).hexdigest()[:16]
     cache = kernel_cache_dir()
     for cached in sorted(cache.glob(f"{name}-{key}-*.so")):
@@ -92,14 +142,14 @@ def _build(name: str) -> Path:
             return cached
     cache.mkdir(mode=0o755, parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as work:
-        src = Path(work) / f"{name}.c"
+        src = Path(work) / f"{name}.{language}"
         src.write_bytes(source)
         obj, built = Path(work) / f"{name}.o", Path(work) / f"{name}.so"
         for command in (
-            [compiler, *C_FLAGS, "-c", str(src), "-o", str(obj)],
-            [compiler, "-shared", str(obj), "-o", str(built), "-lm"],
+            [compiler, *compile_flags, "-c", str(src), "-o", str(obj)],
+            [compiler, "-shared", str(obj), "-o", str(built), *link_flags],
         ):
-            result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
             if result.returncode != 0:
                 raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
         target = cache / f"{name}-{key}-{_digest(built)}.so"

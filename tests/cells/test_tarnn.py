@@ -305,6 +305,142 @@ def test_fused_equals_reference_at_T_1000(options):
         torch.testing.assert_close(results["fused"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
 
 
+# ---- the compiled time loop (K = 1, csrc/tarnn_loop.cpp) == the PyTorch loop == the reference ----------
+def compiled_loop_available():
+    from ltdrnn.kernels import load_torch_ops
+
+    return load_torch_ops("tarnn_loop")
+
+
+def run_and_differentiate(cell, x, s0, impl, loss):
+    """Outputs, betas and every gradient of ``loss(outputs, final)`` through ``cell.scan``."""
+    cell.zero_grad()
+    xi, si = x.clone().requires_grad_(), s0.clone().requires_grad_()
+    out, final = cell.scan(xi, si, impl=impl)
+    loss(out, final).backward()
+    grads = {n: p.grad.clone() for n, p in cell.named_parameters()}
+    return {"out": out.detach(), "beta": cell.aux["beta"], "grad x": xi.grad, "grad s0": si.grad, **grads}
+
+
+def weighted_loss(out, final):
+    return (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum() + final.square().sum()
+
+
+def mean_loss(out, final):
+    return out.mean()  # its gradient reaches the backward expanded (stride 0)
+
+
+@pytest.mark.parametrize("loss", [weighted_loss, mean_loss], ids=["weighted", "mean"])
+@pytest.mark.parametrize(
+    "options",
+    [{"K": 1}, {"K": 1, "A": "coupled", "activation": "tanh"}, {"K": 1, "activation": "sigmoid", "reading": "code"}],
+)
+def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_at_T_1000(monkeypatch, options, loss):
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+    import ltdrnn.cells.tarnn as tarnn_module
+
+    calls = []
+    real = tarnn_module._compiled_forward
+    monkeypatch.setattr(tarnn_module, "_compiled_forward", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(2)
+    cell = TARNN(3, 16, eta=0.1, **options)
+    x, s0 = torch.randn(1000, 3, 3), 0.1 * torch.randn(3, 16)
+    compiled = run_and_differentiate(cell, x, s0, "fused", loss)
+    assert calls, "the compiled loop did not run"
+    reference = run_and_differentiate(cell, x, s0, "reference", loss)
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+    pytorch_loop = run_and_differentiate(cell, x, s0, "fused", loss)
+    assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
+    for key, expected in reference.items():
+        torch.testing.assert_close(compiled[key], expected, atol=1e-4, rtol=1e-3, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-5, rtol=1e-4, msg=key)
+
+
+def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_twice():
+    """Float64 agreement to 1e-10, and a second backward (retain_graph: P was overwritten by the first)
+    gives the same gradients again."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+    torch.manual_seed(3)
+    cell = TARNN(2, 8, K=1, eta=0.3, dtype=DT)
+    x, s0 = torch.randn(300, 2, 2, dtype=DT), 0.1 * torch.randn(2, 8, dtype=DT)
+    reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
+    cell.zero_grad()
+    out, final = cell.scan(x, s0)
+    loss = weighted_loss(out, final)
+    loss.backward(retain_graph=True)
+    first = {n: p.grad.clone() for n, p in cell.named_parameters()}
+    cell.zero_grad()
+    loss.backward()
+    for name, p in cell.named_parameters():
+        torch.testing.assert_close(first[name], reference[name], atol=1e-10, rtol=1e-9, msg=name)
+        torch.testing.assert_close(p.grad, first[name], atol=0, rtol=0, msg=name)
+    torch.testing.assert_close(out.detach(), reference["out"], atol=1e-12, rtol=1e-12)
+
+
+def test_compiled_k1_loop_without_autograd_equals_the_reference():
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+    torch.manual_seed(4)
+    cell = TARNN(3, 8, K=1, eta=0.2)
+    x, s0 = torch.randn(40, 2, 3), 0.1 * torch.randn(2, 8)
+    expected, expected_final = cell.scan(x, s0, impl="reference")
+    with torch.no_grad():
+        out, final = cell.scan(x, s0)
+    torch.testing.assert_close(out, expected.detach())
+    torch.testing.assert_close(final, expected_final.detach())
+
+
+def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_path):
+    from ltdrnn import kernels
+
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(kernels, "_TORCH_OPS", {})
+    torch.manual_seed(5)
+    cell = TARNN(3, 8, K=1, eta=0.2)
+    x, s0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
+    with pytest.warns(RuntimeWarning, match="tarnn_loop.*pure-PyTorch"):
+        fused = run_and_differentiate(cell, x, s0, "fused", weighted_loss)
+    assert kernels._TORCH_OPS == {"tarnn_loop": False}
+    reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
+    for key, expected in reference.items():
+        torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
+
+
+def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
+    """The Python path hands over only checked tensors; the operators check again before any pointer."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+    forward = torch.ops.ltdrnn.tarnn_k1_forward
+    p, s0, w_t = torch.zeros(5, 2, 12), torch.zeros(2, 4), torch.zeros(4, 12)
+    out, beta = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)
+    forward(p, s0, w_t, 0.1, 0, out, beta)  # well-formed: runs
+    for args, message in (
+        ((p, torch.zeros(3, 4), w_t, 0.1, 0, out, beta), "s0 must be a contiguous \\(B, H\\)"),
+        ((p, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be \\(H, 3H\\)"),
+        ((p, s0, w_t, 0.1, 3, out, beta), "activation code"),
+        ((p, s0, w_t, 0.1, 0, torch.zeros(5, 2, 3), beta), "outputs must be"),
+        ((p.double(), s0, w_t, 0.1, 0, out, beta), "s0 must be"),
+        ((p.transpose(0, 1), s0, w_t, 0.1, 0, out, beta), "p must be a contiguous CPU"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            forward(*args)
+
+
+def test_compiled_k1_build_is_cached_and_reused_without_compiling(monkeypatch):
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+    from ltdrnn import kernels
+
+    built = kernels._build("tarnn_loop", "cpp")
+    monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: pytest.fail("recompiled a cached build"))
+    assert kernels._build("tarnn_loop", "cpp") == built and kernels._is_intact(built)
+    assert built.parent == kernels.kernel_cache_dir() and built.name.startswith("tarnn_loop-")
+
+
 # ---- streaming without autograd ---------------------------------------------------------------------
 @pytest.mark.parametrize("options", [{}, {"K": 1}, {"K": 2, "gate": "outside", "A": "coupled"}])
 def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(options):

@@ -131,7 +131,18 @@ def render_markdown(result: Dict[str, Any]) -> str:
                 continue
             lines += [f"### {shape} (T={rows[0]['steps']}, d={rows[0]['input_size']}, B={rows[0]['batch']})", ""]
             lines += table(
-                ["subject", "impl", "params", "ms", "x nn.LSTM", "x nn.GRU", "GFLOP/s", "% peak", "peak MB"],
+                [
+                    "subject",
+                    "impl",
+                    "params",
+                    "ms",
+                    "x nn.LSTM",
+                    "FLOPs x nn.LSTM",
+                    "x nn.GRU",
+                    "GFLOP/s",
+                    "% peak",
+                    "peak MB",
+                ],
                 (
                     [
                         subject_label(r["subject"], subjects[r["subject"]]),
@@ -139,6 +150,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
                         subjects[r["subject"]].get("parameters", "-"),
                         ms(r["median"]),
                         fmt(r["ratio_lstm"]),
+                        fmt(flops.get((r["subject"], shape), {}).get("ratio_lstm_flops")),
                         fmt(r["ratio_gru"]),
                         fmt(flops.get((r["subject"], shape), {}).get(f"{section}_gflops")),
                         percent(flops.get((r["subject"], shape), {}).get(f"{section}_peak_fraction")),

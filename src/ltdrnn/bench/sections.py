@@ -215,7 +215,9 @@ def flops_records(
     errors: List[Dict[str, Any]],
 ) -> List[Dict[str, Any]]:
     """Achieved GFLOP/s: forward FLOPs x B per inference pass, 3x that per training step (the usual
-    convention that a backward pass costs two forward passes)."""
+    convention that a backward pass costs two forward passes); its fraction of the sgemm ``peak``; and
+    the arithmetic-limit ratio ``ratio_lstm_flops`` = the subject's FLOPs / nn.LSTM's at the same
+    shape: the time ratio to nn.LSTM the subject would have if both ran at the same GFLOP/s."""
     medians = {(s, r["subject"], r["shape"]): r["median"] for s in ("train", "inference") for r in timings[s]}
     records = []
     for shape in settings.shapes:
@@ -250,6 +252,7 @@ def flops_records(
                 record[f"{section}_gflops"] = gflops
                 record[f"{section}_peak_fraction"] = gflops / peak if gflops and peak else None
             records.append(record)
+    attach_ratios(records, "forward_flops_per_sequence", {"lstm_flops": LSTM})
     return records
 
 

@@ -8,11 +8,13 @@ equilibrium of the current input.
 
 Two implementations: ``"reference"``, a loop over :meth:`TARNN.step` that writes the equations as they
 stand, and ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedTARNN`)
-with one matmul of the state per time step plus one per further Euler step.
+with one matmul of the state per time step plus one per further Euler step. At K = 1 with the gate inside
+(any A, reading, activation), each of its time loops is one call of compiled ATen code when a C++ compiler
+is available; without one, the same path runs in PyTorch.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/tarnn_loop.cpp (time loop, K=1)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import StreamOperands, stream_in_kernel
+from ..kernels import StreamOperands, load_torch_ops, stream_in_kernel
 from ..memory import empty_buffer
 from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
 from .base import State, check_choice, loop_scan, mask_outputs
@@ -31,7 +33,7 @@ from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/stream_step.c numbers them
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/stream_step.c and tarnn_loop.cpp number them
 READINGS = ("paper", "code", "theorem")
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
@@ -257,6 +259,19 @@ class TARNN(EulerCell):
             "omega_U": (self.weight_U + self.weight_W2).square().sum(),
         }
 
+    def flops_per_sequence(self, steps: int, skip_fraction: float | None = None) -> float:
+        """Multiplications per sequence (convention of :mod:`ltdrnn.flops`), as the fused path needs
+        them: per time step the input map ``3Hd``, the stacked state product ``3H^2`` (``A z_0`` and
+        ``U z_0`` join ``B2 s`` and ``W2 s``; ``A`` is fixed, so it costs no multiplication),
+        ``H^2`` for ``U delta`` in each further Euler step, and the elementwise products: ``eta beta
+        G`` (2H) per Euler step with the gate inside; ``eta G`` (H) per Euler step plus the mix
+        ``(1 - beta) s + beta z`` (2H) with it outside. Scaled by ``1 - skip_fraction`` like the
+        generic rule."""
+        h, d, k = self.hidden_size, self.input_size, self.K
+        elementwise = 2 * k * h if self.gate == "inside" else k * h + 2 * h
+        per_step = 3 * h * d + 3 * h * h + (k - 1) * h * h + elementwise
+        return float(steps * per_step * (1.0 - (skip_fraction or 0.0)))
+
     # ---- the fused path ----------------------------------------------------------------------------
     def state_weights(self) -> Tensor:
         """``[B2 + A; W2 + U; U_s]`` ``(3H, H)``: everything the state meets in a time step's first
@@ -373,33 +388,44 @@ class _FusedTARNN(torch.autograd.Function):
     recomputes each step's Euler chain in small buffers (one extra pass of the step's matmuls instead
     of ``3K - 1`` saved blocks per step). The backward accumulates the gradients of ``U`` and ``eta``
     as it goes; only the gradient of ``P`` is written per step.
+
+    With K = 1 and the gate inside, on CPU in float32/64, each time loop (forward, backward) is one call
+    of ``csrc/tarnn_loop.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step,
+    nothing saved but beta and the states (the backward recomputes ``phi`` and ``G`` from ``P``, which
+    keeps each step's ``[c, q, r]``). Every other configuration (K > 1, gate outside, other devices
+    or dtypes, no C++ compiler, ``LTDRNN_NO_KERNELS=1``) runs the PyTorch loop below.
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str):
         steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[0]
         x, s = x.detach(), s0.detach()
-        flat_x = x.reshape(-1, x.shape[-1])
-        p = torch.addmm(bias.detach(), flat_x, weight.detach().t()).view(steps, batch, -1)
+        p = _input_map(x, weight, bias)
+        ctx.scratch, ctx.config = p, (scalars(eta), act, a_kind, gate)
+        ctx.compiled, ctx.p_is_gradient = _compiled_loop_runs(p, k, gate), False
+        # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
+        betas, outputs = empty_buffer((steps, batch, hidden), p), empty_buffer((steps, batch, hidden), p)
+        ctx.mark_non_differentiable(betas)
+        w_t = state_weights.detach().t().contiguous()
+        if ctx.compiled:
+            _compiled_forward(p, s.contiguous(), w_t, ctx.config, outputs, betas)
+            ctx.save_for_backward(betas, outputs, x, weight, bias, s0, state_weights)
+            return outputs, betas
         chain = _EulerChain(k, batch, hidden, scalars(eta), act, a_kind, gate, u.detach(), p)
         training = any(ctx.needs_input_grad)
         store = training and k == 1 and gate == "inside"
         in_place = store or not training  # P is needed again only by a recomputing backward
-        # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
         phis, gs = (empty_buffer((steps, k, batch, hidden), p) if store else p.new_empty(0) for _ in range(2))
-        betas, outputs = empty_buffer((steps, batch, hidden), p), empty_buffer((steps, batch, hidden), p)
-        w_t = state_weights.detach().t().contiguous()
         slots = zip(phis.unbind(0), gs.unbind(0)) if store else ((None, None) for _ in range(steps))
         for p_t, beta_t, out_t, (phi_t, g_t) in zip(p.unbind(0), betas.unbind(0), outputs.unbind(0), slots):
             s = chain.run(p_t, s, w_t, out_t, beta_t, phi_t, g_t, in_place=in_place)
         ctx.save_for_backward(phis, gs, betas, outputs, x, weight, s0, state_weights, u)
-        ctx.scratch = p
-        ctx.config = (scalars(eta), act, a_kind, gate)
-        ctx.mark_non_differentiable(betas)
         return outputs, betas
 
     @staticmethod
     def backward(ctx, grad_outputs, _grad_betas):
+        if ctx.compiled:
+            return _compiled_backward(ctx, grad_outputs)
         phis, gs, betas, outputs, x, weight, s0, state_weights, u = ctx.saved_tensors
         etas, act, a_kind, gate = ctx.config
         p = ctx.scratch
@@ -462,21 +488,67 @@ class _FusedTARNN(torch.autograd.Function):
                 grad_eta.add_(products.view(k, -1).sum(1))
             torch.ops.aten.sigmoid_backward.grad_input(d_beta, beta, grad_input=rows[:, 2 * hidden :])
             torch.addmm(g, rows, state_weights, out=carry)
-        flat_grad_p, flat_x = grad_p.view(-1, three_h), x.reshape(-1, x.shape[-1])
-        grad_state_weights = flat_grad_p.t() @ inputs.view(-1, hidden)
-        grad_x = (flat_grad_p @ weight.detach()).view(x.shape) if ctx.needs_input_grad[0] else None
-        return (
-            grad_x,
-            flat_grad_p.t() @ flat_x,
-            flat_grad_p.sum(0),
-            carry,
-            grad_state_weights,
-            grad_u if k > 1 else None,
-            grad_eta,
-            None,
-            None,
-            None,
-        )
+        return _input_gradients(ctx, grad_p, inputs, x, weight, carry, grad_u if k > 1 else None, grad_eta)
+
+
+def _input_map(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``P = weight x + bias`` ``(T, B, 3H)``, in a buffer of its own (the fused paths write into it)."""
+    flat_x = x.reshape(-1, x.shape[-1])
+    return torch.addmm(bias.detach(), flat_x, weight.detach().t()).view(x.shape[0], x.shape[1], -1)
+
+
+def _input_gradients(ctx, grad_p, inputs, x, weight, grad_s0, grad_u, grad_eta) -> tuple:
+    """:meth:`_FusedTARNN.backward`'s result from the gradient of ``P`` ``(T, B, 3H)``, the states each
+    step started from ``inputs (T, B, H)``, and the gradients the time loop accumulated; the gradients of
+    the stacked state weights and of the input map come from one large matmul each."""
+    three_h = grad_p.shape[-1]
+    flat_grad_p, flat_x = grad_p.view(-1, three_h), x.reshape(-1, x.shape[-1])
+    grad_state_weights = flat_grad_p.t() @ inputs.reshape(-1, three_h // 3)
+    grad_x = (flat_grad_p @ weight.detach()).view(x.shape) if ctx.needs_input_grad[0] else None
+    grad_weight, grad_bias = flat_grad_p.t() @ flat_x, flat_grad_p.sum(0)
+    return grad_x, grad_weight, grad_bias, grad_s0, grad_state_weights, grad_u, grad_eta, None, None, None
+
+
+# ---- the whole time loop in compiled code (csrc/tarnn_loop.cpp) ----------------------------------------
+def _compiled_loop_runs(p: Tensor, k: int, gate: str) -> bool:
+    """Whether the time loop runs in ``csrc/tarnn_loop.cpp``: K = 1 with the gate inside (any A, reading or
+    activation: at K = 1 neither A nor the damping appears outside the stacked state weights), on CPU in
+    float32/64, and the operators build here. Anything else runs the PyTorch loop."""
+    return (
+        k == 1
+        and gate == "inside"
+        and p.device.type == "cpu"
+        and p.dtype in (torch.float32, torch.float64)
+        and load_torch_ops("tarnn_loop")
+    )
+
+
+def _compiled_forward(p: Tensor, s0: Tensor, w_t: Tensor, config: tuple, outputs: Tensor, betas: Tensor) -> None:
+    """The forward time loop in one call: ``P`` becomes each step's ``[c, q, r]``; writes ``outputs`` and
+    ``betas``. Every operand's shape, dtype and layout is checked again in the C++ code."""
+    etas, act = config[0], config[1]
+    torch.ops.ltdrnn.tarnn_k1_forward(p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas)
+
+
+def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
+    """The backward time loop in one call. It overwrites the forward's ``P`` with the gradient of ``P``
+    (no new ``(T, B, 3H)`` buffer); a second backward (``retain_graph``, gradcheck) recomputes ``P``
+    first."""
+    betas, outputs, x, weight, bias, s0, state_weights = ctx.saved_tensors
+    p = ctx.scratch
+    if ctx.p_is_gradient:
+        p = _input_map(x, weight, bias)
+        w_t = state_weights.detach().t().contiguous()
+        scratch = torch.empty_like(outputs), torch.empty_like(betas)
+        _compiled_forward(p, s0.detach().contiguous(), w_t, ctx.config, *scratch)
+    ctx.p_is_gradient = True
+    etas, act = ctx.config[0], ctx.config[1]
+    carry, work = s0.new_empty(s0.shape), s0.new_empty(s0.shape)
+    grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
+        p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
+    )
+    inputs = torch.cat([s0.detach().unsqueeze(0), outputs[:-1]])
+    return _input_gradients(ctx, p, inputs, x, weight, carry, None, p.new_full((1,), grad_eta))
 
 
 class _EulerChain:
