@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 
 import numpy as np
 import pytest
@@ -163,10 +164,26 @@ def test_c_state_and_init_follow_the_header(tmp_path):
 
     model = make_model("lstm", {})
     _, written = compiled(tmp_path, model)
-    library = ctypes.CDLL(str(written["work"] / "libnet.so"))
     state = np.full(32, 7.0, np.float32)
-    library.net_init(ctypes.c_void_p(state.ctypes.data))
+    written["library"].net_init(ctypes.c_void_p(state.ctypes.data))
     assert not state.any()
+
+
+@needs_cc
+def test_c_build_leaves_no_temporary_directory(tmp_path, monkeypatch):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    model = make_model("gru", {})
+    step, written = compiled(tmp_path, model)
+    c_export.step_latency_ns(tmp_path / "net.h", tmp_path / "net.c", "net", 10)
+    x, lengths = sequences()
+    run_sequences(written["step"], step.init_state(6).numpy(), x.numpy(), lengths.tolist())  # still loaded
+    assert list(temporary.iterdir()) == []
+    monkeypatch.setenv("CC", "false")  # a compiler that fails: the build directory goes too
+    with pytest.raises(ExportError, match="C compiler: false failed"):
+        compiled(tmp_path, model)
+    assert list(temporary.iterdir()) == []
 
 
 # ---- ONNX and torch.export --------------------------------------------------------------------------------
