@@ -220,6 +220,40 @@ def test_onnx_step_is_checked_and_matches_eager(tmp_path, cell, options):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cell,options", [("tarnn", {}), ("srnn", {"hyper_size": 5})])
+def test_onnx_int8_is_weight_only_per_channel(tmp_path, cell, options):
+    """The int8 graph computes what eager PyTorch computes with every weight matrix replaced by its
+    per-output-row symmetric int8 round trip (activations and state stay float), in onnxruntime's
+    default optimised session; its matrices are int8 initializers read by DequantizeLinear."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from ltdrnn.export import onnx_export
+
+    model = make_model(cell, options)
+    written = onnx_export.write(StreamingStep(model), tmp_path, "net", int8=True)
+    graph = onnx.load(str(tmp_path / "net.int8.onnx")).graph
+    dequantized = [node for node in graph.node if node.op_type == "DequantizeLinear"]
+    assert dequantized and not {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"} & {
+        node.op_type for node in graph.node
+    }
+    assert {t.data_type for t in graph.initializer if t.name.endswith("_q8")} == {onnx.TensorProto.INT8}
+    quantized = make_model(cell, options)
+    with torch.no_grad():
+        for parameter in quantized.parameters():
+            if parameter.dim() == 2:
+                q, scale = c_export.quantize_rows(parameter)
+                parameter.copy_(torch.from_numpy(q * scale[:, None]))
+    x, lengths = sequences()
+    with torch.no_grad():
+        expected, unquantized = quantized(x, lengths).numpy(), model(x, lengths).numpy()
+    got = run_sequences(
+        written["step"], StreamingStep(model).init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist()
+    )
+    assert np.abs(got - expected).max() <= 1e-6 * max(1.0, np.abs(expected).max())
+    assert np.abs(got - unquantized).max() > 1e-6  # the weights really are int8
+
+
+@pytest.mark.slow
 def test_pt2_step_and_scanned_sequence_match_eager(tmp_path):
     from ltdrnn.export import pt2_export
 
