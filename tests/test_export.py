@@ -136,6 +136,19 @@ def test_int8_c_step_is_quantised_and_close(tmp_path, cell):
     assert "int8_t" in (tmp_path / "int8" / "net.c").read_text()
 
 
+def test_reference_path_copy_leaves_the_model_alone():
+    from ltdrnn.export.measure import on_reference_path
+
+    model = make_model("tarnn", {})
+    copy = on_reference_path(model)
+    assert [cell.impl for cell in copy.rnn.cells] == ["reference"]
+    assert [cell.resolved_impl() for cell in model.rnn.cells] == ["fused"]
+    x, lengths = sequences()
+    with torch.no_grad():
+        assert torch.allclose(copy(x, lengths), model(x, lengths), atol=1e-5, rtol=0)
+        assert not torch.equal(copy.output.weight, model.output.weight.add_(1.0))  # a copy, not shared
+
+
 def test_quantize_rows_is_symmetric_per_row():
     weight = torch.tensor([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [3.0, 2.0, -0.1]])
     q, scale = c_export.quantize_rows(weight)
@@ -388,6 +401,8 @@ def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fm
         assert parity["accuracy_delta"] == pytest.approx(parity["accuracy_export"] - parity["accuracy_eager"])
     else:
         assert parity["max_abs_error"] <= 1e-5 and parity["agreement"] == 1.0
+        assert parity["max_abs_error_vs_reference"] <= 1e-5
+    assert 0 < parity["eager_rounding_error"] <= 1e-4  # float32 against float64: rounding, small here
         assert saved["targets"]["fp32_max_abs_error<=1e-5"] and saved["targets"]["fp32_agreement=100%"]
     lstm_c = 4 * (4 * 16 * (2 + 16) + 4 * 16) + 4 * (2 * 16 + 2)  # weights, one summed bias, head
     assert saved["weight_bytes"]["fp32"] == lstm_c

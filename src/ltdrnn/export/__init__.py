@@ -61,7 +61,7 @@ def export(
         source: a run directory, a checkpoint file, or a :class:`~ltdrnn.models.SequenceModel`.
         format: ``"onnx"``, ``"pt2"`` or ``"c"``.
         out: export directory (default: ``<run dir>/export-<format>[-int8]``; required for a model).
-        int8: int8 weights (onnx: onnxruntime dynamic quantisation; c: per-row symmetric int8).
+        int8: weight-only int8, symmetric per output channel; activations and state stay float.
         name: base name of the files and, for C, the symbol prefix (default ``ltdrnn_<cell>``).
         task: the task whose ``split`` measures parity (default: the run's own; a model without one is
             exported but not measured).
@@ -236,6 +236,8 @@ def summary(report: Dict[str, Any]) -> str:
                 f"{parity['max_abs_error']:.3g} (largest output "
                 f"{parity['output_scale']:.3g}; relative {parity['max_rel_error']:.2g})",
             ],
+            ["max abs error vs eager on the reference path", f"{parity['max_abs_error_vs_reference']:.3g}"],
+            ["eager float32 vs float64 (rounding)", f"{parity['eager_rounding_error']:.3g}"],
         ]
         if parity["agreement"] is not None:
             measures += [

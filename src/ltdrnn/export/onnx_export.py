@@ -139,7 +139,7 @@ def session_step(path: Path):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    # onnxruntime (>= 1.25) fuses DequantizeLinear -> MatMul into MatMulNBits, which by default (level 4)
+    # onnxruntime (seen with 1.32) fuses DequantizeLinear -> MatMul into MatMulNBits, which by default (level 4)
     # quantises the activations to int8 on the fly; level 1 computes in float32, as the int8 graph means
     options.add_session_config_entry(MATMULNBITS_ACCURACY, "1")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
