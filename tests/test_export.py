@@ -402,8 +402,8 @@ def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fm
     else:
         assert parity["max_abs_error"] <= 1e-5 and parity["agreement"] == 1.0
         assert parity["max_abs_error_vs_reference"] <= 1e-5
-    assert 0 < parity["eager_rounding_error"] <= 1e-4  # float32 against float64: rounding, small here
         assert saved["targets"]["fp32_max_abs_error<=1e-5"] and saved["targets"]["fp32_agreement=100%"]
+    assert 0 < parity["eager_rounding_error"] <= 1e-4  # float32 against float64: rounding, small here
     lstm_c = 4 * (4 * 16 * (2 + 16) + 4 * 16) + 4 * (2 * 16 + 2)  # weights, one summed bias, head
     assert saved["weight_bytes"]["fp32"] == lstm_c
     assert saved["weight_bytes"]["int8"] < 0.4 * lstm_c
