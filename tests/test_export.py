@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 
 import numpy as np
 import pytest
@@ -135,6 +136,19 @@ def test_int8_c_step_is_quantised_and_close(tmp_path, cell):
     assert "int8_t" in (tmp_path / "int8" / "net.c").read_text()
 
 
+def test_reference_path_copy_leaves_the_model_alone():
+    from ltdrnn.export.measure import on_reference_path
+
+    model = make_model("tarnn", {})
+    copy = on_reference_path(model)
+    assert [cell.impl for cell in copy.rnn.cells] == ["reference"]
+    assert [cell.resolved_impl() for cell in model.rnn.cells] == ["fused"]
+    x, lengths = sequences()
+    with torch.no_grad():
+        assert torch.allclose(copy(x, lengths), model(x, lengths), atol=1e-5, rtol=0)
+        assert not torch.equal(copy.output.weight, model.output.weight.add_(1.0))  # a copy, not shared
+
+
 def test_quantize_rows_is_symmetric_per_row():
     weight = torch.tensor([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [3.0, 2.0, -0.1]])
     q, scale = c_export.quantize_rows(weight)
@@ -163,10 +177,26 @@ def test_c_state_and_init_follow_the_header(tmp_path):
 
     model = make_model("lstm", {})
     _, written = compiled(tmp_path, model)
-    library = ctypes.CDLL(str(written["work"] / "libnet.so"))
     state = np.full(32, 7.0, np.float32)
-    library.net_init(ctypes.c_void_p(state.ctypes.data))
+    written["library"].net_init(ctypes.c_void_p(state.ctypes.data))
     assert not state.any()
+
+
+@needs_cc
+def test_c_build_leaves_no_temporary_directory(tmp_path, monkeypatch):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    model = make_model("gru", {})
+    step, written = compiled(tmp_path, model)
+    c_export.step_latency_ns(tmp_path / "net.h", tmp_path / "net.c", "net", 10)
+    x, lengths = sequences()
+    run_sequences(written["step"], step.init_state(6).numpy(), x.numpy(), lengths.tolist())  # still loaded
+    assert list(temporary.iterdir()) == []
+    monkeypatch.setenv("CC", "false")  # a compiler that fails: the build directory goes too
+    with pytest.raises(ExportError, match="C compiler: false failed"):
+        compiled(tmp_path, model)
+    assert list(temporary.iterdir()) == []
 
 
 # ---- ONNX and torch.export --------------------------------------------------------------------------------
@@ -200,6 +230,40 @@ def test_onnx_step_is_checked_and_matches_eager(tmp_path, cell, options):
         written["step"], StreamingStep(model).init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist()
     )
     assert np.abs(got - expected).max() <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell,options", [("tarnn", {}), ("srnn", {"hyper_size": 5})])
+def test_onnx_int8_is_weight_only_per_channel(tmp_path, cell, options):
+    """The int8 graph computes what eager PyTorch computes with every weight matrix replaced by its
+    per-output-row symmetric int8 round trip (activations and state stay float), in onnxruntime's
+    default optimised session; its matrices are int8 initializers read by DequantizeLinear."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from ltdrnn.export import onnx_export
+
+    model = make_model(cell, options)
+    written = onnx_export.write(StreamingStep(model), tmp_path, "net", int8=True)
+    graph = onnx.load(str(tmp_path / "net.int8.onnx")).graph
+    dequantized = [node for node in graph.node if node.op_type == "DequantizeLinear"]
+    assert dequantized and not {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"} & {
+        node.op_type for node in graph.node
+    }
+    assert {t.data_type for t in graph.initializer if t.name.endswith("_q8")} == {onnx.TensorProto.INT8}
+    quantized = make_model(cell, options)
+    with torch.no_grad():
+        for parameter in quantized.parameters():
+            if parameter.dim() == 2:
+                q, scale = c_export.quantize_rows(parameter)
+                parameter.copy_(torch.from_numpy(q * scale[:, None]))
+    x, lengths = sequences()
+    with torch.no_grad():
+        expected, unquantized = quantized(x, lengths).numpy(), model(x, lengths).numpy()
+    got = run_sequences(
+        written["step"], StreamingStep(model).init_state(x.shape[0]).numpy(), x.numpy(), lengths.tolist()
+    )
+    assert np.abs(got - expected).max() <= 1e-6 * max(1.0, np.abs(expected).max())
+    assert np.abs(got - unquantized).max() > 1e-6  # the weights really are int8
 
 
 @pytest.mark.slow
@@ -337,7 +401,9 @@ def test_trained_classifier_exports_with_parity_report(trained_run, tmp_path, fm
         assert parity["accuracy_delta"] == pytest.approx(parity["accuracy_export"] - parity["accuracy_eager"])
     else:
         assert parity["max_abs_error"] <= 1e-5 and parity["agreement"] == 1.0
+        assert parity["max_abs_error_vs_reference"] <= 1e-5
         assert saved["targets"]["fp32_max_abs_error<=1e-5"] and saved["targets"]["fp32_agreement=100%"]
+    assert 0 < parity["eager_rounding_error"] <= 1e-4  # float32 against float64: rounding, small here
     lstm_c = 4 * (4 * 16 * (2 + 16) + 4 * 16) + 4 * (2 * 16 + 2)  # weights, one summed bias, head
     assert saved["weight_bytes"]["fp32"] == lstm_c
     assert saved["weight_bytes"]["int8"] < 0.4 * lstm_c

@@ -612,9 +612,17 @@ def compile_c(sources, target: Path, shared: bool) -> Path:
     return target
 
 
-def library_step(library: Path, name: str, state_size: int, output_size: int):
+def load_library(source: Path, name: str) -> ctypes.CDLL:
+    """Compile ``source`` into a shared library and load it. The build directory is removed before
+    returning: a loaded library stays mapped after its file is deleted (POSIX), and nothing is left in
+    the temporary directory, even when the compiler fails."""
+    with tempfile.TemporaryDirectory(prefix="ltdrnn-c-") as work:
+        return ctypes.CDLL(str(compile_c([source], Path(work) / f"lib{name}.so", shared=True)))
+
+
+def library_step(library: ctypes.CDLL, name: str, state_size: int, output_size: int):
     """``(x_t (B, d), state (B, S)) -> (y (B, o), state)`` calling ``NAME_step`` row by row (numpy)."""
-    function = getattr(ctypes.CDLL(str(library)), f"{name}_step")
+    function = getattr(library, f"{name}_step")
     function.argtypes = [ctypes.c_void_p] * 3
     function.restype = None
 
@@ -629,14 +637,16 @@ def library_step(library: Path, name: str, state_size: int, output_size: int):
     return run
 
 
-def step_latency_ns(header: Path, source: Path, name: str, steps: int, work: Path) -> float:
+def step_latency_ns(header: Path, source: Path, name: str, steps: int) -> float:
     """CPU nanoseconds per call of the compiled ``NAME_step`` at batch 1, timed inside C on the thread's
     CPU clock (a loop of ``steps`` calls on a varying input after a warm-up), so neither Python or ctypes
-    overhead nor waiting for a core on a shared machine is counted."""
-    bench = work / "bench_main.c"
-    bench.write_text(_BENCH.format(name=name, upper=name.upper(), header=header.name, steps=steps))
-    binary = compile_c([bench, source], work / "bench_step", shared=False)
-    result = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
+    overhead nor waiting for a core on a shared machine is counted. The benchmark is built and run in a
+    temporary directory that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="ltdrnn-c-") as work:
+        bench = Path(work) / "bench_main.c"
+        bench.write_text(_BENCH.format(name=name, upper=name.upper(), header=header.name, steps=steps))
+        binary = compile_c([bench, source], Path(work) / "bench_step", shared=False)
+        result = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
     return float(result.stdout.split()[0])
 
 
@@ -676,8 +686,6 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     if find_compiler() is None:
         result["notes"].append("no C compiler found: the generated code was not compiled, parity not measured")
         return result
-    work = Path(tempfile.mkdtemp(prefix="ltdrnn-c-"))
-    library = compile_c([source], work / f"lib{name}.so", shared=True)
-    result["step"] = library_step(library, name, step.state_size, step.output_size)
-    result["work"] = work
+    result["library"] = load_library(source, name)
+    result["step"] = library_step(result["library"], name, step.state_size, step.output_size)
     return result

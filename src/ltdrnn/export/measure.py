@@ -8,6 +8,7 @@ state)`` on float32 numpy arrays, run over each test sequence up to its true len
 from __future__ import annotations
 
 import time
+from copy import deepcopy
 from typing import Callable, Dict, Optional
 
 import numpy as np
@@ -28,21 +29,29 @@ def parity(
 ) -> Dict[str, Optional[float]]:
     """Max absolute output error and, for a classifier, prediction agreement and accuracies.
 
-    Returns ``{"sequences", "max_abs_error", "output_scale", "max_rel_error", "agreement",
-    "accuracy_eager", "accuracy_export", "accuracy_delta"}``: ``output_scale`` is the largest ``|y|`` of
-    eager PyTorch over the split and ``max_rel_error = max_abs_error / output_scale`` (float32 rounding
-    grows with the outputs: a model with logits in the hundreds cannot match to 1e-5 absolute, as its own
-    fused and reference paths do not). The last four are None for a regressor (no class predictions).
-    Agreement and accuracies are fractions in [0, 1]; ``accuracy_delta = accuracy_export - accuracy_eager``.
+    Returns ``{"sequences", "max_abs_error", "output_scale", "max_rel_error", "max_abs_error_vs_reference",
+    "eager_rounding_error", "agreement", "accuracy_eager", "accuracy_export", "accuracy_delta"}``:
+    ``output_scale`` is the largest ``|y|`` of eager PyTorch over the split and ``max_rel_error =
+    max_abs_error / output_scale``. Two figures tell an export defect from float32 rounding:
+    ``max_abs_error_vs_reference`` compares with eager PyTorch on every cell's reference path (the
+    ``cell.step`` loop the export is built from; the default path may be a fused one that sums in another
+    order), and ``eager_rounding_error`` is how far eager float32 itself is from the same model in float64
+    (the rounding any float32 implementation has; it grows with the outputs and the sequence length).
+    The last four are None for a regressor (no class predictions). Agreement and accuracies are
+    fractions in [0, 1]; ``accuracy_delta = accuracy_export - accuracy_eager``.
     """
     dataset = task.dataset(split)
-    eager, exported, labels = [], [], []
+    eager, reference, exact, exported, labels = [], [], [], [], []
     model.eval()
+    reference_model = on_reference_path(model)
+    exact_model = on_reference_path(model).double()
     wrapped = _numpy_step(run)
     for start in range(0, len(dataset), batch_size):
         x, y, lengths = task.collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         with torch.no_grad():
             eager.append(as_numpy(model(x, lengths)))
+            reference.append(as_numpy(reference_model(x, lengths)))
+            exact.append(as_numpy(exact_model(x.double(), lengths)))
         state = as_numpy(step.init_state(x.shape[0])).astype(np.float32)
         exported.append(
             run_sequences(wrapped, state, as_numpy(x).astype(np.float32), None if lengths is None else lengths.tolist())
@@ -55,6 +64,8 @@ def parity(
         "max_abs_error": error,
         "output_scale": scale,
         "max_rel_error": error / scale if scale > 0 else error,
+        "max_abs_error_vs_reference": float(np.abs(np.concatenate(reference) - exported).max()),
+        "eager_rounding_error": float(np.abs(np.concatenate(exact) - eager).max()),
         "agreement": None,
         "accuracy_eager": None,
         "accuracy_export": None,
@@ -67,6 +78,14 @@ def parity(
         result["accuracy_export"] = float((predicted_export == labels).mean())
         result["accuracy_delta"] = result["accuracy_export"] - result["accuracy_eager"]
     return result
+
+
+def on_reference_path(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose cells all scan with their reference implementation (``impl``)."""
+    copy = deepcopy(model).eval()
+    for cell in copy.rnn.cells:
+        cell.impl = cell.impls[0]
+    return copy
 
 
 def _numpy_step(run: StepFunction) -> StepFunction:

@@ -1,9 +1,10 @@
 """ONNX export of the streaming step (torch.onnx's exporter), checked by onnx and run by onnxruntime.
 
 Graph: inputs ``x (B, d)``, ``state (B, S)``; outputs ``y (B, o)``, ``state_out (B, S)``; the batch is
-dynamic; opset :data:`OPSET`. ``int8``: onnxruntime's dynamic quantisation with per-channel symmetric
-int8 weights (``quantize_dynamic(per_channel=True, weight_type=QInt8)``): the matrix products become
-``MatMulInteger`` on int8 weights and activations quantised on the fly, accumulating in int32.
+dynamic; opset :data:`OPSET`. ``int8``: weight-only, per output channel, symmetric
+(:func:`quantize_weights`): every weight matrix of a ``MatMul``/``Gemm`` is stored as int8 with one float
+scale per output channel and read through ``DequantizeLinear``; activations and state stay float, as in
+the C export's int8 step.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import torch
 from .step import ExportError, StreamingStep
 
 OPSET = 18
+#: onnxruntime session option: the compute precision of the int8 weight-only MatMuls it fuses
+MATMULNBITS_ACCURACY = "session.qdq_matmulnbits_accuracy_level"
 
 
 def require(module: str):
@@ -34,8 +37,8 @@ def require(module: str):
 
 @contextlib.contextmanager
 def quiet():
-    """torch.onnx and the quantiser log warnings about optional packages and pre-processing on every
-    call; none of them concerns these small graphs."""
+    """torch.onnx logs warnings about optional packages and its passes on every call; none of them
+    concerns these small graphs."""
     loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "root")]
     levels = [logger.level for logger in loggers]
     with warnings.catch_warnings():
@@ -68,13 +71,58 @@ def export_onnx(step: StreamingStep, path: Path) -> None:
         program.save(str(path))
 
 
-def quantize(source: Path, target: Path) -> None:
-    """onnxruntime's dynamic quantisation, int8 weights per output channel."""
-    quantization = require("onnxruntime.quantization")
-    with quiet():
-        quantization.quantize_dynamic(
-            str(source), str(target), per_channel=True, weight_type=quantization.QuantType.QInt8
+def quantize_weights(source: Path, target: Path) -> int:
+    """Weight-only int8: ``W ~ scale * q`` per output channel, symmetric, products in float.
+
+    Every float matrix initializer that is the weight of a ``MatMul`` (``x @ W``, ``W (K, N)``: channel
+    axis 1) or ``Gemm`` (``B``, channel axis 0 with ``transB=1``, else 1) becomes an int8 initializer
+    ``q`` and a float scale per channel, quantised by :func:`~ltdrnn.export.c_export.quantize_rows`
+    (the C export's int8 weights are the same numbers), and ``DequantizeLinear(q, scale, axis)`` gives the
+    graph its float weight back. Biases, per-unit vectors and the activations stay float: onnxruntime's
+    quantisers do not fit (``quantize_dynamic`` and ``quantize_static`` quantise the activations per
+    tensor too, which costs prediction agreement on recurrent states of wide range; its weight-only
+    ``MatMulNBits`` is blockwise, a Microsoft-domain operator and 8-bit only in QOperator form).
+    Returns how many matrices were quantised.
+    """
+    onnx = require("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .c_export import quantize_rows
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    axes: dict = {}
+    for node in graph.node:
+        if node.op_type == "MatMul":
+            axes.setdefault(node.input[1], set()).add(1)
+        elif node.op_type == "Gemm":
+            trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+            axes.setdefault(node.input[1], set()).add(0 if trans_b else 1)
+    dequantize, kept = [], []
+    for tensor in graph.initializer:
+        axis = axes.get(tensor.name, set())
+        if len(axis) != 1 or tensor.data_type != TensorProto.FLOAT or len(tensor.dims) != 2:
+            kept.append(tensor)
+            continue
+        axis = axis.pop()
+        weight = numpy_helper.to_array(tensor)
+        q, scale = quantize_rows(torch.tensor(weight if axis == 0 else weight.T))
+        kept += [
+            numpy_helper.from_array(q if axis == 0 else np.ascontiguousarray(q.T), f"{tensor.name}_q8"),
+            numpy_helper.from_array(scale, f"{tensor.name}_scale"),
+        ]
+        dequantize.append(
+            helper.make_node(
+                "DequantizeLinear", [f"{tensor.name}_q8", f"{tensor.name}_scale"], [tensor.name], axis=axis
+            )
         )
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    nodes = dequantize + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.save(model, str(target))
+    return len(dequantize)
 
 
 def check(path: Path) -> int:
@@ -91,6 +139,9 @@ def session_step(path: Path):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    # onnxruntime (seen with 1.32) fuses DequantizeLinear -> MatMul into MatMulNBits, which by default (level 4)
+    # quantises the activations to int8 on the fly; level 1 computes in float32, as the int8 graph means
+    options.add_session_config_entry(MATMULNBITS_ACCURACY, "1")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def run(x_t, state):
@@ -107,10 +158,10 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     """Write ``NAME.onnx`` (and ``NAME.int8.onnx``), check them; returns files, a step runner, notes."""
     path = out / f"{name}.onnx"
     export_onnx(step, path)
-    opset = check(path)
-    files = [path]
+    files, notes = [path], [f"opset {check(path)}"]
     if int8:
         files.append(out / f"{name}.int8.onnx")
-        quantize(path, files[-1])
+        matrices = quantize_weights(path, files[-1])
         check(files[-1])
-    return {"files": files, "step": session_step(files[-1]), "notes": [f"opset {opset}"]}
+        notes.append(f"int8: {matrices} weight matrices int8 per output channel, activations float")
+    return {"files": files, "step": session_step(files[-1]), "notes": notes}

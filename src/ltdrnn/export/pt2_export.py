@@ -65,7 +65,7 @@ def write(step: StreamingStep, out: Path, name: str, int8: bool) -> dict:
     if int8:
         raise ExportError(
             "--int8: not supported for the pt2 format (torch.export keeps the float weights); "
-            "use --format onnx --int8 (onnxruntime quantisation) or --format c --int8"
+            "use --format onnx --int8 or --format c --int8"
         )
     program = export_step(step)
     path = out / f"{name}.pt2"
