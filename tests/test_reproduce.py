@@ -131,7 +131,7 @@ def test_unsafe_or_wrong_expressions_are_refused(expr, message):
         ("{label: b, preset: reproduce/toy-lstm}", "{label: b}", "claim 'demo': claims[0].runs[1].preset: missing"),
         ("note: tiny}", "note: tiny, runs: {a: train.steps=2}}", "claims[0].budgets.quick.runs.a: expected a list"),
         ("    title: demo\n", "", "claim 'demo': claims[0].title: missing"),
-        ("claims:", "claimz:", "unknown config key 'claims file.claimz'"),
+        ("claims:", "claimz:", "claims file: unknown config key 'claimz'; valid keys: claims"),
     ],
 )
 def test_the_schema_names_the_key_of_a_wrong_missing_or_unknown_entry(old, new, message):

@@ -191,9 +191,9 @@ def load_claims(text: Optional[str] = None) -> List[Claim]:
     if text is None:
         text = (resources.files("ltdrnn") / "presets" / "reproduce" / "_claims.yaml").read_text()
     try:
-        table = typed(ClaimsFile, load_yaml(text, "claims file") or {}, "claims file")
+        table = typed(ClaimsFile, load_yaml(text, "claims file") or {})
     except ConfigError as error:
-        raise ClaimError(str(error)) from None
+        raise ClaimError(f"claims file: {error}") from None
     claims = [parse_claim(c, f"claims[{i}]") for i, c in enumerate(table.claims)]
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):

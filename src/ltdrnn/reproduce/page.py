@@ -369,9 +369,10 @@ def stale_text(stale: Dict[str, List[StaleRow]]) -> str:
             groups.setdefault((row.label, row.differences), []).append(row)
         shown = []
         for (label, why), found in groups.items():
-            seeds = ", ".join(str(r.seed) for r in found)
-            dates = ", ".join(sorted({r.created for r in found if r.created}))
+            seeds = ", ".join(unique([str(r.seed) for r in found], key=str))
+            dates = ", ".join(sorted({r.created for r in found if r.created})) or "undated"
+            rows_of = f"{len(found)} rows, " if len(found) > 1 else ""
             more = f", and {len(why) - 3} more" if len(why) > 3 else ""
-            shown.append(f"`{label}` (seed {seeds}; {dates or 'undated'}): {', '.join(why[:3])}{more}")
+            shown.append(f"`{label}` ({rows_of}seed {seeds}; {dates}): {', '.join(why[:3])}{more}")
         parts.append(f"{budget} budget, {len(rows)}: " + "; ".join(shown) + ".")
     return "Stale rows, left out of the verdict (stored value -> today's): " + " ".join(parts)
