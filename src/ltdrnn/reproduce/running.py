@@ -1,0 +1,138 @@
+"""Running a claim: each run once per seed through ``train(cfg)`` into the store, with its analyses,
+and the command lines kept with every row."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from ..config import load_config
+from .analyses import AnalysisWatcher
+from .claims import Claim, RunSpec
+from .expressions import ClaimError
+from .measurements import format_number, seed_of
+from .store import DEFAULT_STORE, Store
+
+DEFAULT_SEEDS = (1, 2, 3)
+DEFAULT_RUNS = "runs/reproduce"
+
+
+def invocation(claim_id: str, budget: str, extra: Sequence[str], seeds: Sequence[int] = DEFAULT_SEEDS) -> str:
+    """The command line that runs one claim (kept in each run's notes; ``--seeds`` only if not the
+    default)."""
+    words = ["ltdrnn", "reproduce", "run", claim_id, "--budget", budget]
+    if tuple(seeds) != DEFAULT_SEEDS:
+        words += ["--seeds", ",".join(str(s) for s in seeds)]
+    for item in extra:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def train_command(spec: RunSpec, overrides: Sequence[str]) -> str:
+    """The ``ltdrnn train`` command equivalent to one run (without the analyses)."""
+    return " ".join(shlex.quote(w) for w in ["ltdrnn", "train", spec.preset, *overrides])
+
+
+def run_config(
+    claim: Claim,
+    spec: RunSpec,
+    budget: str,
+    store: str,
+    runs_dir: str,
+    extra: Sequence[str] = (),
+    progress: bool = False,
+    seed: int = DEFAULT_SEEDS[0],
+):
+    """The config of one run and seed under ``budget``, stored as ``study = reproduce/<claim>/<budget>``,
+    ``name = <label>``, with the command lines that reproduce it in ``notes``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    overrides = claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])
+    # the notes keep both command lines as run, so the document shows them even if the table changes
+    notes = f"{invocation(claim.id, budget, extra, (seed,))}\n{train_command(spec, overrides)}"
+    bookkeeping = [
+        f"study={claim.study(budget)}",
+        f"name={spec.label}",
+        f"results={store}",
+        f"run_dir={Path(runs_dir) / claim.id / budget / f'{spec.label}-s{seed}-{stamp}'}",
+        f"train.progress={str(progress).lower()}",
+    ]
+    cfg = load_config(spec.preset, overrides + bookkeeping)
+    cfg.notes = notes
+    return cfg
+
+
+def run_claim(
+    claim: Claim,
+    budget: str = "quick",
+    store: str = DEFAULT_STORE,
+    runs_dir: str = DEFAULT_RUNS,
+    extra: Sequence[str] = (),
+    only: Optional[Sequence[str]] = None,
+    skip_done: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+) -> List[str]:
+    """Train each of the claim's runs once per seed under ``budget`` into ``store`` and store their
+    analyses; returns the ``label (seed S)`` items that failed (a failing run does not stop the others).
+    ``skip_done`` skips the label and seed pairs that already have a current row for the budget and
+    ``extra`` (a stale row is trained again)."""
+    from ..train import train
+
+    if budget not in claim.budgets:
+        raise ClaimError(f"budget: expected one of {', '.join(claim.budgets)}, got {budget!r}")
+    unknown = sorted(set(only or ()) - set(claim.labels))
+    if unknown:
+        raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: {', '.join(claim.labels)}")
+    stored = Store(store)
+    found = stored.measurements(claim, budget, extra).seeds if skip_done else {}
+    done = {(label, seed_of(row)) for label, rows in found.items() for row in rows}
+    failed = []
+    for spec in claim.runs:
+        for seed in seeds:
+            if (only and spec.label not in only) or (spec.label, seed) in done:
+                continue
+            cfg = run_config(claim, spec, budget, store, runs_dir, extra, progress, seed)
+            where = f"[{claim.id}/{budget}] {spec.label} (seed {seed})"
+            log(f"{where}: {cfg.notes.splitlines()[1]}")
+            watcher = AnalysisWatcher(spec, cfg)
+            try:
+                record = train(cfg, callbacks=[watcher])
+                for kind, data in watcher.finish(record).items():
+                    stored.add_analysis(record["id"], cfg.study, spec.label, kind, data)
+            except Exception as error:  # one failing run must not stop the claim's others
+                failed.append(f"{spec.label} (seed {seed})")
+                log(f"{where}: FAILED {type(error).__name__}: {error}")
+                continue
+            m = record["metrics"]
+            log(
+                f"{where}: {record['status']}, test {m['metric_name']} {format_number(m['metric'])}, "
+                f"{m['params']} params, {record['timings']['train_s']:.1f} s, {record['timings']['steps']} steps"
+            )
+    return failed
+
+
+def parse_seeds(text: Optional[str], extra: Sequence[str]) -> Tuple[Tuple[int, ...], List[str]]:
+    """``(seeds, extra)`` from ``--seeds`` and the ``--set`` items: ``--set train.seed=S`` alone means
+    the one seed S (it is taken out of ``extra``); neither means the default seeds."""
+    fixed = [item for item in extra if item.split("=", 1)[0].strip() == "train.seed"]
+    rest = [item for item in extra if item not in fixed]
+    if fixed and text is not None:
+        raise ClaimError(f"--seeds: --set {fixed[0]} also chooses the seed; give one of them, got both")
+    words = (
+        [item.split("=", 1)[1] if "=" in item else "" for item in fixed]
+        if fixed
+        else (text.split(",") if text is not None else [str(s) for s in DEFAULT_SEEDS])
+    )
+    try:
+        seeds = tuple(int(word) for word in words)
+    except ValueError:
+        where = "--set train.seed" if fixed else "--seeds"
+        raise ClaimError(
+            f"{where}: expected comma-separated integers such as 1,2,3, got {text if text is not None else fixed[-1]!r}"
+        ) from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ClaimError(f"--seeds: expected distinct integers such as 1,2,3, got {text!r}")
+    return seeds, rest

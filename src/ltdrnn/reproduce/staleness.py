@@ -1,0 +1,86 @@
+"""Which stored rows are current: a row counts for a claim only if the config it was trained with is
+the config the claim's run resolves to today, up to the keys that do not change what is trained,
+selected or measured.
+
+Both sides are resolved configs: the stored one is read back through :func:`ltdrnn.config.from_dict`
+(so a key added to the schema after the row was written takes its default, which by the project's
+convention is the old behaviour), today's one is ``load_config(preset, the claim's overrides)``. A
+row whose config no longer loads (a key since removed) is stale. A change inside a cell that no
+config key names is invisible here, which is why the presets name the options a paper fixes (the
+iRNN reading, TARNN's initial eta) instead of relying on constructor defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence, Tuple
+
+from ..config import ConfigError, from_dict, load_config
+from .claims import Claim
+from .measurements import seed_of
+
+# Besides the trainer's cosmetic keys (progress, latency, threads, malloc tuning, store path, notes):
+# the seed (rows are grouped by it), the device (the same protocol on other hardware), the checkpoint
+# cadence (an interrupted run resumes exactly) and what the runner sets per row (name, study, preset
+# name, run directory). The evaluation cadence is not among them: it decides which checkpoint is tested
+# and the resolution of ``steps_to``.
+NEUTRAL_KEYS = frozenset({"train.seed", "train.device", "train.checkpoint_every", "name", "study", "preset", "run_dir"})
+
+
+@dataclass(frozen=True)
+class StaleRow:
+    """A stored row left out of the verdict: its run label, seed, creation time and what differs
+    (``"model.options.eta 0.001 -> 0.01"``: stored value -> today's)."""
+
+    label: str
+    seed: Any
+    created: str
+    differences: Tuple[str, ...]
+
+
+def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The keys of a resolved config (plain data) that change a result, flattened (``optim.lr``; the
+    free-form option mappings stay whole)."""
+    from ..train import _comparable
+
+    return {key: value for key, value in _comparable(config).items() if key not in NEUTRAL_KEYS}
+
+
+def expected_configs(claim: Claim, budget: str, extra: Sequence[str] = ()) -> Dict[str, Dict[str, Any]]:
+    """Per run label, :func:`comparable` of the config the claim trains today under ``budget`` with the
+    ``--set`` items ``extra``."""
+    return {
+        spec.label: comparable(load_config(spec.preset, claim.overrides(spec, budget, extra)).to_dict())
+        for spec in claim.runs
+    }
+
+
+def differences(stored: Dict[str, Any], expected: Dict[str, Any]) -> List[str]:
+    """What differs between a stored row's config and today's :func:`comparable` config; empty: current."""
+    try:
+        then = comparable(from_dict(stored).to_dict())
+    except ConfigError as error:
+        return [f"its config no longer loads ({error})"]
+    out = []
+    for key in sorted(set(then) | set(expected)):
+        old, new = then.get(key), expected.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += [
+                f"{key}.{name} {_shown(old, name)} -> {_shown(new, name)}"
+                for name in sorted(set(old) | set(new))
+                if old.get(name, _UNSET) != new.get(name, _UNSET)
+            ]
+        elif old != new:
+            out.append(f"{key} {old!r} -> {new!r}")
+    return out
+
+
+_UNSET = object()
+
+
+def _shown(options: Dict[str, Any], name: str) -> str:
+    return repr(options[name]) if name in options else "unset"
+
+
+def stale_row(row: Dict[str, Any], why: Sequence[str]) -> StaleRow:
+    return StaleRow(row.get("name") or "?", seed_of(row), str(row.get("created") or "")[:10], tuple(why))
