@@ -457,12 +457,12 @@ class Run:
                 "the run directory of the interrupted run?); to start a new run when "
                 "there is no checkpoint, resume with 'auto' (--resume=auto)"
             )
-        saved = _comparable(checkpoint["config"])
-        if saved != _comparable(self.cfg.to_dict()):
+        saved = comparable_config(checkpoint["config"])
+        if saved != comparable_config(self.cfg.to_dict()):
             changed = sorted(
                 k
-                for k in set(saved) | set(_comparable(self.cfg.to_dict()))
-                if saved.get(k) != _comparable(self.cfg.to_dict()).get(k)
+                for k in set(saved) | set(comparable_config(self.cfg.to_dict()))
+                if saved.get(k) != comparable_config(self.cfg.to_dict()).get(k)
             )
             raise ConfigError(f"resume: the config differs from the checkpoint's in {', '.join(changed)}")
         return checkpoint
@@ -598,7 +598,10 @@ def version_info() -> Dict[str, Any]:
 _COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads", "train.malloc_tuning"}
 
 
-def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
+def comparable_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    """A run config flattened to ``{"section.key": value}`` without the keys that do not change a result
+    (progress, latency, threads, malloc tuning, results, notes): what resuming and ``reproduce``'s
+    stale-row check compare."""
     flat = {}
 
     def walk(node, prefix):

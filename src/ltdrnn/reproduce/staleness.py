@@ -41,9 +41,9 @@ class StaleRow:
 def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
     """The keys of a resolved config (plain data) that change a result, flattened (``optim.lr``; the
     free-form option mappings stay whole)."""
-    from ..train import _comparable
+    from ..train import comparable_config
 
-    return {key: value for key, value in _comparable(config).items() if key not in NEUTRAL_KEYS}
+    return {key: value for key, value in comparable_config(config).items() if key not in NEUTRAL_KEYS}
 
 
 def expected_configs(claim: Claim, budget: str, extra: Sequence[str] = ()) -> Dict[str, Dict[str, Any]]:
