@@ -76,11 +76,11 @@ class Target:
 
 TRAIN_TARGETS = (
     Target("SRNN (relu) training step", "srnn[relu]", "train", LSTM, 0.10),
-    Target("iRNN K=1 low-rank training step", "irnn[K=1,lowrank]", "train", LSTM, 0.35),
-    Target("MIST training step", "mist", "train", LSTM, 0.7),
-    Target("TARNN K=1 training step", "tarnn[K=1]", "train", LSTM, 0.9),
+    Target("iRNN K=1 low-rank training step", "irnn[K=1,lowrank]", "train", LSTM, 0.20),
+    Target("MIST training step", "mist", "train", LSTM, 0.60),
+    Target("TARNN K=1 training step", "tarnn[K=1]", "train", LSTM, 0.60),
     Target("TARNN K=5 training step", "tarnn[K=5]", "train", LSTM, 2.0),
-    Target("SA-RNN (GRU) training step", "sarnn[gru]", "train", GRU, 1.3),
+    Target("SA-RNN (GRU) training step", "sarnn[gru]", "train", GRU, 1.0),
 )
 
 
