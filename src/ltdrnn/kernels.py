@@ -71,17 +71,7 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
     """
     if not kernels_enabled():
         return None
-    if name not in _LOADED:
-        try:
-            _LOADED[name] = ctypes.CDLL(str(_build(name)))
-        except Exception as error:  # any failure means: use the PyTorch fallback
-            warnings.warn(
-                f"ltdrnn: compiled kernel {name!r} unavailable ({error}); using the pure-PyTorch implementation",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            _LOADED[name] = None
-    return _LOADED[name]
+    return _load_once(_LOADED, name, "compiled kernel", lambda: ctypes.CDLL(str(_build(name))), None)
 
 
 def load_torch_ops(name: str) -> bool:
@@ -95,18 +85,27 @@ def load_torch_ops(name: str) -> bool:
     """
     if not kernels_enabled():
         return False
-    if name not in _TORCH_OPS:
+
+    def register() -> bool:
+        torch.ops.load_library(str(_build(name, "cpp")))
+        return True
+
+    return _load_once(_TORCH_OPS, name, "compiled operators", register, False)
+
+
+def _load_once(cache: dict, name: str, what: str, load, failed):
+    """``cache[name]``, filled on first use by ``load()``; any failure warns once and caches ``failed``."""
+    if name not in cache:
         try:
-            torch.ops.load_library(str(_build(name, "cpp")))
-            _TORCH_OPS[name] = True
+            cache[name] = load()
         except Exception as error:  # any failure means: use the PyTorch fallback
             warnings.warn(
-                f"ltdrnn: compiled operators {name!r} unavailable ({error}); using the pure-PyTorch implementation",
+                f"ltdrnn: {what} {name!r} unavailable ({error}); using the pure-PyTorch implementation",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-            _TORCH_OPS[name] = False
-    return _TORCH_OPS[name]
+            cache[name] = failed
+    return cache[name]
 
 
 def _toolchain(language: str) -> tuple[str, list[str], list[str], bytes]:
