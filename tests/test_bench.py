@@ -303,3 +303,52 @@ def test_timing_probe_reports_a_median_per_subject():
     finally:
         torch.set_flush_denormal(False)
     assert set(medians) == {"nn.LSTM", "srnn"} and all(m > 0 for m in medians.values())
+
+
+# ---- the profile section: where a step's time goes ---------------------------------------------------
+def test_profile_split_puts_a_product_under_matmul_and_counts_dispatches():
+    from ltdrnn.bench.profile import profile_split
+
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    steps = 50
+
+    def loop() -> None:  # per step: one product and one elementwise op, both called from Python
+        for _ in range(steps):
+            torch.mm(a, b).add_(1.0)
+
+    split = profile_split(loop, steps)
+    assert split["dispatches_per_step"] == pytest.approx(2.0)
+    assert split["matmul_ms"] > split["other_ops_ms"] > 0
+    parts = split["matmul_ms"] + split["compiled_ms"] + split["other_ops_ms"] + split["outside_ops_ms"]
+    assert parts == pytest.approx(split["wall_ms"], rel=0.05)
+    assert split["costliest_ops"][0]["op"] == "aten::mm"
+
+
+def test_profile_split_counts_python_time_outside_the_operators():
+    from ltdrnn.bench.profile import profile_split
+
+    x = torch.zeros(4)
+
+    def busy_python() -> None:
+        total = 0
+        for i in range(200_000):  # pure Python: no operator runs
+            total += i
+        x.add_(total)
+
+    split = profile_split(busy_python, 1)
+    assert split["outside_ops_ms"] > 10 * (split["matmul_ms"] + split["other_ops_ms"])
+    assert split["dispatches_per_step"] == 1.0
+
+
+def test_profile_section_reports_every_subject(tmp_path):
+    argv = tiny_argv(tmp_path, "--cells", "srnn")
+    argv[argv.index("--sections") + 1] = "profile"
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["subject"] for r in result["profile"]} == {"srnn", "nn.LSTM", "nn.GRU"}
+    assert "Where a training step's time goes" in (tmp_path / "bench.md").read_text()

@@ -17,13 +17,14 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from .probes import measure_malloc, measure_memory, memory_probe, timing_probe
+from .profile import measure_profile
 from .report import evaluate_targets, render_markdown
 from .sections import flops_records, measure_scaling, measure_sequences, measure_skip, measure_stream
 from .subjects import SHAPES, VARIANTS, Shape, Subject, registry_subjects
 from .timing import Settings, machine_description, matmul_peak, prepare_process
 
 SCHEMA = "ltdrnn.bench/1"
-SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip", "malloc")
+SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip", "profile", "malloc")
 DEFAULT_SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip")
 
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sections",
         default=",".join(DEFAULT_SECTIONS),
-        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all but malloc)",
+        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all but profile and malloc)",
     )
     parser.add_argument(
         "--option",
@@ -236,6 +237,8 @@ def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[s
         result["flops"] = flops_records(subjects, settings, timings, peak["gflops"], errors)
     if "skip" in settings.sections:
         result["skip"] = measure_skip(settings, errors)
+    if "profile" in settings.sections:
+        result["profile"] = measure_profile(subjects, settings, errors)
     if "malloc" in settings.sections:
         result["malloc"] = measure_malloc(subjects, settings, errors)
     for subject in subjects:

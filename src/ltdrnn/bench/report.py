@@ -193,6 +193,35 @@ def render_markdown(result: Dict[str, Any]) -> str:
                 for r in result["scaling"]
             ),
         )
+    if result.get("profile"):
+        lines += ["## Where a training step's time goes (torch.profiler, one step; ms)", ""]
+        lines += table(
+            [
+                "subject",
+                "shape",
+                "wall",
+                "matmul",
+                "compiled",
+                "other ops",
+                "outside ops",
+                "dispatches/step",
+                "costliest op",
+            ],
+            (
+                [
+                    subject_label(r["subject"], subjects[r["subject"]]),
+                    r["shape"],
+                    fmt(r["wall_ms"], 4),
+                    fmt(r["matmul_ms"], 3),
+                    fmt(r["compiled_ms"], 3),
+                    fmt(r["other_ops_ms"], 3),
+                    fmt(r["outside_ops_ms"], 3),
+                    fmt(r["dispatches_per_step"], 3),
+                    "{op} {ms:.0f}".format(**r["costliest_ops"][0]) if r["costliest_ops"] else "-",
+                ]
+                for r in result["profile"]
+            ),
+        )
     if result.get("skip"):
         lines += [f"## SA-RNN skipping inference ({settings['scaling_shape']})", ""]
         lines += table(
