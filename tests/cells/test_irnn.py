@@ -342,3 +342,114 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
         tmp_path, {"cell": "irnn", "hidden_size": 64}, {"name": "adam", "lr": 0.01, "clip_norm": 1.0}
     )
     assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]
+
+
+# ---- the compiled time loop (K = 1, csrc/irnn_loop.cpp) == the PyTorch loop == the reference ----------
+def compiled_loop_available():
+    from ltdrnn.kernels import load_torch_ops
+
+    return load_torch_ops("irnn_loop")
+
+
+def outputs_and_gradients(cell, x, h0, impl, loss):
+    cell.zero_grad()
+    xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
+    out, final = cell.scan(xi, hi, impl=impl)
+    loss(out, final).backward()
+    grads = {n: p.grad.clone() for n, p in cell.named_parameters() if p.grad is not None}
+    return {"out": out.detach(), "grad x": xi.grad, "grad h0": hi.grad, **grads}
+
+
+def weighted_loss(out, final):
+    return (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum() + final.square().sum()
+
+
+def mean_loss(out, final):
+    return out.mean()  # its gradient reaches the backward expanded (stride 0)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"reading": "state"},
+        {"reading": "paper", "activation": "tanh"},
+        {"rank": None, "learn_alpha": True, "alpha": 0.8},
+        {"activation": "sigmoid", "projection": False},
+    ],
+    ids=["residual", "state", "paper-tanh", "dense-learned-alpha", "sigmoid-no-projection"],
+)
+def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(monkeypatch, options):
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn_loop.cpp")
+    import ltdrnn.cells.irnn as irnn_module
+
+    calls = []
+    real = irnn_module._compiled_backward
+    monkeypatch.setattr(irnn_module, "_compiled_backward", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(6)
+    cell = IRNN(3, 16, K=1, dtype=torch.float64, **options)
+    x, h0 = torch.randn(1000, 2, 3, dtype=torch.float64), 0.1 * torch.randn(2, 16, dtype=torch.float64)
+    compiled = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+    assert calls, "the compiled loop did not run"
+    reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
+    monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+    pytorch_loop = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+    assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
+    assert set(compiled) == set(reference)
+    for key, expected in reference.items():
+        scale = max(1.0, expected.abs().max().item())
+        torch.testing.assert_close(compiled[key], expected, atol=1e-10 * scale, rtol=1e-9, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-10 * scale, rtol=1e-9, msg=key)
+
+
+def test_compiled_k1_loop_in_float32_with_a_mean_loss_and_without_autograd():
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn_loop.cpp")
+    torch.manual_seed(7)
+    cell = IRNN(2, 8, K=1)
+    x, h0 = torch.randn(200, 3, 2), 0.1 * torch.randn(3, 8)
+    got = outputs_and_gradients(cell, x, h0, "fused", mean_loss)
+    expected = outputs_and_gradients(cell, x, h0, "reference", mean_loss)
+    for key, want in expected.items():
+        torch.testing.assert_close(got[key], want, atol=1e-5, rtol=1e-4, msg=key)
+    with torch.no_grad():
+        out, final = cell.scan(x, h0)
+    torch.testing.assert_close(out, expected["out"])
+
+
+def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_path):
+    from ltdrnn import kernels
+
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(kernels, "_TORCH_OPS", {})
+    torch.manual_seed(8)
+    cell = IRNN(2, 8, K=1)
+    x, h0 = torch.randn(30, 2, 2), 0.1 * torch.randn(2, 8)
+    with pytest.warns(RuntimeWarning, match="irnn_loop.*pure-PyTorch"):
+        fused = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+    assert kernels._TORCH_OPS == {"irnn_loop": False}
+    reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
+    for key, expected in reference.items():
+        torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
+
+
+def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn_loop.cpp")
+    forward = torch.ops.ltdrnn.irnn_k1_forward
+    c, h0, m_t = torch.zeros(5, 2, 4), torch.zeros(2, 4), torch.zeros(4, 4)
+    phis, out = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)
+    forward(c, h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out)  # well-formed: runs
+    for args, message in (
+        ((c.transpose(0, 1), h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out), "c must be a contiguous CPU"),
+        ((c, torch.zeros(3, 4), m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out), "h0 must be a contiguous \\(B, H\\)"),
+        ((c, h0, torch.zeros(4, 5), 0.1, 1.0, 1.0, 0.0, 0, phis, out), "m_t must be a CPU \\(H, H\\)"),
+        ((c, h0, m_t, 0.1, 1.0, 1.0, 0.0, 3, phis, out), "activation code"),
+        ((c, h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, torch.zeros(2, 2, 4), out), "phis must be"),
+        ((c.double(), h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out), "h0 must be"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            forward(*args)

@@ -16,7 +16,7 @@ folds ``P U`` into one matrix ``M`` and ``P (W x + b)`` into the precomputed inp
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: none (the fused path is a hand-written autograd function)
+Kernel: src/ltdrnn/csrc/irnn_loop.cpp (time loop, K=1)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kernels import load_torch_ops
 from ..memory import empty_buffer
 from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
 from .base import (
@@ -334,6 +335,15 @@ class _FusedIRNN(torch.autograd.Function):
         m_t = m.t().contiguous()
         keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
+        ctx.scratch, ctx.config = c, (etas, a, act, s, r)
+        ctx.compiled = _compiled_loop_runs(c, k)
+        if ctx.compiled:
+            phis, outputs = empty_buffer((span, batch, hidden), c), empty_buffer((steps, batch, hidden), c)
+            torch.ops.ltdrnn.irnn_k1_forward(
+                c, h.contiguous(), m_t, etas[0], a, s, r, _ACTIVATION_CODES[act], phis, outputs
+            )
+            ctx.save_for_backward(phis, outputs, m, first, second, h0, x, weight)
+            return outputs
         phis = empty_buffer((k, span, batch, hidden), c)
         inputs = empty_buffer((k, span, batch, hidden), c)  # y_0 of every step is filled in after the loop
         outputs = empty_buffer((steps, batch, hidden), c)
@@ -355,12 +365,12 @@ class _FusedIRNN(torch.autograd.Function):
             inputs[0, 0].copy_(h0)
             inputs[0, 1:].copy_(outputs[:-1])
         ctx.save_for_backward(phis, inputs, m, first, second, h0, x, weight)
-        ctx.scratch = c
-        ctx.config = (etas, a, act, s, r)
         return outputs
 
     @staticmethod
     def backward(ctx, grad_outputs):
+        if ctx.compiled:
+            return _compiled_backward(ctx, grad_outputs)
         phis, inputs, m, first, second, h0, x, weight = ctx.saved_tensors
         etas, a, act, s, r = ctx.config
         k, steps, batch, hidden = phis.shape
@@ -386,39 +396,80 @@ class _FusedIRNN(torch.autograd.Function):
                 torch.addmm(grad_y[0], d, m, beta=decay, alpha=s * etas[0], out=carry)
                 if r == 1.0:
                     carry.sub_(g)
-        eta = torch.tensor(etas, dtype=phis.dtype, device=phis.device)
         flat_dpre, flat_inputs = dpre.view(k, -1, hidden), inputs.view(k, -1, hidden)
         grad_m = phis.new_zeros(hidden, hidden)
         for i in range(k):
             grad_m.addmm_(flat_dpre[i].t(), flat_inputs[i], alpha=etas[i])
-        if second.numel() == 0:
-            grad_first, grad_second = grad_m, None
-        else:  # M = I + V' H
-            grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
-        grad_eta = g_dot_phi - a * g_dot_y
-        grad_alpha = -(eta * g_dot_y).sum()
-        # gradient of c = sum_i eta_i dpre_i; with K = 1 the factor eta_0 goes onto the small results
-        if k == 1:
-            grad_c, scale = flat_dpre[0], etas[0]
-        else:
-            grad_c, scale = torch.mul(flat_dpre[0], etas[0]), 1.0
-            for i in range(1, k):
-                grad_c.add_(flat_dpre[i], alpha=etas[i])
-        flat_x = x.reshape(-1, x.shape[-1])
-        grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
-        return (
-            grad_x,
-            (grad_c.t() @ flat_x).mul_(scale),
-            grad_c.sum(0).mul_(scale),
-            carry,
-            grad_first,
-            grad_second,
-            grad_eta,
-            grad_alpha,
-            None,
-            None,
-            None,
-        )
+        return _parameter_gradients(ctx, flat_dpre, grad_m, carry, g_dot_phi, g_dot_y)
+
+
+def _parameter_gradients(ctx, flat_dpre: Tensor, grad_m: Tensor, carry: Tensor, g_dot_phi: Tensor, g_dot_y: Tensor):
+    """The Function's gradients from those of the pre-activations (``flat_dpre (K, T*B, H)``, over eta),
+    of ``M``, of ``h0`` (``carry``) and the sums ``<g, phi>``, ``<g, y>`` per Euler step."""
+    *_, first, second, h0, x, weight = ctx.saved_tensors
+    etas, a = ctx.config[:2]
+    k = flat_dpre.shape[0]
+    eta = torch.tensor(etas, dtype=grad_m.dtype, device=grad_m.device)
+    if second.numel() == 0:
+        grad_first, grad_second = grad_m, None
+    else:  # M = I + V' H
+        grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
+    grad_eta = g_dot_phi - a * g_dot_y
+    grad_alpha = -(eta * g_dot_y).sum()
+    # gradient of c = sum_i eta_i dpre_i; with K = 1 the factor eta_0 goes onto the small results
+    if k == 1:
+        grad_c, scale = flat_dpre[0], etas[0]
+    else:
+        grad_c, scale = torch.mul(flat_dpre[0], etas[0]), 1.0
+        for i in range(1, k):
+            grad_c.add_(flat_dpre[i], alpha=etas[i])
+    flat_x = x.reshape(-1, x.shape[-1])
+    grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
+    return (
+        grad_x,
+        (grad_c.t() @ flat_x).mul_(scale),
+        grad_c.sum(0).mul_(scale),
+        carry,
+        grad_first,
+        grad_second,
+        grad_eta,
+        grad_alpha,
+        None,
+        None,
+        None,
+    )
+
+
+# ---- the whole time loop in compiled code (csrc/irnn_loop.cpp) -----------------------------------------
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn_loop.cpp numbers them
+
+
+def _compiled_loop_runs(c: Tensor, k: int) -> bool:
+    """Whether both time loops run in ``csrc/irnn_loop.cpp``: K = 1 (any reading, U dense or low rank), on
+    CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
+    return (
+        k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn_loop")
+    )
+
+
+def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
+    """The backward time loop in one call; it overwrites the forward's pre-activations ``c`` with their
+    gradient (over eta), then the parameter gradients are large products over all steps."""
+    phis, outputs, m, first, second, h0, x, weight = ctx.saved_tensors
+    etas, a, act, s, r = ctx.config
+    dpre, carry = ctx.scratch, torch.empty_like(h0)
+    dot_phi, dot_y = torch.ops.ltdrnn.irnn_k1_backward(
+        dpre, phis, outputs, h0.detach().contiguous(), grad_outputs.contiguous(), m, etas[0], a, s, r,
+        _ACTIVATION_CODES[act], carry,
+    )  # fmt: skip
+    hidden = h0.shape[-1]
+    # y_0 of step t is s h_{t-1}: the gradient of M sums dpre_t^T y_0,t over the steps
+    grad_m = torch.mm(dpre[0].t(), h0.detach())
+    if dpre.shape[0] > 1:
+        grad_m.addmm_(dpre[1:].reshape(-1, hidden).t(), outputs[:-1].reshape(-1, hidden))
+    grad_m.mul_(s * etas[0])
+    sums = dpre.new_tensor
+    return _parameter_gradients(ctx, dpre.view(1, -1, hidden), grad_m, carry, sums([dot_phi]), sums([dot_y]))
 
 
 def _dense_operator(first: Tensor, second: Tensor) -> Tensor:
