@@ -24,13 +24,12 @@ from ..data import (
     download,
     find_first,
     load_data_pickle,
-    majority_accuracy,
     md5sum,
     missing,
     read_capped,
 )
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 from .synthetic import NoisePadded
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -147,18 +146,8 @@ class NoisyCifar10(Task):
         }
         pixels = self.splits["train"][0].reshape(-1, 3).astype(np.float64) / 255
         self.mean, self.std = (pixels.mean(0), pixels.std(0)) if normalize == "dataset" else (np.zeros(3), np.ones(3))
-        self.info = TaskInfo(
-            name="noisy_cifar10",
-            input_size=96,
-            output_size=10,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the training split",
-            seq_len=self.T,
-            extra={"normalize": normalize, "n_val": n_val},
+        self.info = classification_info(
+            "noisy_cifar10", 96, 10, self.splits["train"][1], self.T, {"normalize": normalize, "n_val": n_val}
         )
 
     def rows(self, image: np.ndarray, index: int) -> torch.Tensor:

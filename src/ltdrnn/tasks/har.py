@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import ArrayDataset, DataFileError, DataNotFoundError, integer_labels, majority_accuracy, read_capped
+from ..data import ArrayDataset, DataFileError, DataNotFoundError, integer_labels, read_capped
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 
 SIGNALS = [f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in "xyz"]
 FOLDER = "UCI HAR Dataset"
@@ -153,16 +153,11 @@ class Har2Task(Task):
         self.splits = {
             k: (((x - self.mean) / self.std).astype(np.float32), two_class_label(a)) for k, (x, a) in parts.items()
         }
-        self.info = TaskInfo(
+        self.info = classification_info(
             name="har2",
             input_size=len(SIGNALS),
             output_size=2,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the training split",
+            train_labels=self.splits["train"][1],
             seq_len=STEPS,
             extra={"signals": SIGNALS, "val_subjects": sorted(held_out.tolist())},
         )
