@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce", "ucr": "ltdrnn.ucr"}
 
@@ -54,6 +54,31 @@ def is_user_error(error: BaseException) -> bool:
     name the parameter), files that cannot be read or written, missing optional extras, and the
     package's own errors (a stored run, an unwritable results store). Bugs keep their traceback."""
     return isinstance(error, (ValueError, OSError, ImportError)) or type(error).__module__.split(".")[0] == "ltdrnn"
+
+
+def add_override_option(parser: argparse.ArgumentParser, help: str, dest: str = "overrides") -> None:
+    """``--set KEY=VALUE``, repeatable: the config overrides of every command that trains or judges runs."""
+    parser.add_argument("--set", dest=dest, action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def run_subcommand(
+    parser: argparse.ArgumentParser,
+    argv: Optional[Sequence[str]],
+    handlers: Dict[str, Callable[[argparse.Namespace], int]],
+    errors: Tuple[Type[BaseException], ...],
+) -> int:
+    """The ``main`` of a delegated command (``ltdrnn sweep``, ...): run the handler of the subcommand
+    in ``argv`` (``dest="command"``). No subcommand prints the help; one of ``errors`` ends as one line
+    on stderr; both exit 2."""
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return handlers[args.command](args)
+    except errors as error:
+        print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 def parse(argv: List[str]) -> argparse.Namespace:
@@ -91,14 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=min(2, os.cpu_count() or 1),
         help="runs trained at once, one process each (default: min(2, CPUs))",
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override applied to every preset, e.g. --set train.steps=50",
-    )
+    add_override_option(run, "override applied to every preset, e.g. --set train.steps=50")
     run.set_defaults(handler=cmd_run)
 
     train = sub.add_parser("train", help="train one configuration")

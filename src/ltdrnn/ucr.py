@@ -33,6 +33,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from .cli import add_override_option, run_subcommand
+
 PRESET = "ucr/default"
 SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
 DEFAULT_CELLS = ("lstm",) + SOURCE_CELLS
@@ -585,14 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=tuple(BUDGETS),
         help="default: the preset as it is; quick: 10 epochs (minutes, not the protocol)",
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override applied to every run (a recipe variant; it gets its own study)",
-    )
+    add_override_option(run, "override applied to every run (a recipe variant; it gets its own study)")
     run.add_argument("--study", help="study name in the store (default: ucr/<budget>[/<overrides>])")
     run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
     run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default: {DEFAULT_RUNS})")
@@ -616,18 +611,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.command:
-        parser.print_help()
-        return 2
     from .config import ConfigError
 
-    try:
-        return {"sets": _cmd_sets, "run": _cmd_run, "report": _cmd_report}[args.command](args)
-    except (BenchmarkError, ConfigError) as error:
-        print(f"ltdrnn ucr {args.command}: {error}", file=sys.stderr)
-        return 2
+    handlers = {"sets": _cmd_sets, "run": _cmd_run, "report": _cmd_report}
+    return run_subcommand(build_parser(), argv, handlers, (BenchmarkError, ConfigError))
 
 
 def _cmd_sets(args) -> int:
