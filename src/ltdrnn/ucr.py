@@ -117,6 +117,7 @@ def run_config(
     """The RunConfig of one benchmark run: the preset, the budget, the user's overrides, then the run's own
     cell, set and seed (which the overrides cannot change)."""
     from .config import load_config
+    from .results import file_slug
 
     own = [
         f"model.cell={cell}",
@@ -127,7 +128,7 @@ def run_config(
         f"results={store}",
         "train.threads=1",
         "train.progress=false",
-        f"run_dir={Path(runs_dir) / _slug(study) / f'{cell}-{dataset}-s{seed}'}",
+        f"run_dir={Path(runs_dir) / file_slug(study, keep='-_.') / f'{cell}-{dataset}-s{seed}'}",
     ]
     if data_dir is not None:
         own.append(f"task.options.data_dir={data_dir}")
@@ -451,14 +452,14 @@ def render_page(
 ) -> Path:
     """Write the benchmark page (and its CD diagram next to the store) from the database alone, plus the
     hand-written ``notes`` (markdown) if given."""
-    from .results import ResultStore, markdown_table
+    from .results import ResultStore, file_slug, markdown_table
 
     results = ResultStore(store)
     rows = results.rows(study=study)
     data = collect(rows)
     if not data["sets"]:
         raise BenchmarkError(f"--study {study}: no finished runs of this study in {store}")
-    figure = cd_diagram(data, Path(store).parent / f"cd-{_slug(study)}.png")
+    figure = cd_diagram(data, Path(store).parent / f"cd-{file_slug(study, keep='-_.')}.png")
     published = published_numbers()
     lines = [
         "# UCR/UEA benchmark: the default recipe against MiniRocket",
@@ -558,10 +559,6 @@ def _relative(target: Path, page: Path) -> str:
     import os
 
     return os.path.relpath(target.resolve(), page.resolve().parent)
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("_")
 
 
 # ---- the command ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ callers have always imported them from."""
 from .report import (
     comparison_rows,
     detail_rows,
+    file_slug,
     html_table,
     markdown_table,
     marked_comparison_rows,
@@ -24,6 +25,7 @@ __all__ = [
     "create_tables",
     "database_url",
     "detail_rows",
+    "file_slug",
     "html_table",
     "markdown_table",
     "marked_comparison_rows",

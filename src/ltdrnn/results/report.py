@@ -215,7 +215,7 @@ def render_report(
                 and r["metric"] is not None
                 and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {})) == column
             ]
-            path = out_dir / f"curves_{_slug(column)}.png"
+            path = out_dir / f"curves_{file_slug(column)}.png"
             if learning_curves(members, path, title=column):
                 figures.append(path)
     failed = [r for r in rows if r["status"] != "finished"]
@@ -252,5 +252,7 @@ def render_report(
     return {**paths, **{f.stem: f for f in figures}}
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text).strip("_")
+def file_slug(text: str, keep: str = "-_") -> str:
+    """``text`` made safe as part of a file name: every character but letters, digits and ``keep``
+    becomes ``_``, and none is left at either end."""
+    return "".join(c if c.isalnum() or c in keep else "_" for c in text).strip("_")

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from ..analysis.plots import pyplot, save_figure
 from ..config import ConfigError
-from ..results import database_url, markdown_table, sqlite_file
+from ..results import database_url, file_slug, markdown_table, sqlite_file
 from .storage import BUDGET_ATTR, SPEC_ATTR, fail_stale_trials, open_storage, optuna_module
 from .worker import DEFAULT_STORAGE
 
@@ -271,7 +271,7 @@ def study_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = study_summary(study, storage)
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in study)
+    slug = file_slug(study)
     paths = {"markdown": out_dir / f"sweep-{slug}.md"}
     figure = out_dir / f"sweep-{slug}.png"
     if plots and sensitivity_plot(summary, figure):
