@@ -407,19 +407,14 @@ def cd_diagram(data: Dict[str, Any], path: Path) -> Optional[Path]:
     sets = complete_sets(data)
     if len(sets) < 2 or len(data["methods"]) < 2:
         return None
-    import matplotlib
+    from .analysis.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
+    pyplot()  # the Agg backend, chosen before aeon imports pyplot
     from aeon.visualisation import plot_critical_difference
 
     scores = np.array([[statistics.fmean(data["acc"][(m, s)]) for m in data["methods"]] for s in sets])
     figure, _ = plot_critical_difference(scores, list(data["methods"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, bbox_inches="tight", dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120, crop=True)
 
 
 def recipe_rows(rows: List[Dict[str, Any]]) -> List[List[str]]:
