@@ -16,7 +16,15 @@ from .report import (
     setting_label,
     summarise,
 )
-from .store import ResultConflict, ResultStore, create_tables, database_url, sqlite_file
+from .store import (
+    ResultConflict,
+    ResultStore,
+    create_tables,
+    database_url,
+    make_sqlite_folder,
+    retry_creation_race,
+    sqlite_file,
+)
 
 __all__ = [
     "ResultConflict",
@@ -27,12 +35,14 @@ __all__ = [
     "detail_rows",
     "file_slug",
     "html_table",
+    "make_sqlite_folder",
     "markdown_table",
     "marked_comparison_rows",
     "model_label",
     "paper_numbers",
     "paper_rows",
     "render_report",
+    "retry_creation_race",
     "setting_label",
     "sqlite_file",
     "summarise",
