@@ -456,6 +456,14 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     return value
 
 
+# ---- initialisation --------------------------------------------------------------------------------
+def init_uniform(parameters, bound: float) -> None:
+    """Each of ``parameters`` drawn from ``U(-bound, bound)``, in order (torch.nn's recurrent layers use
+    ``bound = 1/sqrt(H)``)."""
+    for p in parameters:
+        nn.init.uniform_(p, -bound, bound)
+
+
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
 
 

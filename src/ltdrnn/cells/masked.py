@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .base import Cell, FinalStateRecorder, State, mask_outputs
+from .base import init_uniform as init_uniform  # re-exported: sarnn.py imports it from here
 
 
 def hard_sigmoid(a: Tensor, slope: float) -> Tensor:
@@ -151,8 +152,3 @@ def lstm_candidate(gi: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh:
     i, f, g, o = gates.chunk(4, dim=-1)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(c_new), c_new
-
-
-def init_uniform(parameters, bound: float) -> None:
-    for p in parameters:
-        nn.init.uniform_(p, -bound, bound)
