@@ -19,7 +19,6 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
@@ -293,6 +292,7 @@ def cmd_run(args) -> int:
     from .config import list_presets, load_config
     from .results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
     from .tasks import list_tasks
+    from .train import utc_stamp
 
     started = time.perf_counter()
     presets = list_presets(args.group)
@@ -301,7 +301,7 @@ def cmd_run(args) -> int:
         return 2
     wanted = set(args.cells.split(",")) if args.cells else None
     wanted_tasks = set(args.tasks.split(",")) if args.tasks else None
-    study = f"{args.group}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    study = f"{args.group}-{utc_stamp()}"
     cells, tasks = set(list_cells()), set(list_tasks())
     jobs, missing = [], []
     for name in presets:

@@ -27,7 +27,6 @@ import io
 import statistics
 import sys
 import time
-import uuid
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -212,7 +211,7 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     from aeon.classification.convolution_based import MiniRocketClassifier
 
     from .tasks.uea_ucr import UeaUcrTask
-    from .train import version_info
+    from .train import new_run_id, version_info
 
     task = UeaUcrTask(dataset, data_dir=data_dir, val_fraction=0.0)
     (x_train, y_train), (x_test, y_test) = task.splits["train"], task.splits["test"]
@@ -223,11 +222,10 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     classifier.fit(padded_array(x_train, length), y_train)
     train_s = time.perf_counter() - started
     accuracy = float((classifier.predict(padded_array(x_test, length)) == y_test).mean())
-    stamp = datetime.now(timezone.utc)
     return {
-        "id": f"{stamp.strftime('%Y%m%d-%H%M%S')}-{REFERENCE}-{dataset}-{uuid.uuid4().hex[:8]}",
+        "id": new_run_id(REFERENCE, dataset),
         "status": "finished",
-        "created": stamp.isoformat(),
+        "created": datetime.now(timezone.utc).isoformat(),
         "cell": REFERENCE,
         "task": "uea_ucr",
         "preset": None,

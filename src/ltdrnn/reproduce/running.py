@@ -4,7 +4,6 @@ and the command lines kept with every row."""
 from __future__ import annotations
 
 import shlex
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -47,7 +46,9 @@ def run_config(
 ):
     """The config of one run and seed under ``budget``, stored as ``study = reproduce/<claim>/<budget>``,
     ``name = <label>``, with the command lines that reproduce it in ``notes``."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    from ..train import utc_stamp
+
+    stamp = utc_stamp()
     overrides = claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])
     # the notes keep both command lines as run, so the document shows them even if the table changes
     notes = f"{invocation(claim.id, budget, extra, (seed,))}\n{train_command(spec, overrides)}"
