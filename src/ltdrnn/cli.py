@@ -219,9 +219,9 @@ def cmd_eval(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .results import render_report
+    from .results import database_exists, render_report
 
-    if "://" not in args.store and not Path(args.store).is_file():
+    if not database_exists(args.store):
         raise FileNotFoundError(
             f"--store {args.store}: no results database there (train or run something "
             "first, or name the database that holds the results)"

@@ -672,7 +672,9 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    if "://" not in args.store and not Path(args.store).is_file():
+    from .results import database_exists
+
+    if not database_exists(args.store):
         raise BenchmarkError(f"--store {args.store}: no results database there (run `ltdrnn ucr run` first)")
     if args.notes is not None and not args.notes.is_file():
         raise BenchmarkError(f"--notes {args.notes}: no such file")

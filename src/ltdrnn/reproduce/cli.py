@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 from ..cli import add_override_option, run_subcommand
 from ..config import ConfigError
+from ..results import database_exists
 from .claims import BUDGETS, find_claim, load_claims, validate
 from .expressions import ClaimError
 from .page import DEFAULT_DOC, DEFAULT_PLOTS, render
@@ -80,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _cmd_list(args) -> int:
     claims = load_claims()
-    stored = Store(args.store) if Path(args.store).exists() else None
+    stored = Store(args.store) if database_exists(args.store) else None
     for claim in claims:
         status = "not run yet"
         if stored is not None:

@@ -48,6 +48,13 @@ def sqlite_file(url: str) -> Optional[Path]:
     return Path(url[len("sqlite:///") :])
 
 
+def database_exists(location: str | Path) -> bool:
+    """Whether there is a database at ``location`` to read from: a SQLite file (a path or a SQLite URL)
+    that exists, or any other database URL (its server is asked only when it is opened)."""
+    path = sqlite_file(database_url(location))
+    return path is None or path.is_file()
+
+
 def make_sqlite_folder(url: str) -> None:
     """Create the folder of a SQLite database file (SQLite creates the file, not its folder)."""
     path = sqlite_file(url)
