@@ -258,8 +258,10 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     params: Dict[tuple, int] = {}
     train_s: Dict[tuple, List[float]] = {}
     best_epoch: Dict[str, List[float]] = {}
+    from .results import has_result
+
     for row in rows:
-        if row["status"] != "finished" or row["metric"] is None:
+        if not has_result(row):
             continue
         key = (row["cell"], row["name"])
         acc.setdefault(key, []).append(row["metric"])

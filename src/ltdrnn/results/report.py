@@ -53,14 +53,23 @@ def _matches(number: Dict[str, Any], cell: str, task: str, options: Dict[str, An
     return all(options.get(k) == v for k, v in (number.get("setting") or {}).items())
 
 
+def _task_options(row: Dict[str, Any]) -> Dict[str, Any]:
+    return (row["config"] or {}).get("task", {}).get("options", {})
+
+
+def has_result(row: Dict[str, Any]) -> bool:
+    """Whether a stored run enters the tables: it finished and has a metric."""
+    return row["status"] == "finished" and row["metric"] is not None
+
+
 def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Group finished runs by cell and task setting: ``{"columns", "cells", "cells_x_columns"}``."""
     groups: Dict[tuple, List[Dict[str, Any]]] = {}
     options_of: Dict[str, tuple] = {}
     for row in rows:
-        if row["status"] != "finished" or row["metric"] is None:
+        if not has_result(row):
             continue
-        options = (row["config"] or {}).get("task", {}).get("options", {})
+        options = _task_options(row)
         column = setting_label(row["task"], options)
         options_of[column] = (row["task"], options)
         groups.setdefault((model_label(row), column), []).append(row)
@@ -208,13 +217,7 @@ def render_report(
         from ..analysis.plots import learning_curves
 
         for column in summary["columns"]:
-            members = [
-                r
-                for r in rows
-                if r["status"] == "finished"
-                and r["metric"] is not None
-                and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {})) == column
-            ]
+            members = [r for r in rows if has_result(r) and setting_label(r["task"], _task_options(r)) == column]
             path = out_dir / f"curves_{file_slug(column)}.png"
             if learning_curves(members, path, title=column):
                 figures.append(path)
