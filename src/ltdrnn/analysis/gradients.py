@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .. import metrics as M
+from ..cells.base import time_slices
 
 
 def _state_tensors(state) -> List[Tensor]:
@@ -37,11 +38,6 @@ def cell_inputs(model, x: Tensor) -> Tensor:
     if model.embed is not None:
         x = model.embed(x)
     return x.transpose(0, 1)
-
-
-def time_slices(p) -> list:
-    """The per-step slices of a cell's ``precompute`` output (a ``(T, ...)`` tensor or a tuple of them)."""
-    return list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else list(p.unbind(0))
 
 
 def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info) -> Tensor:

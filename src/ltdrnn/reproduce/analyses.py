@@ -82,7 +82,8 @@ def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]
     """
     import torch
 
-    from ..analysis.gradients import cell_inputs, single_cell, time_slices
+    from ..analysis.gradients import cell_inputs, single_cell
+    from ..cells.base import time_slices
 
     model, x = _in_float64(model, x)
     cell = single_cell(model, "jacobian_ratio")
