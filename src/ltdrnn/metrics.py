@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cells.base import step_mask
 from .cells.masked import update_counts
 from .tasks.base import TaskInfo
 
@@ -29,7 +30,7 @@ def valid_steps(y: Tensor, lengths: Optional[Tensor], info: TaskInfo) -> Tensor:
     batch, steps = y.shape[0], y.shape[1]
     valid = torch.ones(batch, steps, dtype=torch.bool, device=y.device)
     if lengths is not None:
-        valid &= torch.arange(steps, device=y.device).unsqueeze(0) < lengths.to(y.device).unsqueeze(1)
+        valid &= step_mask(steps, lengths, y.device).T
     if info.ignore_index is not None and info.loss == "cross_entropy":
         valid &= y != info.ignore_index
     return valid

@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .cells.base import step_mask
 from .layers import Recurrent
 from .tasks.base import TaskInfo
 
@@ -129,7 +130,7 @@ class SequenceModel(nn.Module):
         if lengths is None:
             return out.mean(dim=1) if self.pooling == "mean" else out.amax(dim=1)
         lengths = lengths.to(out.device)
-        valid = (torch.arange(out.shape[1], device=out.device)[None, :] < lengths[:, None]).unsqueeze(-1)
+        valid = step_mask(out.shape[1], lengths, out.device).T.unsqueeze(-1)
         if self.pooling == "mean":
             return (out * valid).sum(dim=1) / lengths[:, None].to(out.dtype)
         return out.masked_fill(~valid, float("-inf")).amax(dim=1)
