@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from .cells.base import step_mask
 from .layers import Recurrent
+from .scan import final_state_at_lengths
 from .tasks.base import TaskInfo
 
 TERMINAL_HEADS = ("classifier", "regressor")
@@ -138,12 +139,7 @@ class SequenceModel(nn.Module):
     def last_step(self, out: Tensor, lengths: Optional[Tensor]) -> Tensor:
         """``(B, T, D*H) -> (B, D*H)``: the forward direction at each sequence's last true step; a
         backward direction is read at step 0, where it has seen the whole sequence."""
-        batch, steps, _ = out.shape
-        if lengths is None:
-            last = out[:, -1]
-        else:
-            index = (lengths.to(out.device) - 1).view(batch, 1, 1).expand(batch, 1, out.shape[-1])
-            last = out.gather(1, index).squeeze(1)
+        last = final_state_at_lengths(out.transpose(0, 1), lengths)
         if self.rnn.num_directions == 1:
             return last
         hidden = self.rnn.hidden_size
