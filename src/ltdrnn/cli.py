@@ -55,6 +55,13 @@ def is_user_error(error: BaseException) -> bool:
     return isinstance(error, (ValueError, OSError, ImportError)) or type(error).__module__.split(".")[0] == "ltdrnn"
 
 
+def subcommand_parser(prog: str, description: str) -> Tuple[argparse.ArgumentParser, Any]:
+    """A command's parser and the group its subcommands are added to; the chosen one lands in
+    ``args.command``, which :func:`run_subcommand` dispatches on."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
+
+
 def add_override_option(parser: argparse.ArgumentParser, help: str, dest: str = "overrides") -> None:
     """``--set KEY=VALUE``, repeatable: the config overrides of every command that trains or judges runs."""
     parser.add_argument("--set", dest=dest, action="append", default=[], metavar="KEY=VALUE", help=help)
@@ -95,10 +102,9 @@ def parse(argv: List[str]) -> argparse.Namespace:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn", description="Recurrent cells for long-term dependencies: train, evaluate, compare and report."
+    parser, sub = subcommand_parser(
+        "ltdrnn", "Recurrent cells for long-term dependencies: train, evaluate, compare and report."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="train every preset of a group, print the comparison, write the report")
     run.add_argument(

@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .cli import add_override_option, run_subcommand
+from .cli import add_override_option, run_subcommand, subcommand_parser
 
 PRESET = "ucr/default"
 SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
@@ -558,11 +558,9 @@ def _relative(target: Path, page: Path) -> str:
 
 # ---- the command ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn ucr",
-        description="The UCR/UEA benchmark: the default recipe over every offline set, beside MiniRocket.",
+    parser, sub = subcommand_parser(
+        "ltdrnn ucr", "The UCR/UEA benchmark: the default recipe over every offline set, beside MiniRocket."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sets = sub.add_parser("sets", help="list the classification sets found offline")
     sets.add_argument("--data-dir", help="data directory (default: $LTDRNN_DATA or ~/.cache/ltdrnn)")
     run = sub.add_parser("run", help="train the cells over the sets (skipping runs already stored)")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from ..cli import add_override_option, run_subcommand
+from ..cli import add_override_option, run_subcommand, subcommand_parser
 from ..config import ConfigError
 from ..results import database_exists
 from .claims import BUDGETS, find_claim, load_claims, validate
@@ -18,11 +18,9 @@ from .verdicts import judge
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn reproduce",
-        description="Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md.",
+    parser, sub = subcommand_parser(
+        "ltdrnn reproduce", "Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     listing = sub.add_parser("list", help="the claims and their verdicts so far")
     listing.add_argument("--store", default=DEFAULT_STORE)
     _judged_with(listing)

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import List, Optional
 
-from ..cli import add_override_option, run_subcommand
+from ..cli import add_override_option, run_subcommand, subcommand_parser
 from ..config import ConfigError
 from .report import study_report
 from .spec import list_sweeps, load_spec
@@ -14,11 +14,9 @@ from .worker import DEFAULT_STORAGE, run_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn sweep",
-        description="Hyperparameter sweeps on Optuna: many workers share one study through a database.",
+    parser, sub = subcommand_parser(
+        "ltdrnn sweep", "Hyperparameter sweeps on Optuna: many workers share one study through a database."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run trials of a study (creating it if needed)")
     run.add_argument("spec", help="packaged sweep (ltdrnn sweep list) or a sweep YAML file")
     run.add_argument(
