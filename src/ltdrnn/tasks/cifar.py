@@ -21,7 +21,9 @@ from torch.utils.data import Dataset
 from ..data import (
     ArrayDataset,
     DataFileError,
+    check_normalize,
     download,
+    feature_statistics,
     find_first,
     load_data_pickle,
     md5sum,
@@ -132,8 +134,7 @@ class NoisyCifar10(Task):
     ):
         if T < 32:
             raise ValueError(f"T: expected at least the 32 image rows, got {T}")
-        if normalize not in ("dataset", "none"):
-            raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+        check_normalize(normalize)
         self.T, self.seed = int(T), int(seed)
         train_x, train_y, test_x, test_y = load_cifar10(resolve_data_dir(data_dir), verify, download)
         if not 0 <= n_val < len(train_x):
@@ -145,7 +146,7 @@ class NoisyCifar10(Task):
             "test": (test_x, test_y),
         }
         pixels = self.splits["train"][0].reshape(-1, 3).astype(np.float64) / 255
-        self.mean, self.std = (pixels.mean(0), pixels.std(0)) if normalize == "dataset" else (np.zeros(3), np.ones(3))
+        self.mean, self.std = feature_statistics(pixels, normalize)
         self.info = classification_info(
             "noisy_cifar10", 96, 10, self.splits["train"][1], self.T, {"normalize": normalize, "n_val": n_val}
         )

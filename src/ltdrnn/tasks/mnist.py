@@ -31,6 +31,7 @@ from ..data import (
     ArrayDataset,
     DataFileError,
     DataNotFoundError,
+    check_normalize,
     data_dir,
     download,
     find_first,
@@ -374,8 +375,7 @@ class SklearnDigits(Task):
             from sklearn.datasets import load_digits
         except ImportError as error:
             raise DataNotFoundError("task 'digits' needs scikit-learn (pip install 'ltdrnn[data]')") from error
-        if normalize not in ("dataset", "none"):
-            raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+        check_normalize(normalize)
         bunch = load_digits()
         x, y = bunch.data.astype(np.float32) / 16.0, bunch.target.astype(np.int64)
         parts = stratified_split(y, (0.7, 0.1, 0.2), split_seed)
