@@ -443,14 +443,16 @@ def save_config(cfg: RunConfig, path: Union[str, Path]) -> None:
 
 
 # ---- presets ---------------------------------------------------------------------------------------
-def _preset_root():
-    return resources.files("ltdrnn") / "presets"
+def preset_path(*parts: str):
+    """``presets/<parts...>`` of the installed package: the folder itself, a group, or a file (read it
+    with ``read_text``); it may sit inside a wheel, so it is not always a ``Path``."""
+    return resources.files("ltdrnn").joinpath("presets", *parts)
 
 
 def list_presets(group: Optional[str] = None) -> List[str]:
     """Names ``"<group>/<name>"`` of the packaged presets (files starting with ``_`` are bases)."""
     names = []
-    for group_dir in _preset_root().iterdir():
+    for group_dir in preset_path().iterdir():
         if not group_dir.is_dir() or group_dir.name.startswith(("_", ".")):
             continue
         if group is not None and group_dir.name != group:
@@ -474,7 +476,7 @@ def _read_preset(name: str) -> Dict[str, Any]:
             f"preset {name!r}: expected a packaged preset name such as tarnn/adding-750 "
             "(no empty, '.' or '..' parts) or an existing config file"
         )
-    item = _preset_root().joinpath(*f"{name}.yaml".split("/"))
+    item = preset_path(*f"{name}.yaml".split("/"))
     if not item.is_file():
         known = list_presets()
         raise ConfigError(f"preset {name!r}: no such preset or file; presets: {', '.join(known)}")

@@ -28,11 +28,11 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from .cli import add_override_option, run_subcommand, subcommand_parser
+from .config import preset_path
 
 PRESET = "ucr/default"
 SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
@@ -91,7 +91,7 @@ def _is_classification(path: Path) -> bool:
 def published_numbers() -> Dict[str, Dict[str, float]]:
     """``{set: {"rocket": acc, "inceptiontime": acc}}`` from ``presets/ucr/published.csv`` (sources in its
     header)."""
-    text = (resources.files("ltdrnn") / "presets" / "ucr" / "published.csv").read_text()
+    text = preset_path("ucr", "published.csv").read_text()
     rows = csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
     return {row["dataset"]: {k: float(v) for k, v in row.items() if k != "dataset" and v} for row in rows}
 
@@ -535,12 +535,12 @@ def render_page(
 
 
 def _preset_text() -> str:
-    return (resources.files("ltdrnn") / "presets" / "ucr" / "default.yaml").read_text()
+    return preset_path("ucr", "default.yaml").read_text()
 
 
 def _published_header() -> List[str]:
     """The comment lines of ``published.csv``, an indented line joined to the one before it."""
-    text = (resources.files("ltdrnn") / "presets" / "ucr" / "published.csv").read_text()
+    text = preset_path("ucr", "published.csv").read_text()
     lines: List[str] = []
     for line in text.splitlines():
         if line.startswith("#   ") and lines:

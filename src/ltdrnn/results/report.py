@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import html
 import statistics
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..config import preset_path
 from .store import ResultStore
 
 
@@ -21,7 +21,7 @@ def paper_numbers() -> List[Dict[str, Any]]:
     """The packaged table of numbers the papers report (``presets/paper_numbers.yaml``)."""
     import yaml
 
-    text = (resources.files("ltdrnn") / "presets" / "paper_numbers.yaml").read_text()
+    text = preset_path("paper_numbers.yaml").read_text()
     return yaml.safe_load(text)["numbers"]
 
 
