@@ -449,18 +449,22 @@ def preset_path(*parts: str):
     return resources.files("ltdrnn").joinpath("presets", *parts)
 
 
+def grouped_yaml_names(root) -> List[str]:
+    """Sorted names ``"<group>/<name>"`` of the YAML files in the group folders of ``root`` (a
+    :func:`preset_path`); a file starting with ``_`` is a base, not listed."""
+    return sorted(
+        f"{group.name}/{item.name[:-5]}"
+        for group in root.iterdir()
+        if group.is_dir() and not group.name.startswith(("_", "."))
+        for item in group.iterdir()
+        if item.name.endswith(".yaml") and not item.name.startswith("_")
+    )
+
+
 def list_presets(group: Optional[str] = None) -> List[str]:
-    """Names ``"<group>/<name>"`` of the packaged presets (files starting with ``_`` are bases)."""
-    names = []
-    for group_dir in preset_path().iterdir():
-        if not group_dir.is_dir() or group_dir.name.startswith(("_", ".")):
-            continue
-        if group is not None and group_dir.name != group:
-            continue
-        for item in group_dir.iterdir():
-            if item.name.endswith(".yaml") and not item.name.startswith("_"):
-                names.append(f"{group_dir.name}/{item.name[:-5]}")
-    return sorted(names)
+    """Names ``"<group>/<name>"`` of the packaged presets (of one group if given)."""
+    names = grouped_yaml_names(preset_path())
+    return names if group is None else [name for name in names if name.split("/")[0] == group]
 
 
 def preset_data(name: str) -> Dict[str, Any]:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..config import ConfigError, load_yaml, preset_path, read_file, typed
+from ..config import ConfigError, grouped_yaml_names, load_yaml, preset_path, read_file, typed
 
 DISTRIBUTIONS = ("float", "log-float", "int", "categorical")
 SAMPLERS = ("random", "tpe", "grid")
@@ -99,15 +99,7 @@ class SweepSpec:
 
 def list_sweeps() -> List[str]:
     """Names ``"<group>/<name>"`` of the packaged sweep specs."""
-    names = []
-    for group in preset_path("sweeps").iterdir():
-        if group.is_dir() and not group.name.startswith(("_", ".")):
-            names += [
-                f"{group.name}/{item.name[:-5]}"
-                for item in group.iterdir()
-                if item.name.endswith(".yaml") and not item.name.startswith("_")
-            ]
-    return sorted(names)
+    return grouped_yaml_names(preset_path("sweeps"))
 
 
 def _read_spec_data(source: str) -> Dict[str, Any]:
