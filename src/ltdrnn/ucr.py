@@ -136,10 +136,9 @@ def run_config(
 
 def done_runs(store, study: str) -> set:
     """``{(cell, set, seed)}`` of the finished runs of ``study``."""
-    return {
-        (row["cell"], row["name"], (row["config"] or {}).get("train", {}).get("seed"))
-        for row in store.rows(study=study, status="finished")
-    }
+    from .results import seed_of
+
+    return {(row["cell"], row["name"], seed_of(row)) for row in store.rows(study=study, status="finished")}
 
 
 def run_benchmark(

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..config import load_config
+from ..results import seed_of
 from .analyses import AnalysisWatcher
 from .claims import Claim, RunSpec
 from .expressions import ClaimError
-from .measurements import format_number, seed_of
+from .measurements import format_number
 from .store import DEFAULT_STORE, Store
 
 DEFAULT_SEEDS = (1, 2, 3)

@@ -14,6 +14,7 @@ from .report import (
     paper_numbers,
     paper_rows,
     render_report,
+    seed_of,
     setting_label,
     summarise,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "paper_rows",
     "render_report",
     "retry_creation_race",
+    "seed_of",
     "setting_label",
     "sqlite_file",
     "summarise",

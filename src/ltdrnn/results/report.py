@@ -57,6 +57,11 @@ def _task_options(row: Dict[str, Any]) -> Dict[str, Any]:
     return (row["config"] or {}).get("task", {}).get("options", {})
 
 
+def seed_of(row: Dict[str, Any]) -> Any:
+    """The training seed of a stored row (``train.seed`` of its resolved config)."""
+    return ((row.get("config") or {}).get("train") or {}).get("seed")
+
+
 def has_result(row: Dict[str, Any]) -> bool:
     """Whether a stored run enters the tables: it finished and has a metric."""
     return row["status"] == "finished" and row["metric"] is not None
