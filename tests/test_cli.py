@@ -92,6 +92,10 @@ def test_missing_runs_checkpoints_and_stores_exit_2_naming_the_path(tmp_path, ca
     assert main(["report", "--store", str(tmp_path / "none.db"), "--out", str(tmp_path / "r")]) == 2
     assert "no results database there" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists() and not (tmp_path / "r").exists()
+    # a SQLite URL names a file too: a missing one is not created empty and reported on
+    assert main(["report", "--store", f"sqlite:///{tmp_path / 'none.db'}", "--out", str(tmp_path / "r")]) == 2
+    assert "no results database there" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "r").exists()
 
 
 def test_bench_and_sweep_are_handed_over_with_their_arguments(monkeypatch, capsys):

@@ -87,6 +87,12 @@ def test_markdown_table_escapes_what_would_break_its_layout():
     assert text.split("\n") == ["| name | value |", "|---|---|", "| a\\|b | 1.5 |", "| two lines | None |"]
 
 
+def test_file_slug_keeps_letters_digits_and_the_kept_characters_and_trims_the_ends():
+    assert results.file_slug("ucr/default/train.lr=0.01") == "ucr_default_train_lr_0_01"
+    assert results.file_slug("ucr/default/train.lr=0.01", keep="-_.") == "ucr_default_train.lr_0.01"
+    assert results.file_slug("/lr sweep-2!") == "lr_sweep-2"
+
+
 def test_packaged_paper_numbers_are_well_formed():
     numbers = results.paper_numbers()
     assert len(numbers) > 20

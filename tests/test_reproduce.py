@@ -646,6 +646,8 @@ def test_rows_trained_with_set_items_are_judged_only_with_the_same_items(tmp_pat
     assert "lstm" in store.measurements(adding, "paper", extra=["train.steps=3"]).seeds
     assert R.main(["list", "--store", str(tmp_path / "r.db")]) == 0
     assert "not run yet, 1 stale" in next(line for line in capsys.readouterr().out.splitlines() if "adding-200" in line)
+    assert R.main(["list", "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 0  # the same store as a URL
+    assert "not run yet, 1 stale" in next(line for line in capsys.readouterr().out.splitlines() if "adding-200" in line)
 
 
 def test_runs_of_another_reading_are_shown_but_never_judged():

@@ -67,15 +67,21 @@ def load_checkpoint(path: str | Path) -> Dict[str, Any]:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``.
-
-    The temporary file is removed if anything fails on the way (a full disk, an interrupt)."""
+    """``torch.save(obj)`` to ``path`` through :func:`atomic_write`."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
+    atomic_write(path, buffer.getvalue())
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same directory, flush to disk, then rename over ``path``: a
+    reader sees the old file or the new one, never part of one.
+
+    The temporary file is removed if anything fails on the way (a full disk, an interrupt)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -19,9 +19,8 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce", "ucr": "ltdrnn.ucr"}
 
@@ -56,6 +55,38 @@ def is_user_error(error: BaseException) -> bool:
     return isinstance(error, (ValueError, OSError, ImportError)) or type(error).__module__.split(".")[0] == "ltdrnn"
 
 
+def subcommand_parser(prog: str, description: str) -> Tuple[argparse.ArgumentParser, Any]:
+    """A command's parser and the group its subcommands are added to; the chosen one lands in
+    ``args.command``, which :func:`run_subcommand` dispatches on."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
+
+
+def add_override_option(parser: argparse.ArgumentParser, help: str, dest: str = "overrides") -> None:
+    """``--set KEY=VALUE``, repeatable: the config overrides of every command that trains or judges runs."""
+    parser.add_argument("--set", dest=dest, action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def run_subcommand(
+    parser: argparse.ArgumentParser,
+    argv: Optional[Sequence[str]],
+    handlers: Dict[str, Callable[[argparse.Namespace], int]],
+    errors: Tuple[Type[BaseException], ...],
+) -> int:
+    """The ``main`` of a delegated command (``ltdrnn sweep``, ...): run the handler of the subcommand
+    in ``argv`` (``dest="command"``). No subcommand prints the help; one of ``errors`` ends as one line
+    on stderr; both exit 2."""
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return handlers[args.command](args)
+    except errors as error:
+        print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
 def parse(argv: List[str]) -> argparse.Namespace:
     """Parse a command line; ``train`` takes its KEY=VALUE overrides before or after the options
     (argparse alone stops collecting a positional list at the first option)."""
@@ -71,10 +102,9 @@ def parse(argv: List[str]) -> argparse.Namespace:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn", description="Recurrent cells for long-term dependencies: train, evaluate, compare and report."
+    parser, sub = subcommand_parser(
+        "ltdrnn", "Recurrent cells for long-term dependencies: train, evaluate, compare and report."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="train every preset of a group, print the comparison, write the report")
     run.add_argument(
@@ -91,14 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=min(2, os.cpu_count() or 1),
         help="runs trained at once, one process each (default: min(2, CPUs))",
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override applied to every preset, e.g. --set train.steps=50",
-    )
+    add_override_option(run, "override applied to every preset, e.g. --set train.steps=50")
     run.set_defaults(handler=cmd_run)
 
     train = sub.add_parser("train", help="train one configuration")
@@ -202,9 +225,9 @@ def cmd_eval(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .results import render_report
+    from .results import database_exists, render_report
 
-    if "://" not in args.store and not Path(args.store).is_file():
+    if not database_exists(args.store):
         raise FileNotFoundError(
             f"--store {args.store}: no results database there (train or run something "
             "first, or name the database that holds the results)"
@@ -275,6 +298,7 @@ def cmd_run(args) -> int:
     from .config import list_presets, load_config
     from .results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
     from .tasks import list_tasks
+    from .train import utc_stamp
 
     started = time.perf_counter()
     presets = list_presets(args.group)
@@ -283,7 +307,7 @@ def cmd_run(args) -> int:
         return 2
     wanted = set(args.cells.split(",")) if args.cells else None
     wanted_tasks = set(args.tasks.split(",")) if args.tasks else None
-    study = f"{args.group}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    study = f"{args.group}-{utc_stamp()}"
     cells, tasks = set(list_cells()), set(list_tasks())
     jobs, missing = [], []
     for name in presets:

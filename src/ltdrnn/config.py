@@ -443,22 +443,28 @@ def save_config(cfg: RunConfig, path: Union[str, Path]) -> None:
 
 
 # ---- presets ---------------------------------------------------------------------------------------
-def _preset_root():
-    return resources.files("ltdrnn") / "presets"
+def preset_path(*parts: str):
+    """``presets/<parts...>`` of the installed package: the folder itself, a group, or a file (read it
+    with ``read_text``); it may sit inside a wheel, so it is not always a ``Path``."""
+    return resources.files("ltdrnn").joinpath("presets", *parts)
+
+
+def grouped_yaml_names(root) -> List[str]:
+    """Sorted names ``"<group>/<name>"`` of the YAML files in the group folders of ``root`` (a
+    :func:`preset_path`); a file starting with ``_`` is a base, not listed."""
+    return sorted(
+        f"{group.name}/{item.name[:-5]}"
+        for group in root.iterdir()
+        if group.is_dir() and not group.name.startswith(("_", "."))
+        for item in group.iterdir()
+        if item.name.endswith(".yaml") and not item.name.startswith("_")
+    )
 
 
 def list_presets(group: Optional[str] = None) -> List[str]:
-    """Names ``"<group>/<name>"`` of the packaged presets (files starting with ``_`` are bases)."""
-    names = []
-    for group_dir in _preset_root().iterdir():
-        if not group_dir.is_dir() or group_dir.name.startswith(("_", ".")):
-            continue
-        if group is not None and group_dir.name != group:
-            continue
-        for item in group_dir.iterdir():
-            if item.name.endswith(".yaml") and not item.name.startswith("_"):
-                names.append(f"{group_dir.name}/{item.name[:-5]}")
-    return sorted(names)
+    """Names ``"<group>/<name>"`` of the packaged presets (of one group if given)."""
+    names = grouped_yaml_names(preset_path())
+    return names if group is None else [name for name in names if name.split("/")[0] == group]
 
 
 def preset_data(name: str) -> Dict[str, Any]:
@@ -474,7 +480,7 @@ def _read_preset(name: str) -> Dict[str, Any]:
             f"preset {name!r}: expected a packaged preset name such as tarnn/adding-750 "
             "(no empty, '.' or '..' parts) or an existing config file"
         )
-    item = _preset_root().joinpath(*f"{name}.yaml".split("/"))
+    item = preset_path(*f"{name}.yaml".split("/"))
     if not item.is_file():
         known = list_presets()
         raise ConfigError(f"preset {name!r}: no such preset or file; presets: {', '.join(known)}")

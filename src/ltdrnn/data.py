@@ -195,6 +195,20 @@ def stratified_split(labels: np.ndarray, fractions: Sequence[float], seed: int) 
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
 
 
+def check_normalize(normalize: str) -> None:
+    """The ``normalize`` option of the readers that standardise with training statistics or not at all."""
+    if normalize not in ("dataset", "none"):
+        raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+
+
+def feature_statistics(rows: np.ndarray, normalize: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``(mean, std)`` per feature of the training ``rows (N, d)`` with ``normalize="dataset"``; zeros
+    and ones (no change) with ``"none"``."""
+    if normalize == "dataset":
+        return rows.mean(0), rows.std(0)
+    return np.zeros(rows.shape[1]), np.ones(rows.shape[1])
+
+
 def majority_accuracy(labels: np.ndarray) -> float:
     """Accuracy of always predicting the most frequent class of ``labels``."""
     labels = np.asarray(labels)

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cells.base import step_mask
+from .cells.masked import update_counts
 from .tasks.base import TaskInfo
 
 
@@ -28,7 +30,7 @@ def valid_steps(y: Tensor, lengths: Optional[Tensor], info: TaskInfo) -> Tensor:
     batch, steps = y.shape[0], y.shape[1]
     valid = torch.ones(batch, steps, dtype=torch.bool, device=y.device)
     if lengths is not None:
-        valid &= torch.arange(steps, device=y.device).unsqueeze(0) < lengths.to(y.device).unsqueeze(1)
+        valid &= step_mask(steps, lengths, y.device).T
     if info.ignore_index is not None and info.loss == "cross_entropy":
         valid &= y != info.ignore_index
     return valid
@@ -145,15 +147,9 @@ def skip_fraction(aux_per_cell: List[dict], lengths: Optional[Tensor] = None) ->
         mask = aux.get("update_mask") if isinstance(aux, dict) else None
         if mask is None:
             continue
-        mask = mask.detach().float()
-        weight = torch.ones(mask.shape[:2], device=mask.device)
-        if lengths is not None:
-            weight = (
-                torch.arange(mask.shape[0], device=mask.device).unsqueeze(1) < lengths.to(mask.device).unsqueeze(0)
-            ).float()
-        weight = weight.view(*weight.shape, *([1] * (mask.dim() - 2))).expand_as(mask)
-        kept += float((mask * weight).sum())
-        total += float(weight.sum())
+        updated, counted = update_counts(mask.detach(), lengths)
+        kept += float(updated)
+        total += float(counted)
     if total == 0:
         return None
     return 1.0 - kept / total

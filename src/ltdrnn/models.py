@@ -19,7 +19,9 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .cells.base import step_mask
 from .layers import Recurrent
+from .scan import final_state_at_lengths
 from .tasks.base import TaskInfo
 
 TERMINAL_HEADS = ("classifier", "regressor")
@@ -129,7 +131,7 @@ class SequenceModel(nn.Module):
         if lengths is None:
             return out.mean(dim=1) if self.pooling == "mean" else out.amax(dim=1)
         lengths = lengths.to(out.device)
-        valid = (torch.arange(out.shape[1], device=out.device)[None, :] < lengths[:, None]).unsqueeze(-1)
+        valid = step_mask(out.shape[1], lengths, out.device).T.unsqueeze(-1)
         if self.pooling == "mean":
             return (out * valid).sum(dim=1) / lengths[:, None].to(out.dtype)
         return out.masked_fill(~valid, float("-inf")).amax(dim=1)
@@ -137,12 +139,7 @@ class SequenceModel(nn.Module):
     def last_step(self, out: Tensor, lengths: Optional[Tensor]) -> Tensor:
         """``(B, T, D*H) -> (B, D*H)``: the forward direction at each sequence's last true step; a
         backward direction is read at step 0, where it has seen the whole sequence."""
-        batch, steps, _ = out.shape
-        if lengths is None:
-            last = out[:, -1]
-        else:
-            index = (lengths.to(out.device) - 1).view(batch, 1, 1).expand(batch, 1, out.shape[-1])
-            last = out.gather(1, index).squeeze(1)
+        last = final_state_at_lengths(out.transpose(0, 1), lengths)
         if self.rnn.num_directions == 1:
             return last
         hidden = self.rnn.hidden_size

@@ -187,7 +187,9 @@ class Run:
         self.cfg = cfg
         self.device = resolve_device(cfg.train.device)
         checkpoint = self._find_checkpoint(resume)
-        self.run_id = D.broadcast_object(checkpoint["run_id"] if checkpoint else new_run_id(cfg))
+        self.run_id = D.broadcast_object(
+            checkpoint["run_id"] if checkpoint else new_run_id(cfg.model.cell, cfg.task.name)
+        )
         self.run_dir = Path(cfg.run_dir or Path("runs") / self.run_id)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if D.is_main():
@@ -561,9 +563,15 @@ def set_rng_states(states: Dict[str, Any]) -> None:
     random.setstate(states["python"])
 
 
-def new_run_id(cfg: RunConfig) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{cfg.model.cell}-{cfg.task.name}-{uuid.uuid4().hex[:8]}"
+def utc_stamp() -> str:
+    """Now in UTC as ``YYYYmmdd-HHMMSS``: the stamp of run ids, run directories and study names, which
+    sorts as it reads."""
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def new_run_id(cell: str, task: str) -> str:
+    """A unique run id that sorts by start time and names the cell and the task (or data set)."""
+    return f"{utc_stamp()}-{cell}-{task}-{uuid.uuid4().hex[:8]}"
 
 
 def version_info() -> Dict[str, Any]:

@@ -27,11 +27,12 @@ import io
 import statistics
 import sys
 import time
-import uuid
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+from .cli import add_override_option, run_subcommand, subcommand_parser
+from .config import preset_path
 
 PRESET = "ucr/default"
 SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
@@ -90,7 +91,7 @@ def _is_classification(path: Path) -> bool:
 def published_numbers() -> Dict[str, Dict[str, float]]:
     """``{set: {"rocket": acc, "inceptiontime": acc}}`` from ``presets/ucr/published.csv`` (sources in its
     header)."""
-    text = (resources.files("ltdrnn") / "presets" / "ucr" / "published.csv").read_text()
+    text = preset_path("ucr", "published.csv").read_text()
     rows = csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
     return {row["dataset"]: {k: float(v) for k, v in row.items() if k != "dataset" and v} for row in rows}
 
@@ -115,6 +116,7 @@ def run_config(
     """The RunConfig of one benchmark run: the preset, the budget, the user's overrides, then the run's own
     cell, set and seed (which the overrides cannot change)."""
     from .config import load_config
+    from .results import file_slug
 
     own = [
         f"model.cell={cell}",
@@ -125,7 +127,7 @@ def run_config(
         f"results={store}",
         "train.threads=1",
         "train.progress=false",
-        f"run_dir={Path(runs_dir) / _slug(study) / f'{cell}-{dataset}-s{seed}'}",
+        f"run_dir={Path(runs_dir) / file_slug(study, keep='-_.') / f'{cell}-{dataset}-s{seed}'}",
     ]
     if data_dir is not None:
         own.append(f"task.options.data_dir={data_dir}")
@@ -134,10 +136,9 @@ def run_config(
 
 def done_runs(store, study: str) -> set:
     """``{(cell, set, seed)}`` of the finished runs of ``study``."""
-    return {
-        (row["cell"], row["name"], (row["config"] or {}).get("train", {}).get("seed"))
-        for row in store.rows(study=study, status="finished")
-    }
+    from .results import seed_of
+
+    return {(row["cell"], row["name"], seed_of(row)) for row in store.rows(study=study, status="finished")}
 
 
 def run_benchmark(
@@ -209,7 +210,7 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     from aeon.classification.convolution_based import MiniRocketClassifier
 
     from .tasks.uea_ucr import UeaUcrTask
-    from .train import version_info
+    from .train import new_run_id, version_info
 
     task = UeaUcrTask(dataset, data_dir=data_dir, val_fraction=0.0)
     (x_train, y_train), (x_test, y_test) = task.splits["train"], task.splits["test"]
@@ -220,11 +221,10 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     classifier.fit(padded_array(x_train, length), y_train)
     train_s = time.perf_counter() - started
     accuracy = float((classifier.predict(padded_array(x_test, length)) == y_test).mean())
-    stamp = datetime.now(timezone.utc)
     return {
-        "id": f"{stamp.strftime('%Y%m%d-%H%M%S')}-{REFERENCE}-{dataset}-{uuid.uuid4().hex[:8]}",
+        "id": new_run_id(REFERENCE, dataset),
         "status": "finished",
-        "created": stamp.isoformat(),
+        "created": datetime.now(timezone.utc).isoformat(),
         "cell": REFERENCE,
         "task": "uea_ucr",
         "preset": None,
@@ -257,8 +257,10 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     params: Dict[tuple, int] = {}
     train_s: Dict[tuple, List[float]] = {}
     best_epoch: Dict[str, List[float]] = {}
+    from .results import has_result
+
     for row in rows:
-        if row["status"] != "finished" or row["metric"] is None:
+        if not has_result(row):
             continue
         key = (row["cell"], row["name"])
         acc.setdefault(key, []).append(row["metric"])
@@ -404,19 +406,14 @@ def cd_diagram(data: Dict[str, Any], path: Path) -> Optional[Path]:
     sets = complete_sets(data)
     if len(sets) < 2 or len(data["methods"]) < 2:
         return None
-    import matplotlib
+    from .analysis.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
+    pyplot()  # the Agg backend, chosen before aeon imports pyplot
     from aeon.visualisation import plot_critical_difference
 
     scores = np.array([[statistics.fmean(data["acc"][(m, s)]) for m in data["methods"]] for s in sets])
     figure, _ = plot_critical_difference(scores, list(data["methods"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, bbox_inches="tight", dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120, crop=True)
 
 
 def recipe_rows(rows: List[Dict[str, Any]]) -> List[List[str]]:
@@ -449,14 +446,14 @@ def render_page(
 ) -> Path:
     """Write the benchmark page (and its CD diagram next to the store) from the database alone, plus the
     hand-written ``notes`` (markdown) if given."""
-    from .results import ResultStore, markdown_table
+    from .results import ResultStore, file_slug, markdown_table
 
     results = ResultStore(store)
     rows = results.rows(study=study)
     data = collect(rows)
     if not data["sets"]:
         raise BenchmarkError(f"--study {study}: no finished runs of this study in {store}")
-    figure = cd_diagram(data, Path(store).parent / f"cd-{_slug(study)}.png")
+    figure = cd_diagram(data, Path(store).parent / f"cd-{file_slug(study, keep='-_.')}.png")
     published = published_numbers()
     lines = [
         "# UCR/UEA benchmark: the default recipe against MiniRocket",
@@ -537,12 +534,12 @@ def render_page(
 
 
 def _preset_text() -> str:
-    return (resources.files("ltdrnn") / "presets" / "ucr" / "default.yaml").read_text()
+    return preset_path("ucr", "default.yaml").read_text()
 
 
 def _published_header() -> List[str]:
     """The comment lines of ``published.csv``, an indented line joined to the one before it."""
-    text = (resources.files("ltdrnn") / "presets" / "ucr" / "published.csv").read_text()
+    text = preset_path("ucr", "published.csv").read_text()
     lines: List[str] = []
     for line in text.splitlines():
         if line.startswith("#   ") and lines:
@@ -558,17 +555,11 @@ def _relative(target: Path, page: Path) -> str:
     return os.path.relpath(target.resolve(), page.resolve().parent)
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("_")
-
-
 # ---- the command ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn ucr",
-        description="The UCR/UEA benchmark: the default recipe over every offline set, beside MiniRocket.",
+    parser, sub = subcommand_parser(
+        "ltdrnn ucr", "The UCR/UEA benchmark: the default recipe over every offline set, beside MiniRocket."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sets = sub.add_parser("sets", help="list the classification sets found offline")
     sets.add_argument("--data-dir", help="data directory (default: $LTDRNN_DATA or ~/.cache/ltdrnn)")
     run = sub.add_parser("run", help="train the cells over the sets (skipping runs already stored)")
@@ -585,14 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=tuple(BUDGETS),
         help="default: the preset as it is; quick: 10 epochs (minutes, not the protocol)",
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override applied to every run (a recipe variant; it gets its own study)",
-    )
+    add_override_option(run, "override applied to every run (a recipe variant; it gets its own study)")
     run.add_argument("--study", help="study name in the store (default: ucr/<budget>[/<overrides>])")
     run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
     run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default: {DEFAULT_RUNS})")
@@ -616,18 +600,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.command:
-        parser.print_help()
-        return 2
     from .config import ConfigError
 
-    try:
-        return {"sets": _cmd_sets, "run": _cmd_run, "report": _cmd_report}[args.command](args)
-    except (BenchmarkError, ConfigError) as error:
-        print(f"ltdrnn ucr {args.command}: {error}", file=sys.stderr)
-        return 2
+    handlers = {"sets": _cmd_sets, "run": _cmd_run, "report": _cmd_report}
+    return run_subcommand(build_parser(), argv, handlers, (BenchmarkError, ConfigError))
 
 
 def _cmd_sets(args) -> int:
@@ -695,7 +671,9 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    if "://" not in args.store and not Path(args.store).is_file():
+    from .results import database_exists
+
+    if not database_exists(args.store):
         raise BenchmarkError(f"--store {args.store}: no results database there (run `ltdrnn ucr run` first)")
     if args.notes is not None and not args.notes.is_file():
         raise BenchmarkError(f"--notes {args.notes}: no such file")

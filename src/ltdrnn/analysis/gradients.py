@@ -14,23 +14,26 @@ import torch
 from torch import Tensor
 
 from .. import metrics as M
+from ..cells.base import time_slices
 
 
 def _state_tensors(state) -> List[Tensor]:
     return [state] if isinstance(state, Tensor) else [s for part in state for s in _state_tensors(part)]
 
 
-def _single_cell(model):
+def single_cell(model, what: str = "gradient analysis"):
+    """The cell of a one-layer, one-direction model: the analyses follow its one state through time (a
+    ValueError named ``what`` for another model)."""
     rnn = model.rnn
     if rnn.num_layers != 1 or rnn.bidirectional:
         raise ValueError(
-            "gradient analysis: expected a one-layer, one-direction model, got "
+            f"{what}: expected a one-layer, one-direction model, got "
             f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}"
         )
     return rnn.cells[0]
 
 
-def _inputs(model, x: Tensor) -> Tensor:
+def cell_inputs(model, x: Tensor) -> Tensor:
     """Batch-first model input -> time-major cell input ``(T, B, d)``."""
     if model.embed is not None:
         x = model.embed(x)
@@ -47,11 +50,10 @@ def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info)
     x, y, lengths = batch
     if lengths is not None:
         raise ValueError("gradient_vs_lag: expected an equal-length batch (lengths None)")
-    cell = _single_cell(model)
+    cell = single_cell(model)
     was_training = model.training
     model.eval()
-    p = cell.precompute(_inputs(model, x))
-    slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+    slices = time_slices(cell.precompute(cell_inputs(model, x)))
     state = cell.init_state(x.shape[0], x.device, x.dtype)
     kept: List[List[Tensor]] = []
     h = None
@@ -83,13 +85,12 @@ def state_jacobian_norm(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], p
     where the exact norm would need one per state unit. The global RNG is left untouched.
     """
     x, _, _ = batch
-    cell = _single_cell(model)
+    cell = single_cell(model)
     was_training = model.training
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.enable_grad():
-        p = cell.precompute(_inputs(model, x).detach())
-        slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+        slices = time_slices(cell.precompute(cell_inputs(model, x).detach()))
         state = cell.init_state(x.shape[0], x.device, x.dtype)
         _, state = cell.step(slices[0], state)
         first = [s.detach().requires_grad_(True) for s in _state_tensors(state)]

@@ -71,12 +71,17 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path, dpi: int = 110) -> Path:
-    """Write ``fig`` to ``path`` (parents created) and close it."""
+def save_figure(fig, path, dpi: int = 110, crop: bool = False) -> Path:
+    """Write ``fig`` to ``path`` (parents created) and close it. ``crop`` cuts the image to what is drawn
+    instead of laying the axes out again: for figures drawn by another library whose axes
+    ``tight_layout`` cannot arrange (aeon's critical-difference diagram)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    if crop:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    else:
+        fig.tight_layout()
+        fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
     return path
 

@@ -265,13 +265,18 @@ class Cell(nn.Module):
 
 
 # ---- the reference loop ---------------------------------------------------------------------------
-def loop_scan(cell: Cell, p: Any, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
-    """Run ``cell.step`` over the time slices of ``p`` (a tensor or tuple of tensors, T leading).
+def time_slices(p: Any) -> list:
+    """The per-step slices of ``p``, a ``(T, ...)`` tensor or a tuple of them (``precompute``'s output).
 
-    The loop unbinds the time axis once: indexing ``p[t]`` inside the loop on a tensor that needs a
-    gradient makes the backward pass quadratic in T.
+    The time axis is unbound once: indexing ``p[t]`` inside a loop on a tensor that needs a gradient
+    makes the backward pass quadratic in T.
     """
-    slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+    return list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else list(p.unbind(0))
+
+
+def loop_scan(cell: Cell, p: Any, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
+    """Run ``cell.step`` over the time slices of ``p`` (a tensor or tuple of tensors, T leading)."""
+    slices = time_slices(p)
     recorder = FinalStateRecorder(lengths, len(slices))
     outputs = []
     for t, p_t in enumerate(slices):
@@ -336,10 +341,14 @@ def zero_padding(x: Tensor, lengths: Tensor | None) -> Tensor:
     return torch.where(valid_steps(x, lengths), x, 0)
 
 
+def step_mask(steps: int, lengths: Tensor, device) -> Tensor:
+    """``(T, B)`` bool, True at steps ``t < lengths[b]``."""
+    return torch.arange(steps, device=device).unsqueeze(1) < lengths.to(device).unsqueeze(0)
+
+
 def valid_steps(x: Tensor, lengths: Tensor) -> Tensor:
     """Boolean mask broadcastable to ``x (T, B, ...)``: True at steps ``t < lengths[b]``."""
-    steps = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
-    valid = steps < lengths.to(x.device).unsqueeze(0)
+    valid = step_mask(x.shape[0], lengths, x.device)
     return valid.view(*valid.shape, *([1] * (x.dim() - 2)))
 
 
@@ -454,6 +463,14 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     if value not in choices:
         raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+# ---- initialisation --------------------------------------------------------------------------------
+def init_uniform(parameters, bound: float) -> None:
+    """Each of ``parameters`` drawn from ``U(-bound, bound)``, in order (torch.nn's recurrent layers use
+    ``bound = 1/sqrt(H)``)."""
+    for p in parameters:
+        nn.init.uniform_(p, -bound, bound)
 
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}

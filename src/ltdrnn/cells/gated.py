@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .base import Cell, State, check_finite_float, mask_outputs, select_state
+from .base import Cell, State, check_finite_float, init_uniform, mask_outputs, select_state
 from .registry import ParamCount, register
 
 _SRNN_T5 = "SRNN paper Table 5 (adding, d=2, H=128), incl. a {head}-parameter linear head"
@@ -67,9 +67,7 @@ class TorchRNNCell(Cell):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+        init_uniform(self.parameters(), 1.0 / math.sqrt(self.hidden_size))
 
     def flat_weights(self) -> list:
         """The weights in the order torch's fused kernels take them."""

@@ -13,12 +13,14 @@ into the paper's Skip % (eq. 10). :class:`MaskedCell` is their base: it stacks e
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from .base import Cell, FinalStateRecorder, State, mask_outputs
+from .base import Cell, FinalStateRecorder, State, mask_outputs, step_mask, time_slices, valid_steps
+from .base import init_uniform as init_uniform  # re-exported: sarnn.py imports it from here
 
 
 def hard_sigmoid(a: Tensor, slope: float) -> Tensor:
@@ -64,19 +66,18 @@ def skip_fraction(masks: Tensor | Dict[str, Tensor], lengths: Tensor | None = No
     Returns:
         a 0-dim tensor in ``[0, 1]``.
     """
-    mask = masks["update_mask"] if isinstance(masks, dict) else masks
-    if lengths is None:
-        return 1.0 - mask.float().mean()
-    valid = valid_steps(mask.shape[0], lengths, mask.device).unsqueeze(-1).float()
-    updated = (mask.float() * valid).sum()
-    return 1.0 - updated / (valid.sum() * mask.shape[-1])
+    updated, counted = update_counts(masks["update_mask"] if isinstance(masks, dict) else masks, lengths)
+    return 1.0 - updated / counted
 
 
-def valid_steps(steps: int, lengths: Tensor | None, device) -> Tensor | None:
-    """``(T, B)`` bool, True at steps ``t < lengths[b]`` (None when ``lengths`` is None)."""
+def update_counts(mask: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+    """``(updated, counted)`` of an update mask ``(T, B, ...)`` (1 = updated): its sum over the true
+    steps ``t < lengths[b]`` (all steps when ``lengths`` is None) and how many entries that sum covers."""
+    mask = mask.float()
     if lengths is None:
-        return None
-    return torch.arange(steps, device=device).unsqueeze(1) < lengths.to(device).unsqueeze(0)
+        return mask.sum(), torch.tensor(float(mask.numel()), device=mask.device)
+    valid = valid_steps(mask, lengths).to(mask.dtype)
+    return (mask * valid).sum(), valid.sum() * math.prod(mask.shape[2:])
 
 
 def sum_over_valid_steps(values: Tensor, valid: Tensor | None) -> Tensor:
@@ -103,8 +104,7 @@ class MaskedCell(Cell):
 
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
         """``for t: h_t, state, extras_t = step_with_aux(precompute(x)[t], state)``."""
-        p = self.precompute(x)
-        slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else p.unbind(0)
+        slices = time_slices(self.precompute(x))
         recorder = FinalStateRecorder(lengths, len(slices))
         outputs, extras = [], []
         for t, p_t in enumerate(slices):
@@ -120,7 +120,7 @@ class MaskedCell(Cell):
         steps, batch = aux["update_mask"].shape[:2]
         aux["update_mask"] = aux["update_mask"].expand(steps, batch, self.hidden_size)
         self.aux = aux
-        self._valid = valid_steps(steps, lengths, aux["update_mask"].device)
+        self._valid = None if lengths is None else step_mask(steps, lengths, aux["update_mask"].device)
 
     def valid(self) -> Tensor | None:
         """``(T, B)`` bool of the real steps of the last forward pass (None: all of them)."""
@@ -151,8 +151,3 @@ def lstm_candidate(gi: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh:
     i, f, g, o = gates.chunk(4, dim=-1)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(c_new), c_new
-
-
-def init_uniform(parameters, bound: float) -> None:
-    for p in parameters:
-        nn.init.uniform_(p, -bound, bound)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import Cell, State, check_positive_float, check_positive_int
+from .base import Cell, State, check_positive_float, check_positive_int, init_uniform
 from .registry import ParamCount, register
 
 
@@ -107,12 +107,11 @@ class NRU(Cell):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.input_size + self.hidden_size + self.memory_size)
-        for p in (self.weight_ih, self.weight_hh, self.bias):
-            nn.init.uniform_(p, -bound, bound)
-        bound = 1.0 / math.sqrt(self.hidden_size + self.memory_size)
-        for p in (self.weight_heads, self.bias_heads):
-            nn.init.uniform_(p, -bound, bound)
+        init_uniform(
+            (self.weight_ih, self.weight_hh, self.bias),
+            1.0 / math.sqrt(self.input_size + self.hidden_size + self.memory_size),
+        )
+        init_uniform((self.weight_heads, self.bias_heads), 1.0 / math.sqrt(self.hidden_size + self.memory_size))
         if self.layer_norm is not None:
             self.layer_norm.reset_parameters()
 

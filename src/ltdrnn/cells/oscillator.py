@@ -14,7 +14,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .base import Cell, State, check_choice, check_nonnegative_float, check_positive_float
+from .base import Cell, State, check_choice, check_nonnegative_float, check_positive_float, init_uniform
 from .registry import register
 
 
@@ -76,9 +76,7 @@ class CoRNN(TwoStateCell):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.input_size + 2 * self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+        init_uniform(self.parameters(), 1.0 / math.sqrt(self.input_size + 2 * self.hidden_size))
 
     def precompute(self, x: Tensor) -> Tensor:
         return x @ self.weight_ih.T + self.bias
@@ -139,9 +137,7 @@ class LEM(TwoStateCell):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+        init_uniform(self.parameters(), 1.0 / math.sqrt(self.hidden_size))
 
     def precompute(self, x: Tensor) -> Tensor:
         return x @ self.weight_ih.T + self.bias_ih

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import LSTM_UNIT_EXTRA
-from .base import State, check_positive_float
-from .masked import MaskedCell, init_uniform
+from .base import State, check_positive_float, init_uniform
+from .masked import MaskedCell
 from .registry import register
 
 _PAPER = (

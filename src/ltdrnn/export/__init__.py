@@ -12,13 +12,13 @@ The core package does not import this module; the onnx format needs the ``export
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
 
+from ..checkpoint import atomic_write
 from ..results.report import markdown_table
 from .step import ExportError, StreamingStep, check_exportable
 
@@ -203,11 +203,9 @@ def _targets(report) -> Dict[str, Optional[bool]]:
 
 
 def _save(report: Dict[str, Any], out: Path) -> None:
-    """``report.json`` and ``report.md``, each written to a temporary file and renamed into place."""
+    """``report.json`` and ``report.md``, each written atomically."""
     for file, text in (("report.json", json.dumps(report, indent=2)), ("report.md", summary(report))):
-        tmp = out / f".{file}.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / file)
+        atomic_write(out / file, text.encode())
 
 
 def summary(report: Dict[str, Any]) -> str:

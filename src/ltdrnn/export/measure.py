@@ -8,8 +8,9 @@ state)`` on float32 numpy arrays, run over each test sequence up to its true len
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from copy import deepcopy
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 import numpy as np
 import torch
@@ -113,12 +114,22 @@ def per_call_us(call: Callable[[], object], steps: int, repeats: int = 3) -> flo
     return best * 1e6
 
 
-def torch_step_latencies(model: nn.Module, steps: int) -> Dict[str, float]:
-    """Per-step microseconds at batch 1 on one thread, no autograd: the model's ``Recurrent.step``
-    (streaming, each cell's default fast path) and ``nn.LSTMCell`` of the same input and hidden size."""
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread inside the block (a streaming step's latency, as the C step runs), its thread
+    count restored after it."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def torch_step_latencies(model: nn.Module, steps: int) -> Dict[str, float]:
+    """Per-step microseconds at batch 1 on one thread, no autograd: the model's ``Recurrent.step``
+    (streaming, each cell's default fast path) and ``nn.LSTMCell`` of the same input and hidden size."""
+    with one_torch_thread():
         rnn = model.rnn
         x = torch.randn(1, rnn.input_size)
         lstm = nn.LSTMCell(rnn.input_size, rnn.hidden_size).eval()
@@ -136,8 +147,6 @@ def torch_step_latencies(model: nn.Module, steps: int) -> Dict[str, float]:
                 "torch_recurrent_step": per_call_us(recurrent_step, steps),
                 "torch_lstmcell": per_call_us(lstm_step, steps),
             }
-    finally:
-        torch.set_num_threads(threads)
 
 
 def runner_latency_us(run: StepFunction, step: StreamingStep, steps: int) -> float:
@@ -148,9 +157,5 @@ def runner_latency_us(run: StepFunction, step: StreamingStep, steps: int) -> flo
     def call():
         state[0] = run(x, state[0])[1]
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         return per_call_us(call, steps)
-    finally:
-        torch.set_num_threads(threads)

@@ -82,19 +82,14 @@ def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]
     """
     import torch
 
+    from ..analysis.gradients import cell_inputs, single_cell
+    from ..cells.base import time_slices
+
     model, x = _in_float64(model, x)
-    rnn = model.rnn
-    if rnn.num_layers != 1 or rnn.bidirectional:
-        raise ValueError(
-            "jacobian_ratio: expected a one-layer, one-direction model, got "
-            f"num_layers={rnn.num_layers}, bidirectional={rnn.bidirectional}"
-        )
-    cell = rnn.cells[0]
+    cell = single_cell(model, "jacobian_ratio")
     generator = torch.Generator().manual_seed(seed)
     with torch.enable_grad():
-        inputs = (model.embed(x) if model.embed is not None else x).detach().transpose(0, 1)
-        p = cell.precompute(inputs)
-        slices = list(zip(*[q.unbind(0) for q in p])) if isinstance(p, tuple) else list(p.unbind(0))
+        slices = time_slices(cell.precompute(cell_inputs(model, x).detach()))
         if len(slices) < 3:
             raise ValueError(f"jacobian_ratio: expected sequences of at least 3 steps, got {len(slices)}")
         state = cell.init_state(x.shape[0], x.device, x.dtype)

@@ -10,10 +10,9 @@ analyses, rules that read only judged runs, ...) and :func:`validate` the ones t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..config import ConfigError, load_config, load_yaml, typed
+from ..config import ConfigError, load_config, load_yaml, preset_path, typed
 from .expressions import ClaimError, Expression
 
 BUDGETS = ("quick", "paper")
@@ -189,7 +188,7 @@ def _check_rule(check: Check, judged: List[str], where: str) -> None:
 def load_claims(text: Optional[str] = None) -> List[Claim]:
     """The packaged claims (or those of a YAML ``text``), in the table's order."""
     if text is None:
-        text = (resources.files("ltdrnn") / "presets" / "reproduce" / "_claims.yaml").read_text()
+        text = preset_path("reproduce", "_claims.yaml").read_text()
     try:
         table = typed(ClaimsFile, load_yaml(text, "claims file") or {})
     except ConfigError as error:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import List, Optional
 
+from ..cli import add_override_option, run_subcommand, subcommand_parser
 from ..config import ConfigError
+from ..results import database_exists
 from .claims import BUDGETS, find_claim, load_claims, validate
 from .expressions import ClaimError
 from .page import DEFAULT_DOC, DEFAULT_PLOTS, render
@@ -17,11 +18,9 @@ from .verdicts import judge
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn reproduce",
-        description="Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md.",
+    parser, sub = subcommand_parser(
+        "ltdrnn reproduce", "Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     listing = sub.add_parser("list", help="the claims and their verdicts so far")
     listing.add_argument("--store", default=DEFAULT_STORE)
     _judged_with(listing)
@@ -31,14 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", default="quick", choices=BUDGETS)
     run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default {DEFAULT_STORE})")
     run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default {DEFAULT_RUNS})")
-    run.add_argument(
-        "--set",
-        dest="extra",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override applied to every run after the budget, e.g. --set train.threads=1 (--report and "
+    add_override_option(
+        run,
+        "override applied to every run after the budget, e.g. --set train.threads=1 (--report and "
         "--skip-done then count only the rows trained with the same --set items)",
+        dest="extra",
     )
     run.add_argument(
         "--seeds",
@@ -68,31 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _judged_with(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--set",
+    add_override_option(
+        parser,
+        "judge the rows trained with this extra override (as given to run --set); other rows are stale",
         dest="extra",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="judge the rows trained with this extra override (as given to run --set); other rows are stale",
     )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.command:
-        build_parser().print_help()
-        return 2
-    try:
-        return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report, "check": _cmd_check}[args.command](args)
-    except (ClaimError, ConfigError) as error:
-        print(f"ltdrnn reproduce {args.command}: {error}", file=sys.stderr)
-        return 2
+    handlers = {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report, "check": _cmd_check}
+    return run_subcommand(build_parser(), argv, handlers, (ClaimError, ConfigError))
 
 
 def _cmd_list(args) -> int:
     claims = load_claims()
-    stored = Store(args.store) if Path(args.store).exists() else None
+    stored = Store(args.store) if database_exists(args.store) else None
     for claim in claims:
         status = "not run yet"
         if stored is not None:

@@ -155,8 +155,3 @@ def format_number(value: float) -> str:
     if value == int(value) and abs(value) < 1e6:
         return str(int(value))
     return f"{value:.4g}"
-
-
-def seed_of(row: Dict[str, Any]) -> Any:
-    """The training seed of a stored row (``train.seed`` of its resolved config)."""
-    return ((row.get("config") or {}).get("train") or {}).get("seed")

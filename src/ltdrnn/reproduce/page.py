@@ -9,10 +9,10 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..results import markdown_table
+from ..results import markdown_table, seed_of
 from .claims import Check, Claim, load_claims
 from .expressions import Underflow, Unmeasured
-from .measurements import CHANCE_MARGIN, Measurements, format_number, mean_text, seed_of
+from .measurements import CHANCE_MARGIN, Measurements, format_number, mean_text
 from .plots import make_plots
 from .staleness import StaleRow
 from .store import DEFAULT_STORE, Store, pick_budget

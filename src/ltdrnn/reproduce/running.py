@@ -4,15 +4,15 @@ and the command lines kept with every row."""
 from __future__ import annotations
 
 import shlex
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..config import load_config
+from ..results import seed_of
 from .analyses import AnalysisWatcher
 from .claims import Claim, RunSpec
 from .expressions import ClaimError
-from .measurements import format_number, seed_of
+from .measurements import format_number
 from .store import DEFAULT_STORE, Store
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -47,7 +47,9 @@ def run_config(
 ):
     """The config of one run and seed under ``budget``, stored as ``study = reproduce/<claim>/<budget>``,
     ``name = <label>``, with the command lines that reproduce it in ``notes``."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    from ..train import utc_stamp
+
+    stamp = utc_stamp()
     overrides = claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])
     # the notes keep both command lines as run, so the document shows them even if the table changes
     notes = f"{invocation(claim.id, budget, extra, (seed,))}\n{train_command(spec, overrides)}"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
 from ..config import ConfigError, from_dict, load_config
+from ..results import seed_of
 from .claims import Claim
-from .measurements import seed_of
 
 # Besides the trainer's cosmetic keys (progress, latency, threads, malloc tuning, store path, notes):
 # the seed (rows are grouped by it), the device (the same protocol on other hardware), the checkpoint

@@ -9,8 +9,9 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from ..results import seed_of
 from .claims import BUDGETS, Claim
-from .measurements import Measurements, seed_of
+from .measurements import Measurements
 from .staleness import differences, expected_configs, stale_row
 
 DEFAULT_STORE = "reproduction/results.db"

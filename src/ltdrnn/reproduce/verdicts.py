@@ -7,9 +7,10 @@ import math
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from ..results import seed_of
 from .claims import Check, Claim
 from .expressions import Underflow, Unmeasured
-from .measurements import Measurements, format_number, mean_text, seed_of
+from .measurements import Measurements, format_number, mean_text
 
 STATUSES = ("reproduced", "partly", "not reproduced", "not run yet")
 # measures that say how well a run learned: a check reading one of them needs that run above chance

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import html
 import statistics
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..config import preset_path
 from .store import ResultStore
 
 
@@ -21,7 +21,7 @@ def paper_numbers() -> List[Dict[str, Any]]:
     """The packaged table of numbers the papers report (``presets/paper_numbers.yaml``)."""
     import yaml
 
-    text = (resources.files("ltdrnn") / "presets" / "paper_numbers.yaml").read_text()
+    text = preset_path("paper_numbers.yaml").read_text()
     return yaml.safe_load(text)["numbers"]
 
 
@@ -53,14 +53,28 @@ def _matches(number: Dict[str, Any], cell: str, task: str, options: Dict[str, An
     return all(options.get(k) == v for k, v in (number.get("setting") or {}).items())
 
 
+def _task_options(row: Dict[str, Any]) -> Dict[str, Any]:
+    return (row["config"] or {}).get("task", {}).get("options", {})
+
+
+def seed_of(row: Dict[str, Any]) -> Any:
+    """The training seed of a stored row (``train.seed`` of its resolved config)."""
+    return ((row.get("config") or {}).get("train") or {}).get("seed")
+
+
+def has_result(row: Dict[str, Any]) -> bool:
+    """Whether a stored run enters the tables: it finished and has a metric."""
+    return row["status"] == "finished" and row["metric"] is not None
+
+
 def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Group finished runs by cell and task setting: ``{"columns", "cells", "cells_x_columns"}``."""
     groups: Dict[tuple, List[Dict[str, Any]]] = {}
     options_of: Dict[str, tuple] = {}
     for row in rows:
-        if row["status"] != "finished" or row["metric"] is None:
+        if not has_result(row):
             continue
-        options = (row["config"] or {}).get("task", {}).get("options", {})
+        options = _task_options(row)
         column = setting_label(row["task"], options)
         options_of[column] = (row["task"], options)
         groups.setdefault((model_label(row), column), []).append(row)
@@ -208,14 +222,8 @@ def render_report(
         from ..analysis.plots import learning_curves
 
         for column in summary["columns"]:
-            members = [
-                r
-                for r in rows
-                if r["status"] == "finished"
-                and r["metric"] is not None
-                and setting_label(r["task"], (r["config"] or {}).get("task", {}).get("options", {})) == column
-            ]
-            path = out_dir / f"curves_{_slug(column)}.png"
+            members = [r for r in rows if has_result(r) and setting_label(r["task"], _task_options(r)) == column]
+            path = out_dir / f"curves_{file_slug(column)}.png"
             if learning_curves(members, path, title=column):
                 figures.append(path)
     failed = [r for r in rows if r["status"] != "finished"]
@@ -252,5 +260,7 @@ def render_report(
     return {**paths, **{f.stem: f for f in figures}}
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text).strip("_")
+def file_slug(text: str, keep: str = "-_") -> str:
+    """``text`` made safe as part of a file name: every character but letters, digits and ``keep``
+    becomes ``_``, and none is left at either end."""
+    return "".join(c if c.isalnum() or c in keep else "_" for c in text).strip("_")

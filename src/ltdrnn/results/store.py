@@ -9,8 +9,9 @@ in WAL mode with a busy timeout so that several processes (sweep workers, ``ltdr
 write at once. Run ids are unique: adding a row whose id exists raises :class:`ResultConflict` unless
 ``on_conflict="new_id"``, which stores it under a fresh id; rows are never overwritten.
 
-The helpers :func:`database_url`, :func:`sqlite_file` and :func:`create_tables` serve every table the
-project keeps in a database (runs, sweep claims, reproduction analyses). Rendering lives in
+The helpers :func:`database_url`, :func:`sqlite_file`, :func:`make_sqlite_folder`, :func:`create_tables`
+and :func:`retry_creation_race` serve every table the project keeps in a database (runs, sweep claims and
+Optuna's tables, reproduction analyses). Rendering lives in
 :mod:`ltdrnn.results.report`.
 """
 
@@ -18,9 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
+
+Created = TypeVar("Created")
 
 COLUMNS_JSON = ("config", "metrics", "timings", "history", "version")
 
@@ -44,17 +48,37 @@ def sqlite_file(url: str) -> Optional[Path]:
     return Path(url[len("sqlite:///") :])
 
 
+def database_exists(location: str | Path) -> bool:
+    """Whether there is a database at ``location`` to read from: a SQLite file (a path or a SQLite URL)
+    that exists, or any other database URL (its server is asked only when it is opened)."""
+    path = sqlite_file(database_url(location))
+    return path is None or path.is_file()
+
+
+def make_sqlite_folder(url: str) -> None:
+    """Create the folder of a SQLite database file (SQLite creates the file, not its folder)."""
+    path = sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
 def create_tables(sa, metadata, engine, attempts: int = 3) -> None:
-    """``metadata.create_all`` that tolerates a race: processes starting together (sweep workers,
-    ``--jobs 2``) may create the same table at once, and the loser sees "already exists" (SQLite says so
-    with an OperationalError, other databases with an IntegrityError on their catalogue)."""
+    """``metadata.create_all``, tolerating a race (see :func:`retry_creation_race`)."""
+    retry_creation_race(sa, lambda: metadata.create_all(engine, checkfirst=True), attempts)
+
+
+def retry_creation_race(sa, create: Callable[[], Created], attempts: int, pause_s: float = 0.0) -> Created:
+    """``create()``, tried again when it loses a race: processes starting together (sweep workers,
+    ``--jobs 2``) may create the same tables at once, and the loser sees "already exists" (SQLite says so
+    with an OperationalError, other databases with an IntegrityError on their catalogue); on the next
+    attempt, after ``pause_s`` times the attempts so far, it finds them there."""
     for attempt in range(attempts):
         try:
-            metadata.create_all(engine, checkfirst=True)
-            return
+            return create()
         except (sa.exc.OperationalError, sa.exc.IntegrityError):
             if attempt == attempts - 1:
                 raise
+            time.sleep(pause_s * (attempt + 1))
 
 
 class ResultStore:
@@ -68,8 +92,7 @@ class ResultStore:
         self.sa = sa
         self.url = database_url(location)
         sqlite = self.url.startswith("sqlite")
-        if sqlite_file(self.url) is not None:
-            sqlite_file(self.url).parent.mkdir(parents=True, exist_ok=True)
+        make_sqlite_folder(self.url)
         self.engine = sa.create_engine(self.url, connect_args={"timeout": busy_timeout_s} if sqlite else {})
         if sqlite:
             milliseconds = int(busy_timeout_s * 1000)

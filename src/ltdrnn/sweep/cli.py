@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import List, Optional
 
+from ..cli import add_override_option, run_subcommand, subcommand_parser
 from ..config import ConfigError
 from .report import study_report
 from .spec import list_sweeps, load_spec
@@ -14,11 +14,9 @@ from .worker import DEFAULT_STORAGE, run_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn sweep",
-        description="Hyperparameter sweeps on Optuna: many workers share one study through a database.",
+    parser, sub = subcommand_parser(
+        "ltdrnn sweep", "Hyperparameter sweeps on Optuna: many workers share one study through a database."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="run trials of a study (creating it if needed)")
     run.add_argument("spec", help="packaged sweep (ltdrnn sweep list) or a sweep YAML file")
     run.add_argument(
@@ -39,14 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--store", help="results database of the runs (default: the base config's results)")
     run.add_argument("--runs", default="runs", help="directory of run directories (default ./runs)")
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override for every trial's config, e.g. --set train.epochs=2",
-    )
+    add_override_option(run, "override for every trial's config, e.g. --set train.epochs=2")
     run.add_argument(
         "--heartbeat",
         type=int,
@@ -64,43 +55,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if args.command == "run":
-            spec = load_spec(args.spec)
-            study = args.study or spec.study
-            started = time.perf_counter()
-            counts = run_workers(
-                spec,
-                args.workers,
-                args.storage,
-                study,
-                args.trials,
-                args.first_worker,
-                args.overrides,
-                args.runs,
-                args.store,
-                args.heartbeat,
-                args.quiet,
-            )
-            total = {k: sum(c[k] for c in counts) for k in ("complete", "pruned", "failed", "given_back")}
-            print(
-                f"sweep {study}: this machine {total}; {time.perf_counter() - started:.0f} s. "
-                f"Report: ltdrnn sweep report --study {study} --storage {args.storage}"
-            )
-            return 0 if len(counts) == args.workers else 1
-        if args.command == "report":
-            paths = study_report(args.study, args.storage, args.out, plots=not args.no_plots)
-            print(paths["markdown"].read_text())
-            print("written: " + ", ".join(str(p) for p in paths.values()))
-            return 0
-        if args.command == "list":
-            for name in list_sweeps():
-                print(name)
-            return 0
-    except ConfigError as error:
-        print(f"ltdrnn sweep {args.command}: {error}", file=sys.stderr)
-        return 2
-    parser.print_help()
-    return 2
+    handlers = {"run": _cmd_run, "report": _cmd_report, "list": _cmd_list}
+    return run_subcommand(build_parser(), argv, handlers, (ConfigError,))
+
+
+def _cmd_run(args) -> int:
+    spec = load_spec(args.spec)
+    study = args.study or spec.study
+    started = time.perf_counter()
+    counts = run_workers(
+        spec,
+        args.workers,
+        args.storage,
+        study,
+        args.trials,
+        args.first_worker,
+        args.overrides,
+        args.runs,
+        args.store,
+        args.heartbeat,
+        args.quiet,
+    )
+    total = {k: sum(c[k] for c in counts) for k in ("complete", "pruned", "failed", "given_back")}
+    print(
+        f"sweep {study}: this machine {total}; {time.perf_counter() - started:.0f} s. "
+        f"Report: ltdrnn sweep report --study {study} --storage {args.storage}"
+    )
+    return 0 if len(counts) == args.workers else 1
+
+
+def _cmd_report(args) -> int:
+    paths = study_report(args.study, args.storage, args.out, plots=not args.no_plots)
+    print(paths["markdown"].read_text())
+    print("written: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_list(args) -> int:
+    for name in list_sweeps():
+        print(name)
+    return 0

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from ..analysis.plots import pyplot, save_figure
 from ..config import ConfigError
-from ..results import database_url, markdown_table, sqlite_file
+from ..results import database_exists, database_url, file_slug, markdown_table
 from .storage import BUDGET_ATTR, SPEC_ATTR, fail_stale_trials, open_storage, optuna_module
 from .worker import DEFAULT_STORAGE
 
@@ -250,15 +250,13 @@ def reason(trial) -> str:
 def has_study(study: str, storage: str = DEFAULT_STORAGE) -> bool:
     """Whether ``storage`` holds a study named ``study`` (False, without creating it, if a SQLite file is
     missing or Optuna is not installed)."""
-    url = database_url(storage)
-    path = sqlite_file(url)
-    if path is not None and not path.exists():
+    if not database_exists(storage):
         return False
     try:
         optuna = optuna_module()
     except ImportError:
         return False
-    return study in optuna.study.get_all_study_names(storage=url)
+    return study in optuna.study.get_all_study_names(storage=database_url(storage))
 
 
 def study_report(
@@ -271,7 +269,7 @@ def study_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = study_summary(study, storage)
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in study)
+    slug = file_slug(study)
     paths = {"markdown": out_dir / f"sweep-{slug}.md"}
     figure = out_dir / f"sweep-{slug}.png"
     if plots and sensitivity_plot(summary, figure):

@@ -7,11 +7,10 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..config import ConfigError, load_yaml, read_file, typed
+from ..config import ConfigError, grouped_yaml_names, load_yaml, preset_path, read_file, typed
 
 DISTRIBUTIONS = ("float", "log-float", "int", "categorical")
 SAMPLERS = ("random", "tpe", "grid")
@@ -98,28 +97,16 @@ class SweepSpec:
         return {**data, "params": params}
 
 
-def _sweep_root():
-    return resources.files("ltdrnn") / "presets" / "sweeps"
-
-
 def list_sweeps() -> List[str]:
     """Names ``"<group>/<name>"`` of the packaged sweep specs."""
-    names = []
-    for group in _sweep_root().iterdir():
-        if group.is_dir() and not group.name.startswith(("_", ".")):
-            names += [
-                f"{group.name}/{item.name[:-5]}"
-                for item in group.iterdir()
-                if item.name.endswith(".yaml") and not item.name.startswith("_")
-            ]
-    return sorted(names)
+    return grouped_yaml_names(preset_path("sweeps"))
 
 
 def _read_spec_data(source: str) -> Dict[str, Any]:
     if Path(source).is_file():
         data = read_file(source)
     else:
-        item = _sweep_root().joinpath(*f"{source}.yaml".split("/"))
+        item = preset_path("sweeps", *f"{source}.yaml".split("/"))
         if not item.is_file():
             raise ConfigError(f"sweep {source!r}: no such file or packaged sweep; packaged: {', '.join(list_sweeps())}")
         data = load_yaml(item.read_text(), f"sweep {source!r}") or {}

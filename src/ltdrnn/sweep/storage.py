@@ -4,13 +4,12 @@ makes a trial run once, the heartbeat thread, and the bookkeeping of retries (se
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
 from ..config import ConfigError
-from ..results import create_tables, database_url, sqlite_file
+from ..results import create_tables, database_url, make_sqlite_folder, retry_creation_race
 from .spec import SweepSpec
 
 SPEC_ATTR = "ltdrnn_spec"
@@ -30,31 +29,28 @@ def open_storage(url: str, retries: int = 2, heartbeat_s: int = 30, grace_s: Opt
     """An Optuna RDB storage with heartbeats; dead workers' trials are failed and queued for retry."""
     optuna = optuna_module()
     url = database_url(url)
-    engine_kwargs = {}
-    if url.startswith("sqlite"):
-        path = sqlite_file(url)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        engine_kwargs = {"connect_args": {"timeout": 120}}
+    make_sqlite_folder(url)
     import sqlalchemy
 
-    for attempt in range(5):
-        try:
-            with warnings.catch_warnings():  # heartbeats are marked experimental; they are stable since 2.9
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    url,
-                    engine_kwargs=engine_kwargs,
-                    heartbeat_interval=heartbeat_s,
-                    grace_period=grace_s if grace_s is not None else 2 * heartbeat_s,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries),
-                )
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
-            # workers starting together on a new database race to create Optuna's tables; the loser
-            # finds them there on the next attempt
-            if attempt == 4:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+    def create():
+        with warnings.catch_warnings():  # heartbeats are marked experimental; they are stable since 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=_engine_options(url),
+                heartbeat_interval=heartbeat_s,
+                grace_period=grace_s if grace_s is not None else 2 * heartbeat_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries),
+            )
+
+    # creating the storage creates Optuna's tables, which workers starting together race for
+    return retry_creation_race(sqlalchemy, create, attempts=5, pause_s=0.5)
+
+
+def _engine_options(url: str) -> Dict[str, Any]:
+    """SQLAlchemy engine options of the sweep's database: SQLite waits up to 120 s for a lock, since many
+    workers write to one file."""
+    return {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
 
 
 def make_sampler(spec: SweepSpec, worker: int = 0):
@@ -124,7 +120,7 @@ class Claims:
 
         self.sa = sa
         url = database_url(url)
-        self.engine = sa.create_engine(url, connect_args={"timeout": 120} if url.startswith("sqlite") else {})
+        self.engine = sa.create_engine(url, **_engine_options(url))
         metadata = sa.MetaData()
         self.table = sa.Table(
             CLAIMS_TABLE,

@@ -19,6 +19,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ..data import majority_accuracy
+
 SPLITS = ("train", "val", "test")
 
 
@@ -57,6 +59,32 @@ class TaskInfo:
 
     def as_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+def classification_info(
+    name: str,
+    input_size: int,
+    output_size: int,
+    train_labels,
+    seq_len: Optional[int],
+    extra: Dict[str, Any],
+    baseline_note: str = "majority class of the training split",
+) -> TaskInfo:
+    """The info of a task that gives each sequence one of ``output_size`` classes, scored by accuracy;
+    its trivial baseline always predicts the most frequent class of ``train_labels``."""
+    return TaskInfo(
+        name=name,
+        input_size=input_size,
+        output_size=output_size,
+        loss="cross_entropy",
+        target="terminal",
+        metric="accuracy",
+        higher_is_better=True,
+        baseline=majority_accuracy(train_labels),
+        baseline_note=baseline_note,
+        seq_len=seq_len,
+        extra=extra,
+    )
 
 
 class Batch(NamedTuple):

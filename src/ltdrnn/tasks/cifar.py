@@ -21,16 +21,17 @@ from torch.utils.data import Dataset
 from ..data import (
     ArrayDataset,
     DataFileError,
+    check_normalize,
     download,
+    feature_statistics,
     find_first,
     load_data_pickle,
-    majority_accuracy,
     md5sum,
     missing,
     read_capped,
 )
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 from .synthetic import NoisePadded
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -133,8 +134,7 @@ class NoisyCifar10(Task):
     ):
         if T < 32:
             raise ValueError(f"T: expected at least the 32 image rows, got {T}")
-        if normalize not in ("dataset", "none"):
-            raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+        check_normalize(normalize)
         self.T, self.seed = int(T), int(seed)
         train_x, train_y, test_x, test_y = load_cifar10(resolve_data_dir(data_dir), verify, download)
         if not 0 <= n_val < len(train_x):
@@ -146,19 +146,9 @@ class NoisyCifar10(Task):
             "test": (test_x, test_y),
         }
         pixels = self.splits["train"][0].reshape(-1, 3).astype(np.float64) / 255
-        self.mean, self.std = (pixels.mean(0), pixels.std(0)) if normalize == "dataset" else (np.zeros(3), np.ones(3))
-        self.info = TaskInfo(
-            name="noisy_cifar10",
-            input_size=96,
-            output_size=10,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the training split",
-            seq_len=self.T,
-            extra={"normalize": normalize, "n_val": n_val},
+        self.mean, self.std = feature_statistics(pixels, normalize)
+        self.info = classification_info(
+            "noisy_cifar10", 96, 10, self.splits["train"][1], self.T, {"normalize": normalize, "n_val": n_val}
         )
 
     def rows(self, image: np.ndarray, index: int) -> torch.Tensor:

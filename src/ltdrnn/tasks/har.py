@@ -25,9 +25,17 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import ArrayDataset, DataFileError, DataNotFoundError, integer_labels, majority_accuracy, read_capped
+from ..data import (
+    ArrayDataset,
+    DataFileError,
+    DataNotFoundError,
+    check_normalize,
+    feature_statistics,
+    integer_labels,
+    read_capped,
+)
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 
 SIGNALS = [f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in "xyz"]
 FOLDER = "UCI HAR Dataset"
@@ -132,8 +140,7 @@ class Har2Task(Task):
     def __init__(
         self, data_dir: Optional[str] = None, val_subjects: int = 3, split_seed: int = 0, normalize: str = "dataset"
     ):
-        if normalize not in ("dataset", "none"):
-            raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+        check_normalize(normalize)
         read = _opener(resolve_data_dir(data_dir))
         train, test = read_har_part(read, "train"), read_har_part(read, "test")
         subjects = np.unique(train["subject"])
@@ -147,22 +154,15 @@ class Har2Task(Task):
             "test": (test["x"], test["activity"]),
         }
         fit = parts["train"][0].reshape(-1, len(SIGNALS))
-        self.mean, self.std = (
-            (fit.mean(0), fit.std(0)) if normalize == "dataset" else (np.zeros(len(SIGNALS)), np.ones(len(SIGNALS)))
-        )
+        self.mean, self.std = feature_statistics(fit, normalize)
         self.splits = {
             k: (((x - self.mean) / self.std).astype(np.float32), two_class_label(a)) for k, (x, a) in parts.items()
         }
-        self.info = TaskInfo(
+        self.info = classification_info(
             name="har2",
             input_size=len(SIGNALS),
             output_size=2,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the training split",
+            train_labels=self.splits["train"][1],
             seq_len=STEPS,
             extra={"signals": SIGNALS, "val_subjects": sorted(held_out.tolist())},
         )

@@ -31,15 +31,15 @@ from ..data import (
     ArrayDataset,
     DataFileError,
     DataNotFoundError,
+    check_normalize,
     data_dir,
     download,
     find_first,
-    majority_accuracy,
     read_capped,
     stratified_split,
     verify_md5,
 )
-from .base import Task, TaskInfo, register_task
+from .base import Task, TaskInfo, classification_info, register_task
 from .synthetic import NoisePadded
 
 log = logging.getLogger("ltdrnn.tasks.mnist")
@@ -242,22 +242,15 @@ class MnistTask(Task):
 
     def make_info(self, **overrides) -> TaskInfo:
         example = self.sequence(np.zeros((28, 28), np.float32))
-        train_labels = self.splits["train"][1]
         fields = dict(
             name=self.name,
             input_size=example.shape[1],
             output_size=10,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(train_labels),
-            baseline_note="majority class of the training split",
+            train_labels=self.splits["train"][1],
             seq_len=example.shape[0],
             extra={"source": self.source, "normalize": self.normalizer.mode},
         )
-        fields.update(overrides)
-        return TaskInfo(**fields)
+        return classification_info(**{**fields, **overrides})
 
     def transform(self, image: np.ndarray, index: int) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(self.sequence(self.normalizer(image))))
@@ -382,8 +375,7 @@ class SklearnDigits(Task):
             from sklearn.datasets import load_digits
         except ImportError as error:
             raise DataNotFoundError("task 'digits' needs scikit-learn (pip install 'ltdrnn[data]')") from error
-        if normalize not in ("dataset", "none"):
-            raise ValueError(f"normalize: expected 'dataset' or 'none', got {normalize!r}")
+        check_normalize(normalize)
         bunch = load_digits()
         x, y = bunch.data.astype(np.float32) / 16.0, bunch.target.astype(np.int64)
         parts = stratified_split(y, (0.7, 0.1, 0.2), split_seed)
@@ -391,18 +383,8 @@ class SklearnDigits(Task):
             train = x[parts[0]]
             x = (x - train.mean()) / train.std()
         self.splits = {s: (x[idx], y[idx]) for s, idx in zip(("train", "val", "test"), parts)}
-        self.info = TaskInfo(
-            name="digits",
-            input_size=1,
-            output_size=10,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the training split",
-            seq_len=64,
-            extra={"normalize": normalize, "split_seed": split_seed},
+        self.info = classification_info(
+            "digits", 1, 10, self.splits["train"][1], 64, {"normalize": normalize, "split_seed": split_seed}
         )
 
     def build_split(self, split: str) -> Dataset:

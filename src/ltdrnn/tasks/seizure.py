@@ -26,11 +26,10 @@ from ..data import (
     DataNotFoundError,
     find_first,
     integer_labels,
-    majority_accuracy,
     stratified_split,
 )
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 
 NAMES = ["Epileptic Seizure Recognition.csv", "data.csv"]
 SAMPLES, CHUNK = 178, 10
@@ -99,18 +98,14 @@ class SeizureTask(Task):
         x = chunk_means(x)[..., None].astype(np.float32)
         parts = stratified_split(labels, (0.8, 0.1, 0.1), seed)
         self.splits = {s: (x[idx], labels[idx]) for s, idx in zip(("train", "val", "test"), parts)}
-        self.info = TaskInfo(
+        self.info = classification_info(
             name="seizure",
             input_size=1,
             output_size=2,
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the (balanced) training split",
+            train_labels=self.splits["train"][1],
             seq_len=x.shape[1],
             extra={"center": center, "n": len(labels)},
+            baseline_note="majority class of the (balanced) training split",
         )
 
     def build_split(self, split: str) -> Dataset:

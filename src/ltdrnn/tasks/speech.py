@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import DataFileError, DataNotFoundError, item_rng, majority_accuracy
+from ..data import DataFileError, DataNotFoundError, item_rng
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 
 SAMPLE_RATE = 16000
 KAGGLE_WORDS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"]
@@ -185,16 +185,11 @@ class SpeechCommandsTask(Task):
         self._stats: Optional[Tuple[np.ndarray, np.ndarray]] = None
         self.stats_items = int(stats_items)
         train_labels = np.array([label for _, label, _ in self.entries["train"]], dtype=np.int64)
-        self.info = TaskInfo(
+        self.info = classification_info(
             name="speech_commands",
             input_size=self.n_filters,
             output_size=len(self.class_names),
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(train_labels),
-            baseline_note="majority class of the training split",
+            train_labels=train_labels,
             seq_len=99,
             extra={"classes": self.class_names, "window": window, "root": str(root)},
         )

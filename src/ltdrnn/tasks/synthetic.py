@@ -108,6 +108,24 @@ class _CopyBase(_GeneratedTask):
         super().__init__(n_train, n_val, n_test, seed, fresh_train)
         self.one_hot = bool(one_hot)
 
+    def copy_info(self, name: str, output_size: int, baseline: float, baseline_note: str, extra: dict) -> TaskInfo:
+        """A copy task's info: a class per step, scored by cross-entropy over all ``length`` steps; the
+        input is ``vocab`` one-hot floats or token ids."""
+        return TaskInfo(
+            name=name,
+            input_size=self.vocab,
+            output_size=output_size,
+            loss="cross_entropy",
+            target="per_step",
+            metric="cross_entropy",
+            higher_is_better=False,
+            baseline=baseline,
+            baseline_note=baseline_note,
+            seq_len=self.length,
+            input_kind="float" if self.one_hot else "tokens",
+            extra=extra,
+        )
+
     def tokens(self, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
@@ -160,19 +178,12 @@ class CopyTask(_CopyBase):
         super().__init__(one_hot, n_train, n_val, n_test, seed, fresh_train)
         self.T = _check_int("T", T, 1)
         self.vocab, self.length = 10, self.T + 2 * self.COPIED
-        self.info = TaskInfo(
+        self.info = self.copy_info(
             name="copy",
-            input_size=self.vocab,
             output_size=self.DATA + 1,
-            loss="cross_entropy",
-            target="per_step",
-            metric="cross_entropy",
-            higher_is_better=False,
             baseline=self.COPIED * math.log(self.DATA) / self.length,
             baseline_note="memoryless: predict blank for T+10 steps, then uniform over the 8 data "
             "symbols: 10 ln 8 / (T + 20)",
-            seq_len=self.length,
-            input_kind="float" if self.one_hot else "tokens",
             extra={"T": self.T, "blank": self.BLANK, "delimiter": self.DELIMITER, "data_symbols": self.DATA},
         )
 
@@ -216,19 +227,12 @@ class MistCopyTask(_CopyBase):
             num_symbols = self.delay // 10
         self.L = _check_int("num_symbols", num_symbols, 1)
         self.vocab, self.length = 12, self.delay + 2 * self.L
-        self.info = TaskInfo(
+        self.info = self.copy_info(
             name="copy_mist",
-            input_size=self.vocab,
             output_size=self.vocab - 1,
-            loss="cross_entropy",
-            target="per_step",
-            metric="cross_entropy",
-            higher_is_better=False,
             baseline=self.L * math.log(self.DATA) / self.length,
             baseline_note="memoryless: blank for L + D steps, then uniform over 10 symbols: "
             "L ln 10 / (D + 2L); always-blank error rate L / (D + 2L)",
-            seq_len=self.length,
-            input_kind="float" if self.one_hot else "tokens",
             extra={
                 "delay": self.delay,
                 "L": self.L,

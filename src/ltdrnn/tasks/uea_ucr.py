@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import DataFileError, DataNotFoundError, majority_accuracy, stratified_split
+from ..data import DataFileError, DataNotFoundError, stratified_split
 from ..data import data_dir as resolve_data_dir
-from .base import Task, TaskInfo, register_task
+from .base import Task, classification_info, register_task
 
 HOW_TO_GET = (
     "UCR/UEA sets are at https://www.timeseriesclassification.com (download the .ts version) "
@@ -238,16 +238,11 @@ class UeaUcrTask(Task):
             "test": (test_series, test.labels),
         }
         lengths = {len(s) for s in train_series + test_series}
-        self.info = TaskInfo(
+        self.info = classification_info(
             name="uea_ucr",
             input_size=train_series[0].shape[1],
             output_size=len(train.class_names),
-            loss="cross_entropy",
-            target="terminal",
-            metric="accuracy",
-            higher_is_better=True,
-            baseline=majority_accuracy(self.splits["train"][1]),
-            baseline_note="majority class of the training split",
+            train_labels=self.splits["train"][1],
             seq_len=lengths.pop() if len(lengths) == 1 else None,
             extra={
                 "dataset": dataset,
