@@ -14,7 +14,7 @@ is available; without one, the same path runs in PyTorch.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/tarnn_loop.cpp (time loop, K=1)
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/tarnn.cpp (time loop, K=1)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/stream_step.c and tarnn_loop.cpp number them
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/stream_step.c and tarnn.cpp number them
 READINGS = ("paper", "code", "theorem")
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
@@ -519,7 +519,7 @@ def _compiled_loop_runs(p: Tensor, k: int, gate: str) -> bool:
         and gate == "inside"
         and p.device.type == "cpu"
         and p.dtype in (torch.float32, torch.float64)
-        and load_torch_ops("tarnn_loop")
+        and load_torch_ops("tarnn")
     )
 
 
