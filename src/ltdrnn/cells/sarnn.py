@@ -6,7 +6,7 @@ update-mask tools they share).
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/sarnn_loop.cpp (time loop, GRU)
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/sarnn.cpp (time loop, GRU)
 """
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ class FusedSARNNGRU(torch.autograd.Function):
     allocator); sequence-sized tensors are allocated once and written in place, never stacked.
 
     On CPU in float32/64, both time loops run in one call each of the ATen operators of
-    ``csrc/sarnn_loop.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
+    ``csrc/sarnn.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
     Without a C++ compiler, or with ``LTDRNN_NO_KERNELS=1``, the PyTorch loops below run.
     """
 
@@ -404,10 +404,10 @@ class FusedSARNNGRU(torch.autograd.Function):
         return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
 
 
-# ---- the whole time loop in compiled code (csrc/sarnn_loop.cpp) ----------------------------------------
+# ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
 def _compiled_loop_runs(gi: Tensor) -> bool:
-    """Whether both time loops run in ``csrc/sarnn_loop.cpp``: CPU, float32/64, and the operators build."""
-    return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn_loop")
+    """Whether both time loops run in ``csrc/sarnn.cpp``: CPU, float32/64, and the operators build."""
+    return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn")
 
 
 def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
