@@ -370,7 +370,7 @@ def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
         (0, gi.transpose(0, 1), "gi must be a contiguous CPU"),
         (0, torch.zeros(T, B, 3 * H + 1), "gi's last axis must be 3H"),
         (1, torch.zeros(T, B + 1, H), "coord_in must be"),
-        (2, h0.double(), "h0 must be a CPU tensor of gi's dtype"),
+        (2, h0.double(), "h0 must be a CPU tensor of dtype Float"),
         (3, torch.zeros(H, 2 * H), "w_t must be"),
         (9, torch.zeros(2, B, 3 * H), "gates must be a contiguous \\(T or 1"),
         (10, torch.zeros(1, B, H), "gates and news must have the same number of rows"),

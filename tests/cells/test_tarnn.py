@@ -435,9 +435,9 @@ def test_compiled_k1_build_is_cached_and_reused_without_compiling(monkeypatch):
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     from ltdrnn import kernels
 
-    built = kernels._build("tarnn", "cpp")
+    built = kernels._build("tarnn")
     monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: pytest.fail("recompiled a cached build"))
-    assert kernels._build("tarnn", "cpp") == built and kernels._is_intact(built)
+    assert kernels._build("tarnn") == built and kernels._is_intact(built)
     assert built.parent == kernels.kernel_cache_dir() and built.name.startswith("tarnn-")
 
 

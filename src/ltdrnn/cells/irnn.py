@@ -447,9 +447,7 @@ _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn.cpp num
 def _compiled_loop_runs(c: Tensor, k: int) -> bool:
     """Whether both time loops run in ``csrc/irnn.cpp``: K = 1 (any reading, U dense or low rank), on
     CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
-    return (
-        k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
-    )
+    return k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
