@@ -150,7 +150,9 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
   const T* dh_base = dh.data_ptr<T>();
   const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1), d = gate.d;
   std::vector<T> block(3 * batch * hidden, T(0));
-  std::vector<double> sum_f(hidden, 0.0), sum_g(hidden, 0.0), sum_w(gate.in_kernel() ? hidden * d : 0, 0.0);
+  std::vector<double> sums(2 * hidden + (gate.in_kernel() ? hidden * d : 0), 0.0);
+  // raw pointers, not vector accesses: gcc vectorises the loops below only then
+  double *sum_f = sums.data(), *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
   T *next = block.data(), *cur = next + batch * hidden, *work = cur + batch * hidden;
   for (int64_t t = steps - 1; t >= 0; --t) {
     for (int64_t b = 0; b < batch; ++b) {
@@ -181,6 +183,8 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
         const T s = sigmoid(dgr[i]);
         dfr[i] = gz[i] * s;
         dgr[i] = gz[i] * (fr[i] + bf[i]) * s * (T(1) - s);
+      }
+      for (int64_t i = 0; i < hidden; ++i) {
         sum_f[i] += dfr[i];
         sum_g[i] += dgr[i];
       }
@@ -188,7 +192,7 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
       const T* x_row = gate.x + row * d;
       for (int64_t c = 0; c < d; ++c) {
         const T v = x_row[c];
-        double* sw = sum_w.data() + c * hidden;  // column c of d_wg, transposed
+        double* sw = sum_w + c * hidden;  // column c of d_wg, transposed
         T acc = 0;
         for (int64_t i = 0; i < hidden; ++i) {
           sw[i] += dgr[i] * v;
