@@ -70,7 +70,7 @@ class MISTCell(Cell):
             ``"list"`` (autograd-recorded loop that keeps a list of past states and reads the delayed
             ones from it), ``"fused"`` (one autograd function over the whole sequence with a
             hand-written backward; weight gradients as one matrix product each), ``"kernel"`` (the
-            same with each step's element-wise work in one compiled C call; falls back to ``"fused"``
+            same with each step's element-wise work in one compiled operator call; falls back to ``"fused"``
             when the kernel cannot be built or for non-CPU/non-float32/64 tensors), or ``"auto"``.
 
     Parameters (stacked so that each step needs two matrix products):

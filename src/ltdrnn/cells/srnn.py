@@ -72,7 +72,7 @@ class SRNNCell(Cell):
             turns it off).
         activation: ``"relu"`` (the paper's experiments) or ``"tanh"``.
         impl: ``"reference"`` (loop over :meth:`step`), ``"fused"`` (whole-sequence autograd function
-            with a hand-written backward, pure PyTorch), ``"kernel"`` (the same in a compiled C loop;
+            with a hand-written backward, pure PyTorch), ``"kernel"`` (the same in a compiled loop;
             falls back to ``"fused"`` when it cannot be built or for non-CPU/non-float32/64 tensors),
             ``"closed_form"`` (relu only: cumsum/cummin, no time loop), or ``"auto"``.
 
