@@ -31,7 +31,7 @@ from torch import Tensor
 # float rounding, which the tests check against the reference loops. It is given to the compile step
 # only: linked with -ffast-math, gcc adds crtfastmath.o, whose constructor switches the whole process
 # to flush-denormals-to-zero as soon as the library is loaded.
-C_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC")
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC")
 #: The header every ``csrc/<cell>.cpp`` includes; its bytes are part of each build's cache key.
 COMMON_HEADER = "common.h"
 KERNEL_DTYPES = (torch.float32, torch.float64)
@@ -61,33 +61,24 @@ def load_torch_ops(cell: str) -> bool:
     """
     if not kernels_enabled():
         return False
-
-    def register() -> bool:
-        torch.ops.load_library(str(_build(cell)))
-        return True
-
-    return _load_once(_TORCH_OPS, cell, "compiled operators", register, False)
+    if cell not in _TORCH_OPS:
+        try:
+            torch.ops.load_library(str(_build(cell)))
+            _TORCH_OPS[cell] = True
+        except Exception as error:  # any failure means: use the PyTorch fallback
+            warnings.warn(
+                f"ltdrnn: compiled operators {cell!r} unavailable ({error}); using the pure-PyTorch implementation",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            _TORCH_OPS[cell] = False
+    return _TORCH_OPS[cell]
 
 
 def kernel_runs_on(cell: str, x: Tensor) -> bool:
     """Whether the operators of ``csrc/<cell>.cpp`` can run on tensors like ``x``: CPU, float32 or
     float64, and the operators build on this machine."""
     return x.device.type == "cpu" and x.dtype in KERNEL_DTYPES and load_torch_ops(cell)
-
-
-def _load_once(cache: dict, name: str, what: str, load, failed):
-    """``cache[name]``, filled on first use by ``load()``; any failure warns once and caches ``failed``."""
-    if name not in cache:
-        try:
-            cache[name] = load()
-        except Exception as error:  # any failure means: use the PyTorch fallback
-            warnings.warn(
-                f"ltdrnn: {what} {name!r} unavailable ({error}); using the pure-PyTorch implementation",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            cache[name] = failed
-    return cache[name]
 
 
 def _toolchain() -> tuple[str, list[str], list[str]]:
@@ -101,7 +92,7 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
     includes = [f"-I{path}" for path in cpp_extension.include_paths()]
     libraries = cpp_extension.library_paths()
     links = [f"-L{path}" for path in libraries] + [f"-Wl,-rpath,{path}" for path in libraries]
-    compile_flags = [*C_FLAGS, "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes]
+    compile_flags = [*COMPILE_FLAGS, "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes]
     return compiler, compile_flags, [*links, "-lc10", "-ltorch_cpu"]
 
 
@@ -134,6 +125,7 @@ def _build(cell: str) -> Path:
 
 
 def _compile(compiler: str, compile_flags: list[str], link_flags: list[str], source: Path, target: Path) -> None:
+    """Compiles ``source`` and links ``target``; a failure raises with the compiler's own message."""
     obj = target.with_suffix(".o")
     for command in (
         [compiler, *compile_flags, "-c", str(source), "-o", str(obj)],
