@@ -21,7 +21,7 @@ def stream_call(name):
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("no C++ compiler on this machine")
     if not kernels.load_torch_ops(name):
-        pytest.skip(f"csrc/{name}.cpp does not build here")
+        pytest.skip(f"kernels off (LTDRNN_NO_KERNELS) or csrc/{name}.cpp does not build here")
     torch.manual_seed(0)
     cell = CELLS[name](3, 8)
     operands = cell._stream_operands()
@@ -51,7 +51,7 @@ def test_a_malformed_streaming_call_is_a_clear_error(name):
 
 def test_the_scan_operators_check_the_step_and_the_history_they_index():
     if not (kernels.load_torch_ops("mist") and kernels.load_torch_ops("srnn")):
-        pytest.skip("csrc/mist.cpp or csrc/srnn.cpp does not build here")
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp or srnn.cpp does not build here")
     T, B, H, nd = 3, 2, 4, 3  # delays 1, 2, 4: four rows of history
     gates, states, rm = torch.zeros(T, B, nd + H), torch.zeros(4 + T, B, H), torch.zeros(T, B, H)
     forward = torch.ops.ltdrnn.mist_forward_step

@@ -151,11 +151,12 @@ def test_kernel_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path):
         torch.testing.assert_close(a, b)
 
 
-def test_kernel_builds_where_a_compiler_exists_and_is_the_default():
+def test_kernel_builds_where_a_compiler_exists_and_is_the_default(monkeypatch):
     import shutil
 
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("no C++ compiler on this machine")
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     assert kernel_module.load_torch_ops("srnn")
     cell = make()
     assert SRNNCell.default_impl == "kernel" and cell.resolved_impl() == "kernel"
