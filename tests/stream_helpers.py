@@ -1,4 +1,4 @@
-"""The check shared by the source cells' compiled streaming steps (``csrc/stream_step.c``).
+"""The check shared by the source cells' compiled streaming steps (``torch.ops.ltdrnn.<cell>_stream``).
 
 ``check_streaming_matches_reference`` steps a cell one time step at a time without gradients, both as
 the cell itself and through ``Recurrent.step``, and requires the outputs, the final state and any
@@ -63,5 +63,6 @@ def check_streaming_matches_reference(
                     )
             for p in cell.parameters():  # an optimiser step: the cached operands must follow
                 p.mul_(1.1)
-    used = use_kernels and x.shape[1] <= kernels.STREAM_MAX_BATCH and kernels.load_kernel("stream_step")
+    kernel_file = type(cell).__module__.rsplit(".", 1)[-1]  # csrc/<cell>.cpp
+    used = use_kernels and x.shape[1] <= kernels.STREAM_MAX_BATCH and kernels.load_torch_ops(kernel_file)
     assert (len(calls) > 0) == bool(used)

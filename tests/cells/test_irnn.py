@@ -344,11 +344,11 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
     assert result["metrics"]["metric"] < 0.5 * result["metrics"]["baseline"]
 
 
-# ---- the compiled time loop (K = 1, csrc/irnn_loop.cpp) == the PyTorch loop == the reference ----------
+# ---- the compiled time loop (K = 1, csrc/irnn.cpp) == the PyTorch loop == the reference ----------
 def compiled_loop_available():
     from ltdrnn.kernels import load_torch_ops
 
-    return load_torch_ops("irnn_loop")
+    return load_torch_ops("irnn")
 
 
 def outputs_and_gradients(cell, x, h0, impl, loss):
@@ -381,7 +381,7 @@ def mean_loss(out, final):
 )
 def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(monkeypatch, options):
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/irnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
     import ltdrnn.cells.irnn as irnn_module
 
     calls = []
@@ -405,7 +405,7 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(m
 
 def test_compiled_k1_loop_in_float32_with_a_mean_loss_and_without_autograd():
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/irnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
     torch.manual_seed(7)
     cell = IRNN(2, 8, K=1)
     x, h0 = torch.randn(200, 3, 2), 0.1 * torch.randn(3, 8)
@@ -428,9 +428,9 @@ def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_p
     torch.manual_seed(8)
     cell = IRNN(2, 8, K=1)
     x, h0 = torch.randn(30, 2, 2), 0.1 * torch.randn(2, 8)
-    with pytest.warns(RuntimeWarning, match="irnn_loop.*pure-PyTorch"):
+    with pytest.warns(RuntimeWarning, match="irnn.*pure-PyTorch"):
         fused = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
-    assert kernels._TORCH_OPS == {"irnn_loop": False}
+    assert kernels._TORCH_OPS == {"irnn": False}
     reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
     for key, expected in reference.items():
         torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
@@ -438,7 +438,7 @@ def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_p
 
 def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/irnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
     forward = torch.ops.ltdrnn.irnn_k1_forward
     c, h0, m_t = torch.zeros(5, 2, 4), torch.zeros(2, 4), torch.zeros(4, 4)
     phis, out = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)

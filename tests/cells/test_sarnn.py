@@ -263,11 +263,11 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
     )
 
 
-# ---- the compiled time loop (csrc/sarnn_loop.cpp) == the PyTorch loop == the reference ---------------
+# ---- the compiled time loop (csrc/sarnn.cpp) == the PyTorch loop == the reference ---------------
 def compiled_loop_available():
     from ltdrnn.kernels import load_torch_ops
 
-    return load_torch_ops("sarnn_loop")
+    return load_torch_ops("sarnn")
 
 
 def differentiate(cell, x, h0, impl, loss, lengths=None):
@@ -298,7 +298,7 @@ def mean_loss(out, final):
 )
 def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dtype, steps, loss):
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/sarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     import ltdrnn.cells.sarnn as sarnn_module
 
     calls = []
@@ -325,7 +325,7 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
 
 def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/sarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     cell = make(seed=4, h=8)
     x, h0, lengths = torch.randn(50, 3, 3), 0.3 * torch.randn(3, 8), torch.tensor([50, 20, 1])
     expected = differentiate(cell, x, h0, "reference", weighted_loss, lengths)
@@ -346,9 +346,9 @@ def test_without_a_compiler_the_loop_falls_back_to_pytorch(monkeypatch, tmp_path
     monkeypatch.setattr(kernels, "_TORCH_OPS", {})
     cell = make(seed=5, h=8)
     x, h0 = torch.randn(30, 2, 3), 0.3 * torch.randn(2, 8)
-    with pytest.warns(RuntimeWarning, match="sarnn_loop.*pure-PyTorch"):
+    with pytest.warns(RuntimeWarning, match="sarnn.*pure-PyTorch"):
         fused = differentiate(cell, x, h0, "fused", weighted_loss)
-    assert kernels._TORCH_OPS == {"sarnn_loop": False}
+    assert kernels._TORCH_OPS == {"sarnn": False}
     reference = differentiate(cell, x, h0, "reference", weighted_loss)
     for key, expected in reference.items():
         torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
@@ -357,7 +357,7 @@ def test_without_a_compiler_the_loop_falls_back_to_pytorch(monkeypatch, tmp_path
 def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
     """The Python path hands over only checked tensors; the operators check again before any pointer."""
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/sarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     forward = torch.ops.ltdrnn.sarnn_gru_forward
     T, B, H = 5, 2, 4
     gi, coord, h0 = torch.zeros(T, B, 3 * H), torch.zeros(T, B, H), torch.zeros(B, H)
@@ -370,7 +370,7 @@ def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
         (0, gi.transpose(0, 1), "gi must be a contiguous CPU"),
         (0, torch.zeros(T, B, 3 * H + 1), "gi's last axis must be 3H"),
         (1, torch.zeros(T, B + 1, H), "coord_in must be"),
-        (2, h0.double(), "h0 must be a CPU tensor of gi's dtype"),
+        (2, h0.double(), "h0 must be a CPU tensor of dtype Float"),
         (3, torch.zeros(H, 2 * H), "w_t must be"),
         (9, torch.zeros(2, B, 3 * H), "gates must be a contiguous \\(T or 1"),
         (10, torch.zeros(1, B, H), "gates and news must have the same number of rows"),

@@ -305,11 +305,11 @@ def test_fused_equals_reference_at_T_1000(options):
         torch.testing.assert_close(results["fused"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
 
 
-# ---- the compiled time loop (K = 1, csrc/tarnn_loop.cpp) == the PyTorch loop == the reference ----------
+# ---- the compiled time loop (K = 1, csrc/tarnn.cpp) == the PyTorch loop == the reference ----------
 def compiled_loop_available():
     from ltdrnn.kernels import load_torch_ops
 
-    return load_torch_ops("tarnn_loop")
+    return load_torch_ops("tarnn")
 
 
 def run_and_differentiate(cell, x, s0, impl, loss):
@@ -337,7 +337,7 @@ def mean_loss(out, final):
 )
 def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_at_T_1000(monkeypatch, options, loss):
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     import ltdrnn.cells.tarnn as tarnn_module
 
     calls = []
@@ -361,7 +361,7 @@ def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_
     """Float64 agreement to 1e-10, and a second backward (retain_graph: P was overwritten by the first)
     gives the same gradients again."""
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     torch.manual_seed(3)
     cell = TARNN(2, 8, K=1, eta=0.3, dtype=DT)
     x, s0 = torch.randn(300, 2, 2, dtype=DT), 0.1 * torch.randn(2, 8, dtype=DT)
@@ -381,7 +381,7 @@ def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_
 
 def test_compiled_k1_loop_without_autograd_equals_the_reference():
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     torch.manual_seed(4)
     cell = TARNN(3, 8, K=1, eta=0.2)
     x, s0 = torch.randn(40, 2, 3), 0.1 * torch.randn(2, 8)
@@ -402,9 +402,9 @@ def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_p
     torch.manual_seed(5)
     cell = TARNN(3, 8, K=1, eta=0.2)
     x, s0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
-    with pytest.warns(RuntimeWarning, match="tarnn_loop.*pure-PyTorch"):
+    with pytest.warns(RuntimeWarning, match="tarnn.*pure-PyTorch"):
         fused = run_and_differentiate(cell, x, s0, "fused", weighted_loss)
-    assert kernels._TORCH_OPS == {"tarnn_loop": False}
+    assert kernels._TORCH_OPS == {"tarnn": False}
     reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
     for key, expected in reference.items():
         torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
@@ -413,7 +413,7 @@ def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_p
 def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     """The Python path hands over only checked tensors; the operators check again before any pointer."""
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     forward = torch.ops.ltdrnn.tarnn_k1_forward
     p, s0, w_t = torch.zeros(5, 2, 12), torch.zeros(2, 4), torch.zeros(4, 12)
     out, beta = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)
@@ -432,13 +432,13 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
 
 def test_compiled_k1_build_is_cached_and_reused_without_compiling(monkeypatch):
     if not compiled_loop_available():
-        pytest.skip("no C++ compiler for csrc/tarnn_loop.cpp")
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     from ltdrnn import kernels
 
-    built = kernels._build("tarnn_loop", "cpp")
+    built = kernels._build("tarnn")
     monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: pytest.fail("recompiled a cached build"))
-    assert kernels._build("tarnn_loop", "cpp") == built and kernels._is_intact(built)
-    assert built.parent == kernels.kernel_cache_dir() and built.name.startswith("tarnn_loop-")
+    assert kernels._build("tarnn") == built and kernels._is_intact(built)
+    assert built.parent == kernels.kernel_cache_dir() and built.name.startswith("tarnn-")
 
 
 # ---- streaming without autograd ---------------------------------------------------------------------

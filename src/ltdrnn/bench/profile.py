@@ -4,12 +4,12 @@ A training step at the first shape runs once under ``torch.profiler.profile`` (a
 untimed steps). Its wall time is split by the profiler's self times into
 
 * ``matmul``: BLAS products (``aten::mm``, ``addmm``, ``bmm``, ...), the arithmetic the FLOPs count;
-* ``compiled``: the library's own ATen operators (``ltdrnn::*``, a whole time loop per call);
+* ``compiled``: the library's own operators (``ltdrnn::*``: a whole time loop per call, or one step's
+  element-wise work in MIST's ``"kernel"`` scan);
 * ``other ops``: every other ATen operator (elementwise work, copies, views, fused library kernels
   such as nn.LSTM's oneDNN ones);
 * ``outside ops``: the rest of the wall time, spent in no operator: Python (the time loops of the
-  custom autograd Functions included), ctypes calls into the C kernels (invisible to the profiler),
-  the autograd engine and the profiler's own bookkeeping.
+  custom autograd Functions included), the autograd engine and the profiler's own bookkeeping.
 
 ``dispatches per step`` counts the operator calls made from Python or by the autograd engine (not
 those nested inside another operator) divided by T: a Python loop's per-step cost is roughly that

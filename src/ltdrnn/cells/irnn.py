@@ -16,7 +16,7 @@ folds ``P U`` into one matrix ``M`` and ``P (W x + b)`` into the precomputed inp
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/irnn_loop.cpp (time loop, K=1)
+Kernel: src/ltdrnn/csrc/irnn.cpp (time loop, K=1)
 """
 
 from __future__ import annotations
@@ -440,16 +440,14 @@ def _parameter_gradients(ctx, flat_dpre: Tensor, grad_m: Tensor, carry: Tensor, 
     )
 
 
-# ---- the whole time loop in compiled code (csrc/irnn_loop.cpp) -----------------------------------------
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn_loop.cpp numbers them
+# ---- the whole time loop in compiled code (csrc/irnn.cpp) -----------------------------------------
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn.cpp numbers them
 
 
 def _compiled_loop_runs(c: Tensor, k: int) -> bool:
-    """Whether both time loops run in ``csrc/irnn_loop.cpp``: K = 1 (any reading, U dense or low rank), on
+    """Whether both time loops run in ``csrc/irnn.cpp``: K = 1 (any reading, U dense or low rank), on
     CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
-    return (
-        k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn_loop")
-    )
+    return k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:

@@ -7,7 +7,7 @@ from the distant past survive. See ``docs/cells/mist.md``.
 
 Doc: docs/cells/mist.md
 Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/mist_step.c (the "kernel" path), src/ltdrnn/csrc/stream_step.c (streaming step)
+Kernel: src/ltdrnn/csrc/mist.cpp (the "kernel" path and the streaming step)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..kernels import POINTER, SIZE, StreamOperands, kernel_function, kernel_runs_on, stream_in_kernel
+from ..kernels import StreamOperands, kernel_runs_on, stream_in_kernel
 from ..memory import empty_buffer, release, scratch_buffer
 from ..scan import ParameterCache
 from .base import Cell, check_positive_int, mask_outputs
@@ -70,7 +70,7 @@ class MISTCell(Cell):
             ``"list"`` (autograd-recorded loop that keeps a list of past states and reads the delayed
             ones from it), ``"fused"`` (one autograd function over the whole sequence with a
             hand-written backward; weight gradients as one matrix product each), ``"kernel"`` (the
-            same with each step's element-wise work in one compiled C call; falls back to ``"fused"``
+            same with each step's element-wise work in one compiled operator call; falls back to ``"fused"``
             when the kernel cannot be built or for non-CPU/non-float32/64 tensors), or ``"auto"``.
 
     Parameters (stacked so that each step needs two matrix products):
@@ -151,10 +151,10 @@ class MISTCell(Cell):
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
         """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
 
-        Without gradient recording and with ``impl`` resolving to ``"kernel"``, the whole step is one
-        call of ``csrc/stream_step.c`` at batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`
-        (:meth:`_stream_in_kernel`); at larger batch the element-wise part runs in the compiled
-        ``mist_step`` kernel (:meth:`_stream_kernel`); otherwise ``step(precompute(x_t))``.
+        Without gradient recording, with ``impl`` resolving to ``"kernel"`` and batch up to
+        :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`, the whole step is one call of
+        ``torch.ops.ltdrnn.mist_stream`` (:meth:`_stream_in_kernel`); otherwise
+        ``step(precompute(x_t))``.
         """
         if state is not None and self.resolved_impl() == "kernel":
             stepped = self._stream_in_kernel(x_t, state)
@@ -163,52 +163,23 @@ class MISTCell(Cell):
         self.check_input(x_t, expected_dims=2, name="x_t")
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
-        if not torch.is_grad_enabled() and self.resolved_impl() == "kernel" and kernel_supports(x_t):
-            return self._stream_kernel(x_t, state)
         return self.step(self.precompute(x_t), state)
 
     def _stream_in_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor] | None:
         """``(h_t, new history)`` from one call of the compiled streaming step, or None where it
         does not apply."""
         outputs = stream_in_kernel(
-            "mist_stream",
+            "mist",
             lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands),
             x_t,
             history,
             self.input_size,
             (self.history_size, self.hidden_size),
-            [(self.hidden_size,), (self.history_size, self.hidden_size)],
         )
         return None if outputs is None else tuple(outputs)
 
     def _stream_operands(self) -> StreamOperands:
-        return StreamOperands(
-            (self.weight_ih, self.bias, self.weight_hh, self.weight_mix),
-            (self.input_size, self.hidden_size, self.num_delays, self.history_size),
-        )
-
-    def _stream_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
-        """Inference step with the compiled kernel reading the delayed states from ``history``."""
-        batch, split, hidden = x_t.shape[0], self.num_delays + self.hidden_size, self.hidden_size
-        history = history.contiguous()
-        inputs = torch.addmm(self.bias, x_t, self.weight_ih.t())
-        gates = torch.addmm(inputs[:, :split], history[:, -1], self.weight_hh.t())
-        reset_mixed, scratch = history.new_empty(batch, hidden), history.new_empty(hidden)
-        _c_function("mist_forward_step", history.dtype)(
-            gates.data_ptr(),
-            history.data_ptr(),
-            reset_mixed.data_ptr(),
-            scratch.data_ptr(),
-            0,
-            self.history_size,
-            batch,
-            hidden,
-            self.num_delays,
-            hidden,
-            self.history_size * hidden,
-        )
-        h = torch.addmm(inputs[:, split:], reset_mixed, self.weight_mix.t()).tanh_()
-        return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
+        return StreamOperands((self.weight_ih, self.bias, self.weight_hh, self.weight_mix))
 
     def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
         return self._stream_in_kernel(x_t, state) if impl == "kernel" else None
@@ -281,7 +252,8 @@ class MISTScan(torch.autograd.Function):
     reverse, adds each step's gradient into the rows of the delayed states it read, and forms the
     weight gradients at the end with one matrix product each instead of one per step. With
     ``kernel=True`` the element-wise work of a step (softmax, sigmoid, mixing, reset and their
-    derivatives) is one call into ``csrc/mist_step.c``; otherwise PyTorch ops do it.
+    derivatives) is one call of ``torch.ops.ltdrnn.mist_forward_step`` / ``mist_backward_step``;
+    otherwise PyTorch ops do it.
     """
 
     @staticmethod
@@ -297,7 +269,7 @@ class MISTScan(torch.autograd.Function):
         reset_mixed = empty_buffer((steps, batch, hidden), w_mix)  # r_t * sum_i a_i h_{t-2^i}
         rows = past - torch.tensor(delays, device=states.device)  # rows of h_{t-2^i} at t = 0
         step = (
-            _kernel_forward_step(states, activated, reset_mixed, len(delays))
+            _kernel_forward_step(states, activated, reset_mixed)
             if kernel
             else _torch_forward_step(states, activated, reset_mixed, rows)
         )
@@ -322,7 +294,7 @@ class MISTScan(torch.autograd.Function):
         d_gates = scratch_buffer(activated.shape, activated)
         d_pre = scratch_buffer(reset_mixed.shape, reset_mixed)  # dL/d(tanh argument)
         step = (
-            _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, rows.shape[0])
+            _kernel_backward_step(states, activated, reset_mixed, grad, d_gates)
             if ctx.kernel
             else _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows)
         )
@@ -397,71 +369,24 @@ def _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows):
     return step
 
 
-def _kernel_forward_step(states, activated, reset_mixed, nd):
-    function = _c_function("mist_forward_step", states.dtype)
-    past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
-    size = states.element_size()
-    scratch = states.new_empty(hidden)
-    gates_at, rm_at, states_at = activated.data_ptr(), reset_mixed.data_ptr(), states.data_ptr()
-    gate_stride, row_stride = batch * activated.shape[-1] * size, batch * hidden * size
+def _kernel_forward_step(states, activated, reset_mixed):
+    forward_step = torch.ops.ltdrnn.mist_forward_step
 
     def step(t):
-        function(
-            gates_at + t * gate_stride,
-            states_at,
-            rm_at + t * row_stride,
-            scratch.data_ptr(),
-            t,
-            past,
-            batch,
-            hidden,
-            nd,
-            batch * hidden,
-            hidden,
-        )
+        forward_step(activated, states, reset_mixed, t)
 
     return step
 
 
-def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates, nd):
-    function = _c_function("mist_backward_step", states.dtype)
-    past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
-    size = states.element_size()
-    scratch = states.new_empty(hidden)
-    gates_at, rm_at, states_at = activated.data_ptr(), reset_mixed.data_ptr(), states.data_ptr()
-    grad_at, d_gates_at = grad.data_ptr(), d_gates.data_ptr()
-    gate_stride, row_stride = batch * activated.shape[-1] * size, batch * hidden * size
+def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates):
+    backward_step = torch.ops.ltdrnn.mist_backward_step
 
     def step(t, d_reset_mixed):
-        d_reset_mixed = d_reset_mixed.contiguous()
-        function(
-            gates_at + t * gate_stride,
-            rm_at + t * row_stride,
-            d_reset_mixed.data_ptr(),
-            states_at,
-            grad_at,
-            d_gates_at + t * gate_stride,
-            scratch.data_ptr(),
-            t,
-            past,
-            batch,
-            hidden,
-            nd,
-        )
+        backward_step(activated, reset_mixed, d_reset_mixed.contiguous(), states, grad, d_gates, t)
 
     return step
-
-
-_SIGNATURES = {
-    "mist_forward_step": [POINTER] * 4 + [SIZE] * 7,
-    "mist_backward_step": [POINTER] * 7 + [SIZE] * 5,
-}
-
-
-def _c_function(name: str, dtype: torch.dtype):
-    return kernel_function("mist_step", name, dtype, _SIGNATURES[name])
 
 
 def kernel_supports(x: Tensor) -> bool:
-    """True when ``csrc/mist_step.c`` can run on tensors like ``x`` (and it builds on this machine)."""
-    return kernel_runs_on("mist_step", x)
+    """True when ``csrc/mist.cpp`` can run on tensors like ``x`` (and it builds on this machine)."""
+    return kernel_runs_on("mist", x)

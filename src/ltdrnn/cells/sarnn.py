@@ -6,7 +6,7 @@ update-mask tools they share).
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/sarnn_loop.cpp (time loop, GRU)
+Kernel: src/ltdrnn/csrc/sarnn.cpp (time loop with the GRU, and the streaming step)
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ class SARNN(MaskedCell):
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`. Without autograd, with a GRU, a fast
         ``impl`` and batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`, the whole step is one call of
-        ``csrc/stream_step.c`` (which computes the candidate only for the units it updates)."""
+        ``torch.ops.ltdrnn.sarnn_stream`` (which computes the candidate only for the units it updates)."""
         if state is not None and self.resolved_impl() != "reference":
             h = self._stream_in_kernel(x_t, state)
             if h is not None:
@@ -227,13 +227,12 @@ class SARNN(MaskedCell):
         """``h_t`` from one call of the compiled streaming step (recording ``aux``), or None where it
         does not apply."""
         outputs = stream_in_kernel(
-            "sarnn_stream",
+            "sarnn",
             lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands, self.slope),
             x_t,
             h,
             self.input_size,
             (self.hidden_size,),
-            [(self.hidden_size,)] * 3,
         )
         if outputs is None:
             return None
@@ -255,8 +254,7 @@ class SARNN(MaskedCell):
                 self.coord_weight_ih * half,
                 self.coord_bias * half + 0.5,
                 self.scaled_coord_weight(),
-            ),
-            (self.input_size, self.hidden_size),
+            )
         )
 
     def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
@@ -323,7 +321,7 @@ class FusedSARNNGRU(torch.autograd.Function):
     allocator); sequence-sized tensors are allocated once and written in place, never stacked.
 
     On CPU in float32/64, both time loops run in one call each of the ATen operators of
-    ``csrc/sarnn_loop.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
+    ``csrc/sarnn.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
     Without a C++ compiler, or with ``LTDRNN_NO_KERNELS=1``, the PyTorch loops below run.
     """
 
@@ -404,10 +402,10 @@ class FusedSARNNGRU(torch.autograd.Function):
         return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
 
 
-# ---- the whole time loop in compiled code (csrc/sarnn_loop.cpp) ----------------------------------------
+# ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
 def _compiled_loop_runs(gi: Tensor) -> bool:
-    """Whether both time loops run in ``csrc/sarnn_loop.cpp``: CPU, float32/64, and the operators build."""
-    return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn_loop")
+    """Whether both time loops run in ``csrc/sarnn.cpp``: CPU, float32/64, and the operators build."""
+    return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn")
 
 
 def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):

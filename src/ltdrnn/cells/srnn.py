@@ -7,7 +7,7 @@ step at once in ``precompute``; only a shift, an add and ``act`` remain sequenti
 
 Doc: docs/cells/srnn.md
 Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/srnn_scan.c (the "kernel" path), src/ltdrnn/csrc/stream_step.c (streaming step)
+Kernel: src/ltdrnn/csrc/srnn.cpp (the "kernel" path and the streaming step)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..kernels import FLAG, POINTER, SIZE, StreamOperands, kernel_function, kernel_runs_on, pointer, stream_in_kernel
+from ..kernels import StreamOperands, kernel_runs_on, stream_in_kernel
 from ..memory import empty_buffer, release, scratch_buffer
 from ..scan import ParameterCache, final_state_at_lengths
 from .base import Cell, check_choice, check_nonnegative_int, check_positive_int, mask_outputs
@@ -72,7 +72,7 @@ class SRNNCell(Cell):
             turns it off).
         activation: ``"relu"`` (the paper's experiments) or ``"tanh"``.
         impl: ``"reference"`` (loop over :meth:`step`), ``"fused"`` (whole-sequence autograd function
-            with a hand-written backward, pure PyTorch), ``"kernel"`` (the same in a compiled C loop;
+            with a hand-written backward, pure PyTorch), ``"kernel"`` (the same in a compiled loop;
             falls back to ``"fused"`` when it cannot be built or for non-CPU/non-float32/64 tensors),
             ``"closed_form"`` (relu only: cumsum/cummin, no time loop), or ``"auto"``.
 
@@ -151,7 +151,7 @@ class SRNNCell(Cell):
         """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup.
 
         Without autograd, at batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` and with ``impl``
-        resolving to ``"kernel"``, the whole step is one call of ``csrc/stream_step.c``."""
+        resolving to ``"kernel"``, the whole step is one call of ``torch.ops.ltdrnn.srnn_stream``."""
         if state is not None and self.resolved_impl() == "kernel":
             h = self._stream_in_kernel(x_t, state)
             if h is not None:
@@ -164,13 +164,12 @@ class SRNNCell(Cell):
     def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
         """``h_t`` from one call of the compiled streaming step, or None where it does not apply."""
         outputs = stream_in_kernel(
-            "srnn_stream",
+            "srnn",
             lambda: self._stream_cache.get(self._beta_parameters(), self._stream_operands),
             x_t,
             h,
             self.input_size,
             (self.hidden_size,),
-            [(self.hidden_size,)],
         )
         return None if outputs is None else outputs[0]
 
@@ -184,13 +183,7 @@ class SRNNCell(Cell):
         return [p for layer in layers for p in (layer._parameters["weight"], layer._parameters["bias"])]
 
     def _stream_operands(self) -> StreamOperands:
-        tensors = self._beta_parameters()
-        if not self.gate:
-            tensors += [None, None]
-        return StreamOperands(
-            tensors,
-            (self.input_size, self.hidden_size, self.hyper_size, self.fr_layers, int(self.activation == "relu")),
-        )
+        return StreamOperands(self._beta_parameters(), (self.fr_layers, self.activation == "relu"))
 
     def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
         h = self._stream_in_kernel(x_t, state) if impl == "kernel" else None
@@ -308,7 +301,8 @@ class ShiftScan(torch.autograd.Function):
 
 
 class KernelScan(torch.autograd.Function):
-    """The last layer of ``f_r``, the gate and the recurrence in one compiled C loop per direction.
+    """The last layer of ``f_r``, the gate and the recurrence in one compiled loop per direction
+    (``torch.ops.ltdrnn.srnn_forward`` / ``srnn_backward``).
 
     ``forward(features (T, B, k), W_f (H, k), b_f, x (T, B, d), W_g (H, d) | None, b_g | None,
     h0 (B, H), relu) -> h (T, B, H)`` with ``f = features W_f^T + b_f``, ``g = x W_g^T + b_g`` and
@@ -331,23 +325,9 @@ class KernelScan(torch.autograd.Function):
         b_f, b_g = b_f.contiguous(), None if b_g is None else b_g.contiguous()
         h0 = h0.contiguous()
         h = empty_buffer(f.shape, f)
-        status = _c_function("srnn_forward", f.dtype)(
-            pointer(f),
-            pointer(b_f),
-            pointer(g),
-            pointer(b_g),
-            pointer(x if inline_gate else None),
-            pointer(w_g if inline_gate else None),
-            x.shape[-1],
-            pointer(h0),
-            pointer(h),
-            steps,
-            batch,
-            hidden,
-            int(relu),
+        torch.ops.ltdrnn.srnn_forward(
+            f, b_f, g, b_g, x if inline_gate else None, w_g if inline_gate else None, h0, relu, h
         )
-        if status != 0:
-            raise MemoryError("srnn_forward: the kernel could not allocate its work space")
         ctx.relu, ctx.inline_gate = relu, inline_gate
         ctx.save_for_backward(features, w_f, b_f, x, w_g, b_g, f, g, h)
         return h
@@ -355,7 +335,7 @@ class KernelScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh):
         features, w_f, b_f, x, w_g, b_g, f, g, h = ctx.saved_tensors
-        steps, batch, hidden = h.shape
+        hidden = h.shape[-1]
         inline_gate = ctx.inline_gate
         if dh.stride(-1) != 1:
             dh = dh.contiguous()
@@ -366,32 +346,24 @@ class KernelScan(torch.autograd.Function):
         d_bg = None if b_g is None else torch.empty_like(b_g)
         d_wg = torch.empty_like(w_g) if inline_gate else None
         d_x = torch.empty_like(x) if inline_gate and ctx.needs_input_grad[3] else None
-        status = _c_function("srnn_backward", h.dtype)(
-            pointer(dh),
-            dh.stride(0),
-            dh.stride(1),
-            pointer(h),
-            pointer(f),
-            pointer(b_f),
-            pointer(g),
-            pointer(b_g),
-            pointer(x if inline_gate else None),
-            pointer(w_g if inline_gate else None),
-            x.shape[-1],
-            pointer(df),
-            pointer(dg),
-            pointer(dh0),
-            pointer(d_bf),
-            pointer(d_bg),
-            pointer(d_wg),
-            pointer(d_x),
-            steps,
-            batch,
-            hidden,
-            int(ctx.relu),
+        torch.ops.ltdrnn.srnn_backward(
+            dh,
+            h,
+            f,
+            b_f,
+            g,
+            b_g,
+            x if inline_gate else None,
+            w_g if inline_gate else None,
+            ctx.relu,
+            df,
+            dg,
+            dh0,
+            d_bf,
+            d_bg,
+            d_wg,
+            d_x,
         )
-        if status != 0:
-            raise MemoryError("srnn_backward: the kernel could not allocate its work buffers")
         df2 = df.view(-1, hidden)
         feats2 = features.reshape(-1, features.shape[-1])
         d_features = (df2 @ w_f).view_as(features) if ctx.needs_input_grad[0] else None
@@ -417,14 +389,4 @@ def _product_into(out: Tensor, inputs: Tensor, weight: Tensor) -> Tensor:
 
 def kernel_supports(x: Tensor) -> bool:
     """True when the compiled kernel can run on tensors like ``x`` (and it builds on this machine)."""
-    return kernel_runs_on("srnn_scan", x)
-
-
-_SIGNATURES = {  # then T, B, H and the relu flag
-    "srnn_forward": [POINTER] * 6 + [SIZE] + [POINTER] * 2 + [SIZE] * 3 + [FLAG],
-    "srnn_backward": [POINTER, SIZE, SIZE] + [POINTER] * 7 + [SIZE] + [POINTER] * 7 + [SIZE] * 3 + [FLAG],
-}
-
-
-def _c_function(name: str, dtype: torch.dtype):
-    return kernel_function("srnn_scan", name, dtype, _SIGNATURES[name])
+    return kernel_runs_on("srnn", x)

@@ -14,7 +14,7 @@ is available; without one, the same path runs in PyTorch.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/tarnn_loop.cpp (time loop, K=1)
+Kernel: src/ltdrnn/csrc/tarnn.cpp (time loop, K=1, and the streaming step)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .registry import ParamCount, register
 
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/stream_step.c and tarnn_loop.cpp number them
+_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/tarnn.cpp numbers them
 READINGS = ("paper", "code", "theorem")
 _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head (1,290); cell with K=5"
 
@@ -284,16 +284,15 @@ class TARNN(EulerCell):
 
     def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor:
         """``s_m`` of one step without autograd (recording ``aux``): at batch up to
-        :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``csrc/stream_step.c``, else a few PyTorch
+        :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few PyTorch
         ops on matrices cached until a parameter changes."""
         outputs = stream_in_kernel(
-            "tarnn_stream",
+            "tarnn",
             lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
             x_t,
             s,
             self.input_size,
             (self.hidden_size,),
-            [(self.hidden_size,)] * 2,
         )
         if outputs is not None:
             out, beta = outputs
@@ -328,14 +327,7 @@ class TARNN(EulerCell):
         state_weights = self.state_weights()
         kernel_operands = StreamOperands(
             (weight, bias, state_weights, self.weight_U, self.steps.values()),
-            (
-                self.input_size,
-                self.hidden_size,
-                self.K,
-                _ACTIVATION_CODES[self.activation],
-                int(self.A_kind == "coupled"),
-                int(self.gate == "inside"),
-            ),
+            (_ACTIVATION_CODES[self.activation], self.A_kind == "coupled", self.gate == "inside"),
         )
         return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
 
@@ -519,7 +511,7 @@ def _compiled_loop_runs(p: Tensor, k: int, gate: str) -> bool:
         and gate == "inside"
         and p.device.type == "cpu"
         and p.dtype in (torch.float32, torch.float64)
-        and load_torch_ops("tarnn_loop")
+        and load_torch_ops("tarnn")
     )
 
 

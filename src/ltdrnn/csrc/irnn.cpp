@@ -1,8 +1,7 @@
 // The whole training recurrence of iRNN at K = 1 (ltdrnn.cells.irnn, _FusedIRNN), forward and backward,
 // each time loop in one call: the per-step product goes to ATen's BLAS (at::addmm), the activation to
 // ATen's vectorised kernels, the Euler update and its gradient to at::parallel_for over the batch.
-// Built and cached by ltdrnn.kernels.load_torch_ops; the operators are torch.ops.ltdrnn.irnn_k1_forward /
-// _backward.
+// Operators: torch.ops.ltdrnn.irnn_k1_forward / irnn_k1_backward.
 //
 // Layouts (time-major, contiguous):
 //   c (T, B, H): on entry the input map c_t = W' x_t + b'; the forward adds M y_0 in place (the
@@ -11,30 +10,24 @@
 //   phis (T or 1, B, H): phi of every step (1 reused row when no backward follows); outputs (T, B, H).
 // Per step, with the reading's (s, r) (ltdrnn.cells.irnn.READINGS):
 //   y_0 = s h_{t-1};  pre = M y_0 + c_t;  y_1 = y_0 + eta (phi(pre) - alpha y_0);  h_t = y_1 - r h_{t-1}
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "common.h"
 
-#include <algorithm>
 #include <tuple>
-#include <vector>
 
 namespace {
 
-constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off costs more than it saves
-
-int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
+using namespace ltdrnn;
 
 void check_sequence(const at::Tensor& c, const at::Tensor& h0, int64_t act) {
   TORCH_CHECK(c.device().is_cpu() && c.dim() == 3 && c.is_contiguous() && c.size(0) > 0,
-              "irnn_loop: c must be a contiguous CPU (T, B, H) tensor with T > 0, got ", c.sizes());
+              "irnn_k1: c must be a contiguous CPU (T, B, H) tensor with T > 0, got ", c.sizes());
   TORCH_CHECK(c.scalar_type() == at::kFloat || c.scalar_type() == at::kDouble,
-              "irnn_loop: expected float32 or float64, got ", c.scalar_type());
+              "irnn_k1: expected float32 or float64, got ", c.scalar_type());
   TORCH_CHECK(h0.sizes() == at::IntArrayRef({c.size(1), c.size(2)}) && h0.is_contiguous() &&
                   h0.scalar_type() == c.scalar_type() && h0.device().is_cpu(),
-              "irnn_loop: h0 must be a contiguous (B, H) = (", c.size(1), ", ", c.size(2),
+              "irnn_k1: h0 must be a contiguous (B, H) = (", c.size(1), ", ", c.size(2),
               ") CPU tensor of c's dtype, got ", h0.sizes(), " ", h0.scalar_type());
-  TORCH_CHECK(act >= 0 && act <= 2, "irnn_loop: activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ",
+  TORCH_CHECK(act >= 0 && act <= 2, "irnn_k1: activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ",
               act);
 }
 
@@ -42,14 +35,14 @@ void check_like(const at::Tensor& t, const at::Tensor& c, bool one_row_allowed, 
   const bool rows = t.dim() == 3 && (t.size(0) == c.size(0) || (one_row_allowed && t.size(0) == 1));
   TORCH_CHECK(rows && t.size(1) == c.size(1) && t.size(2) == c.size(2) && t.is_contiguous() &&
                   t.scalar_type() == c.scalar_type() && t.device().is_cpu(),
-              "irnn_loop: ", name, " must be a contiguous CPU ", one_row_allowed ? "(T or 1, B, H)" : "(T, B, H)",
+              "irnn_k1: ", name, " must be a contiguous CPU ", one_row_allowed ? "(T or 1, B, H)" : "(T, B, H)",
               " tensor of c's dtype, got ", t.sizes());
 }
 
 void check_square(const at::Tensor& m, const at::Tensor& c, const char* name) {
   TORCH_CHECK(m.sizes() == at::IntArrayRef({c.size(2), c.size(2)}) && m.scalar_type() == c.scalar_type() &&
                   m.device().is_cpu(),
-              "irnn_loop: ", name, " must be a CPU (H, H) = (", c.size(2), ", ", c.size(2), ") tensor, got ",
+              "irnn_k1: ", name, " must be a CPU (H, H) = (", c.size(2), ", ", c.size(2), ") tensor, got ",
               m.sizes());
 }
 
@@ -61,14 +54,6 @@ void activate_into(const at::Tensor& pre, at::Tensor out, int64_t act) {
   } else {
     at::sigmoid_out(out, pre);
   }
-}
-
-// d phi / d pre, from phi's value
-template <typename T>
-inline T activation_slope(T phi, int64_t act) {
-  if (act == 0) return phi > T(0) ? T(1) : T(0);
-  if (act == 1) return T(1) - phi * phi;
-  return phi * (T(1) - phi);
 }
 
 void irnn_k1_forward(at::Tensor c, const at::Tensor& h0, const at::Tensor& m_t, double eta, double alpha, double s,
@@ -112,7 +97,7 @@ std::tuple<double, double> irnn_k1_backward(at::Tensor c, const at::Tensor& phis
   check_like(outputs, c, false, "outputs");
   check_like(grad_outputs, c, false, "grad_outputs");
   TORCH_CHECK(carry.sizes() == h0.sizes() && carry.is_contiguous() && carry.scalar_type() == c.scalar_type(),
-              "irnn_loop: carry must be a contiguous (B, H) tensor of c's dtype, got ", carry.sizes());
+              "irnn_k1: carry must be a contiguous (B, H) tensor of c's dtype, got ", carry.sizes());
   const int64_t steps = c.size(0), batch = c.size(1), hidden = c.size(2);
   double dot_phi = 0.0, dot_y = 0.0;
   AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), "irnn_k1_backward", [&] {
@@ -126,19 +111,21 @@ std::tuple<double, double> irnn_k1_backward(at::Tensor c, const at::Tensor& phis
       const scalar_t* grad_p = grad_outputs.select(0, t).data_ptr<scalar_t>();
       scalar_t* d_p = c.select(0, t).data_ptr<scalar_t>();
       scalar_t* carry_p = carry.data_ptr<scalar_t>();
-      at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-          scalar_t sum_phi = 0, sum_y = 0;
-          for (int64_t j = b * hidden; j < (b + 1) * hidden; ++j) {
-            const scalar_t gj = grad_p[j] + carry_p[j];
-            sum_phi += gj * phi_p[j];
-            sum_y += gj * sv * prev_p[j];
-            d_p[j] = gj * activation_slope(phi_p[j], act);
-            carry_p[j] = keep * gj;
+      with_activation(act, [&](auto kind) {
+        at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
+          for (int64_t b = begin; b < end; ++b) {
+            scalar_t sum_phi = 0, sum_y = 0;
+            for (int64_t j = b * hidden; j < (b + 1) * hidden; ++j) {
+              const scalar_t gj = grad_p[j] + carry_p[j];
+              sum_phi += gj * phi_p[j];
+              sum_y += gj * sv * prev_p[j];
+              d_p[j] = gj * activation_slope<decltype(kind)::value>(phi_p[j]);
+              carry_p[j] = keep * gj;
+            }
+            row_phi[b] = static_cast<double>(sum_phi);
+            row_y[b] = static_cast<double>(sum_y);
           }
-          row_phi[b] = static_cast<double>(sum_phi);
-          row_y[b] = static_cast<double>(sum_y);
-        }
+        });
       });
       for (int64_t b = 0; b < batch; ++b) {
         dot_phi += row_phi[b];
@@ -152,7 +139,7 @@ std::tuple<double, double> irnn_k1_backward(at::Tensor c, const at::Tensor& phis
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: other libraries add to the same namespace
+TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
   m.def("irnn_k1_forward(Tensor(a!) c, Tensor h0, Tensor m_t, float eta, float alpha, float s, float r, int act, "
         "Tensor(b!) phis, Tensor(c!) outputs) -> ()");
   m.def("irnn_k1_backward(Tensor(a!) c, Tensor phis, Tensor outputs, Tensor h0, Tensor grad_outputs, Tensor m, "

@@ -12,49 +12,11 @@
 //   grad_outputs (T, B, H), any strides (the gradient of a mean arrives expanded, stride 0).
 // Per step, with phi the activation (0 relu, 1 tanh, 2 sigmoid):
 //   G = phi(q) + c;  s_t = s_{t-1} + eta beta G
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-
-#include <algorithm>
-#include <cmath>
-#include <type_traits>
-#include <vector>
+#include "common.h"
 
 namespace {
 
-constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off costs more than it saves
-
-template <typename T>
-inline T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-// The activation is a template argument so that each inner loop has no branch on it and vectorises.
-template <int Act, typename T>
-inline T activate(T q) {
-  if constexpr (Act == 0) return q > T(0) ? q : T(0);
-  if constexpr (Act == 1) return std::tanh(q);
-  return sigmoid(q);
-}
-
-// d phi / d q, from phi's value
-template <int Act, typename T>
-inline T activation_slope(T phi) {
-  if constexpr (Act == 0) return phi > T(0) ? T(1) : T(0);
-  if constexpr (Act == 1) return T(1) - phi * phi;
-  return phi * (T(1) - phi);
-}
-
-// Calls body(std::integral_constant<int, act>{}) for the run-time activation code.
-template <typename Body>
-void with_activation(int64_t act, Body body) {
-  if (act == 0) return body(std::integral_constant<int, 0>{});
-  if (act == 1) return body(std::integral_constant<int, 1>{});
-  return body(std::integral_constant<int, 2>{});
-}
-
-int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
+using namespace ltdrnn;
 
 void check_sequence(const at::Tensor& p, const at::Tensor& s0, int64_t act) {
   TORCH_CHECK(p.device().is_cpu() && p.dim() == 3 && p.is_contiguous(),
@@ -204,4 +166,89 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: later libraries may add to t
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
   m.impl("tarnn_k1_forward", &tarnn_k1_forward);
   m.impl("tarnn_k1_backward", &tarnn_k1_backward);
+}
+
+// ---- the streaming step -------------------------------------------------------------------------------
+// weights: [W_in (3H, d), b_in (3H), W_state (3H, H) = [B2 + A; W2 + U; U_s], U (H, H), eta (K)];
+// options: [activation, coupled A, gate inside]. Per row: [c, q, r] = b_in + W_in x + W_state s;
+// beta = sigmoid(r); delta_0 = 0; G_k = phi(q + U delta_k) + c + A delta_k (A = -I, plus the coupling);
+// delta_{k+1} = delta_k + eta_k beta G_k (inside) or + eta_k G_k (outside);
+// s' = s + delta_K (inside) or s + beta delta_K (outside). Returns (s', beta).
+namespace {
+
+constexpr const char* kStream = "tarnn_stream";
+
+template <int Act, typename T>
+void stream_rows(at::TensorList w, bool coupled, bool inside, const T* x, const T* s, T* out, T* beta, int64_t batch,
+                 int64_t d, int64_t hidden, int64_t steps) {
+  const T *w_in = w[0].data_ptr<T>(), *b_in = w[1].data_ptr<T>(), *w_state = w[2].data_ptr<T>();
+  const T *u = w[3].data_ptr<T>(), *eta = w[4].data_ptr<T>();
+  const int64_t H = hidden;
+  std::vector<T> work(6 * H);
+  T *qa = work.data(), *delta = qa + 3 * H, *arg = qa + 4 * H, *g = qa + 5 * H;
+  for (int64_t b = 0; b < batch; ++b) {
+    const T *xb = x + b * d, *sb = s + b * H;
+    T *ob = out + b * H, *be = beta + b * H;
+    std::copy(b_in, b_in + 3 * H, qa);
+    add_matvec(qa, w_in, xb, 3 * H, d);
+    add_matvec(qa, w_state, sb, 3 * H, H);
+    const T *c = qa, *q = qa + H, *r = qa + 2 * H;
+    for (int64_t j = 0; j < H; ++j) {
+      be[j] = sigmoid(r[j]);
+      delta[j] = 0;
+    }
+    for (int64_t k = 0; k < steps; ++k) {
+      std::copy(q, q + H, arg);
+      if (k) add_matvec(arg, u, delta, H, H);
+      for (int64_t j = 0; j < H; ++j) g[j] = activate<Act>(arg[j]) + c[j] - delta[j];
+      if (coupled)
+        for (int64_t j = 0; j < H / 2; ++j) g[j] += delta[j + H / 2];
+      const T e = eta[k];
+      if (inside) {
+        for (int64_t j = 0; j < H; ++j) delta[j] += e * be[j] * g[j];
+      } else {
+        for (int64_t j = 0; j < H; ++j) delta[j] += e * g[j];
+      }
+    }
+    if (inside) {
+      for (int64_t j = 0; j < H; ++j) ob[j] = sb[j] + delta[j];
+    } else {
+      for (int64_t j = 0; j < H; ++j) ob[j] = sb[j] + be[j] * delta[j];
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> tarnn_stream(at::TensorList weights, at::IntArrayRef options, const at::Tensor& x,
+                                                const at::Tensor& state) {
+  const int64_t act = option(options, 3, 0, kStream), coupled = options[1], inside = options[2];
+  TORCH_CHECK(act >= 0 && act <= 2, kStream, ": activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ", act);
+  check_weight_count(weights, 5, kStream);
+  TORCH_CHECK(state.dim() == 2, kStream, ": state must be (B, H), got ", state.sizes());
+  const int64_t hidden = state.size(1), d = x.dim() == 2 ? x.size(1) : 0;
+  check_stream_input(x, state, {hidden}, kStream);
+  TORCH_CHECK(weights[4].dim() == 1 && weights[4].size(0) > 0, kStream, ": eta must be (K) with K > 0, got ",
+              weights[4].sizes());
+  const char* names[] = {"W_in", "b_in", "W_state", "U", "eta"};
+  const std::vector<int64_t> shapes[] = {{3 * hidden, d}, {3 * hidden}, {3 * hidden, hidden}, {hidden, hidden},
+                                         {weights[4].size(0)}};
+  for (size_t i = 0; i < weights.size(); ++i) check_tensor(weights[i], x, shapes[i], kStream, names[i]);
+  at::Tensor out = at::empty_like(state), beta = at::empty_like(state);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kStream, [&] {
+    with_activation(act, [&](auto kind) {
+      stream_rows<decltype(kind)::value, scalar_t>(weights, coupled != 0, inside != 0, x.data_ptr<scalar_t>(),
+                                                   state.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                                   beta.data_ptr<scalar_t>(), x.size(0), d, hidden, shapes[4][0]);
+    });
+  });
+  return {out, beta};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {
+  m.def("tarnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
+  m.impl("tarnn_stream", &tarnn_stream);
 }

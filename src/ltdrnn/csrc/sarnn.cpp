@@ -1,7 +1,8 @@
 // The whole training recurrence of SA-RNN with the GRU recurrence (ltdrnn.cells.sarnn, FusedSARNNGRU),
 // forward and backward, each time loop in one call: the per-step product goes to ATen's BLAS
-// (at::addmm), the elementwise work to at::parallel_for over the batch. Built and cached by
-// ltdrnn.kernels.load_torch_ops; the operators are torch.ops.ltdrnn.sarnn_gru_forward / _backward.
+// (at::addmm), the elementwise work to at::parallel_for over the batch. The file also holds
+// the one-call streaming step. Operators: torch.ops.ltdrnn.sarnn_gru_forward / sarnn_gru_backward /
+// sarnn_stream.
 //
 // Layouts (time-major, contiguous unless said otherwise):
 //   gi (T, B, 3H): the input map W_ih x + b_ih, gates [r | z | n];
@@ -16,57 +17,40 @@
 //   cand = n + z (h - n);  pre = coord_in + coord_weight h;  u = [pre > 1/2];  h_t = h + u (cand - h)
 // The backward is the straight-through estimator (d u / d pre = 1 inside the hard sigmoid's linear
 // range 0 < pre < 1, else 0), as FusedSARNNGRU.backward writes it in PyTorch.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "common.h"
 
-#include <algorithm>
 #include <array>
-#include <cmath>
 #include <utility>
 
 namespace {
 
-constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off costs more than it saves
+using namespace ltdrnn;
 
-template <typename T>
-inline T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
-
-void check_float_cpu(const at::Tensor& t, const at::Tensor& like, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == like.scalar_type(), "sarnn_loop: ", name,
-              " must be a CPU tensor of gi's dtype (", like.scalar_type(), "), got ", t.scalar_type(), " on ",
-              t.device());
-}
+constexpr const char* kLoop = "sarnn_gru";  // both time-loop operators' checks
 
 void check_shape(const at::Tensor& t, const at::Tensor& like, at::IntArrayRef shape, bool contiguous,
                  const char* name) {
-  check_float_cpu(t, like, name);
-  TORCH_CHECK(t.sizes() == shape && (!contiguous || t.is_contiguous()), "sarnn_loop: ", name, " must be ",
-              contiguous ? "a contiguous " : "a ", shape, " tensor, got ", t.sizes());
+  check_tensor(t, like, shape, kLoop, name, contiguous);
 }
 
 // The sizes (T, B, H) from gi, after checking gi itself.
 std::array<int64_t, 3> sequence_sizes(const at::Tensor& gi) {
-  TORCH_CHECK(gi.device().is_cpu() && gi.dim() == 3 && gi.is_contiguous(),
-              "sarnn_loop: gi must be a contiguous CPU (T, B, 3H) tensor, got ", gi.sizes());
-  TORCH_CHECK(gi.scalar_type() == at::kFloat || gi.scalar_type() == at::kDouble,
-              "sarnn_loop: expected float32 or float64, got ", gi.scalar_type());
+  check_floating(gi, kLoop, "gi");
+  TORCH_CHECK(gi.dim() == 3 && gi.is_contiguous(), kLoop, ": gi must be a contiguous CPU (T, B, 3H) tensor, got ",
+              gi.sizes());
   const int64_t hidden = gi.size(2) / 3;
   TORCH_CHECK(gi.size(2) == 3 * hidden && hidden > 0 && gi.size(0) > 0,
-              "sarnn_loop: gi's last axis must be 3H > 0 and T > 0, got ", gi.sizes());
+              kLoop, ": gi's last axis must be 3H > 0 and T > 0, got ", gi.sizes());
   return {gi.size(0), gi.size(1), hidden};
 }
 
 // Rows of the per-step saved tensors: all T when the backward needs them, else one reused row.
 void check_saved(const at::Tensor& t, const at::Tensor& gi, int64_t width, const char* name) {
-  check_float_cpu(t, gi, name);
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == gi.scalar_type(), kLoop, ": ", name,
+              " must be a CPU tensor of gi's dtype");
   TORCH_CHECK(t.dim() == 3 && (t.size(0) == gi.size(0) || t.size(0) == 1) && t.size(1) == gi.size(1) &&
                   t.size(2) == width && t.is_contiguous(),
-              "sarnn_loop: ", name, " must be a contiguous (T or 1, B, ", width, ") tensor, got ", t.sizes());
+              kLoop, ": ", name, " must be a contiguous (T or 1, B, ", width, ") tensor, got ", t.sizes());
 }
 
 // After the gates: cand = n + z (h - n), pre = coord_in + coord_weight h, u = [pre > 1/2], h_t = h + u (cand - h).
@@ -142,7 +126,7 @@ void sarnn_gru_forward(const at::Tensor& gi, const at::Tensor& coord_in, const a
   }
   check_saved(gates, gi, 3 * hidden, "gates");
   check_saved(news, gi, hidden, "news");
-  TORCH_CHECK(news.size(0) == gates.size(0), "sarnn_loop: gates and news must have the same number of rows (T or 1), got ",
+  TORCH_CHECK(news.size(0) == gates.size(0), kLoop, ": gates and news must have the same number of rows (T or 1), got ",
               gates.size(0), " and ", news.size(0));
   AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "sarnn_gru_forward", [&] {
     at::Tensor h = h0;
@@ -206,17 +190,82 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
   });
 }
 
+// ---- the streaming step -------------------------------------------------------------------------------
+// weights: [W_ih (3H, d), b_ih (3H), W_hh (3H, H), b_hh (3H), (alpha/2) W_i (H, d), (alpha/2) b + 1/2 (H),
+// (alpha/2) w_u (H)]; no options. Per unit: pre = (alpha/2)(W_i x + b + w_u h) + 1/2, u = [pre > 1/2],
+// prob = clamp(pre, 0, 1); the GRU candidate (torch.nn.GRU's equations) is computed only for updated
+// units, skipped units keep h. Returns (h', prob, u).
+constexpr const char* kStream = "sarnn_stream";
+
+template <typename T>
+void stream_rows(at::TensorList w, const T* x, const T* h, T* out, T* prob, T* mask, int64_t batch, int64_t d,
+                 int64_t hidden) {
+  const T *w_ih = w[0].data_ptr<T>(), *b_ih = w[1].data_ptr<T>(), *w_hh = w[2].data_ptr<T>();
+  const T *b_hh = w[3].data_ptr<T>(), *c_w = w[4].data_ptr<T>(), *c_b = w[5].data_ptr<T>(), *c_h = w[6].data_ptr<T>();
+  const int64_t H = hidden;
+  for (int64_t b = 0; b < batch; ++b) {
+    const T *xb = x + b * d, *hb = h + b * H;
+    T *ob = out + b * H, *pb = prob + b * H, *mb = mask + b * H;
+    for (int64_t j = 0; j < H; ++j) {
+      const T pre = c_b[j] + dot(c_w + j * d, xb, d) + c_h[j] * hb[j];
+      const bool update = pre > T(0.5);
+      pb[j] = pre < T(0) ? T(0) : pre > T(1) ? T(1) : pre;
+      mb[j] = update ? T(1) : T(0);
+      if (!update) {
+        ob[j] = hb[j];
+        continue;
+      }
+      T gi[3], gh[3] = {0, 0, 0};
+      const T *wr = w_hh + j * H, *wz = wr + H * H, *wn = wz + H * H;
+      for (int64_t c = 0; c < H; ++c) {  // three rows at once: independent sums
+        gh[0] += wr[c] * hb[c];
+        gh[1] += wz[c] * hb[c];
+        gh[2] += wn[c] * hb[c];
+      }
+      for (int64_t g = 0; g < 3; ++g) {
+        const int64_t row = g * H + j;
+        gi[g] = b_ih[row] + dot(w_ih + row * d, xb, d);
+        gh[g] += b_hh[row];
+      }
+      const T r = sigmoid(gi[0] + gh[0]), z = sigmoid(gi[1] + gh[1]);
+      const T cand = std::tanh(gi[2] + r * gh[2]);
+      ob[j] = cand + z * (hb[j] - cand);
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sarnn_stream(at::TensorList weights, at::IntArrayRef options,
+                                                            const at::Tensor& x, const at::Tensor& state) {
+  TORCH_CHECK(options.empty(), kStream, ": takes no options, got ", options.size());
+  check_weight_count(weights, 7, kStream);
+  TORCH_CHECK(state.dim() == 2, kStream, ": state must be (B, H), got ", state.sizes());
+  const int64_t hidden = state.size(1), d = x.dim() == 2 ? x.size(1) : 0;
+  check_stream_input(x, state, {hidden}, kStream);
+  const char* names[] = {"W_ih", "b_ih", "W_hh", "b_hh", "coordinator W_i", "coordinator b", "coordinator w_u"};
+  const std::vector<int64_t> shapes[] = {{3 * hidden, d}, {3 * hidden}, {3 * hidden, hidden}, {3 * hidden},
+                                         {hidden, d},     {hidden},     {hidden}};
+  for (size_t i = 0; i < weights.size(); ++i) check_tensor(weights[i], x, shapes[i], kStream, names[i]);
+  at::Tensor out = at::empty_like(state), prob = at::empty_like(state), mask = at::empty_like(state);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kStream, [&] {
+    stream_rows<scalar_t>(weights, x.data_ptr<scalar_t>(), state.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                          prob.data_ptr<scalar_t>(), mask.data_ptr<scalar_t>(), x.size(0), d, hidden);
+  });
+  return {out, prob, mask};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: other libraries add to the same namespace
+TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
   m.def("sarnn_gru_forward(Tensor gi, Tensor coord_in, Tensor h0, Tensor w_t, Tensor bias_hh, Tensor coord_weight, "
         "Tensor(a!) outputs, Tensor(b!) pres, Tensor(c!) masks, Tensor(d!) gates, Tensor(e!) news) -> ()");
   m.def("sarnn_gru_backward(Tensor gates, Tensor news, Tensor outputs, Tensor h0, Tensor masks, Tensor pres, "
         "Tensor d_outputs, Tensor d_probs, Tensor weight_hh, Tensor coord_weight, Tensor(a!) d_gi, "
         "Tensor(b!) d_gh_n, Tensor(c!) d_coord, Tensor(d!) d_coord_weight, Tensor(e!) d_gh, Tensor(f!) carry) -> ()");
+  m.def("sarnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
   m.impl("sarnn_gru_forward", &sarnn_gru_forward);
   m.impl("sarnn_gru_backward", &sarnn_gru_backward);
+  m.impl("sarnn_stream", &sarnn_stream);
 }

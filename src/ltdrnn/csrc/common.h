@@ -1,0 +1,135 @@
+// What every kernel file of ltdrnn/csrc shares: the activations, small loops, the parallel grain and
+// the input checks. Each <cell>.cpp includes it and is built into its own shared object by
+// ltdrnn.kernels (the build and its cache are described once, in docs/architecture.md).
+//
+// The calling convention: every kernel is a torch custom operator torch.ops.ltdrnn.<cell>_<what> taking
+// tensors and numbers, never addresses. Each operator checks device, dtype, shape and contiguity of
+// every tensor it reads or writes (TORCH_CHECK, which Python sees as a RuntimeError naming the operator
+// and the argument) before touching data, so a bad call fails loudly instead of reading stray memory.
+// A streaming step takes its weights as one Tensor[] list and its flags as an int[] list:
+//   <cell>_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> its outputs
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace ltdrnn {
+
+constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off costs more than it saves
+
+inline int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
+
+template <typename T>
+inline T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+// The activation is a template argument so that each inner loop has no branch on it and vectorises.
+template <int Act, typename T>
+inline T activate(T q) {
+  if constexpr (Act == 0) return q > T(0) ? q : T(0);
+  if constexpr (Act == 1) return std::tanh(q);
+  return sigmoid(q);
+}
+
+// d phi / d q, from phi's value
+template <int Act, typename T>
+inline T activation_slope(T phi) {
+  if constexpr (Act == 0) return phi > T(0) ? T(1) : T(0);
+  if constexpr (Act == 1) return T(1) - phi * phi;
+  return phi * (T(1) - phi);
+}
+
+// Calls body(std::integral_constant<int, act>{}) for the run-time activation code (0 relu, 1 tanh,
+// 2 sigmoid).
+template <typename Body>
+void with_activation(int64_t act, Body body) {
+  if (act == 0) return body(std::integral_constant<int, 0>{});
+  if (act == 1) return body(std::integral_constant<int, 1>{});
+  return body(std::integral_constant<int, 2>{});
+}
+
+// out[r] += sum_c w[r, c] v[c] for r < rows (w row-major). Four rows at a time keep four sums
+// independent; at batch 1 this beats a BLAS call plus its dispatch.
+template <typename T>
+void add_matvec(T* out, const T* w, const T* v, int64_t rows, int64_t cols) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const T *w0 = w + r * cols, *w1 = w0 + cols, *w2 = w1 + cols, *w3 = w2 + cols;
+    T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const T vc = v[c];
+      a0 += w0[c] * vc;
+      a1 += w1[c] * vc;
+      a2 += w2[c] * vc;
+      a3 += w3[c] * vc;
+    }
+    out[r] += a0;
+    out[r + 1] += a1;
+    out[r + 2] += a2;
+    out[r + 3] += a3;
+  }
+  for (; r < rows; ++r) {
+    const T* row = w + r * cols;
+    T acc = 0;
+    for (int64_t c = 0; c < cols; ++c) acc += row[c] * v[c];
+    out[r] += acc;
+  }
+}
+
+template <typename T>
+inline T dot(const T* a, const T* b, int64_t n) {
+  T acc = 0;
+  for (int64_t c = 0; c < n; ++c) acc += a[c] * b[c];
+  return acc;
+}
+
+// ---- input checks ------------------------------------------------------------------------------------
+// `op` names the operator and `name` the argument in every message.
+
+// The tensor that fixes an operator's dtype: on the CPU, float32 or float64.
+inline void check_floating(const at::Tensor& t, const char* op, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " must be a CPU tensor, got one on ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, op, ": ", name,
+              " must be float32 or float64, got ", t.scalar_type());
+}
+
+// A CPU tensor of `like`'s dtype with exactly `shape`, contiguous unless `contiguous` is false.
+inline void check_tensor(const at::Tensor& t, const at::Tensor& like, at::IntArrayRef shape, const char* op,
+                         const char* name, bool contiguous = true) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == like.scalar_type(), op, ": ", name,
+              " must be a CPU tensor of dtype ", like.scalar_type(), ", got ", t.scalar_type(), " on ", t.device());
+  TORCH_CHECK(t.sizes() == shape && (!contiguous || t.is_contiguous()), op, ": ", name, " must be ",
+              contiguous ? "a contiguous " : "a ", shape, " tensor, got ", t.sizes(),
+              t.is_contiguous() ? "" : " (not contiguous)");
+}
+
+// A streaming step's input x (B, d) and state (B, *state_tail), checked before any weight is read.
+inline void check_stream_input(const at::Tensor& x, const at::Tensor& state, at::IntArrayRef state_tail,
+                               const char* op) {
+  check_floating(x, op, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), op, ": x must be a contiguous (B, d) tensor, got ", x.sizes());
+  std::vector<int64_t> shape{x.size(0)};
+  shape.insert(shape.end(), state_tail.begin(), state_tail.end());
+  check_tensor(state, x, shape, op, "state");
+}
+
+// The number of weights a streaming step expects, before they are indexed.
+inline void check_weight_count(at::TensorList weights, size_t expected, const char* op) {
+  TORCH_CHECK(weights.size() == expected, op, ": expected ", expected, " weights, got ", weights.size());
+}
+
+// options[i] of a streaming step, after checking the list's length.
+inline int64_t option(at::IntArrayRef options, size_t expected, size_t i, const char* op) {
+  TORCH_CHECK(options.size() == expected, op, ": expected ", expected, " options, got ", options.size());
+  return options[i];
+}
+
+}  // namespace ltdrnn

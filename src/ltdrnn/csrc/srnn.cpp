@@ -1,0 +1,342 @@
+// SRNN's compiled kernels (ltdrnn.cells.srnn): the sequential scan with its gate, forward and backward
+// (the "kernel" path, KernelScan), and the one-call streaming step. Operators:
+// torch.ops.ltdrnn.srnn_forward / srnn_backward / srnn_stream.
+//
+// The scan: h_t = act(roll(h_{t-1}, 1) + beta_t), act relu or tanh, roll(h, 1)[i] = h[i - 1 mod H],
+//   beta_t = (f_t + bf) * sigmoid(g_t + bg)  with the gate, else beta_t = f_t + bf.
+// f and g come without their biases (bf, bg: (H,)): adding a bias in a matrix product first copies it
+// into every row of the (T, B, H) result, a full extra pass over memory; here it is free. The gate
+// comes one of two ways: as logits g (T, B, H) from a BLAS product, or, for a small input size d, as
+// x (T, B, d) and W_g (H, d), and its logits are formed here (forward and backward); the backward then
+// returns dL/dW_g and dL/dx instead of dg, which spares two (T, B, H) arrays and a product each way.
+// Arrays are contiguous and time-major, except dh, read with its own time and batch strides (its last
+// axis contiguous), so that the transposed gradient of a batch-first output needs no copy.
+//
+// The backward walks time in reverse: with gz_t = dL/dz_t (z_t the pre-activation),
+//   dL/dh_t[i] = dh[t][i] + gz_{t+1}[i + 1 mod H]   and   gz_t = dL/dh_t * act'(z_t),
+// act' read from the output (relu' = [h > 0], tanh' = 1 - h^2). The bias gradients are summed in
+// double while the rows are in cache.
+#include "common.h"
+
+namespace {
+
+using namespace ltdrnn;
+
+constexpr const char* kForward = "srnn_forward";
+constexpr const char* kBackward = "srnn_backward";
+
+// Where the gate's logits come from; null pointers where a source is absent.
+template <typename T>
+struct Gate {
+  const T* g = nullptr;    // (T, B, H) logits without bias
+  const T* bg = nullptr;   // (H)
+  const T* x = nullptr;    // (T, B, d), with w_g: logits formed here
+  const T* w_g = nullptr;  // (H, d)
+  int64_t d = 0;
+
+  bool on() const { return g || w_g; }
+  bool in_kernel() const { return !g && w_g; }
+
+  // The logits of row `row` (time-major (t * B + b)) into out (H).
+  void logits(T* out, int64_t row, int64_t hidden) const {
+    if (g) {
+      const T* g_row = g + row * hidden;
+      for (int64_t i = 0; i < hidden; ++i) out[i] = g_row[i] + bg[i];
+      return;
+    }
+    const T* x_row = x + row * d;
+    for (int64_t i = 0; i < hidden; ++i) out[i] = bg[i];
+    for (int64_t c = 0; c < d; ++c) {
+      const T v = x_row[c];
+      for (int64_t i = 0; i < hidden; ++i) out[i] += w_g[i * d + c] * v;
+    }
+  }
+};
+
+// Checks the gate's tensors against f (T, B, H) and returns them as a Gate; exactly one source, or
+// none at all (no b_g either).
+template <typename T>
+Gate<T> gate_of(const at::Tensor& f, const std::optional<at::Tensor>& g, const std::optional<at::Tensor>& b_g,
+                const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& w_g, const char* op) {
+  Gate<T> gate;
+  const int64_t hidden = f.size(2);
+  TORCH_CHECK(!(g && w_g), op, ": give the gate's logits g or x and w_g, not both");
+  TORCH_CHECK(bool(w_g) == bool(x), op, ": x and w_g come together");
+  if (!g && !w_g) {
+    TORCH_CHECK(!b_g, op, ": b_g without a gate");
+    return gate;
+  }
+  TORCH_CHECK(b_g, op, ": the gate needs b_g");
+  check_tensor(*b_g, f, {hidden}, op, "b_g");
+  gate.bg = b_g->data_ptr<T>();
+  if (g) {
+    check_tensor(*g, f, f.sizes(), op, "g");
+    gate.g = g->data_ptr<T>();
+    return gate;
+  }
+  TORCH_CHECK(x->dim() == 3, op, ": x must be (T, B, d), got ", x->sizes());
+  gate.d = x->size(2);
+  check_tensor(*x, f, {f.size(0), f.size(1), gate.d}, op, "x");
+  check_tensor(*w_g, f, {hidden, gate.d}, op, "w_g");
+  gate.x = x->data_ptr<T>();
+  gate.w_g = w_g->data_ptr<T>();
+  return gate;
+}
+
+void check_scan(const at::Tensor& f, const at::Tensor& b_f, const char* op) {
+  check_floating(f, op, "f");
+  TORCH_CHECK(f.dim() == 3 && f.is_contiguous() && f.size(2) > 0, op, ": f must be a contiguous (T, B, H) tensor, got ",
+              f.sizes());
+  check_tensor(b_f, f, {f.size(2)}, op, "b_f");
+}
+
+template <typename T>
+void forward_loop(const T* f, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps, int64_t batch,
+                  int64_t hidden, bool relu) {
+  std::vector<T> logits(hidden);
+  for (int64_t t = 0; t < steps; ++t) {
+    const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t row = t * batch + b;
+      const T* prev = prev_t + b * hidden;
+      const T* fr = f + row * hidden;
+      T* out = h + row * hidden;
+      if (gate.on()) {
+        gate.logits(logits.data(), row, hidden);
+        for (int64_t i = 0; i < hidden; ++i) out[i] = (fr[i] + bf[i]) * sigmoid(logits[i]);
+      } else {
+        for (int64_t i = 0; i < hidden; ++i) out[i] = fr[i] + bf[i];
+      }
+      out[0] += prev[hidden - 1];
+      for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
+      if (relu) {
+        for (int64_t i = 0; i < hidden; ++i) out[i] = out[i] > 0 ? out[i] : T(0);
+      } else {
+        for (int64_t i = 0; i < hidden; ++i) out[i] = std::tanh(out[i]);
+      }
+    }
+  }
+}
+
+void srnn_forward(const at::Tensor& f, const at::Tensor& b_f, const std::optional<at::Tensor>& g,
+                  const std::optional<at::Tensor>& b_g, const std::optional<at::Tensor>& x,
+                  const std::optional<at::Tensor>& w_g, const at::Tensor& h0, bool relu, at::Tensor h) {
+  check_scan(f, b_f, kForward);
+  const int64_t steps = f.size(0), batch = f.size(1), hidden = f.size(2);
+  check_tensor(h0, f, {batch, hidden}, kForward, "h0");
+  check_tensor(h, f, f.sizes(), kForward, "h");
+  AT_DISPATCH_FLOATING_TYPES(f.scalar_type(), kForward, [&] {
+    const auto gate = gate_of<scalar_t>(f, g, b_g, x, w_g, kForward);
+    forward_loop<scalar_t>(f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, h0.data_ptr<scalar_t>(),
+                           h.data_ptr<scalar_t>(), steps, batch, hidden, relu);
+  });
+}
+
+// The outputs of the backward pass; null where not asked for.
+template <typename T>
+struct Grads {
+  T* df;    // (T, B, H)
+  T* dg;    // (T, B, H), with a logits buffer g
+  T* dh0;   // (B, H)
+  T* dbf;   // (H)
+  T* dbg;   // (H), with a gate
+  T* d_wg;  // (H, d), with the gate formed here
+  T* dx;    // (T, B, d), likewise, when asked for
+};
+
+template <typename T>
+void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, const Gate<T>& gate, const Grads<T>& out,
+                   int64_t steps, int64_t batch, int64_t hidden, bool relu) {
+  const T* dh_base = dh.data_ptr<T>();
+  const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1), d = gate.d;
+  std::vector<T> block(3 * batch * hidden, T(0));
+  std::vector<double> sums(2 * hidden + (gate.in_kernel() ? hidden * d : 0), 0.0);
+  // raw pointers, not vector accesses: gcc vectorises the loops below only then
+  double *sum_f = sums.data(), *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
+  T *next = block.data(), *cur = next + batch * hidden, *work = cur + batch * hidden;
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t row = t * batch + b;
+      const T* d_h = dh_base + t * time_stride + b * batch_stride;
+      const T* h_row = h + row * hidden;
+      const T* nx = next + b * hidden;
+      T* gz = cur + b * hidden;
+      for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + nx[i + 1];
+      gz[hidden - 1] = d_h[hidden - 1] + nx[0];
+      if (relu) {
+        for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
+      } else {
+        for (int64_t i = 0; i < hidden; ++i) gz[i] *= T(1) - h_row[i] * h_row[i];
+      }
+      T* dfr = out.df + row * hidden;
+      if (!gate.on()) {
+        for (int64_t i = 0; i < hidden; ++i) {
+          dfr[i] = gz[i];
+          sum_f[i] += gz[i];
+        }
+        continue;
+      }
+      const T* fr = f + row * hidden;
+      T* dgr = gate.in_kernel() ? work : out.dg + row * hidden;
+      gate.logits(dgr, row, hidden);
+      for (int64_t i = 0; i < hidden; ++i) {
+        const T s = sigmoid(dgr[i]);
+        dfr[i] = gz[i] * s;
+        dgr[i] = gz[i] * (fr[i] + bf[i]) * s * (T(1) - s);
+      }
+      for (int64_t i = 0; i < hidden; ++i) {
+        sum_f[i] += dfr[i];
+        sum_g[i] += dgr[i];
+      }
+      if (!gate.in_kernel()) continue;
+      const T* x_row = gate.x + row * d;
+      for (int64_t c = 0; c < d; ++c) {
+        const T v = x_row[c];
+        double* sw = sum_w + c * hidden;  // column c of d_wg, transposed
+        T acc = 0;
+        for (int64_t i = 0; i < hidden; ++i) {
+          sw[i] += dgr[i] * v;
+          acc += dgr[i] * gate.w_g[i * d + c];
+        }
+        if (out.dx) out.dx[row * d + c] = acc;
+      }
+    }
+    std::swap(next, cur);
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* nx = next + b * hidden;
+    for (int64_t i = 0; i < hidden - 1; ++i) out.dh0[b * hidden + i] = nx[i + 1];
+    out.dh0[b * hidden + hidden - 1] = nx[0];
+  }
+  for (int64_t i = 0; i < hidden; ++i) {
+    out.dbf[i] = static_cast<T>(sum_f[i]);
+    if (gate.on()) out.dbg[i] = static_cast<T>(sum_g[i]);
+  }
+  if (gate.in_kernel()) {
+    for (int64_t i = 0; i < hidden; ++i)
+      for (int64_t c = 0; c < d; ++c) out.d_wg[i * d + c] = static_cast<T>(sum_w[c * hidden + i]);
+  }
+}
+
+template <typename T>
+T* optional_output(const std::optional<at::Tensor>& t, bool wanted, const at::Tensor& like, at::IntArrayRef shape,
+                   const char* name) {
+  TORCH_CHECK(bool(t) == wanted, kBackward, ": ", name, wanted ? " is needed here" : " must be None here");
+  if (!t) return nullptr;
+  check_tensor(*t, like, shape, kBackward, name);
+  return t->data_ptr<T>();
+}
+
+void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& f, const at::Tensor& b_f,
+                   const std::optional<at::Tensor>& g, const std::optional<at::Tensor>& b_g,
+                   const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& w_g, bool relu, at::Tensor df,
+                   const std::optional<at::Tensor>& dg, at::Tensor dh0, at::Tensor d_bf,
+                   const std::optional<at::Tensor>& d_bg, const std::optional<at::Tensor>& d_wg,
+                   const std::optional<at::Tensor>& d_x) {
+  check_scan(f, b_f, kBackward);
+  const int64_t steps = f.size(0), batch = f.size(1), hidden = f.size(2);
+  check_tensor(h, f, f.sizes(), kBackward, "h");
+  check_tensor(dh, f, f.sizes(), kBackward, "dh", false);
+  TORCH_CHECK(dh.stride(2) == 1, kBackward, ": dh's last axis must be contiguous, got strides ", dh.strides());
+  check_tensor(df, f, f.sizes(), kBackward, "df");
+  check_tensor(dh0, f, {batch, hidden}, kBackward, "dh0");
+  check_tensor(d_bf, f, {hidden}, kBackward, "d_bf");
+  AT_DISPATCH_FLOATING_TYPES(f.scalar_type(), kBackward, [&] {
+    const auto gate = gate_of<scalar_t>(f, g, b_g, x, w_g, kBackward);
+    const int64_t d = gate.d;
+    const Grads<scalar_t> out{
+        df.data_ptr<scalar_t>(),
+        optional_output<scalar_t>(dg, bool(gate.g), f, f.sizes(), "dg"),
+        dh0.data_ptr<scalar_t>(),
+        d_bf.data_ptr<scalar_t>(),
+        optional_output<scalar_t>(d_bg, gate.on(), f, {hidden}, "d_bg"),
+        optional_output<scalar_t>(d_wg, gate.in_kernel(), f, {hidden, d}, "d_wg"),
+        d_x && gate.in_kernel() ? optional_output<scalar_t>(d_x, true, f, {steps, batch, d}, "d_x") : nullptr,
+    };
+    TORCH_CHECK(!d_x || gate.in_kernel(), kBackward, ": d_x is only written with the gate formed here");
+    backward_loop<scalar_t>(dh, h.data_ptr<scalar_t>(), f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, out,
+                            steps, batch, hidden, relu);
+  });
+}
+
+// ---- the streaming step -------------------------------------------------------------------------------
+// weights: [A_1, a_1, ..., A_L, a_L, W_out (H, k), b_out (H)] and, with the gate, [W_g (H, d), b_g (H)];
+// options: [L, relu]. h' = act(roll(h, 1) + f_r(x) * sigmoid(W_g x + b_g)), f_r's hidden layers relu.
+constexpr const char* kStream = "srnn_stream";
+
+template <typename T>
+void stream_rows(at::TensorList w, int64_t layers, bool gated, bool relu, const T* x, const T* h, T* out,
+                 int64_t batch, int64_t d, int64_t hidden, int64_t k) {
+  std::vector<T> work(2 * std::max(d, k) + hidden);
+  T* f = work.data() + 2 * std::max(d, k);
+  const T* w_out = w[2 * layers].data_ptr<T>();
+  const T* b_out = w[2 * layers + 1].data_ptr<T>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const T *xb = x + b * d, *hb = h + b * hidden, *feat = xb;
+    int64_t cols = d;
+    for (int64_t l = 0; l < layers; ++l) {
+      T* next = work.data() + (l % 2) * std::max(d, k);
+      const T* bias = w[2 * l + 1].data_ptr<T>();
+      std::copy(bias, bias + k, next);
+      add_matvec(next, w[2 * l].data_ptr<T>(), feat, k, cols);
+      for (int64_t i = 0; i < k; ++i) next[i] = next[i] > 0 ? next[i] : T(0);
+      feat = next;
+      cols = k;
+    }
+    std::copy(b_out, b_out + hidden, f);
+    add_matvec(f, w_out, feat, hidden, cols);
+    if (gated) {
+      const T* w_g = w[2 * layers + 2].data_ptr<T>();
+      const T* b_g = w[2 * layers + 3].data_ptr<T>();
+      for (int64_t i = 0; i < hidden; ++i) f[i] *= sigmoid(b_g[i] + dot(w_g + i * d, xb, d));
+    }
+    T* ob = out + b * hidden;
+    ob[0] = f[0] + hb[hidden - 1];
+    for (int64_t i = 1; i < hidden; ++i) ob[i] = f[i] + hb[i - 1];
+    for (int64_t i = 0; i < hidden; ++i) ob[i] = relu ? (ob[i] > 0 ? ob[i] : T(0)) : std::tanh(ob[i]);
+  }
+}
+
+at::Tensor srnn_stream(at::TensorList weights, at::IntArrayRef options, const at::Tensor& x, const at::Tensor& state) {
+  const int64_t layers = option(options, 2, 0, kStream), relu = options[1];
+  TORCH_CHECK(layers >= 0, kStream, ": the number of f_r layers must be >= 0, got ", layers);
+  TORCH_CHECK(state.dim() == 2, kStream, ": state must be (B, H), got ", state.sizes());
+  check_stream_input(x, state, {state.size(1)}, kStream);
+  const bool gated = weights.size() == size_t(2 * layers + 4);
+  if (!gated) check_weight_count(weights, 2 * layers + 2, kStream);
+  const int64_t d = x.size(1), hidden = state.size(1);
+  const int64_t k = layers ? weights[1].size(0) : d;
+  for (int64_t l = 0; l < layers; ++l) {
+    check_tensor(weights[2 * l], x, {k, l ? k : d}, kStream, "an f_r weight");
+    check_tensor(weights[2 * l + 1], x, {k}, kStream, "an f_r bias");
+  }
+  check_tensor(weights[2 * layers], x, {hidden, k}, kStream, "W_out");
+  check_tensor(weights[2 * layers + 1], x, {hidden}, kStream, "b_out");
+  if (gated) {
+    check_tensor(weights[2 * layers + 2], x, {hidden, d}, kStream, "W_g");
+    check_tensor(weights[2 * layers + 3], x, {hidden}, kStream, "b_g");
+  }
+  at::Tensor out = at::empty_like(state);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kStream, [&] {
+    stream_rows<scalar_t>(weights, layers, gated, relu != 0, x.data_ptr<scalar_t>(), state.data_ptr<scalar_t>(),
+                          out.data_ptr<scalar_t>(), x.size(0), d, hidden, k);
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
+  m.def("srnn_forward(Tensor f, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, Tensor? w_g, Tensor h0, bool relu, "
+        "Tensor(a!) h) -> ()");
+  m.def("srnn_backward(Tensor dh, Tensor h, Tensor f, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, Tensor? w_g, "
+        "bool relu, Tensor(a!) df, Tensor(b!)? dg, Tensor(c!) dh0, Tensor(d!) d_bf, Tensor(e!)? d_bg, "
+        "Tensor(f!)? d_wg, Tensor(g!)? d_x) -> ()");
+  m.def("srnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
+  m.impl("srnn_forward", &srnn_forward);
+  m.impl("srnn_backward", &srnn_backward);
+  m.impl("srnn_stream", &srnn_stream);
+}

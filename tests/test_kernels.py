@@ -1,0 +1,73 @@
+"""The compiled operators' calling convention (src/ltdrnn/csrc/common.h): a streaming step takes its
+weights as a tensor list, its flags as an int list, and checks every operand before reading it, so a
+malformed call is a RuntimeError that names the operator and the argument, never a stray read."""
+
+import shutil
+
+import pytest
+import torch
+
+from ltdrnn import kernels
+from ltdrnn.cells.mist import MISTCell
+from ltdrnn.cells.sarnn import SARNN
+from ltdrnn.cells.srnn import SRNNCell
+from ltdrnn.cells.tarnn import TARNN
+
+CELLS = {"srnn": SRNNCell, "mist": MISTCell, "sarnn": SARNN, "tarnn": TARNN}
+
+
+def stream_call(name):
+    """``(operator, weights, options, x, state)`` of a well-formed streaming step of cell ``name``."""
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("no C++ compiler on this machine")
+    if not kernels.load_torch_ops(name):
+        pytest.skip(f"kernels off (LTDRNN_NO_KERNELS) or csrc/{name}.cpp does not build here")
+    torch.manual_seed(0)
+    cell = CELLS[name](3, 8)
+    operands = cell._stream_operands()
+    operands = operands[-1] if isinstance(operands, tuple) else operands  # TARNN caches more with it
+    x, state = torch.randn(2, 3), torch.randn(*cell.init_state(2).shape)
+    return getattr(torch.ops.ltdrnn, f"{name}_stream"), operands.tensors, operands.options, x, state
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_a_malformed_streaming_call_is_a_clear_error(name):
+    op, weights, options, x, state = stream_call(name)
+    op(weights, options, x, state)  # well-formed: runs, so each failure below is its one defect
+    cases = [
+        (weights[:-1], options, x, state, "weights"),
+        ([weights[0][:, :-1].contiguous(), *weights[1:]], options, x, state, "must be a contiguous"),
+        ([weights[0].double(), *weights[1:]], options, x, state, "dtype Float"),
+        (weights, options, x.double(), state, "state must be a CPU tensor of dtype Double"),
+        (weights, options, x.t(), state, "x must be a contiguous"),
+        (weights, options, x[:, :2].contiguous(), state, "must be a contiguous"),
+        (weights, options, x, state[:1], "state must be"),
+        (weights, [*options, 0], x, state, "options"),
+    ]
+    for bad_weights, bad_options, bad_x, bad_state, message in cases:
+        with pytest.raises(RuntimeError, match=f"{name}_stream: .*{message}"):
+            op(bad_weights, bad_options, bad_x, bad_state)
+
+
+def test_the_scan_operators_check_the_step_and_the_history_they_index():
+    if not (kernels.load_torch_ops("mist") and kernels.load_torch_ops("srnn")):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp or srnn.cpp does not build here")
+    T, B, H, nd = 3, 2, 4, 3  # delays 1, 2, 4: four rows of history
+    gates, states, rm = torch.zeros(T, B, nd + H), torch.zeros(4 + T, B, H), torch.zeros(T, B, H)
+    forward = torch.ops.ltdrnn.mist_forward_step
+    forward(gates, states, rm, T - 1)
+    for t in (-1, T):
+        with pytest.raises(RuntimeError, match="mist_forward_step: step t must be in"):
+            forward(gates, states, rm, t)
+    with pytest.raises(RuntimeError, match="mist_forward_step: 3 delays need a history of at least"):
+        forward(gates, states[1:], rm, 0)
+    f, b_f, h0, h = torch.zeros(T, B, H), torch.zeros(H), torch.zeros(B, H), torch.zeros(T, B, H)
+    x, w_g = torch.zeros(T, B, 2), torch.zeros(H, 2)
+    scan = torch.ops.ltdrnn.srnn_forward
+    scan(f, b_f, None, b_f, x, w_g, h0, True, h)
+    with pytest.raises(RuntimeError, match="srnn_forward: give the gate's logits g or x and w_g, not both"):
+        scan(f, b_f, f, b_f, x, w_g, h0, True, h)
+    with pytest.raises(RuntimeError, match="srnn_forward: the gate needs b_g"):
+        scan(f, b_f, f, None, None, None, h0, True, h)
+    with pytest.raises(RuntimeError, match="srnn_forward: h must be a contiguous"):
+        scan(f, b_f, None, None, None, None, h0, True, h[:, :1])
