@@ -408,8 +408,12 @@ class _FusedTARNN(torch.autograd.Function):
         ctx.mark_non_differentiable(betas)
         w_t = state_weights.detach().t().contiguous()
         if ctx.compiled:
-            _compiled_forward(p, s.contiguous(), w_t, ctx.config, outputs, betas)
-            ctx.save_for_backward(betas, outputs, x, weight, bias, s0, state_weights)
+            # K = 1 with the gate inside saves nothing per Euler step; otherwise phi of every Euler step
+            # (T, K, B, H), from which the backward recomputes G and the increments elementwise
+            keep = any(ctx.needs_input_grad) and not (k == 1 and gate == "inside")
+            phis = empty_buffer((steps, k, batch, hidden), p) if keep else p.new_empty(0)
+            _compiled_forward(p, s.contiguous(), w_t, u.detach(), ctx.config, outputs, betas, phis)
+            ctx.save_for_backward(phis, betas, outputs, x, weight, bias, s0, state_weights, u)
             return outputs, betas
         chain = _EulerChain(k, batch, hidden, scalars(eta), act, a_kind, gate, u.detach(), p)
         training = any(ctx.needs_input_grad)
@@ -511,44 +515,81 @@ def _input_gradients(ctx, grad_p, inputs, x, weight, grad_s0, grad_u, grad_eta) 
 
 # ---- the whole time loop in compiled code (csrc/tarnn_loop.cpp) ----------------------------------------
 def _compiled_loop_runs(p: Tensor, k: int, gate: str) -> bool:
-    """Whether the time loop runs in ``csrc/tarnn_loop.cpp``: K = 1 with the gate inside (any A, reading or
-    activation: at K = 1 neither A nor the damping appears outside the stacked state weights), on CPU in
-    float32/64, and the operators build here. Anything else runs the PyTorch loop."""
+    """Whether the time loop runs in ``csrc/tarnn_loop.cpp``: any K, either gate, any A, reading or
+    activation that reaches :class:`_FusedTARNN` (the authors' gate-outside body and per-time-step η do
+    not), on CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
     return (
-        k == 1
-        and gate == "inside"
+        k >= 1
+        and gate in ("inside", "outside")
         and p.device.type == "cpu"
         and p.dtype in (torch.float32, torch.float64)
         and load_torch_ops("tarnn_loop")
     )
 
 
-def _compiled_forward(p: Tensor, s0: Tensor, w_t: Tensor, config: tuple, outputs: Tensor, betas: Tensor) -> None:
-    """The forward time loop in one call: ``P`` becomes each step's ``[c, q, r]``; writes ``outputs`` and
-    ``betas``. Every operand's shape, dtype and layout is checked again in the C++ code."""
-    etas, act = config[0], config[1]
-    torch.ops.ltdrnn.tarnn_k1_forward(p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas)
+def _compiled_forward(
+    p: Tensor, s0: Tensor, w_t: Tensor, u: Tensor, config: tuple, outputs: Tensor, betas: Tensor, phis: Tensor
+) -> None:
+    """The forward time loop in one call: ``P`` becomes each step's ``[c, q, r]``; writes ``outputs``,
+    ``betas`` and, unless empty, ``phis (T, K, B, H)`` (K = 1 with the gate inside: its own operator, which
+    saves nothing). Every operand's shape, dtype and layout is checked again in the C++ code."""
+    etas, act, a_kind, gate = config
+    if len(etas) == 1 and gate == "inside":
+        torch.ops.ltdrnn.tarnn_k1_forward(p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas)
+        return
+    torch.ops.ltdrnn.tarnn_euler_forward(
+        p,
+        s0,
+        w_t,
+        u.t().contiguous(),
+        etas,
+        _ACTIVATION_CODES[act],
+        a_kind == "coupled",
+        gate == "inside",
+        outputs,
+        betas,
+        phis,
+    )
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     """The backward time loop in one call. It overwrites the forward's ``P`` with the gradient of ``P``
     (no new ``(T, B, 3H)`` buffer); a second backward (``retain_graph``, gradcheck) recomputes ``P``
     first."""
-    betas, outputs, x, weight, bias, s0, state_weights = ctx.saved_tensors
-    p = ctx.scratch
-    if ctx.p_is_gradient:
+    phis, betas, outputs, x, weight, bias, s0, state_weights, u = ctx.saved_tensors
+    p, u = ctx.scratch, u.detach()
+    if ctx.p_is_gradient:  # the saved phi are intact: only P's [c, q, r] are needed again
         p = _input_map(x, weight, bias)
         w_t = state_weights.detach().t().contiguous()
-        scratch = torch.empty_like(outputs), torch.empty_like(betas)
-        _compiled_forward(p, s0.detach().contiguous(), w_t, ctx.config, *scratch)
+        scratch = torch.empty_like(outputs), torch.empty_like(betas), p.new_empty(0)
+        _compiled_forward(p, s0.detach().contiguous(), w_t, u, ctx.config, *scratch)
     ctx.p_is_gradient = True
-    etas, act = ctx.config[0], ctx.config[1]
-    carry, work = s0.new_empty(s0.shape), s0.new_empty(s0.shape)
-    grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
-        p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
-    )
+    etas, act, a_kind, gate = ctx.config
+    carry = s0.new_empty(s0.shape)
     inputs = torch.cat([s0.detach().unsqueeze(0), outputs[:-1]])
-    return _input_gradients(ctx, p, inputs, x, weight, carry, None, p.new_full((1,), grad_eta))
+    if len(etas) == 1 and gate == "inside":
+        work = s0.new_empty(s0.shape)
+        grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
+            p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
+        )
+        return _input_gradients(ctx, p, inputs, x, weight, carry, None, p.new_full((1,), grad_eta))
+    grad_u = torch.zeros_like(u)
+    grad_etas = torch.ops.ltdrnn.tarnn_euler_backward(
+        p,
+        phis,
+        betas,
+        grad_outputs,
+        state_weights.detach(),
+        u.contiguous(),
+        etas,
+        _ACTIVATION_CODES[act],
+        a_kind == "coupled",
+        gate == "inside",
+        carry,
+        grad_u,
+    )
+    grad_u = grad_u if len(etas) > 1 else None
+    return _input_gradients(ctx, p, inputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
 
 
 class _EulerChain:
