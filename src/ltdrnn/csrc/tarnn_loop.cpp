@@ -16,8 +16,12 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <c10/util/ParallelGuard.h>
+
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -206,12 +210,13 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
 // with (A d)_j = -d_j, plus d_{j+H/2} for j < H/2 when coupled. The backward recomputes the deltas and
 // G from the saved phi, c and beta (elementwise: no matmul is repeated).
 //
-// Threads: the rows of the batch are independent through the whole recurrence, so each loop is ONE
-// at::parallel_for over the batch, one block of rows per thread, and each thread runs all T steps on its
-// rows (its products go to BLAS single-threaded, inside the parallel region). At K = 5 a step has 5
-// products and 5 elementwise passes forward, 6 and 6 backward: splitting each of them over the threads
-// would be ~20 thread hand-offs per step, and on a shared machine every one waits for the slowest thread.
-// Only the gradients of U and eta are shared; each block keeps its own and they are added at the end.
+// Threads: the rows of the batch are independent through the whole recurrence, so each loop splits the
+// batch into one block of rows per thread (torch's intra-op thread count) once, and each thread runs all
+// T steps on its rows with single-threaded BLAS (over_batch_blocks). At K = 5 a step has 5 products and
+// 5 elementwise passes forward, 6 and 6 backward: splitting each of them over the threads would be ~20
+// thread hand-offs per step, and on a shared machine every one waits for the slowest thread. Only the
+// gradients of U and eta are shared; each block keeps its own and they are added at the end, in block
+// order (the result does not depend on the timing, only on the thread count).
 
 void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor& p, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == p.scalar_type(),
@@ -232,10 +237,57 @@ void with_gate(bool inside, Body body) {
   return body(std::false_type{});
 }
 
-// Rows per thread block: one block per thread.
+// MKL's per-thread thread count (its C interface; mkl.h maps mkl_set_num_threads_local to it), when
+// torch's BLAS is MKL (a weak symbol: null otherwise).
+extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+
+// Keeps the BLAS calls of the current thread single-threaded while it lives (MKL would otherwise start
+// an OpenMP team for every product, whose threads spin-wait for each other: on this shared 2-core
+// machine under load that made the K = 5 forward 2-35 s of CPU at 2 threads against 0.3 s at 1), and
+// marks the thread as inside a parallel region, so ATen's own at::parallel_for runs inline.
+class SequentialBlock {
+ public:
+  SequentialBlock() : previous_(MKL_Set_Num_Threads_Local ? MKL_Set_Num_Threads_Local(1) : 0), guard_(true) {}
+  ~SequentialBlock() {
+    if (MKL_Set_Num_Threads_Local) MKL_Set_Num_Threads_Local(previous_);
+  }
+  SequentialBlock(const SequentialBlock&) = delete;
+  SequentialBlock& operator=(const SequentialBlock&) = delete;
+
+ private:
+  int previous_;
+  c10::ParallelGuard guard_;
+};
+
+// Rows per thread block: one block per thread (torch's intra-op thread count).
 int64_t rows_per_thread(int64_t batch) {
   const int64_t threads = std::max<int64_t>(1, at::in_parallel_region() ? 1 : at::get_num_threads());
   return std::max<int64_t>(1, (batch + threads - 1) / threads);
+}
+
+// Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch: the first on
+// the calling thread, each other on a thread of its own, joined before returning (errors rethrown). Not
+// at::parallel_for: these files are built without -fopenmp, where it runs serially; and OpenMP's
+// spin-waiting costs whole time slices on a loaded machine. Here a block only blocks on the final join.
+template <typename Body>
+void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
+  const int64_t blocks = (batch + chunk - 1) / chunk;
+  std::vector<std::exception_ptr> errors(blocks);
+  auto run = [&](int64_t part) {
+    try {
+      SequentialBlock sequential;
+      body(part * chunk, std::min(batch, (part + 1) * chunk), part);
+    } catch (...) {
+      errors[part] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int64_t part = 1; part < blocks; ++part) workers.emplace_back(run, part);
+  run(0);
+  for (auto& worker : workers) worker.join();
+  for (auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
 }
 
 // Calls body(std::bool_constant<first>{}, std::bool_constant<last>{}): the first and last Euler steps
@@ -321,7 +373,7 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_forward", [&] {
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
-        at::parallel_for(0, batch, rows_per_thread(batch), [&](int64_t begin, int64_t end) {
+        over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
           const int64_t rows = end - begin;
           // this block's work buffers: qu = delta U^T, delta, and phi when it is not saved
           at::Tensor qu = at::empty({rows, hidden}, p.options()), delta = at::empty({rows, hidden}, p.options());
@@ -486,9 +538,8 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
       with_gate(inside, [&](auto gate) {
         constexpr bool kInside = decltype(gate)::value;
         const int64_t block = batch * hidden;
-        at::parallel_for(0, batch, chunk, [&](int64_t begin, int64_t end) {
-          const int64_t rows = end - begin, part = begin / chunk;
-          TORCH_CHECK(part < blocks, "tarnn_loop: unexpected split of the batch over threads");
+        over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+          const int64_t rows = end - begin;
           const at::TensorOptions options = p.options();
           // work buffers of this block of rows, allocated once per call
           at::Tensor gs = at::empty({k, rows, hidden}, options), deltas = at::empty({k, rows, hidden}, options);
