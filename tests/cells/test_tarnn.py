@@ -595,6 +595,9 @@ def test_compiled_euler_operators_reject_malformed_operands_with_a_clear_error()
     torch.ops.ltdrnn.tarnn_euler_forward(**forward)  # well-formed: runs
     grad_eta = torch.ops.ltdrnn.tarnn_euler_backward(**backward)
     assert len(grad_eta) == 3
+    empty_forward, empty_backward = euler_operands(batch=0)  # an empty batch runs, and gives zero gradients
+    torch.ops.ltdrnn.tarnn_euler_forward(**empty_forward)
+    assert torch.ops.ltdrnn.tarnn_euler_backward(**empty_backward) == [0.0] * 3
     meta = torch.zeros(2, 4, device="meta")
     for change, message in (
         ({"s0": torch.zeros(3, 4)}, "s0 must be a contiguous \\(B, H\\)"),

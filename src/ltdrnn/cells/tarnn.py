@@ -8,13 +8,13 @@ equilibrium of the current input.
 
 Two implementations: ``"reference"``, a loop over :meth:`TARNN.step` that writes the equations as they
 stand, and ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedTARNN`)
-with one matmul of the state per time step plus one per further Euler step. At K = 1 with the gate inside
-(any A, reading, activation), each of its time loops is one call of compiled ATen code when a C++ compiler
-is available; without one, the same path runs in PyTorch.
+with one matmul of the state per time step plus one per further Euler step. Each of its time loops is one
+call of compiled ATen code when a C++ compiler is available (any K, gate, A, reading, activation that
+reaches it); without one, the same path runs in PyTorch.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/tarnn_loop.cpp (time loop, K=1)
+Kernel: src/ltdrnn/csrc/stream_step.c (streaming step), src/ltdrnn/csrc/tarnn_loop.cpp (time loop)
 """
 
 from __future__ import annotations
@@ -389,11 +389,13 @@ class _FusedTARNN(torch.autograd.Function):
     of ``3K - 1`` saved blocks per step). The backward accumulates the gradients of ``U`` and ``eta``
     as it goes; only the gradient of ``P`` is written per step.
 
-    With K = 1 and the gate inside, on CPU in float32/64, each time loop (forward, backward) is one call
-    of ``csrc/tarnn_loop.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step,
-    nothing saved but beta and the states (the backward recomputes ``phi`` and ``G`` from ``P``, which
-    keeps each step's ``[c, q, r]``). Every other configuration (K > 1, gate outside, other devices
-    or dtypes, no C++ compiler, ``LTDRNN_NO_KERNELS=1``) runs the PyTorch loop below.
+    On CPU in float32/64, each time loop (forward, backward) is one call of ``csrc/tarnn_loop.cpp`` when
+    it builds here (:func:`_compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
+    (``tarnn_k1_*``) nothing is saved but beta and the states (the backward recomputes ``phi`` and ``G``
+    from ``P``, which keeps each step's ``[c, q, r]``); otherwise (``tarnn_euler_*``) the forward also
+    saves ``phi`` of every Euler step ``(T, K, B, H)`` and the backward recomputes ``G`` and the
+    increments from it elementwise. Other devices or dtypes, no C++ compiler or
+    ``LTDRNN_NO_KERNELS=1``: the PyTorch loop below.
     """
 
     @staticmethod

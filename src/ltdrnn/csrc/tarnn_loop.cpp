@@ -271,7 +271,7 @@ int64_t rows_per_thread(int64_t batch) {
 // spin-waiting costs whole time slices on a loaded machine. Here a block only blocks on the final join.
 template <typename Body>
 void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
-  const int64_t blocks = (batch + chunk - 1) / chunk;
+  const int64_t blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);  // one, empty, at B = 0
   std::vector<std::exception_ptr> errors(blocks);
   auto run = [&](int64_t part) {
     try {
@@ -529,7 +529,7 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
   check_operand(u, {hidden, hidden}, p, "u");
   check_operand(grad_u, {hidden, hidden}, p, "grad_u");
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
-  const int64_t chunk = rows_per_thread(batch), blocks = (batch + chunk - 1) / chunk;
+  const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
   // each block of rows adds its part of the gradients of U and eta here; summed in block order after
   at::Tensor u_parts = at::zeros({blocks, hidden, hidden}, p.options());
   std::vector<double> eta_parts(blocks * k, 0.0), grad_eta(k, 0.0);
