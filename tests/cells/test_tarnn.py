@@ -441,6 +441,197 @@ def test_compiled_k1_build_is_cached_and_reused_without_compiling(monkeypatch):
     assert built.parent == kernels.kernel_cache_dir() and built.name.startswith("tarnn-")
 
 
+# ---- the compiled time loop for any K (csrc/tarnn.cpp, tarnn_euler_*) ------------------------------
+EULER_OPTIONS = [
+    {"K": 2},
+    {"K": 5},
+    {"K": 5, "activation": "tanh"},
+    {"K": 5, "A": "coupled", "activation": "tanh"},
+    {"K": 2, "A": "coupled"},
+    {"K": 3, "gate": "outside", "activation": "sigmoid"},
+    {"K": 2, "gate": "outside", "A": "coupled", "activation": "tanh"},
+    {"K": 1, "gate": "outside"},
+]
+
+
+def counting_compiled_loops(monkeypatch):
+    """Counts the calls of the compiled forward (with K > 1 or the gate outside: tarnn_euler_forward)."""
+    import ltdrnn.cells.tarnn as tarnn_module
+
+    calls = []
+    real = tarnn_module._compiled_forward
+    monkeypatch.setattr(tarnn_module, "_compiled_forward", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("options", EULER_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_compiled_euler_loop_equals_the_reference_and_the_pytorch_loop_in_float64_at_T_1000(monkeypatch, options):
+    """Every output and gradient (all parameters, x, s0), at 2 threads (blocks of 2 and 1 rows: the
+    per-block gradients of U and eta are added up); for K = 5 and the gate outside also with an expanded
+    (mean) gradient."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(6)
+        cell = TARNN(3, 16, eta=0.1, dtype=DT, **options)
+        randomise(cell, 0.05)
+        x, s0 = torch.randn(1000, 3, 3, dtype=DT), 0.1 * torch.randn(3, 16, dtype=DT)
+        calls = counting_compiled_loops(monkeypatch)
+        losses = (
+            (weighted_loss, mean_loss) if options in EULER_OPTIONS[1:2] + EULER_OPTIONS[-3:-2] else (weighted_loss,)
+        )
+        compiled = {loss: run_and_differentiate(cell, x, s0, "fused", loss) for loss in losses}
+        assert len(calls) == len(losses), "the compiled loop did not run"
+        reference = {loss: run_and_differentiate(cell, x, s0, "reference", loss) for loss in compiled}
+        monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+        pytorch_loop = {loss: run_and_differentiate(cell, x, s0, "fused", loss) for loss in compiled}
+        assert len(calls) == len(losses), "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
+    finally:
+        torch.set_num_threads(threads)
+    for loss in compiled:
+        assert compiled[loss]["grad x"].abs().max() > 0 and compiled[loss]["weight_U"].abs().max() > 0
+        for key, expected in reference[loss].items():
+            msg = f"{key} ({loss.__name__})"
+            torch.testing.assert_close(compiled[loss][key], expected, atol=1e-10, rtol=1e-9, msg=msg)
+            torch.testing.assert_close(compiled[loss][key], pytorch_loop[loss][key], atol=1e-10, rtol=1e-9, msg=msg)
+
+
+@pytest.mark.parametrize("options", [{"K": 5}, {"K": 2, "A": "coupled", "activation": "tanh"}], ids=["K5", "K2"])
+def test_compiled_euler_loop_in_float32_is_close_to_the_float64_reference(options):
+    """float32 against the float64 reference of the same parameters; the error allowed scales with each
+    tensor's largest entry (float32 sums over T * B terms)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    torch.manual_seed(7)
+    cell = TARNN(3, 16, eta=0.1, **options)
+    x, s0 = torch.randn(1000, 3, 3), 0.1 * torch.randn(3, 16)
+    single = run_and_differentiate(cell, x, s0, "fused", weighted_loss)
+    reference = run_and_differentiate(cell.double(), x.double(), s0.double(), "reference", weighted_loss)
+    for key, expected in reference.items():
+        assert single[key].dtype == torch.float32, key
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(single[key].double(), expected, atol=1e-5 * scale, rtol=1e-4, msg=key)
+
+
+def test_compiled_euler_loop_backward_twice_gives_the_same_gradients():
+    """retain_graph: the first backward overwrote P with its gradient; the second recomputes it."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    torch.manual_seed(8)
+    cell = TARNN(2, 8, K=5, eta=0.3, A="coupled", dtype=DT)
+    x, s0 = torch.randn(300, 2, 2, dtype=DT), 0.1 * torch.randn(2, 8, dtype=DT)
+    reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
+    cell.zero_grad()
+    out, final = cell.scan(x, s0)
+    loss = weighted_loss(out, final)
+    loss.backward(retain_graph=True)
+    first = {n: p.grad.clone() for n, p in cell.named_parameters()}
+    cell.zero_grad()
+    loss.backward()
+    for name, p in cell.named_parameters():
+        torch.testing.assert_close(first[name], reference[name], atol=1e-10, rtol=1e-9, msg=name)
+        torch.testing.assert_close(p.grad, first[name], atol=0, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("options", [{"K": 5}, {"K": 3, "gate": "outside", "A": "coupled"}], ids=["K5", "outside"])
+def test_compiled_euler_loop_without_autograd_equals_the_reference(monkeypatch, options):
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    torch.manual_seed(9)
+    cell = TARNN(3, 8, eta=0.2, dtype=DT, **options)
+    x, s0 = torch.randn(200, 5, 3, dtype=DT), 0.1 * torch.randn(5, 8, dtype=DT)
+    expected, expected_final = cell.scan(x, s0, impl="reference")
+    calls = counting_compiled_loops(monkeypatch)
+    with torch.no_grad():
+        out, final = cell.scan(x, s0)
+    assert calls, "the compiled loop did not run"
+    torch.testing.assert_close(out, expected.detach(), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(final, expected_final.detach(), atol=1e-12, rtol=1e-12)
+
+
+def test_without_a_compiler_the_k5_loop_falls_back_to_pytorch(monkeypatch, tmp_path):
+    from ltdrnn import kernels
+
+    monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(kernels, "_TORCH_OPS", {})
+    torch.manual_seed(10)
+    cell = TARNN(3, 8, K=5, eta=0.2)
+    x, s0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
+    with pytest.warns(RuntimeWarning, match="tarnn.*pure-PyTorch"):
+        fused = run_and_differentiate(cell, x, s0, "fused", weighted_loss)
+    assert kernels._TORCH_OPS == {"tarnn": False}
+    reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
+    for key, expected in reference.items():
+        torch.testing.assert_close(fused[key], expected, atol=1e-5, rtol=1e-4, msg=key)
+
+
+def euler_operands(steps=5, batch=2, hidden=4, k=3, dtype=torch.float32):
+    """Well-formed operands of tarnn_euler_forward and _backward."""
+    p = 0.1 * torch.randn(steps, batch, 3 * hidden, dtype=dtype)
+    zeros = lambda *shape: torch.zeros(*shape, dtype=dtype)  # noqa: E731
+    forward = dict(
+        p=p, s0=zeros(batch, hidden), w_t=zeros(hidden, 3 * hidden), u_t=zeros(hidden, hidden), etas=[0.1] * k,
+        act=0, coupled=False, inside=True, outputs=zeros(steps, batch, hidden), betas=zeros(steps, batch, hidden),
+        phis=zeros(steps, k, batch, hidden),
+    )  # fmt: skip
+    backward = dict(
+        p=p.clone(), phis=zeros(steps, k, batch, hidden), betas=zeros(steps, batch, hidden),
+        grad_outputs=torch.ones(steps, batch, hidden, dtype=dtype), state_weights=zeros(3 * hidden, hidden),
+        u=zeros(hidden, hidden), etas=[0.1] * k, act=0, coupled=False, inside=True, carry=zeros(batch, hidden),
+        grad_u=zeros(hidden, hidden),
+    )  # fmt: skip
+    return forward, backward
+
+
+def test_compiled_euler_operators_reject_malformed_operands_with_a_clear_error():
+    """The Python path hands over only checked tensors; the operators check again before any pointer."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    forward, backward = euler_operands()
+    torch.ops.ltdrnn.tarnn_euler_forward(**forward)  # well-formed: runs
+    grad_eta = torch.ops.ltdrnn.tarnn_euler_backward(**backward)
+    assert len(grad_eta) == 3
+    empty_forward, empty_backward = euler_operands(batch=0)  # an empty batch runs, and gives zero gradients
+    torch.ops.ltdrnn.tarnn_euler_forward(**empty_forward)
+    assert torch.ops.ltdrnn.tarnn_euler_backward(**empty_backward) == [0.0] * 3
+    meta = torch.zeros(2, 4, device="meta")
+    for change, message in (
+        ({"s0": torch.zeros(3, 4)}, "s0 must be a contiguous \\(B, H\\)"),
+        ({"s0": meta}, "(s0 must be|Meta tensors)"),  # the dispatcher may see the Meta key first
+        ({"w_t": torch.zeros(4, 9)}, "w_t must be a contiguous CPU \\[4, 12\\]"),
+        ({"u_t": torch.zeros(4, 4).t()[:, :3]}, "u_t must be"),
+        ({"u_t": torch.zeros(4, 4, dtype=torch.float64)}, "u_t must be .* of p's dtype"),
+        ({"etas": []}, "etas must hold K >= 1"),
+        ({"act": 3}, "activation code"),
+        ({"coupled": True, "p": torch.zeros(5, 2, 9)}, "(coupled A needs an even H|s0 must be)"),
+        ({"outputs": torch.zeros(5, 2, 3)}, "outputs must be"),
+        ({"phis": torch.zeros(5, 2, 2, 4)}, "phis must be"),
+        ({"p": forward["p"].transpose(0, 1)}, "p must be a contiguous CPU"),
+        ({"p": forward["p"].to(torch.int32)}, "expected float32 or float64"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            torch.ops.ltdrnn.tarnn_euler_forward(**{**forward, **change})
+    odd = euler_operands(hidden=3)[0]
+    with pytest.raises(RuntimeError, match="coupled A needs an even H"):
+        torch.ops.ltdrnn.tarnn_euler_forward(**{**odd, "coupled": True})
+    for change, message in (
+        ({"phis": torch.zeros(0)}, "phis must be"),
+        ({"grad_outputs": torch.zeros(5, 2, 3)}, "grad_outputs must be"),
+        ({"grad_outputs": torch.zeros(5, 2, 4, device="meta")}, "(grad_outputs must be|Meta tensors)"),
+        ({"state_weights": torch.zeros(12, 5)}, "state_weights must be"),
+        ({"u": torch.zeros(3, 3)}, "u must be"),
+        ({"grad_u": torch.zeros(4, 4, dtype=torch.float64)}, "grad_u must be"),
+        ({"carry": torch.zeros(2, 5)}, "s0 must be a contiguous"),
+        ({"etas": [0.1, 0.1]}, "phis must be"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            torch.ops.ltdrnn.tarnn_euler_backward(**{**backward, **change})
+
+
 # ---- streaming without autograd ---------------------------------------------------------------------
 @pytest.mark.parametrize("options", [{}, {"K": 1}, {"K": 2, "gate": "outside", "A": "coupled"}])
 def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(options):

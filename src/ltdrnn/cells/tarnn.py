@@ -8,13 +8,13 @@ equilibrium of the current input.
 
 Two implementations: ``"reference"``, a loop over :meth:`TARNN.step` that writes the equations as they
 stand, and ``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedTARNN`)
-with one matmul of the state per time step plus one per further Euler step. At K = 1 with the gate inside
-(any A, reading, activation), each of its time loops is one call of compiled ATen code when a C++ compiler
-is available; without one, the same path runs in PyTorch.
+with one matmul of the state per time step plus one per further Euler step. Each of its time loops is one
+call of compiled ATen code when a C++ compiler is available (any K, gate, A, reading, activation that
+reaches it); without one, the same path runs in PyTorch.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/tarnn.cpp (time loop, K=1, and the streaming step)
+Kernel: src/ltdrnn/csrc/tarnn.cpp (the whole time loop for any K, and the streaming step)
 """
 
 from __future__ import annotations
@@ -381,11 +381,13 @@ class _FusedTARNN(torch.autograd.Function):
     of ``3K - 1`` saved blocks per step). The backward accumulates the gradients of ``U`` and ``eta``
     as it goes; only the gradient of ``P`` is written per step.
 
-    With K = 1 and the gate inside, on CPU in float32/64, each time loop (forward, backward) is one call
-    of ``csrc/tarnn_loop.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step,
-    nothing saved but beta and the states (the backward recomputes ``phi`` and ``G`` from ``P``, which
-    keeps each step's ``[c, q, r]``). Every other configuration (K > 1, gate outside, other devices
-    or dtypes, no C++ compiler, ``LTDRNN_NO_KERNELS=1``) runs the PyTorch loop below.
+    On CPU in float32/64, each time loop (forward, backward) is one call of ``csrc/tarnn.cpp`` when
+    it builds here (:func:`_compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
+    (``tarnn_k1_*``) nothing is saved but beta and the states (the backward recomputes ``phi`` and ``G``
+    from ``P``, which keeps each step's ``[c, q, r]``); otherwise (``tarnn_euler_*``) the forward also
+    saves ``phi`` of every Euler step ``(T, K, B, H)`` and the backward recomputes ``G`` and the
+    increments from it elementwise. Other devices or dtypes, no C++ compiler or
+    ``LTDRNN_NO_KERNELS=1``: the PyTorch loop below.
     """
 
     @staticmethod
@@ -400,8 +402,12 @@ class _FusedTARNN(torch.autograd.Function):
         ctx.mark_non_differentiable(betas)
         w_t = state_weights.detach().t().contiguous()
         if ctx.compiled:
-            _compiled_forward(p, s.contiguous(), w_t, ctx.config, outputs, betas)
-            ctx.save_for_backward(betas, outputs, x, weight, bias, s0, state_weights)
+            # K = 1 with the gate inside saves nothing per Euler step; otherwise phi of every Euler step
+            # (T, K, B, H), from which the backward recomputes G and the increments elementwise
+            keep = any(ctx.needs_input_grad) and not (k == 1 and gate == "inside")
+            phis = empty_buffer((steps, k, batch, hidden), p) if keep else p.new_empty(0)
+            _compiled_forward(p, s.contiguous(), w_t, u.detach(), ctx.config, outputs, betas, phis)
+            ctx.save_for_backward(phis, betas, outputs, x, weight, bias, s0, state_weights, u)
             return outputs, betas
         chain = _EulerChain(k, batch, hidden, scalars(eta), act, a_kind, gate, u.detach(), p)
         training = any(ctx.needs_input_grad)
@@ -501,46 +507,83 @@ def _input_gradients(ctx, grad_p, inputs, x, weight, grad_s0, grad_u, grad_eta) 
     return grad_x, grad_weight, grad_bias, grad_s0, grad_state_weights, grad_u, grad_eta, None, None, None
 
 
-# ---- the whole time loop in compiled code (csrc/tarnn_loop.cpp) ----------------------------------------
+# ---- the whole time loop in compiled code (csrc/tarnn.cpp) ----------------------------------------
 def _compiled_loop_runs(p: Tensor, k: int, gate: str) -> bool:
-    """Whether the time loop runs in ``csrc/tarnn_loop.cpp``: K = 1 with the gate inside (any A, reading or
-    activation: at K = 1 neither A nor the damping appears outside the stacked state weights), on CPU in
-    float32/64, and the operators build here. Anything else runs the PyTorch loop."""
+    """Whether the time loop runs in ``csrc/tarnn.cpp``: any K, either gate, any A, reading or
+    activation that reaches :class:`_FusedTARNN` (the authors' gate-outside body and per-time-step η do
+    not), on CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
     return (
-        k == 1
-        and gate == "inside"
+        k >= 1
+        and gate in ("inside", "outside")
         and p.device.type == "cpu"
         and p.dtype in (torch.float32, torch.float64)
         and load_torch_ops("tarnn")
     )
 
 
-def _compiled_forward(p: Tensor, s0: Tensor, w_t: Tensor, config: tuple, outputs: Tensor, betas: Tensor) -> None:
-    """The forward time loop in one call: ``P`` becomes each step's ``[c, q, r]``; writes ``outputs`` and
-    ``betas``. Every operand's shape, dtype and layout is checked again in the C++ code."""
-    etas, act = config[0], config[1]
-    torch.ops.ltdrnn.tarnn_k1_forward(p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas)
+def _compiled_forward(
+    p: Tensor, s0: Tensor, w_t: Tensor, u: Tensor, config: tuple, outputs: Tensor, betas: Tensor, phis: Tensor
+) -> None:
+    """The forward time loop in one call: ``P`` becomes each step's ``[c, q, r]``; writes ``outputs``,
+    ``betas`` and, unless empty, ``phis (T, K, B, H)`` (K = 1 with the gate inside: its own operator, which
+    saves nothing). Every operand's shape, dtype and layout is checked again in the C++ code."""
+    etas, act, a_kind, gate = config
+    if len(etas) == 1 and gate == "inside":
+        torch.ops.ltdrnn.tarnn_k1_forward(p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas)
+        return
+    torch.ops.ltdrnn.tarnn_euler_forward(
+        p,
+        s0,
+        w_t,
+        u.t().contiguous(),
+        etas,
+        _ACTIVATION_CODES[act],
+        a_kind == "coupled",
+        gate == "inside",
+        outputs,
+        betas,
+        phis,
+    )
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     """The backward time loop in one call. It overwrites the forward's ``P`` with the gradient of ``P``
     (no new ``(T, B, 3H)`` buffer); a second backward (``retain_graph``, gradcheck) recomputes ``P``
     first."""
-    betas, outputs, x, weight, bias, s0, state_weights = ctx.saved_tensors
-    p = ctx.scratch
-    if ctx.p_is_gradient:
+    phis, betas, outputs, x, weight, bias, s0, state_weights, u = ctx.saved_tensors
+    p, u = ctx.scratch, u.detach()
+    if ctx.p_is_gradient:  # the saved phi are intact: only P's [c, q, r] are needed again
         p = _input_map(x, weight, bias)
         w_t = state_weights.detach().t().contiguous()
-        scratch = torch.empty_like(outputs), torch.empty_like(betas)
-        _compiled_forward(p, s0.detach().contiguous(), w_t, ctx.config, *scratch)
+        scratch = torch.empty_like(outputs), torch.empty_like(betas), p.new_empty(0)
+        _compiled_forward(p, s0.detach().contiguous(), w_t, u, ctx.config, *scratch)
     ctx.p_is_gradient = True
-    etas, act = ctx.config[0], ctx.config[1]
-    carry, work = s0.new_empty(s0.shape), s0.new_empty(s0.shape)
-    grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
-        p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
-    )
+    etas, act, a_kind, gate = ctx.config
+    carry = s0.new_empty(s0.shape)
     inputs = torch.cat([s0.detach().unsqueeze(0), outputs[:-1]])
-    return _input_gradients(ctx, p, inputs, x, weight, carry, None, p.new_full((1,), grad_eta))
+    if len(etas) == 1 and gate == "inside":
+        work = s0.new_empty(s0.shape)
+        grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
+            p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
+        )
+        return _input_gradients(ctx, p, inputs, x, weight, carry, None, p.new_full((1,), grad_eta))
+    grad_u = torch.zeros_like(u)
+    grad_etas = torch.ops.ltdrnn.tarnn_euler_backward(
+        p,
+        phis,
+        betas,
+        grad_outputs,
+        state_weights.detach(),
+        u.contiguous(),
+        etas,
+        _ACTIVATION_CODES[act],
+        a_kind == "coupled",
+        gate == "inside",
+        carry,
+        grad_u,
+    )
+    grad_u = grad_u if len(etas) > 1 else None
+    return _input_gradients(ctx, p, inputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
 
 
 class _EulerChain:

@@ -1,7 +1,8 @@
-// The whole training recurrence of TARNN at K = 1 with the gate inside (ltdrnn.cells.tarnn,
-// _FusedTARNN), forward and backward, each time loop in one call: the per-step product goes to ATen's
-// BLAS (at::addmm), the elementwise work to at::parallel_for over the batch. Built and cached by
-// ltdrnn.kernels.load_torch_ops; the operators are torch.ops.ltdrnn.tarnn_k1_forward / _backward.
+// TARNN's compiled kernels (ltdrnn.cells.tarnn): the whole training recurrence, forward and backward,
+// each time loop in one call, for K = 1 with the gate inside (tarnn_k1_*, below) and for any K with either
+// gate (tarnn_euler_*, further down); and the one-call streaming step (tarnn_stream, at the end). The
+// per-step products go to ATen's BLAS, the elementwise work is one pass per step. Built and cached by
+// ltdrnn.kernels.load_torch_ops("tarnn").
 //
 // Layouts (time-major, contiguous unless said otherwise):
 //   p (T, B, 3H): on entry the input map [c | q | r] = [B1 x + b_lin | W1 x + b | W_x x + b_beta];
@@ -14,29 +15,34 @@
 //   G = phi(q) + c;  s_t = s_{t-1} + eta beta G
 #include "common.h"
 
+#include <c10/util/ParallelGuard.h>
+
+#include <exception>
+#include <thread>
+
 namespace {
 
 using namespace ltdrnn;
 
 void check_sequence(const at::Tensor& p, const at::Tensor& s0, int64_t act) {
   TORCH_CHECK(p.device().is_cpu() && p.dim() == 3 && p.is_contiguous(),
-              "tarnn_loop: p must be a contiguous CPU (T, B, 3H) tensor, got ", p.sizes());
+              "tarnn: p must be a contiguous CPU (T, B, 3H) tensor, got ", p.sizes());
   TORCH_CHECK(p.scalar_type() == at::kFloat || p.scalar_type() == at::kDouble,
-              "tarnn_loop: expected float32 or float64, got ", p.scalar_type());
+              "tarnn: expected float32 or float64, got ", p.scalar_type());
   const int64_t hidden = p.size(2) / 3;
-  TORCH_CHECK(p.size(2) == 3 * hidden && hidden > 0, "tarnn_loop: p's last axis must be 3H, got ", p.size(2));
+  TORCH_CHECK(p.size(2) == 3 * hidden && hidden > 0, "tarnn: p's last axis must be 3H, got ", p.size(2));
   TORCH_CHECK(s0.sizes() == at::IntArrayRef({p.size(1), hidden}) && s0.is_contiguous() &&
                   s0.scalar_type() == p.scalar_type(),
-              "tarnn_loop: s0 must be a contiguous (B, H) = (", p.size(1), ", ", hidden, ") tensor of p's dtype, got ",
+              "tarnn: s0 must be a contiguous (B, H) = (", p.size(1), ", ", hidden, ") tensor of p's dtype, got ",
               s0.sizes());
-  TORCH_CHECK(act >= 0 && act <= 2, "tarnn_loop: activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ",
+  TORCH_CHECK(act >= 0 && act <= 2, "tarnn: activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ",
               act);
 }
 
 void check_like(const at::Tensor& t, const at::Tensor& p, const char* name) {
   TORCH_CHECK(t.sizes() == at::IntArrayRef({p.size(0), p.size(1), p.size(2) / 3}) && t.is_contiguous() &&
                   t.scalar_type() == p.scalar_type(),
-              "tarnn_loop: ", name, " must be a contiguous (T, B, H) tensor of p's dtype, got ", t.sizes());
+              "tarnn: ", name, " must be a contiguous (T, B, H) tensor of p's dtype, got ", t.sizes());
 }
 
 template <int Act, typename T>
@@ -103,7 +109,7 @@ void tarnn_k1_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t,
   check_like(betas, p, "betas");
   const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
   TORCH_CHECK(w_t.sizes() == at::IntArrayRef({hidden, 3 * hidden}) && w_t.scalar_type() == p.scalar_type(),
-              "tarnn_loop: w_t must be (H, 3H) = (", hidden, ", ", 3 * hidden, "), got ", w_t.sizes());
+              "tarnn: w_t must be (H, 3H) = (", hidden, ", ", 3 * hidden, "), got ", w_t.sizes());
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_k1_forward", [&] {
     with_activation(act, [&](auto kind) {
       at::Tensor s = s0;
@@ -128,13 +134,13 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
   check_like(betas, p, "betas");
   const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
   TORCH_CHECK(grad_outputs.sizes() == betas.sizes() && grad_outputs.scalar_type() == p.scalar_type(),
-              "tarnn_loop: grad_outputs must be (T, B, H) of p's dtype, got ", grad_outputs.sizes());
+              "tarnn: grad_outputs must be (T, B, H) of p's dtype, got ", grad_outputs.sizes());
   TORCH_CHECK(state_weights.sizes() == at::IntArrayRef({3 * hidden, hidden}) &&
                   state_weights.scalar_type() == p.scalar_type(),
-              "tarnn_loop: state_weights must be (3H, H) = (", 3 * hidden, ", ", hidden, "), got ",
+              "tarnn: state_weights must be (3H, H) = (", 3 * hidden, ", ", hidden, "), got ",
               state_weights.sizes());
   TORCH_CHECK(g.sizes() == carry.sizes() && g.is_contiguous() && g.scalar_type() == p.scalar_type(),
-              "tarnn_loop: g must be a contiguous (B, H) work buffer");
+              "tarnn: g must be a contiguous (B, H) work buffer");
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
   double grad_eta = 0.0;
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_k1_backward", [&] {
@@ -154,6 +160,402 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
   return grad_eta;
 }
 
+
+// ---- any K >= 1, the gate inside or outside (tarnn_euler_forward / _backward) ------------------------
+// Layouts as above, plus:
+//   u_t (H, H) = U^T (forward), u (H, H) = U (backward); etas: the K step sizes (positive: the caller
+//       passes exp(log eta)); coupled: A's upper-right (H/2, H/2) block of +I (H even); inside: the gate.
+//   phis (T, K, B, H): phi of every Euler step, written by the forward for the backward, or an empty
+//       tensor (no autograd: nothing is saved).
+// Per step, in the increment delta = z - s_{m-1} (delta_0 = 0), with [c | q | r] = P_m + s_{m-1} w_t:
+//   beta = sigmoid(r);  G_i = phi(q + delta_i U^T) + c + A delta_i
+//   delta_{i+1} = delta_i + eta_i beta G_i  ("inside", s_m = s_{m-1} + delta_K)
+//   delta_{i+1} = delta_i + eta_i G_i       ("outside", s_m = s_{m-1} + beta delta_K)
+// with (A d)_j = -d_j, plus d_{j+H/2} for j < H/2 when coupled. The backward recomputes the deltas and
+// G from the saved phi, c and beta (elementwise: no matmul is repeated).
+//
+// Threads: the rows of the batch are independent through the whole recurrence, so each loop splits the
+// batch into one block of rows per thread (torch's intra-op thread count) once, and each thread runs all
+// T steps on its rows with single-threaded BLAS (over_batch_blocks). At K = 5 a step has 5 products and
+// 5 elementwise passes forward, 6 and 6 backward: splitting each of them over the threads would be ~20
+// thread hand-offs per step, and on a shared machine every one waits for the slowest thread. Only the
+// gradients of U and eta are shared; each block keeps its own and they are added at the end, in block
+// order (the result does not depend on the timing, only on the thread count).
+
+void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor& p, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == p.scalar_type(),
+              "tarnn: ", name, " must be a contiguous CPU ", sizes, " tensor of p's dtype (", p.scalar_type(),
+              "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
+}
+
+void check_euler(const at::Tensor& p, at::ArrayRef<double> etas, bool coupled) {
+  TORCH_CHECK(!etas.empty(), "tarnn: etas must hold K >= 1 step sizes");
+  TORCH_CHECK(!coupled || (p.size(2) / 3) % 2 == 0, "tarnn: the coupled A needs an even H, got ",
+              p.size(2) / 3);
+}
+
+// Calls body(std::bool_constant<inside>{}).
+template <typename Body>
+void with_gate(bool inside, Body body) {
+  if (inside) return body(std::true_type{});
+  return body(std::false_type{});
+}
+
+// MKL's per-thread thread count (its C interface; mkl.h maps mkl_set_num_threads_local to it), when
+// torch's BLAS is MKL (a weak symbol: null otherwise).
+extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+
+// Keeps the BLAS calls of the current thread single-threaded while it lives (MKL would otherwise start
+// an OpenMP team for every product, whose threads spin-wait for each other: on this shared 2-core
+// machine under load that made the K = 5 forward 2-35 s of CPU at 2 threads against 0.3 s at 1), and
+// marks the thread as inside a parallel region, so ATen's own at::parallel_for runs inline.
+class SequentialBlock {
+ public:
+  SequentialBlock() : previous_(MKL_Set_Num_Threads_Local ? MKL_Set_Num_Threads_Local(1) : 0), guard_(true) {}
+  ~SequentialBlock() {
+    if (MKL_Set_Num_Threads_Local) MKL_Set_Num_Threads_Local(previous_);
+  }
+  SequentialBlock(const SequentialBlock&) = delete;
+  SequentialBlock& operator=(const SequentialBlock&) = delete;
+
+ private:
+  int previous_;
+  c10::ParallelGuard guard_;
+};
+
+// Rows per thread block: one block per thread (torch's intra-op thread count).
+int64_t rows_per_thread(int64_t batch) {
+  const int64_t threads = std::max<int64_t>(1, at::in_parallel_region() ? 1 : at::get_num_threads());
+  return std::max<int64_t>(1, (batch + threads - 1) / threads);
+}
+
+// Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch: the first on
+// the calling thread, each other on a thread of its own, joined before returning (errors rethrown). Not
+// at::parallel_for: these files are built without -fopenmp, where it runs serially; and OpenMP's
+// spin-waiting costs whole time slices on a loaded machine. Here a block only blocks on the final join.
+template <typename Body>
+void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
+  const int64_t blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);  // one, empty, at B = 0
+  std::vector<std::exception_ptr> errors(blocks);
+  auto run = [&](int64_t part) {
+    try {
+      SequentialBlock sequential;
+      body(part * chunk, std::min(batch, (part + 1) * chunk), part);
+    } catch (...) {
+      errors[part] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int64_t part = 1; part < blocks; ++part) workers.emplace_back(run, part);
+  run(0);
+  for (auto& worker : workers) worker.join();
+  for (auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+// Calls body(std::bool_constant<first>{}, std::bool_constant<last>{}): the first and last Euler steps
+// differ (delta_0 = 0; the last writes s_m), and each inner loop is compiled without a branch on them.
+template <typename Body>
+void with_ends(bool first, bool last, Body body) {
+  if (first && last) return body(std::true_type{}, std::true_type{});
+  if (first) return body(std::true_type{}, std::false_type{});
+  if (last) return body(std::false_type{}, std::true_type{});
+  return body(std::false_type{}, std::false_type{});
+}
+
+// The inner loops below are written to vectorise: no branch but on template arguments, restrict
+// pointers. The coupled A's extra term (+ d_{j+H/2} for j < H/2, Extra) is a loop over the first half
+// of a row, the rest a loop without it; in place, the first half reads only entries of the second.
+
+// Forward, Euler step over n entries of a row: phi = phi(q + qu) (qu = delta U^T, absent at the first
+// step), G = phi + c - d (+ extra), then d += eta (beta) G, or, at the last step, out = s_m.
+template <int Act, bool Inside, bool First, bool Last, bool Extra, typename T>
+inline void forward_span(const T* __restrict q, const T* __restrict qu, const T* __restrict c, T* __restrict d,
+                         const T* __restrict extra, const T* __restrict beta, T* __restrict phi_out,
+                         const T* __restrict s, T* __restrict out, int64_t n, T eta) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T phi = activate<Act>(First ? q[j] : q[j] + qu[j]);
+    phi_out[j] = phi;
+    const T old = First ? T(0) : d[j];
+    T big_g = phi + c[j] - old;
+    if constexpr (Extra) big_g += extra[j];
+    const T step = Inside ? eta * beta[j] * big_g : eta * big_g;
+    if constexpr (Last) {
+      out[j] = Inside ? s[j] + old + step : s[j] + beta[j] * (old + step);
+    } else {
+      d[j] = old + step;
+    }
+  }
+}
+
+// Euler step i of one time step over `rows` rows. qu (rows x H) = delta_i U^T (not read at i = 0);
+// beta is computed at i = 0 and read after; delta becomes delta_{i+1}, or, at the last step, out
+// becomes s_m. phi goes to phi_out (rows x H: saved, or a scratch block). pt has rows of 3H.
+template <int Act, bool Inside, bool First, bool Last, typename T>
+void euler_forward_rows(const T* pt, const T* qu, T* delta, const T* s, T* beta, T* phi_out, T* out, int64_t rows,
+                        int64_t hidden, T eta, bool coupled) {
+  const int64_t half = coupled ? hidden / 2 : 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * hidden;
+    const T* c = pt + b * 3 * hidden;
+    const T* q = c + hidden;
+    T* beta_b = beta + row;
+    if constexpr (First) {
+      const T* r = q + hidden;
+      for (int64_t j = 0; j < hidden; ++j) beta_b[j] = sigmoid(r[j]);
+    }
+    T* d = delta + row;
+    const T* qu_b = qu + row;
+    const T* s_b = s + row;
+    T* out_b = out + row;
+    T* phi_b = phi_out + row;
+    if (half > 0 && !First) {
+      forward_span<Act, Inside, First, Last, true, T>(q, qu_b, c, d, d + half, beta_b, phi_b, s_b, out_b, half, eta);
+    }
+    const int64_t j0 = First ? 0 : half;
+    forward_span<Act, Inside, First, Last, false, T>(q + j0, qu_b + j0, c + j0, d + j0, nullptr, beta_b + j0,
+                                                     phi_b + j0, s_b + j0, out_b + j0, hidden - j0, eta);
+  }
+}
+
+// The forward over all T steps: p gets each step's [c | q | r] in place; outputs, betas and (when not
+// empty) phis are written.
+void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t, const at::Tensor& u_t,
+                         at::ArrayRef<double> etas, int64_t act, bool coupled, bool inside, at::Tensor outputs,
+                         at::Tensor betas, at::Tensor phis) {
+  check_sequence(p, s0, act);
+  check_euler(p, etas, coupled);
+  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3, k = etas.size();
+  TORCH_CHECK(s0.device().is_cpu(), "tarnn: s0 must be on the CPU, got ", s0.device());
+  check_operand(w_t, {hidden, 3 * hidden}, p, "w_t");
+  check_operand(u_t, {hidden, hidden}, p, "u_t");
+  check_operand(outputs, {steps, batch, hidden}, p, "outputs");
+  check_operand(betas, {steps, batch, hidden}, p, "betas");
+  const bool store = phis.numel() > 0;
+  if (store) check_operand(phis, {steps, k, batch, hidden}, p, "phis");
+  AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_forward", [&] {
+    with_activation(act, [&](auto kind) {
+      with_gate(inside, [&](auto gate) {
+        over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+          const int64_t rows = end - begin;
+          // this block's work buffers: qu = delta U^T, delta, and phi when it is not saved
+          at::Tensor qu = at::empty({rows, hidden}, p.options()), delta = at::empty({rows, hidden}, p.options());
+          at::Tensor phi_scratch = at::empty({store ? 0 : rows, hidden}, p.options());
+          at::Tensor s = s0.narrow(0, begin, rows);
+          for (int64_t t = 0; t < steps; ++t) {
+            at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
+            pt.addmm_(s, w_t);
+            at::Tensor out = outputs.select(0, t).narrow(0, begin, rows);
+            scalar_t* beta = betas.data_ptr<scalar_t>() + (t * batch + begin) * hidden;
+            for (int64_t i = 0; i < k; ++i) {
+              if (i > 0) at::mm_out(qu, delta, u_t);
+              scalar_t* phi_out = store ? phis.data_ptr<scalar_t>() + ((t * k + i) * batch + begin) * hidden
+                                        : phi_scratch.data_ptr<scalar_t>();
+              with_ends(i == 0, i == k - 1, [&](auto first, auto last) {
+                euler_forward_rows<decltype(kind)::value, decltype(gate)::value, decltype(first)::value,
+                                   decltype(last)::value, scalar_t>(
+                    pt.data_ptr<scalar_t>(), qu.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
+                    s.data_ptr<scalar_t>(), beta, phi_out, out.data_ptr<scalar_t>(), rows, hidden,
+                    static_cast<scalar_t>(etas[i]), coupled);
+              });
+            }
+            s = out;
+          }
+        });
+      });
+    });
+  });
+}
+
+// Backward, recomputation of Euler step i over n entries of a row: G = phi + c - d (+ extra) into
+// big_g, next = d + eta (beta) G (d = 0 at the first step).
+template <bool Inside, bool First, bool Extra, typename T>
+inline void recompute_span(const T* __restrict phi, const T* __restrict c, const T* __restrict d,
+                           const T* __restrict extra, const T* __restrict beta, T* __restrict big_g,
+                           T* __restrict next, int64_t n, T eta) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T old = First ? T(0) : d[j];
+    T v = phi[j] + c[j] - old;
+    if constexpr (Extra) v += extra[j];
+    big_g[j] = v;
+    next[j] = Inside ? old + eta * beta[j] * v : old + eta * v;
+  }
+}
+
+// Backward, first pass of a step over `rows` rows: from the saved phi (K blocks `block` apart), c and
+// beta, each Euler step's G_i into gs[i] and delta_{i+1} into deltas[i] (blocks of rows x H); carry
+// becomes g = grad_out + carry; the gradient of delta_K goes into gd, d beta's start into d_beta.
+template <bool Inside, typename T>
+void euler_recompute_rows(const T* pt, const T* phis, int64_t block, const T* beta, const T* grad_out,
+                          const int64_t* grad_strides, T* carry, T* gs, T* deltas, T* gd, T* d_beta, int64_t rows,
+                          int64_t hidden, at::ArrayRef<double> etas, bool coupled) {
+  const int64_t half = coupled ? hidden / 2 : 0, k = etas.size(), own = rows * hidden;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * hidden;
+    const T* c = pt + b * 3 * hidden;
+    const T* beta_b = beta + row;
+    for (int64_t i = 0; i < k; ++i) {
+      const T* phi = phis + i * block + row;
+      T* big_g = gs + i * own + row;
+      T* next = deltas + i * own + row;
+      const T eta = static_cast<T>(etas[i]);
+      if (i == 0) {
+        recompute_span<Inside, true, false, T>(phi, c, nullptr, nullptr, beta_b, big_g, next, hidden, eta);
+        continue;
+      }
+      const T* d = deltas + (i - 1) * own + row;
+      if (half > 0) recompute_span<Inside, false, true, T>(phi, c, d, d + half, beta_b, big_g, next, half, eta);
+      recompute_span<Inside, false, false, T>(phi + half, c + half, d + half, nullptr, beta_b + half, big_g + half,
+                                              next + half, hidden - half, eta);
+    }
+    const T* grad_b = grad_out + b * grad_strides[0];
+    const T* delta_k = deltas + (k - 1) * own + row;
+    T* g = carry + row;
+    if (grad_strides[1] == 1) {
+      for (int64_t j = 0; j < hidden; ++j) g[j] += grad_b[j];
+    } else {
+      for (int64_t j = 0; j < hidden; ++j) g[j] += grad_b[j * grad_strides[1]];
+    }
+    T* gd_b = gd + row;
+    T* d_beta_b = d_beta + row;
+    for (int64_t j = 0; j < hidden; ++j) {
+      gd_b[j] = Inside ? g[j] : beta_b[j] * g[j];
+      d_beta_b[j] = Inside ? T(0) : g[j] * delta_k[j];
+    }
+  }
+}
+
+// Backward through Euler step i over `rows` rows: gd is the gradient of delta_{i+1}. Adds [dG | dG phi'
+// | .] to the rows of p (assigns at the last Euler step, i = K - 1: First), and to d beta; at i > 0
+// writes d arg into darg and gd_next = gd + A^T dG (the caller adds d arg U); at i = 0 (Last) writes
+// d r. Returns d eta_i over these rows.
+template <int Act, bool Inside, bool First, bool Last, typename T>
+double euler_backward_rows(T* pt, const T* phi, const T* big_g, const T* beta, const T* gd, T* d_beta, T* darg_out,
+                           T* gd_next, int64_t rows, int64_t hidden, T eta, bool coupled) {
+  const int64_t half = coupled ? hidden / 2 : 0;
+  double total = 0.0;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * hidden;
+    T* __restrict dc = pt + b * 3 * hidden;
+    T* __restrict dq = dc + hidden;
+    T* __restrict dr = dq + hidden;
+    const T* __restrict beta_b = beta + row;
+    const T* __restrict gd_b = gd + row;
+    const T* __restrict phi_b = phi + row;
+    const T* __restrict g_b = big_g + row;
+    T* __restrict d_beta_b = d_beta + row;
+    T* __restrict darg_b = darg_out + row;
+    T* __restrict next_b = gd_next + row;
+    T sum = T(0);
+    for (int64_t j = 0; j < hidden; ++j) {
+      const T d_g = (Inside ? eta * beta_b[j] : eta) * gd_b[j];
+      const T d_arg = d_g * activation_slope<Act>(phi_b[j]);
+      const T through = gd_b[j] * g_b[j];
+      sum += Inside ? through * beta_b[j] : through;
+      dc[j] = First ? d_g : dc[j] + d_g;
+      dq[j] = First ? d_arg : dq[j] + d_arg;
+      if constexpr (Inside) d_beta_b[j] += eta * through;
+      if constexpr (Last) {
+        dr[j] = d_beta_b[j] * beta_b[j] * (T(1) - beta_b[j]);
+      } else {
+        darg_b[j] = d_arg;
+        next_b[j] = gd_b[j] - d_g;
+      }
+    }
+    if constexpr (!Last) {  // A^T dG: + dG_{j-H/2} for j >= H/2 when coupled
+      for (int64_t j = half; j < hidden && half > 0; ++j) {
+        next_b[j] += (Inside ? eta * beta_b[j - half] : eta) * gd_b[j - half];
+      }
+    }
+    total += static_cast<double>(sum);
+  }
+  return total;
+}
+
+// The backward over all T steps, last to first: p (the forward's [c | q | r]) becomes the gradient of
+// p, carry the gradient of s0, grad_u the gradient of U (added to: zero it first). Returns the
+// gradients of the K step sizes.
+std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, const at::Tensor& betas,
+                                         const at::Tensor& grad_outputs, const at::Tensor& state_weights,
+                                         const at::Tensor& u, at::ArrayRef<double> etas, int64_t act, bool coupled,
+                                         bool inside, at::Tensor carry, at::Tensor grad_u) {
+  check_sequence(p, carry, act);
+  check_euler(p, etas, coupled);
+  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3, k = etas.size();
+  TORCH_CHECK(carry.device().is_cpu(), "tarnn: carry must be on the CPU, got ", carry.device());
+  check_operand(phis, {steps, k, batch, hidden}, p, "phis");
+  check_operand(betas, {steps, batch, hidden}, p, "betas");
+  TORCH_CHECK(grad_outputs.device().is_cpu() && grad_outputs.sizes() == betas.sizes() &&
+                  grad_outputs.scalar_type() == p.scalar_type(),
+              "tarnn: grad_outputs must be a CPU (T, B, H) tensor of p's dtype, got ", grad_outputs.sizes());
+  check_operand(state_weights, {3 * hidden, hidden}, p, "state_weights");
+  check_operand(u, {hidden, hidden}, p, "u");
+  check_operand(grad_u, {hidden, hidden}, p, "grad_u");
+  const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
+  const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+  // each block of rows adds its part of the gradients of U and eta here; summed in block order after
+  at::Tensor u_parts = at::zeros({blocks, hidden, hidden}, p.options());
+  std::vector<double> eta_parts(blocks * k, 0.0), grad_eta(k, 0.0);
+  AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_backward", [&] {
+    with_activation(act, [&](auto kind) {
+      with_gate(inside, [&](auto gate) {
+        constexpr bool kInside = decltype(gate)::value;
+        const int64_t block = batch * hidden;
+        over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+          const int64_t rows = end - begin;
+          const at::TensorOptions options = p.options();
+          // work buffers of this block of rows, allocated once per call
+          at::Tensor gs = at::empty({k, rows, hidden}, options), deltas = at::empty({k, rows, hidden}, options);
+          at::Tensor dargs = at::empty({std::max<int64_t>(k - 1, 1), rows, hidden}, options);
+          at::Tensor d_beta = at::empty({rows, hidden}, options);
+          at::Tensor gd_a = at::empty({rows, hidden}, options), gd_b = at::empty({rows, hidden}, options);
+          at::Tensor own_carry = carry.narrow(0, begin, rows), own_u = u_parts.select(0, part);
+          own_carry.zero_();
+          double* own_eta = eta_parts.data() + part * k;
+          const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
+          for (int64_t t = steps - 1; t >= 0; --t) {
+            at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
+            const scalar_t* phi_t = phis.data_ptr<scalar_t>() + t * k * block + begin * hidden;
+            const scalar_t* beta = betas.data_ptr<scalar_t>() + t * block + begin * hidden;
+            // own_carry becomes g, the gradient of s_t
+            euler_recompute_rows<kInside, scalar_t>(
+                pt.data_ptr<scalar_t>(), phi_t, block, beta, grad_base + t * grad_outputs.stride(0), grad_strides,
+                own_carry.data_ptr<scalar_t>(), gs.data_ptr<scalar_t>(), deltas.data_ptr<scalar_t>(),
+                gd_a.data_ptr<scalar_t>(), d_beta.data_ptr<scalar_t>(), rows, hidden, etas, coupled);
+            at::Tensor* gd = &gd_a;
+            at::Tensor* gd_next = &gd_b;
+            for (int64_t i = k - 1; i >= 0; --i) {
+              at::Tensor darg = dargs.select(0, std::max<int64_t>(i - 1, 0));
+              with_ends(i == k - 1, i == 0, [&](auto first, auto last) {
+                own_eta[i] += euler_backward_rows<decltype(kind)::value, kInside, decltype(first)::value,
+                                                  decltype(last)::value, scalar_t>(
+                    pt.data_ptr<scalar_t>(), phi_t + i * block, gs.data_ptr<scalar_t>() + i * rows * hidden, beta,
+                    gd->data_ptr<scalar_t>(), d_beta.data_ptr<scalar_t>(), darg.data_ptr<scalar_t>(),
+                    gd_next->data_ptr<scalar_t>(), rows, hidden, static_cast<scalar_t>(etas[i]), coupled);
+              });
+              if (i > 0) {
+                gd_next->addmm_(darg, u);  // the gradient of delta_i: + d arg_i U
+                std::swap(gd, gd_next);
+              }
+            }
+            if (k > 1) {  // d U += sum_i d arg_i^T delta_i, i = 1..K-1, in one product
+              own_u.addmm_(dargs.view({(k - 1) * rows, hidden}).t(),
+                           deltas.narrow(0, 0, k - 1).view({(k - 1) * rows, hidden}));
+            }
+            own_carry.addmm_(pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+          }
+        });
+      });
+    });
+  });
+  for (int64_t part = 0; part < blocks; ++part) {
+    for (int64_t i = 0; i < k; ++i) grad_eta[i] += eta_parts[part * k + i];
+  }
+  if (k > 1) grad_u.add_(blocks == 1 ? u_parts.select(0, 0) : u_parts.sum(0));
+  return grad_eta;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: later libraries may add to the namespace
@@ -161,11 +563,17 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: later libraries may add to t
         "Tensor(c!) betas) -> ()");
   m.def("tarnn_k1_backward(Tensor(a!) p, Tensor betas, Tensor grad_outputs, Tensor state_weights, float eta, "
         "int act, Tensor(b!) carry, Tensor(c!) g) -> float");
+  m.def("tarnn_euler_forward(Tensor(a!) p, Tensor s0, Tensor w_t, Tensor u_t, float[] etas, int act, bool coupled, "
+        "bool inside, Tensor(b!) outputs, Tensor(c!) betas, Tensor(d!) phis) -> ()");
+  m.def("tarnn_euler_backward(Tensor(a!) p, Tensor phis, Tensor betas, Tensor grad_outputs, Tensor state_weights, "
+        "Tensor u, float[] etas, int act, bool coupled, bool inside, Tensor(b!) carry, Tensor(c!) grad_u) -> float[]");
 }
 
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
   m.impl("tarnn_k1_forward", &tarnn_k1_forward);
   m.impl("tarnn_k1_backward", &tarnn_k1_backward);
+  m.impl("tarnn_euler_forward", &tarnn_euler_forward);
+  m.impl("tarnn_euler_backward", &tarnn_euler_backward);
 }
 
 // ---- the streaming step -------------------------------------------------------------------------------
