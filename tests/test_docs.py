@@ -47,7 +47,7 @@ def test_every_cell_module_links_its_doc_tests_and_kernel_and_they_exist():
         stem = module.__name__.rsplit(".", 1)[1]
         assert links["Doc"] == f"docs/cells/{stem}.md"
         assert "tests/cells/test_contract.py" in links["Tests"]
-        paths = re.findall(r"[\w./-]+\.(?:py|md|c)\b", " ".join(links.values()))
+        paths = re.findall(r"[\w./-]+\.(?:py|md|cpp|h)\b", " ".join(links.values()))
         missing = [p for p in paths if not (ROOT / p).is_file()]
         assert not missing, f"{module.__name__} links files that do not exist: {missing}"
 

@@ -353,8 +353,12 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_at_T_1000(mo
     pytorch_loop = run_and_differentiate(cell, x, s0, "fused", loss)
     assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     for key, expected in reference.items():
-        torch.testing.assert_close(compiled[key], expected, atol=1e-4, rtol=1e-3, msg=key)
-        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-5, rtol=1e-4, msg=key)
+        # float32 over 1,000 steps: both loops sit ~1e-6 of each gradient's largest entry from float64
+        # (weight gradients reach ~500), so the absolute tolerance scales with that entry; entries near 0
+        # would otherwise fail on rounding alone, depending on how BLAS splits its sums
+        scale = max(1.0, expected.abs().max().item())
+        torch.testing.assert_close(compiled[key], expected, atol=1e-4 * scale, rtol=1e-3, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-5 * scale, rtol=1e-4, msg=key)
 
 
 def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_twice():
