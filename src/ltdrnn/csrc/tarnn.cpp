@@ -15,11 +15,6 @@
 //   G = phi(q) + c;  s_t = s_{t-1} + eta beta G
 #include "common.h"
 
-#include <c10/util/ParallelGuard.h>
-
-#include <exception>
-#include <thread>
-
 namespace {
 
 using namespace ltdrnn;
@@ -199,59 +194,6 @@ template <typename Body>
 void with_gate(bool inside, Body body) {
   if (inside) return body(std::true_type{});
   return body(std::false_type{});
-}
-
-// MKL's per-thread thread count (its C interface; mkl.h maps mkl_set_num_threads_local to it), when
-// torch's BLAS is MKL (a weak symbol: null otherwise).
-extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
-
-// Keeps the BLAS calls of the current thread single-threaded while it lives (MKL would otherwise start
-// an OpenMP team for every product, whose threads spin-wait for each other: on this shared 2-core
-// machine under load that made the K = 5 forward 2-35 s of CPU at 2 threads against 0.3 s at 1), and
-// marks the thread as inside a parallel region, so ATen's own at::parallel_for runs inline.
-class SequentialBlock {
- public:
-  SequentialBlock() : previous_(MKL_Set_Num_Threads_Local ? MKL_Set_Num_Threads_Local(1) : 0), guard_(true) {}
-  ~SequentialBlock() {
-    if (MKL_Set_Num_Threads_Local) MKL_Set_Num_Threads_Local(previous_);
-  }
-  SequentialBlock(const SequentialBlock&) = delete;
-  SequentialBlock& operator=(const SequentialBlock&) = delete;
-
- private:
-  int previous_;
-  c10::ParallelGuard guard_;
-};
-
-// Rows per thread block: one block per thread (torch's intra-op thread count).
-int64_t rows_per_thread(int64_t batch) {
-  const int64_t threads = std::max<int64_t>(1, at::in_parallel_region() ? 1 : at::get_num_threads());
-  return std::max<int64_t>(1, (batch + threads - 1) / threads);
-}
-
-// Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch: the first on
-// the calling thread, each other on a thread of its own, joined before returning (errors rethrown). Not
-// at::parallel_for: these files are built without -fopenmp, where it runs serially; and OpenMP's
-// spin-waiting costs whole time slices on a loaded machine. Here a block only blocks on the final join.
-template <typename Body>
-void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
-  const int64_t blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);  // one, empty, at B = 0
-  std::vector<std::exception_ptr> errors(blocks);
-  auto run = [&](int64_t part) {
-    try {
-      SequentialBlock sequential;
-      body(part * chunk, std::min(batch, (part + 1) * chunk), part);
-    } catch (...) {
-      errors[part] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int64_t part = 1; part < blocks; ++part) workers.emplace_back(run, part);
-  run(0);
-  for (auto& worker : workers) worker.join();
-  for (auto& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
 }
 
 // Calls body(std::bool_constant<first>{}, std::bool_constant<last>{}): the first and last Euler steps
