@@ -71,3 +71,28 @@ def test_the_scan_operators_check_the_step_and_the_history_they_index():
         scan(f, b_f, f, None, None, None, h0, True, h)
     with pytest.raises(RuntimeError, match="srnn_forward: h must be a contiguous"):
         scan(f, b_f, None, None, None, None, h0, True, h[:, :1])
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [("tarnn", {"K": 1}), ("tarnn", {"K": 5}), ("irnn", {}), ("sarnn", {}), ("mist", {}), ("srnn", {})],
+)
+def test_saturated_gates_stay_finite_and_equal_the_reference(name, options):
+    """Pre-activations in the thousands: each compiled sigmoid must give 0 or 1 as torch's does (under
+    -ffast-math a bare 1 / (1 + exp(1000)) is NaN in float32; it made a TARNN UCR run diverge)."""
+    from ltdrnn.cells.registry import build
+
+    if not kernels.load_torch_ops(name):
+        pytest.skip(f"kernels off (LTDRNN_NO_KERNELS) or csrc/{name}.cpp does not build here")
+    torch.manual_seed(0)
+    cell = build(name, 3, 8, **options)
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.mul_(30.0)
+    x = 100.0 * torch.randn(6, 5, 3)
+    reference, _ = cell.scan(x, impl="reference")
+    assert torch.isfinite(reference).all()
+    for impl in cell.impls:
+        if impl != "reference":
+            fast, _ = cell.scan(x, impl=impl)
+            torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-3, msg=f"{name} {impl}")
