@@ -38,7 +38,7 @@ PRESET = "ucr/default"
 SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
 DEFAULT_CELLS = ("lstm",) + SOURCE_CELLS
 REFERENCE = "minirocket"
-BUDGETS = {"default": [], "quick": ["train.epochs=10"]}
+BUDGETS = {"default": [], "quick": ["train.steps=100"]}
 SEEDS = 3
 DEFAULT_STORE = "docs/ucr/results.db"
 DEFAULT_PAGE = "docs/benchmarks-ucr.md"
@@ -574,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget",
         default="default",
         choices=tuple(BUDGETS),
-        help="default: the preset as it is; quick: 10 epochs (minutes, not the protocol)",
+        help="default: the preset as it is; quick: 100 optimiser steps (minutes, not the protocol)",
     )
     add_override_option(run, "override applied to every run (a recipe variant; it gets its own study)")
     run.add_argument("--study", help="study name in the store (default: ucr/<budget>[/<overrides>])")

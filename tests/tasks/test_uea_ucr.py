@@ -58,6 +58,26 @@ def test_task_splits_znorm_and_padding(tmp_path):
     assert task.info.baseline == pytest.approx(8 / 24)
 
 
+def test_standardize_uses_the_training_part_statistics_for_every_split(tmp_path):
+    rng = np.random.default_rng(2)
+    rows = [([list(rng.normal(5.0, 3.0, 6)), list(rng.normal(-2.0, 0.5, 6))], "abc"[i % 3]) for i in range(30)]
+    tests = [([list(rng.normal(5.0, 3.0, 6)), list(rng.normal(-2.0, 0.5, 6))], "abc"[i % 3]) for i in range(6)]
+    write_ts_set(tmp_path, rows, tests, dims=2)
+    raw = build_task("ucr", dataset="Toy", data_dir=str(tmp_path))
+    scaled = build_task("ucr", dataset="Toy", data_dir=str(tmp_path), standardize=True)
+    steps = torch.cat([raw.dataset("train")[i][0] for i in range(len(raw.dataset("train")))]).double()
+    mean, std = steps.mean(0), steps.std(0, unbiased=False)
+    fitted = torch.cat([scaled.dataset("train")[i][0] for i in range(len(scaled.dataset("train")))]).double()
+    np.testing.assert_allclose(fitted.mean(0).numpy(), 0, atol=1e-5)  # over the training part as a whole ...
+    np.testing.assert_allclose(fitted.std(0, unbiased=False).numpy(), 1, atol=1e-5)
+    levels = [float(scaled.dataset("train")[i][0][:, 0].mean()) for i in range(len(scaled.dataset("train")))]
+    assert max(abs(v) for v in levels) > 0.1  # ... not per series: each series keeps its own level
+    for split in ("val", "test"):  # the same shift and scale, fitted on the training part only
+        x_raw, x = raw.dataset(split)[0][0].double(), scaled.dataset(split)[0][0].double()
+        np.testing.assert_allclose(x.numpy(), ((x_raw - mean) / std).numpy(), rtol=1e-5, atol=1e-5)
+    assert scaled.info.extra["standardize"] is True and raw.info.extra["standardize"] is False
+
+
 def test_missing_set_names_places_searched(tmp_path):
     with pytest.raises(DataNotFoundError, match="NoSuchSet_TRAIN.ts"):
         build_task("ucr", dataset="NoSuchSet", data_dir=str(tmp_path))

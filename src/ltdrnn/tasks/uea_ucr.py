@@ -10,8 +10,11 @@ reads on aeon's sets (a test compares them) without importing aeon, and names fi
 
 Splits: the official TEST file is the test split; the validation split is a stratified
 ``val_fraction`` (default 0.2) of the official TRAIN file, drawn with ``split_seed``; the rest trains.
-Missing values (``?`` / NaN) become 0 after optional per-series z-normalisation (``znorm=True``:
-each dimension of each series to zero mean, unit variance over its observed steps).
+Scaling, both optional: per-series z-normalisation (``znorm=True``: each dimension of each series to
+zero mean, unit variance over its observed steps) erases each series' level and scale; per-channel
+standardisation (``standardize=True``: each dimension to zero mean, unit variance over every observed
+step of the training part, the same shift and scale for every split) keeps them. Missing values
+(``?`` / NaN) become 0 after scaling.
 Unequal-length sets yield items of their own length; ``collate`` pads and returns the lengths.
 
 Your own series as arrays: ``arrays="my_series.npz"`` reads ``x_train``, ``y_train``, ``x_test``,
@@ -194,6 +197,14 @@ def znormalise(series: np.ndarray) -> np.ndarray:
     return (series - mean) / np.where(std > 1e-8, std, 1.0)
 
 
+def channel_statistics(series: List[np.ndarray]):
+    """``[(T_i, d)] -> (mean, std)``, each ``(d,)``, over every observed step of every series; a constant
+    channel gets std 1 (it is shifted, not blown up)."""
+    steps = np.concatenate(series, axis=0)
+    mean, std = np.nanmean(steps, axis=0), np.nanstd(steps, axis=0)
+    return mean, np.where(std > 1e-8, std, 1.0)
+
+
 class SeriesDataset(Dataset):
     def __init__(self, series: List[np.ndarray], labels: np.ndarray):
         self.series, self.labels = series, labels
@@ -216,6 +227,7 @@ class UeaUcrTask(Task):
         val_fraction: float = 0.2,
         split_seed: int = 0,
         znorm: bool = False,
+        standardize: bool = False,
         arrays: Optional[str] = None,
     ):
         if not 0 <= val_fraction < 1:
@@ -228,10 +240,16 @@ class UeaUcrTask(Task):
             files = find_ts_pair(dataset, path, data_dir)
             train = read_ts(files["train"])
             test = read_ts(files["test"], class_names=train.class_names)
-        prepare = lambda s: np.nan_to_num(znormalise(s) if znorm else s, nan=0.0).astype(np.float32)
-        train_series = [prepare(s) for s in train.series]
-        test_series = [prepare(s) for s in test.series]
+        scaled = lambda s: znormalise(s) if znorm else s
+        train_series = [scaled(s) for s in train.series]
+        test_series = [scaled(s) for s in test.series]
         fit, val = stratified_split(train.labels, (1 - val_fraction, val_fraction), split_seed)
+        if standardize:  # statistics of the training part only: validation and test stay unseen
+            mean, std = channel_statistics([train_series[i] for i in fit])
+            train_series = [(s - mean) / std for s in train_series]
+            test_series = [(s - mean) / std for s in test_series]
+        train_series = [np.nan_to_num(s, nan=0.0).astype(np.float32) for s in train_series]
+        test_series = [np.nan_to_num(s, nan=0.0).astype(np.float32) for s in test_series]
         self.splits = {
             "train": ([train_series[i] for i in fit], train.labels[fit]),
             "val": ([train_series[i] for i in val], train.labels[val]),
@@ -248,6 +266,7 @@ class UeaUcrTask(Task):
                 "dataset": dataset,
                 "classes": train.class_names,
                 "znorm": znorm,
+                "standardize": standardize,
                 "val_fraction": val_fraction,
                 "files": {k: str(v) for k, v in files.items()},
             },
