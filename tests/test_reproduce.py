@@ -298,7 +298,7 @@ def test_verdicts_read_the_mean_over_seeds_and_show_the_spread():
     )
     verdict = R.judge(toy, seeds, "paper")
     assert verdict.checks[0].passed is True  # seed 2 alone (0.98) would fail; the mean 0.9933 holds
-    assert "metric(tarnn) = 0.9933 ± 0.009428 (n=3)" in verdict.reason
+    assert "metric(tarnn) = 0.9933 ± 0.01155 (n=3)" in verdict.reason  # the sample std
     one_lucky = R.Measurements(
         {"tarnn": [row(1.0, seed=1), row(0.9, seed=2), row(0.9, seed=3)], "lstm": [row(0.45, cell="lstm")]}
     )
@@ -412,7 +412,7 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     assert "| TARNN test accuracy | 100% | TARNN Fig. 1 (table) |" in section
     tarnn = [r["metric"] for r in rows if r["name"] == "tarnn"]
     mean = sum(tarnn) / 2
-    std = abs(tarnn[0] - tarnn[1]) / 2
+    std = abs(tarnn[0] - tarnn[1]) / 2**0.5  # the sample std of two values
     shown = R.mean_text(mean, std, 2, accuracy=True)
     assert f"accuracy {shown}" in section and "(n=2)" in section
     assert "`ltdrnn reproduce run tarnn-toy --budget quick --seeds 2 --set train.steps=3" in section
@@ -524,7 +524,7 @@ def test_the_store_groups_rows_by_label_and_seed_and_the_latest_of_a_seed_wins(t
     measured = store.measurements(toy_claim(), "paper")
     assert [r["metric"] for r in measured.seeds["tarnn"]] == [1.00, 0.90]  # oldest first
     assert measured.rows["tarnn"]["metric"] == 0.90
-    assert measured.spread("metric", "tarnn", ()) == (pytest.approx(0.95), pytest.approx(0.05), 2)
+    assert measured.spread("metric", "tarnn", ()) == (pytest.approx(0.95), pytest.approx(0.1 / 2**0.5), 2)
     budget, shown = store.shown_budget(toy_claim())
     assert budget == "paper" and R.cpu_minutes(shown) == 3.0
 

@@ -44,7 +44,7 @@ class Measurements:
         return self.spread(name, label, args)[0]
 
     def spread(self, name: str, label: str, args: Tuple[float, ...]) -> Tuple[float, float, int]:
-        """``(mean, std, n)`` of a measure over the seeds of ``label`` (population std; 0 for n = 1)."""
+        """``(mean, std, n)`` of a measure over the seeds of ``label`` (sample std; 0 for n = 1)."""
         values = self.per_seed(name, label, args)
         if name in RATIOS and not all(v > 0 and math.isfinite(v) for v in values):
             per_seed = ", ".join(format_number(v) for v in values)
@@ -124,7 +124,9 @@ def _mean_std(values: Sequence[float]) -> Tuple[float, float]:
     if any(math.isinf(v) for v in values):  # "never" in one seed: the mean never gets there either
         return max(values) if any(v == math.inf for v in values) else min(values), math.nan
     mean = math.fsum(values) / len(values)
-    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+    if len(values) == 1:
+        return mean, 0.0
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def mean_text(mean: float, std: float, n: int, accuracy: bool = False) -> str:

@@ -88,7 +88,7 @@ def summarise(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         paper = [n for n in numbers if _matches(n, members[-1]["cell"], task, options)]
         table[(cell, column)] = {
             "mean": statistics.fmean(values),
-            "std": statistics.pstdev(values) if len(values) > 1 else None,
+            "std": statistics.stdev(values) if len(values) > 1 else None,
             "n": len(values),
             "metric_name": members[-1]["metric_name"],
             "params": members[-1]["params"],
