@@ -203,6 +203,7 @@ def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
     assert "Source cells above it: srnn; at or below it: none: goal (every source cell above LSTM) reached" in goal
     store.add(_row("lstm", "A", 0, 0.5, study="ucr-recipe/x"))
     store.add(_row("srnn", "A", 0, 0.7, study="ucr-recipe/x"))
+    store.add(_row("srnn", "Z", 0, 0.9, study="ucr-recipe/x"))  # no twin under the default recipe
     (tmp_path / "notes.md").write_text("## Discussion\n\nWritten by hand.\n")
     page = ucr.render_page(
         str(tmp_path / "results.db"), "ucr/default", tmp_path / "docs" / "page.md", notes=tmp_path / "notes.md"
@@ -217,10 +218,10 @@ def test_ranks_means_and_goal_come_from_the_stored_runs(tmp_path):
     ) in text
     assert "| C | 90.0 (n=1) |" in text and "| OnlySrnn | - | 50.0 (n=1) | - |" in text
     assert "| mean over 3 sets | 70.0 | 76.7 | 86.0 | - | - |" in text
-    assert (
-        "| ucr-recipe/x | lstm | A | 1 | 50.0 |" in text
-        and "| ucr-recipe/x | all (mean of the cells) |  |  | 60.0 |" in text
-    )
+    # each variant beside the default recipe on the same cell, set and seed
+    assert "| ucr-recipe/x | lstm | A | 1 | 50.0 | 50.0 (variant 50.0, 1 pair) | 0 / 0 |" in text
+    assert "| ucr-recipe/x | srnn | A,Z | 2 | 80.0 | 80.0 (variant 70.0, 1 pair) | 0 / 1 |" in text
+    assert "| ucr-recipe/x | all (over the pairs) |  | 3 | 70.0 | 65.0 (variant 60.0, 2 pairs) | 0 / 1 |" in text
     assert (tmp_path / "cd-ucr_default.png").stat().st_size > 0
     assert "](../cd-ucr_default.png)" in text
 
