@@ -171,6 +171,12 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
     for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
+      if (t > 0 && batch_stride != hidden) {
+        // a batch-first gradient: each row's next read is one of B streams far apart in memory, more
+        // than the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked
+        const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
+        for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
+      }
       const T* h_row = h + row * hidden;
       const T* nx = next + (b - begin) * hidden;
       T* gz = cur + (b - begin) * hidden;
