@@ -54,13 +54,19 @@ def test_the_scan_operators_check_the_step_and_the_history_they_index():
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp or srnn.cpp does not build here")
     T, B, H, nd = 3, 2, 4, 3  # delays 1, 2, 4: four rows of history
     gates, states, rm = torch.zeros(T, B, nd + H), torch.zeros(4 + T, B, H), torch.zeros(T, B, H)
-    forward = torch.ops.ltdrnn.mist_forward_step
-    forward(gates, states, rm, T - 1)
-    for t in (-1, T):
-        with pytest.raises(RuntimeError, match="mist_forward_step: step t must be in"):
-            forward(gates, states, rm, t)
-    with pytest.raises(RuntimeError, match="mist_forward_step: 3 delays need a history of at least"):
-        forward(gates, states[1:], rm, 0)
+    w_hh, w_mix = torch.zeros(nd + H, H), torch.zeros(H, H)
+    forward = torch.ops.ltdrnn.mist_forward
+    forward(gates, states, rm, w_hh, w_mix)
+    with pytest.raises(RuntimeError, match="mist_forward: 3 delays need a history of at least"):
+        forward(gates, states[1:], rm, w_hh, w_mix)
+    with pytest.raises(RuntimeError, match="mist_forward: w_hh must be a contiguous"):
+        forward(gates, states, rm, w_hh[:, :2], w_mix)
+    with pytest.raises(RuntimeError, match="mist_forward: w_mix must be a CPU tensor of dtype Float"):
+        forward(gates, states, rm, w_hh, w_mix.double())
+    backward = torch.ops.ltdrnn.mist_backward
+    backward(gates, states, rm, w_hh, w_mix, torch.zeros_like(states), torch.zeros_like(gates), torch.zeros_like(rm))
+    with pytest.raises(RuntimeError, match="mist_backward: d_pre must be a contiguous"):
+        backward(gates, states, rm, w_hh, w_mix, torch.zeros_like(states), torch.zeros_like(gates), rm[:, :1])
     f, b_f, h0, h = torch.zeros(T, B, H), torch.zeros(H), torch.zeros(B, H), torch.zeros(T, B, H)
     x, w_g = torch.zeros(T, B, 2), torch.zeros(H, 2)
     scan = torch.ops.ltdrnn.srnn_forward

@@ -289,14 +289,17 @@ def mean_loss(out, final):
 
 
 @pytest.mark.parametrize(
-    "dtype,steps,loss",
+    "dtype,steps,batch,loss",
     [
-        pytest.param(torch.float64, 1000, weighted_loss, marks=pytest.mark.slow),
-        (torch.float32, 300, mean_loss),
+        pytest.param(torch.float64, 1000, 3, weighted_loss, marks=pytest.mark.slow),
+        pytest.param(torch.float64, 1000, 1, weighted_loss, marks=pytest.mark.slow),
+        (torch.float32, 300, 3, mean_loss),
     ],
-    ids=["f64-T1000-weighted", "f32-T300-mean"],
+    ids=["f64-T1000-B3-weighted", "f64-T1000-B1-weighted", "f32-T300-B3-mean"],
 )
-def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dtype, steps, loss):
+def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dtype, steps, batch, loss):
+    """At 2 threads: the compiled loops split the batch into one block of rows per thread (batch 3:
+    blocks of 2 and 1 rows; batch 1: one block)."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     import ltdrnn.cells.sarnn as sarnn_module
@@ -308,8 +311,13 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
     with torch.no_grad():  # a coordinator that updates some units and skips others, and changes with h
         cell.coord_bias.uniform_(-1.0, 1.0)
         cell.coord_weight_hh.uniform_(-2.0, 2.0)
-    x, h0 = torch.randn(steps, 3, 3, dtype=dtype), 0.3 * torch.randn(3, 16, dtype=dtype)
-    compiled = differentiate(cell, x, h0, "fused", loss)
+    x, h0 = torch.randn(steps, batch, 3, dtype=dtype), 0.3 * torch.randn(batch, 16, dtype=dtype)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        compiled = differentiate(cell, x, h0, "fused", loss)
+    finally:
+        torch.set_num_threads(threads)
     assert calls, "the compiled loop did not run"
     skipped = 1 - compiled["mask"].mean().item()
     assert 0.1 < skipped < 0.9, f"the test needs both decisions, skip fraction {skipped:.2f}"

@@ -270,3 +270,27 @@ def test_kernel_equals_the_loop_whether_it_forms_the_gate_itself_or_reads_it(inp
         grads[impl] = [out.detach(), xb.grad] + [p.grad.clone() for p in cell.parameters()]
     for a, b in zip(grads["kernel"], grads["reference"]):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [3, 1])
+@pytest.mark.parametrize(
+    "input_size, options", [(2, {}), (2, {"gate": False}), (9, {"activation": "tanh"})], ids=["inline", "nogate", "g"]
+)
+def test_kernel_equals_the_loop_in_float64_at_T_1000_and_2_threads(batch, input_size, options):
+    """The compiled loops split the batch into one block of rows per thread (batch 3 at 2 threads: blocks
+    of 2 and 1 rows, whose bias and W_g gradients are added up; batch 1: one block); every output and
+    gradient against the reference loop, with the gate formed in the kernel, without a gate, and with
+    the gate's logits from BLAS."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    cell = make(input_size=input_size, hyper_size=5, dtype=torch.float64, **options)
+    x, h0 = torch.randn(1000, batch, input_size, dtype=torch.float64), torch.rand(batch, 16, dtype=torch.float64)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = outputs_and_grads(cell, x, h0, "kernel")
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(got, outputs_and_grads(cell, x, h0, "reference")):
+        assert b.abs().max() > 0
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)

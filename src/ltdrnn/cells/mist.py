@@ -251,9 +251,10 @@ class MISTScan(torch.autograd.Function):
     argument into the state rows), so no step copies a bias or an input term. Backward walks time in
     reverse, adds each step's gradient into the rows of the delayed states it read, and forms the
     weight gradients at the end with one matrix product each instead of one per step. With
-    ``kernel=True`` the element-wise work of a step (softmax, sigmoid, mixing, reset and their
-    derivatives) is one call of ``torch.ops.ltdrnn.mist_forward_step`` / ``mist_backward_step``;
-    otherwise PyTorch ops do it.
+    ``kernel=True`` each time loop, forward and backward, is one call of the compiled
+    ``torch.ops.ltdrnn.mist_forward`` / ``mist_backward`` (csrc/mist.cpp: the batch split into one
+    block of rows per thread, each running all T steps); otherwise the Python loop below, over PyTorch
+    ops, does it (the reference the compiled loops are tested against).
     """
 
     @staticmethod
@@ -268,17 +269,16 @@ class MISTScan(torch.autograd.Function):
         torch.addmm(bias[:split], flat_x, w_ih[:split].t(), out=activated.view(-1, split))
         reset_mixed = empty_buffer((steps, batch, hidden), w_mix)  # r_t * sum_i a_i h_{t-2^i}
         rows = past - torch.tensor(delays, device=states.device)  # rows of h_{t-2^i} at t = 0
-        step = (
-            _kernel_forward_step(states, activated, reset_mixed)
-            if kernel
-            else _torch_forward_step(states, activated, reset_mixed, rows)
-        )
-        w_hh_t, w_mix_t = w_hh.t(), w_mix.t()
-        h_rows, gate_rows, rm_rows = states.unbind(0), activated.unbind(0), reset_mixed.unbind(0)
-        for t in range(steps):
-            gate_rows[t].addmm_(h_rows[past + t - 1], w_hh_t)
-            step(t)
-            h_rows[past + t].addmm_(rm_rows[t], w_mix_t).tanh_()
+        if kernel:
+            torch.ops.ltdrnn.mist_forward(activated, states, reset_mixed, w_hh.contiguous(), w_mix.contiguous())
+        else:
+            step = _torch_forward_step(states, activated, reset_mixed, rows)
+            w_hh_t, w_mix_t = w_hh.t(), w_mix.t()
+            h_rows, gate_rows, rm_rows = states.unbind(0), activated.unbind(0), reset_mixed.unbind(0)
+            for t in range(steps):
+                gate_rows[t].addmm_(h_rows[past + t - 1], w_hh_t)
+                step(t)
+                h_rows[past + t].addmm_(rm_rows[t], w_mix_t).tanh_()
         ctx.kernel = kernel
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows)
@@ -293,17 +293,18 @@ class MISTScan(torch.autograd.Function):
         grad = _total_state_gradient(states, d_outputs, d_final, d_states)  # dL/dh for every row
         d_gates = scratch_buffer(activated.shape, activated)
         d_pre = scratch_buffer(reset_mixed.shape, reset_mixed)  # dL/d(tanh argument)
-        step = (
-            _kernel_backward_step(states, activated, reset_mixed, grad, d_gates)
-            if ctx.kernel
-            else _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows)
-        )
-        tanh_backward = torch.ops.aten.tanh_backward.grad_input
-        grad_rows, state_rows, d_pre_rows = grad.unbind(0), states.unbind(0), d_pre.unbind(0)
-        for t in range(steps - 1, -1, -1):
-            tanh_backward(grad_rows[past + t], state_rows[past + t], grad_input=d_pre_rows[t])
-            step(t, d_pre_rows[t] @ w_mix)
-            grad_rows[past + t - 1].addmm_(d_gates[t], w_hh)
+        if ctx.kernel:
+            torch.ops.ltdrnn.mist_backward(
+                activated, states, reset_mixed, w_hh.contiguous(), w_mix.contiguous(), grad, d_gates, d_pre
+            )
+        else:
+            step = _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows)
+            tanh_backward = torch.ops.aten.tanh_backward.grad_input
+            grad_rows, state_rows, d_pre_rows = grad.unbind(0), states.unbind(0), d_pre.unbind(0)
+            for t in range(steps - 1, -1, -1):
+                tanh_backward(grad_rows[past + t], state_rows[past + t], grad_input=d_pre_rows[t])
+                step(t, d_pre_rows[t] @ w_mix)
+                grad_rows[past + t - 1].addmm_(d_gates[t], w_hh)
         flat_gates, flat_pre = d_gates.view(-1, split), d_pre.view(-1, hidden)
         flat_x = x.reshape(-1, x.shape[-1])
         d_x = d_w_ih = d_bias = None
@@ -365,24 +366,6 @@ def _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows):
         d_mix = torch.bmm(delayed, d_mixed.unsqueeze(-1)).squeeze(-1)
         d_gates[t, :, :nd] = torch._softmax_backward_data(d_mix, mix, -1, mix.dtype)
         grad.index_add_(0, rows + t, mix.t().unsqueeze(-1) * d_mixed.unsqueeze(0))
-
-    return step
-
-
-def _kernel_forward_step(states, activated, reset_mixed):
-    forward_step = torch.ops.ltdrnn.mist_forward_step
-
-    def step(t):
-        forward_step(activated, states, reset_mixed, t)
-
-    return step
-
-
-def _kernel_backward_step(states, activated, reset_mixed, grad, d_gates):
-    backward_step = torch.ops.ltdrnn.mist_backward_step
-
-    def step(t, d_reset_mixed):
-        backward_step(activated, reset_mixed, d_reset_mixed.contiguous(), states, grad, d_gates, t)
 
     return step
 

@@ -1,33 +1,51 @@
-// MIST's compiled kernels (ltdrnn.cells.mist): the element-wise part of one step of the "kernel" scan,
-// forward and backward (the step's two matrix products stay in PyTorch, BLAS), and the one-call
-// streaming step. Operators: torch.ops.ltdrnn.mist_forward_step / mist_backward_step / mist_stream.
+// MIST's compiled kernels (ltdrnn.cells.mist): the whole training recurrence, forward and backward, each
+// time loop in one call (the "kernel" scan), and the one-call streaming step. Operators:
+// torch.ops.ltdrnn.mist_forward / mist_backward / mist_stream.
 //
-// Scan layouts (contiguous, time-major; G = n_d + H):
-//   gates (T, B, G): on entry the logits [a | r]; the forward step replaces row t in place by
-//       softmax(a) and sigmoid(r), which the backward step reads.
-//   states (N + T, B, H): h_s for s = t - N .. T - 1; h_{t - 2^i} is row N + t - 2^i.
+// Scan layouts (contiguous, time-major; G = n_d + H, N the history length):
+//   gates (T, B, G): on entry the input part of the logits [a | r] (W_ih x + b); the forward adds
+//       W_hh h_{t-1} and replaces them in place by softmax(a) and sigmoid(r), which the backward reads.
+//   states (N + T, B, H): rows 0 .. N - 1 the initial history; on entry row N + t holds the input part
+//       of the tanh argument (W_x x_t + b), which the forward completes and replaces by h_t. h_{t - 2^i}
+//       is row N + t - 2^i.
 //   reset_mixed (T, B, H): rm_t = r_t * m_t with the mix m_t = sum_i a_i h_{t-2^i}.
-//   d_reset_mixed (B, H): the gradient of rm_t; grad (N + T, B, H): dL/dh of every row, the backward
-//       step adds into the delayed rows; d_gates (T, B, G): gradient of the logits [a | r].
+//   w_hh (G, H), w_mix (H, H): the recurrent weights as the cell holds them (not transposed).
+//   grad (N + T, B, H): on entry dL/dh_s from outside the recurrence; the backward adds what flows back
+//       through it, so on exit rows 0 .. N - 1 are the gradient of the initial history.
+//   d_gates (T, B, G): gradient of the logits [a | r]; d_pre (T, B, H): gradient of the tanh argument.
+// The weight and input gradients are left to the caller: one large product each over all T * B rows.
+//
+// Threads: a batch row depends only on its own earlier states (the delayed ones included), so each loop
+// splits the batch once into one block of rows per thread and runs all T steps of a block on its own
+// thread with single-threaded BLAS (common.h, over_batch_blocks). Nothing is shared between blocks: the
+// result does not depend on the thread count.
 #include "common.h"
+
+// Fortran BLAS's gemm as torch's BLAS exports it (MKL here; weak: null in a torch built without one).
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+            const float*, const int*, const float*, float*, const int*) __attribute__((weak));
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
+            const double*, const int*, const double*, double*, const int*) __attribute__((weak));
+}
 
 namespace {
 
 using namespace ltdrnn;
 
-constexpr const char* kForward = "mist_forward_step";
-constexpr const char* kBackward = "mist_backward_step";
+constexpr const char* kForward = "mist_forward";
+constexpr const char* kBackward = "mist_backward";
 
 struct ScanSizes {
-  int64_t past, batch, hidden, delays;
+  int64_t steps, past, batch, hidden, delays;
 };
 
-// Checks the scan's tensors and the step t; the delayed rows N + t - 2^i must exist.
-ScanSizes check_scan(const at::Tensor& gates, const at::Tensor& states, const at::Tensor& reset_mixed, int64_t t,
-                     const char* op) {
+// Checks the scan's buffers and weights; the delayed rows N + t - 2^i must exist at t = 0.
+ScanSizes check_scan(const at::Tensor& gates, const at::Tensor& states, const at::Tensor& reset_mixed,
+                     const at::Tensor& w_hh, const at::Tensor& w_mix, const char* op) {
   check_floating(states, op, "states");
-  TORCH_CHECK(states.dim() == 3 && states.is_contiguous(), op, ": states must be a contiguous (N + T, B, H) tensor, got ",
-              states.sizes());
+  TORCH_CHECK(states.dim() == 3 && states.is_contiguous() && states.size(2) > 0, op,
+              ": states must be a contiguous (N + T, B, H) tensor with H > 0, got ", states.sizes());
   TORCH_CHECK(reset_mixed.dim() == 3, op, ": reset_mixed must be (T, B, H), got ", reset_mixed.sizes());
   const int64_t steps = reset_mixed.size(0), batch = states.size(1), hidden = states.size(2);
   const int64_t past = states.size(0) - steps;
@@ -37,87 +55,180 @@ ScanSizes check_scan(const at::Tensor& gates, const at::Tensor& states, const at
   check_tensor(gates, states, {steps, batch, delays + hidden}, op, "gates");
   TORCH_CHECK(delays < 63 && past >= (int64_t(1) << (delays - 1)), op, ": ", delays,
               " delays need a history of at least 2^(n_d - 1) rows, got ", past);
-  TORCH_CHECK(t >= 0 && t < steps, op, ": step t must be in [0, ", steps, "), got ", t);
-  return {past, batch, hidden, delays};
+  check_tensor(w_hh, states, {delays + hidden, hidden}, op, "w_hh");
+  check_tensor(w_mix, states, {hidden, hidden}, op, "w_mix");
+  return {steps, past, batch, hidden, delays};
+}
+
+// Fortran gemm (column-major) on raw pointers, so that a step makes no tensor; false without it.
+inline bool fortran_gemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                         float beta, float* c, int ldc) {
+  if (!sgemm_) return false;
+  const float one = 1;
+  sgemm_(&ta, &tb, &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
+  return true;
+}
+
+inline bool fortran_gemm(char ta, char tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+                         double beta, double* c, int ldc) {
+  if (!dgemm_) return false;
+  const double one = 1;
+  dgemm_(&ta, &tb, &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
+  return true;
 }
 
 template <typename T>
-void forward_step(T* gates, const T* states, T* reset_mixed, int64_t t, const ScanSizes& s) {
-  const int64_t G = s.delays + s.hidden, H = s.hidden;
-  std::vector<T> mix(H);
-  for (int64_t b = 0; b < s.batch; ++b) {
-    T* a = gates + (t * s.batch + b) * G;
-    T* r = a + s.delays;
-    T* out = reset_mixed + (t * s.batch + b) * H;
-    T top = a[0], total = 0;
-    for (int64_t i = 1; i < s.delays; ++i) top = a[i] > top ? a[i] : top;
-    for (int64_t i = 0; i < s.delays; ++i) {
-      a[i] = std::exp(a[i] - top);
-      total += a[i];
+at::Tensor matrix(const T* data, int64_t rows, int64_t cols) {
+  return at::from_blob(const_cast<T*>(data), {rows, cols}, at::TensorOptions(c10::CppTypeToScalarType<T>::value));
+}
+
+// Row-major products (column-major BLAS computes each transposed). Without a Fortran BLAS in torch, ATen's
+// own product on views of the same memory (which allocates the views each call).
+// c (m x n) = beta c + a (m x k) b^T, b (n x k)
+template <typename T>
+void product_bt(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
+  if (fortran_gemm('T', 'N', n, m, k, b, k, a, k, beta, c, n)) return;
+  at::Tensor out = matrix(c, m, n);
+  at::addmm_out(out, out, matrix(a, m, k), matrix(b, n, k).t(), beta);
+}
+
+// c (m x n) = beta c + a (m x k) b, b (k x n)
+template <typename T>
+void product(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
+  if (fortran_gemm('N', 'N', n, m, k, b, n, a, k, beta, c, n)) return;
+  at::Tensor out = matrix(c, m, n);
+  at::addmm_out(out, out, matrix(a, m, k), matrix(b, k, n), beta);
+}
+
+// One batch row of step t: the logits [a | r] become softmax(a), sigmoid(r); rm = r * sum_i a_i h_{t-2^i}.
+// h_t points at the row's (not yet written) state h_t; h_{t - k} is `k * stride` entries before it.
+template <typename T>
+void forward_row(T* __restrict a, const T* h_t, T* __restrict rm, int64_t delays, int64_t hidden, int64_t stride) {
+  T* __restrict r = a + delays;
+  T top = a[0], total = 0;
+  for (int64_t i = 1; i < delays; ++i) top = a[i] > top ? a[i] : top;
+  for (int64_t i = 0; i < delays; ++i) {
+    a[i] = std::exp(a[i] - top);
+    total += a[i];
+  }
+  for (int64_t i = 0; i < delays; ++i) a[i] /= total;
+  for (int64_t i = 0; i < delays; ++i) {
+    const T* __restrict h = h_t - (int64_t(1) << i) * stride;
+    const T weight = a[i];
+    if (i == 0) {
+      for (int64_t j = 0; j < hidden; ++j) rm[j] = weight * h[j];
+    } else {
+      for (int64_t j = 0; j < hidden; ++j) rm[j] += weight * h[j];
     }
-    for (int64_t i = 0; i < s.delays; ++i) a[i] /= total;
-    for (int64_t j = 0; j < H; ++j) r[j] = sigmoid(r[j]);
-    std::fill(mix.begin(), mix.end(), T(0));
-    for (int64_t i = 0; i < s.delays; ++i) {
-      const T* h = states + ((s.past + t - (int64_t(1) << i)) * s.batch + b) * H;
-      for (int64_t j = 0; j < H; ++j) mix[j] += a[i] * h[j];
-    }
-    for (int64_t j = 0; j < H; ++j) out[j] = r[j] * mix[j];
+  }
+  for (int64_t j = 0; j < hidden; ++j) {
+    const T reset = sigmoid(r[j]);
+    r[j] = reset;
+    rm[j] *= reset;
   }
 }
 
-void mist_forward_step(at::Tensor gates, const at::Tensor& states, at::Tensor reset_mixed, int64_t t) {
-  const auto sizes = check_scan(gates, states, reset_mixed, t, kForward);
+template <typename T>
+void forward_rows(const ScanSizes& s, T* gates, T* states, T* reset_mixed, const T* w_hh, const T* w_mix,
+                  int64_t begin, int64_t rows) {
+  const int64_t G = s.delays + s.hidden, H = s.hidden, stride = s.batch * H;
+  for (int64_t t = 0; t < s.steps; ++t) {
+    T* g = gates + (t * s.batch + begin) * G;
+    T* h = states + ((s.past + t) * s.batch + begin) * H;
+    T* rm = reset_mixed + (t * s.batch + begin) * H;
+    product_bt(h - stride, w_hh, g, rows, G, H, T(1));  // + W_hh h_{t-1}
+    for (int64_t b = 0; b < rows; ++b) forward_row(g + b * G, h + b * H, rm + b * H, s.delays, H, stride);
+    product_bt(rm, w_mix, h, rows, H, H, T(1));  // + W_mix rm_t
+    for (int64_t j = 0; j < rows * H; ++j) h[j] = std::tanh(h[j]);
+  }
+}
+
+// The forward over all T steps; gates and the rows N .. N + T - 1 of states are completed in place (see
+// the layouts above), reset_mixed is written.
+void mist_forward(at::Tensor gates, at::Tensor states, at::Tensor reset_mixed, const at::Tensor& w_hh,
+                  const at::Tensor& w_mix) {
+  const auto sizes = check_scan(gates, states, reset_mixed, w_hh, w_mix, kForward);
   AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), kForward, [&] {
-    forward_step<scalar_t>(gates.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(), reset_mixed.data_ptr<scalar_t>(), t,
-                           sizes);
+    over_batch_blocks(sizes.batch, rows_per_thread(sizes.batch), [&](int64_t begin, int64_t end, int64_t) {
+      if (end == begin) return;  // B = 0: BLAS rejects empty operands' leading dimensions
+      forward_rows<scalar_t>(sizes, gates.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(),
+                             reset_mixed.data_ptr<scalar_t>(), w_hh.data_ptr<scalar_t>(), w_mix.data_ptr<scalar_t>(),
+                             begin, end - begin);
+    });
   });
 }
 
-// Uses 1 - r = (dr/dlogit) / r, so only rm (not m) is needed: dL/dlogit_r = d_rm * rm * (1 - r).
+// One batch row of step t, backward: d (the gradient of rm_t) becomes the gradient of the mix, d_mix =
+// d * r; writes the gradient of the logits [a | r] into da and adds a_i d_mix into the rows of the
+// delayed states' gradient (grad_t: the row's own gradient, h_t as in forward_row). Uses
+// 1 - r = (dr/dlogit) / r, so only rm (not m) is needed: dL/dlogit_r = d * rm * (1 - r).
 template <typename T>
-void backward_step(const T* gates, const T* reset_mixed, const T* d_rm, const T* states, T* grad, T* d_gates,
-                   int64_t t, const ScanSizes& s) {
-  const int64_t G = s.delays + s.hidden, H = s.hidden;
-  std::vector<T> d_mix(H);
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const T* a = gates + (t * s.batch + b) * G;
-    const T* r = a + s.delays;
-    const T* q = reset_mixed + (t * s.batch + b) * H;
-    const T* d = d_rm + b * H;
-    T* da = d_gates + (t * s.batch + b) * G;
-    T* dr = da + s.delays;
-    for (int64_t j = 0; j < H; ++j) {
-      d_mix[j] = d[j] * r[j];
-      dr[j] = d[j] * q[j] * (T(1) - r[j]);
+void backward_row(const T* __restrict a, const T* __restrict rm, T* __restrict d, const T* h_t, T* grad_t,
+                  T* __restrict da, int64_t delays, int64_t hidden, int64_t stride) {
+  const T* __restrict r = a + delays;
+  T* __restrict dr = da + delays;
+  for (int64_t j = 0; j < hidden; ++j) {
+    const T dj = d[j];
+    dr[j] = dj * rm[j] * (T(1) - r[j]);
+    d[j] = dj * r[j];
+  }
+  T weighted = 0;
+  for (int64_t i = 0; i < delays; ++i) {
+    const int64_t back = (int64_t(1) << i) * stride;
+    const T* __restrict h = h_t - back;
+    T* __restrict gh = grad_t - back;
+    const T weight = a[i];
+    T dot_i = 0;
+    for (int64_t j = 0; j < hidden; ++j) {
+      dot_i += h[j] * d[j];
+      gh[j] += weight * d[j];
     }
-    T weighted = 0;
-    for (int64_t i = 0; i < s.delays; ++i) {
-      const int64_t row = ((s.past + t - (int64_t(1) << i)) * s.batch + b) * H;
-      const T* h = states + row;
-      T* gh = grad + row;
-      T dot_i = 0;
-      for (int64_t j = 0; j < H; ++j) {
-        dot_i += h[j] * d_mix[j];
-        gh[j] += a[i] * d_mix[j];
-      }
-      da[i] = dot_i;
-      weighted += a[i] * dot_i;
+    da[i] = dot_i;
+    weighted += weight * dot_i;
+  }
+  for (int64_t i = 0; i < delays; ++i) da[i] = a[i] * (da[i] - weighted);
+}
+
+// d_rm (rows x H): this block's work buffer, the gradient of rm_t, then of the mix.
+template <typename T>
+void backward_rows(const ScanSizes& s, const T* gates, const T* states, const T* reset_mixed, const T* w_hh,
+                   const T* w_mix, T* grad, T* d_gates, T* d_pre, T* d_rm, int64_t begin, int64_t rows) {
+  const int64_t G = s.delays + s.hidden, H = s.hidden, stride = s.batch * H;
+  for (int64_t t = s.steps - 1; t >= 0; --t) {
+    const int64_t row = (s.past + t) * s.batch + begin;
+    const T* h = states + row * H;
+    T* gh = grad + row * H;
+    const T* a = gates + (t * s.batch + begin) * G;
+    const T* rm = reset_mixed + (t * s.batch + begin) * H;
+    T* da = d_gates + (t * s.batch + begin) * G;
+    T* dz = d_pre + (t * s.batch + begin) * H;
+    for (int64_t j = 0; j < rows * H; ++j) dz[j] = gh[j] * (T(1) - h[j] * h[j]);
+    product(dz, w_mix, d_rm, rows, H, H, T(0));  // d rm_t = dz_t W_mix
+    for (int64_t b = 0; b < rows; ++b) {
+      backward_row(a + b * G, rm + b * H, d_rm + b * H, h + b * H, gh + b * H, da + b * G, s.delays, H, stride);
     }
-    for (int64_t i = 0; i < s.delays; ++i) da[i] = a[i] * (da[i] - weighted);
+    product(da, w_hh, gh - stride, rows, H, G, T(1));  // d h_{t-1} += d_gates_t W_hh
   }
 }
 
-void mist_backward_step(const at::Tensor& gates, const at::Tensor& reset_mixed, const at::Tensor& d_reset_mixed,
-                        const at::Tensor& states, at::Tensor grad, at::Tensor d_gates, int64_t t) {
-  const auto sizes = check_scan(gates, states, reset_mixed, t, kBackward);
-  check_tensor(d_reset_mixed, states, {sizes.batch, sizes.hidden}, kBackward, "d_reset_mixed");
+// The backward over all T steps, last to first: grad gets what flows back through the recurrence (see
+// the layouts above), d_gates and d_pre are written.
+void mist_backward(const at::Tensor& gates, const at::Tensor& states, const at::Tensor& reset_mixed,
+                   const at::Tensor& w_hh, const at::Tensor& w_mix, at::Tensor grad, at::Tensor d_gates,
+                   at::Tensor d_pre) {
+  const auto sizes = check_scan(gates, states, reset_mixed, w_hh, w_mix, kBackward);
   check_tensor(grad, states, states.sizes(), kBackward, "grad");
   check_tensor(d_gates, states, gates.sizes(), kBackward, "d_gates");
+  check_tensor(d_pre, states, reset_mixed.sizes(), kBackward, "d_pre");
   AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), kBackward, [&] {
-    backward_step<scalar_t>(gates.data_ptr<scalar_t>(), reset_mixed.data_ptr<scalar_t>(),
-                            d_reset_mixed.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(), grad.data_ptr<scalar_t>(),
-                            d_gates.data_ptr<scalar_t>(), t, sizes);
+    over_batch_blocks(sizes.batch, rows_per_thread(sizes.batch), [&](int64_t begin, int64_t end, int64_t) {
+      if (end == begin) return;
+      at::Tensor d_rm = at::empty({end - begin, sizes.hidden}, states.options());
+      backward_rows<scalar_t>(sizes, gates.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(),
+                              reset_mixed.data_ptr<scalar_t>(), w_hh.data_ptr<scalar_t>(), w_mix.data_ptr<scalar_t>(),
+                              grad.data_ptr<scalar_t>(), d_gates.data_ptr<scalar_t>(), d_pre.data_ptr<scalar_t>(),
+                              d_rm.data_ptr<scalar_t>(), begin, end - begin);
+    });
   });
 }
 
@@ -194,14 +305,14 @@ std::tuple<at::Tensor, at::Tensor> mist_stream(at::TensorList weights, at::IntAr
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
-  m.def("mist_forward_step(Tensor(a!) gates, Tensor states, Tensor(b!) reset_mixed, int t) -> ()");
-  m.def("mist_backward_step(Tensor gates, Tensor reset_mixed, Tensor d_reset_mixed, Tensor states, Tensor(a!) grad, "
-        "Tensor(b!) d_gates, int t) -> ()");
+  m.def("mist_forward(Tensor(a!) gates, Tensor(b!) states, Tensor(c!) reset_mixed, Tensor w_hh, Tensor w_mix) -> ()");
+  m.def("mist_backward(Tensor gates, Tensor states, Tensor reset_mixed, Tensor w_hh, Tensor w_mix, Tensor(a!) grad, "
+        "Tensor(b!) d_gates, Tensor(c!) d_pre) -> ()");
   m.def("mist_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
-  m.impl("mist_forward_step", &mist_forward_step);
-  m.impl("mist_backward_step", &mist_backward_step);
+  m.impl("mist_forward", &mist_forward);
+  m.impl("mist_backward", &mist_backward);
   m.impl("mist_stream", &mist_stream);
 }

@@ -1,7 +1,7 @@
 // The whole training recurrence of SA-RNN with the GRU recurrence (ltdrnn.cells.sarnn, FusedSARNNGRU),
 // forward and backward, each time loop in one call: the per-step product goes to ATen's BLAS
-// (at::addmm), the elementwise work to at::parallel_for over the batch. The file also holds
-// the one-call streaming step. Operators: torch.ops.ltdrnn.sarnn_gru_forward / sarnn_gru_backward /
+// (at::addmm), the elementwise work to plain loops over the rows. The file also holds the one-call
+// streaming step. Operators: torch.ops.ltdrnn.sarnn_gru_forward / sarnn_gru_backward /
 // sarnn_stream.
 //
 // Layouts (time-major, contiguous unless said otherwise):
@@ -17,6 +17,12 @@
 //   cand = n + z (h - n);  pre = coord_in + coord_weight h;  u = [pre > 1/2];  h_t = h + u (cand - h)
 // The backward is the straight-through estimator (d u / d pre = 1 inside the hard sigmoid's linear
 // range 0 < pre < 1, else 0), as FusedSARNNGRU.backward writes it in PyTorch.
+//
+// Threads: the batch rows are independent through the whole recurrence (the per-row sums of
+// d_coord_weight included), so each loop splits the batch once into one block of rows per thread and
+// runs all T steps of a block on its own thread with single-threaded BLAS and ATen (common.h,
+// over_batch_blocks): one thread start per call instead of a hand-off for each of the step's
+// operations. Nothing is shared between blocks.
 #include "common.h"
 
 #include <array>
@@ -56,21 +62,19 @@ void check_saved(const at::Tensor& t, const at::Tensor& gi, int64_t width, const
 // After the gates: cand = n + z (h - n), pre = coord_in + coord_weight h, u = [pre > 1/2], h_t = h + u (cand - h).
 template <typename T>
 void forward_elementwise(const T* coord, const T* gates, const T* news, const T* h, const T* coord_weight, T* out,
-                         T* pre_out, T* mask_out, int64_t batch, int64_t hidden) {
-  at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const T* z = gates + b * 3 * hidden + hidden;
-      const int64_t row = b * hidden;
-      for (int64_t j = 0; j < hidden; ++j) {
-        const T hj = h[row + j], n = news[row + j];
-        const T pre = coord[row + j] + coord_weight[j] * hj;
-        const T u = pre > T(0.5) ? T(1) : T(0);
-        pre_out[row + j] = pre;
-        mask_out[row + j] = u;
-        out[row + j] = hj + u * (n + z[j] * (hj - n) - hj);
-      }
+                         T* pre_out, T* mask_out, int64_t rows, int64_t hidden) {
+  for (int64_t b = 0; b < rows; ++b) {
+    const T* z = gates + b * 3 * hidden + hidden;
+    const int64_t row = b * hidden;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const T hj = h[row + j], n = news[row + j];
+      const T pre = coord[row + j] + coord_weight[j] * hj;
+      const T u = pre > T(0.5) ? T(1) : T(0);
+      pre_out[row + j] = pre;
+      mask_out[row + j] = u;
+      out[row + j] = hj + u * (n + z[j] * (hj - n) - hj);
     }
-  });
+  }
 }
 
 // One step back: reads carry (dL/dh_t from later steps), writes the step's gradients and leaves in
@@ -78,38 +82,36 @@ void forward_elementwise(const T* coord, const T* gates, const T* news, const T*
 template <typename T>
 void backward_elementwise(const T* gh, const T* news, const T* h_prev, const T* mask, const T* pre,
                           const T* d_out, const T* d_prob, const T* coord_weight, T* d_gi, T* d_gh_n, T* d_coord,
-                          T* d_coord_weight, T* d_gh, T* carry, int64_t batch, int64_t hidden) {
-  at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const T* gh_b = gh + b * 3 * hidden;
-      T* d_gi_b = d_gi + b * 3 * hidden;
-      T* d_gh_b = d_gh + b * 3 * hidden;
-      const int64_t row = b * hidden;
-      for (int64_t j = 0; j < hidden; ++j) {
-        const T r = gh_b[j], z = gh_b[hidden + j], gh_n = gh_b[2 * hidden + j];
-        const T n = news[row + j], hp = h_prev[row + j], p = pre[row + j];
-        const T dh = carry[row + j] + d_out[row + j];
-        const T d_cand = dh * mask[row + j];
-        const T d_n = (d_cand - d_cand * z) * (T(1) - n * n);
-        const T d_r = d_n * gh_n * r * (T(1) - r);
-        const T d_z = d_cand * (hp - n) * z * (T(1) - z);
-        const T d_ghn = d_n * r;
-        const T delta = (n + z * (hp - n)) - hp;
-        const T inside = p > T(0) && p < T(1) ? T(1) : T(0);
-        const T d_c = inside * (d_prob[row + j] + dh * delta);
-        d_gi_b[j] = d_r;
-        d_gi_b[hidden + j] = d_z;
-        d_gi_b[2 * hidden + j] = d_n;
-        d_gh_b[j] = d_r;
-        d_gh_b[hidden + j] = d_z;
-        d_gh_b[2 * hidden + j] = d_ghn;
-        d_gh_n[row + j] = d_ghn;
-        d_coord[row + j] = d_c;
-        d_coord_weight[row + j] += d_c * hp;
-        carry[row + j] = dh - d_cand + d_cand * z + d_c * coord_weight[j];
-      }
+                          T* d_coord_weight, T* d_gh, T* carry, int64_t rows, int64_t hidden) {
+  for (int64_t b = 0; b < rows; ++b) {
+    const T* gh_b = gh + b * 3 * hidden;
+    T* d_gi_b = d_gi + b * 3 * hidden;
+    T* d_gh_b = d_gh + b * 3 * hidden;
+    const int64_t row = b * hidden;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const T r = gh_b[j], z = gh_b[hidden + j], gh_n = gh_b[2 * hidden + j];
+      const T n = news[row + j], hp = h_prev[row + j], p = pre[row + j];
+      const T dh = carry[row + j] + d_out[row + j];
+      const T d_cand = dh * mask[row + j];
+      const T d_n = (d_cand - d_cand * z) * (T(1) - n * n);
+      const T d_r = d_n * gh_n * r * (T(1) - r);
+      const T d_z = d_cand * (hp - n) * z * (T(1) - z);
+      const T d_ghn = d_n * r;
+      const T delta = (n + z * (hp - n)) - hp;
+      const T inside = p > T(0) && p < T(1) ? T(1) : T(0);
+      const T d_c = inside * (d_prob[row + j] + dh * delta);
+      d_gi_b[j] = d_r;
+      d_gi_b[hidden + j] = d_z;
+      d_gi_b[2 * hidden + j] = d_n;
+      d_gh_b[j] = d_r;
+      d_gh_b[hidden + j] = d_z;
+      d_gh_b[2 * hidden + j] = d_ghn;
+      d_gh_n[row + j] = d_ghn;
+      d_coord[row + j] = d_c;
+      d_coord_weight[row + j] += d_c * hp;
+      carry[row + j] = dh - d_cand + d_cand * z + d_c * coord_weight[j];
     }
-  });
+  }
 }
 
 void sarnn_gru_forward(const at::Tensor& gi, const at::Tensor& coord_in, const at::Tensor& h0, const at::Tensor& w_t,
@@ -129,24 +131,30 @@ void sarnn_gru_forward(const at::Tensor& gi, const at::Tensor& coord_in, const a
   TORCH_CHECK(news.size(0) == gates.size(0), kLoop, ": gates and news must have the same number of rows (T or 1), got ",
               gates.size(0), " and ", news.size(0));
   AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "sarnn_gru_forward", [&] {
-    at::Tensor h = h0;
-    for (int64_t t = 0; t < steps; ++t) {
-      const int64_t saved = gates.size(0) == 1 ? 0 : t;
-      at::Tensor gh = gates.select(0, saved), n = news.select(0, saved), gi_t = gi.select(0, t);
-      at::addmm_out(gh, bias_hh, h, w_t);
-      // the transcendental functions through ATen's vectorised kernels: [r | z] = sigma(gi + gh) in
-      // place of gh's first 2H columns, n = tanh(gi_n + r gh_n)
-      at::Tensor rz = gh.narrow(1, 0, 2 * hidden);
-      rz.add_(gi_t.narrow(1, 0, 2 * hidden)).sigmoid_();
-      at::addcmul_out(n, gi_t.narrow(1, 2 * hidden, hidden), rz.narrow(1, 0, hidden), gh.narrow(1, 2 * hidden, hidden));
-      n.tanh_();
-      at::Tensor out = outputs.select(0, t);
-      forward_elementwise<scalar_t>(coord_in.select(0, t).data_ptr<scalar_t>(), gh.data_ptr<scalar_t>(),
-                                    n.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), coord_weight.data_ptr<scalar_t>(),
-                                    out.data_ptr<scalar_t>(), pres.select(0, t).data_ptr<scalar_t>(),
-                                    masks.select(0, t).data_ptr<scalar_t>(), batch, hidden);
-      h = out;
-    }
+    over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+      const int64_t rows = end - begin, offset = begin * hidden;  // of this block's first row in a (B, H) step
+      at::Tensor h = h0.narrow(0, begin, rows);
+      for (int64_t t = 0; t < steps; ++t) {
+        const int64_t saved = gates.size(0) == 1 ? 0 : t;
+        at::Tensor gh = gates.select(0, saved).narrow(0, begin, rows), n = news.select(0, saved).narrow(0, begin, rows);
+        at::Tensor gi_t = gi.select(0, t).narrow(0, begin, rows);
+        at::addmm_out(gh, bias_hh, h, w_t);
+        // the transcendental functions through ATen's vectorised kernels: [r | z] = sigma(gi + gh) in
+        // place of gh's first 2H columns, n = tanh(gi_n + r gh_n)
+        at::Tensor rz = gh.narrow(1, 0, 2 * hidden);
+        rz.add_(gi_t.narrow(1, 0, 2 * hidden)).sigmoid_();
+        at::addcmul_out(n, gi_t.narrow(1, 2 * hidden, hidden), rz.narrow(1, 0, hidden),
+                        gh.narrow(1, 2 * hidden, hidden));
+        n.tanh_();
+        at::Tensor out = outputs.select(0, t).narrow(0, begin, rows);
+        const int64_t step = t * batch * hidden + offset;
+        forward_elementwise<scalar_t>(coord_in.data_ptr<scalar_t>() + step, gh.data_ptr<scalar_t>(),
+                                      n.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), coord_weight.data_ptr<scalar_t>(),
+                                      out.data_ptr<scalar_t>(), pres.data_ptr<scalar_t>() + step,
+                                      masks.data_ptr<scalar_t>() + step, rows, hidden);
+        h = out;
+      }
+    });
   });
 }
 
@@ -172,21 +180,26 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
   check_shape(d_gh, d_gi, {batch, 3 * hidden}, true, "d_gh");
   check_shape(carry, d_gi, {batch, hidden}, true, "carry");
   AT_DISPATCH_FLOATING_TYPES(d_gi.scalar_type(), "sarnn_gru_backward", [&] {
-    carry.zero_();
-    d_coord_weight.zero_();
-    const scalar_t* d_out_base = d_outputs.data_ptr<scalar_t>();
-    const scalar_t* d_prob_base = d_probs.data_ptr<scalar_t>();
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      const at::Tensor& h_prev = t == 0 ? h0 : outputs.select(0, t - 1);
-      backward_elementwise<scalar_t>(
-          gates.select(0, t).data_ptr<scalar_t>(), news.select(0, t).data_ptr<scalar_t>(),
-          h_prev.data_ptr<scalar_t>(), masks.select(0, t).data_ptr<scalar_t>(), pres.select(0, t).data_ptr<scalar_t>(),
-          d_out_base + t * batch * hidden, d_prob_base + t * batch * hidden,
-          coord_weight.data_ptr<scalar_t>(), d_gi.select(0, t).data_ptr<scalar_t>(),
-          d_gh_n.select(0, t).data_ptr<scalar_t>(), d_coord.select(0, t).data_ptr<scalar_t>(),
-          d_coord_weight.data_ptr<scalar_t>(), d_gh.data_ptr<scalar_t>(), carry.data_ptr<scalar_t>(), batch, hidden);
-      carry.addmm_(d_gh, weight_hh);  // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh
-    }
+    over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+      const int64_t rows = end - begin, offset = begin * hidden;  // of this block's first row in a (B, H) step
+      at::Tensor own_carry = carry.narrow(0, begin, rows), own_d_gh = d_gh.narrow(0, begin, rows);
+      at::Tensor own_d_coord_weight = d_coord_weight.narrow(0, begin, rows);
+      own_carry.zero_();
+      own_d_coord_weight.zero_();
+      for (int64_t t = steps - 1; t >= 0; --t) {
+        const int64_t step = t * batch * hidden + offset;
+        const scalar_t* h_prev =
+            t == 0 ? h0.data_ptr<scalar_t>() + offset : outputs.data_ptr<scalar_t>() + step - batch * hidden;
+        backward_elementwise<scalar_t>(
+            gates.data_ptr<scalar_t>() + 3 * step, news.data_ptr<scalar_t>() + step, h_prev,
+            masks.data_ptr<scalar_t>() + step, pres.data_ptr<scalar_t>() + step, d_outputs.data_ptr<scalar_t>() + step,
+            d_probs.data_ptr<scalar_t>() + step, coord_weight.data_ptr<scalar_t>(), d_gi.data_ptr<scalar_t>() + 3 * step,
+            d_gh_n.data_ptr<scalar_t>() + step, d_coord.data_ptr<scalar_t>() + step,
+            own_d_coord_weight.data_ptr<scalar_t>(), own_d_gh.data_ptr<scalar_t>(), own_carry.data_ptr<scalar_t>(), rows,
+            hidden);
+        own_carry.addmm_(own_d_gh, weight_hh);  // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh
+      }
+    });
   });
 }
 

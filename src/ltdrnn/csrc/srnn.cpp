@@ -16,6 +16,12 @@
 //   dL/dh_t[i] = dh[t][i] + gz_{t+1}[i + 1 mod H]   and   gz_t = dL/dh_t * act'(z_t),
 // act' read from the output (relu' = [h > 0], tanh' = 1 - h^2). The bias gradients are summed in
 // double while the rows are in cache.
+//
+// Threads: the batch rows are independent through the whole recurrence, so each loop splits the batch
+// once into one block of rows per thread and runs all T steps of a block on its own thread
+// (common.h, over_batch_blocks): one thread start per call instead of a hand-off per step. The
+// backward's shared sums (the bias gradients, dL/dW_g) are kept per block and added at the end in
+// block order (the result depends on the thread count, not on the timing).
 #include "common.h"
 
 namespace {
@@ -90,13 +96,14 @@ void check_scan(const at::Tensor& f, const at::Tensor& b_f, const char* op) {
   check_tensor(b_f, f, {f.size(2)}, op, "b_f");
 }
 
+// The forward over the rows [begin, end) of the batch.
 template <typename T>
 void forward_loop(const T* f, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps, int64_t batch,
-                  int64_t hidden, bool relu) {
+                  int64_t hidden, bool relu, int64_t begin, int64_t end) {
   std::vector<T> logits(hidden);
   for (int64_t t = 0; t < steps; ++t) {
     const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
-    for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* prev = prev_t + b * hidden;
       const T* fr = f + row * hidden;
@@ -127,8 +134,10 @@ void srnn_forward(const at::Tensor& f, const at::Tensor& b_f, const std::optiona
   check_tensor(h, f, f.sizes(), kForward, "h");
   AT_DISPATCH_FLOATING_TYPES(f.scalar_type(), kForward, [&] {
     const auto gate = gate_of<scalar_t>(f, g, b_g, x, w_g, kForward);
-    forward_loop<scalar_t>(f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, h0.data_ptr<scalar_t>(),
-                           h.data_ptr<scalar_t>(), steps, batch, hidden, relu);
+    over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+      forward_loop<scalar_t>(f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, h0.data_ptr<scalar_t>(),
+                             h.data_ptr<scalar_t>(), steps, batch, hidden, relu, begin, end);
+    });
   });
 }
 
@@ -144,23 +153,33 @@ struct Grads {
   T* dx;    // (T, B, d), likewise, when asked for
 };
 
+// The sums of one block of rows: dL/db_f, dL/db_g and, with the gate formed here, dL/dW_g transposed.
+int64_t sums_per_block(int64_t hidden, int64_t d, bool in_kernel) { return 2 * hidden + (in_kernel ? hidden * d : 0); }
+
+// The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
 template <typename T>
 void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, const Gate<T>& gate, const Grads<T>& out,
-                   int64_t steps, int64_t batch, int64_t hidden, bool relu) {
+                   int64_t steps, int64_t batch, int64_t hidden, bool relu, int64_t begin, int64_t end,
+                   double* sums) {
   const T* dh_base = dh.data_ptr<T>();
-  const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1), d = gate.d;
-  std::vector<T> block(3 * batch * hidden, T(0));
-  std::vector<double> sums(2 * hidden + (gate.in_kernel() ? hidden * d : 0), 0.0);
+  const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1), d = gate.d, rows = end - begin;
+  std::vector<T> block(3 * rows * hidden, T(0));
   // raw pointers, not vector accesses: gcc vectorises the loops below only then
-  double *sum_f = sums.data(), *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
-  T *next = block.data(), *cur = next + batch * hidden, *work = cur + batch * hidden;
+  double *sum_f = sums, *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
+  T *next = block.data(), *cur = next + rows * hidden, *work = cur + rows * hidden;
   for (int64_t t = steps - 1; t >= 0; --t) {
-    for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
+      if (t > 0 && batch_stride != hidden) {
+        // a batch-first gradient: each row's next read is one of B streams far apart in memory, more
+        // than the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked
+        const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
+        for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
+      }
       const T* h_row = h + row * hidden;
-      const T* nx = next + b * hidden;
-      T* gz = cur + b * hidden;
+      const T* nx = next + (b - begin) * hidden;
+      T* gz = cur + (b - begin) * hidden;
       for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + nx[i + 1];
       gz[hidden - 1] = d_h[hidden - 1] + nx[0];
       if (relu) {
@@ -203,11 +222,24 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
     }
     std::swap(next, cur);
   }
-  for (int64_t b = 0; b < batch; ++b) {
-    const T* nx = next + b * hidden;
+  for (int64_t b = begin; b < end; ++b) {
+    const T* nx = next + (b - begin) * hidden;
     for (int64_t i = 0; i < hidden - 1; ++i) out.dh0[b * hidden + i] = nx[i + 1];
     out.dh0[b * hidden + hidden - 1] = nx[0];
   }
+}
+
+// The blocks' sums (`blocks` consecutive runs of sums_per_block), added in block order, into the outputs.
+template <typename T>
+void write_sums(const std::vector<double>& sums, int64_t blocks, const Gate<T>& gate, const Grads<T>& out,
+                int64_t hidden) {
+  const int64_t d = gate.d, per = sums_per_block(hidden, d, gate.in_kernel());
+  std::vector<double> total(sums.begin(), sums.begin() + per);
+  for (int64_t part = 1; part < blocks; ++part) {
+    const double* own = sums.data() + part * per;
+    for (int64_t i = 0; i < per; ++i) total[i] += own[i];
+  }
+  const double *sum_f = total.data(), *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
   for (int64_t i = 0; i < hidden; ++i) {
     out.dbf[i] = static_cast<T>(sum_f[i]);
     if (gate.on()) out.dbg[i] = static_cast<T>(sum_g[i]);
@@ -254,8 +286,14 @@ void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& 
         d_x && gate.in_kernel() ? optional_output<scalar_t>(d_x, true, f, {steps, batch, d}, "d_x") : nullptr,
     };
     TORCH_CHECK(!d_x || gate.in_kernel(), kBackward, ": d_x is only written with the gate formed here");
-    backward_loop<scalar_t>(dh, h.data_ptr<scalar_t>(), f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, out,
-                            steps, batch, hidden, relu);
+    const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+    const int64_t per = sums_per_block(hidden, d, gate.in_kernel());
+    std::vector<double> sums(blocks * per, 0.0);
+    over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+      backward_loop<scalar_t>(dh, h.data_ptr<scalar_t>(), f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, out,
+                              steps, batch, hidden, relu, begin, end, sums.data() + part * per);
+    });
+    write_sums<scalar_t>(sums, blocks, gate, out, hidden);
   });
 }
 
