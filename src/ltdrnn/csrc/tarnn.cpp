@@ -46,6 +46,7 @@ void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor&
               "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
 }
 
+// Over `rows` rows of one step: beta = sigmoid(r) and s_t = s_{t-1} + eta beta (phi(q) + c).
 template <int Act, typename T>
 void forward_rows(const T* pt, const T* s, T* out, T* beta_out, int64_t rows, int64_t hidden, T eta) {
   for (int64_t b = 0; b < rows; ++b) {
