@@ -403,6 +403,50 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(m
         torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-10 * scale, rtol=1e-9, msg=key)
 
 
+@pytest.mark.parametrize(
+    "batch, options, loss",
+    [
+        (3, {}, weighted_loss),
+        (3, {"reading": "state", "activation": "tanh"}, mean_loss),
+        (1, {"reading": "paper"}, weighted_loss),
+        (3, {"rank": None, "learn_alpha": True, "alpha": 0.8}, mean_loss),
+    ],
+    ids=["B3-low-rank", "B3-state-tanh-mean", "B1-paper", "B3-dense-mean"],
+)
+def test_compiled_k1_loop_at_2_threads_equals_the_reference_and_the_pytorch_loop_in_float64(
+    monkeypatch, batch, options, loss
+):
+    """One block of rows per thread: B = 3 splits into blocks of 2 and 1 rows (their sums for eta and
+    alpha are added), B = 1 leaves the second thread without rows; low rank and dense M."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    import ltdrnn.cells.irnn as irnn_module
+
+    calls = []
+    real = irnn_module._compiled_backward
+    monkeypatch.setattr(irnn_module, "_compiled_backward", lambda *a: calls.append(1) or real(*a))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(9)
+        cell = IRNN(3, 16, K=1, eta=0.1, dtype=torch.float64, **options)
+        x, h0 = torch.randn(1000, batch, 3, dtype=torch.float64), 0.1 * torch.randn(batch, 16, dtype=torch.float64)
+        compiled = outputs_and_gradients(cell, x, h0, "fused", loss)
+        assert calls, "the compiled loop did not run"
+        reference = outputs_and_gradients(cell, x, h0, "reference", loss)
+        monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+        pytorch_loop = outputs_and_gradients(cell, x, h0, "fused", loss)
+        assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
+    finally:
+        torch.set_num_threads(threads)
+    assert set(compiled) == set(reference)
+    assert all(grad.abs().max() > 0 for key, grad in compiled.items() if key != "out"), "a gradient is zero"
+    for key, expected in reference.items():
+        scale = max(1.0, expected.abs().max().item())
+        torch.testing.assert_close(compiled[key], expected, atol=1e-10 * scale, rtol=1e-9, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-10 * scale, rtol=1e-9, msg=key)
+
+
 def test_compiled_k1_loop_in_float32_with_a_mean_loss_and_without_autograd():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/irnn.cpp")
@@ -439,17 +483,43 @@ def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_p
 def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/irnn.cpp")
-    forward = torch.ops.ltdrnn.irnn_k1_forward
-    c, h0, m_t = torch.zeros(5, 2, 4), torch.zeros(2, 4), torch.zeros(4, 4)
-    phis, out = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)
-    forward(c, h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out)  # well-formed: runs
+    forward, backward = torch.ops.ltdrnn.irnn_k1_forward, torch.ops.ltdrnn.irnn_k1_backward
+    c, h0, m = torch.zeros(5, 2, 4), torch.zeros(2, 4), torch.zeros(4, 4)
+    v, w, none = torch.zeros(4, 2), torch.zeros(2, 4), torch.zeros(0)
+    phis, out, zs = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4), torch.zeros(5, 2, 2)
+    forward(c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out)  # well-formed, dense: runs
+    forward(c, h0, v, w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out)  # well-formed, low rank: runs
     for args, message in (
-        ((c.transpose(0, 1), h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out), "c must be a contiguous CPU"),
-        ((c, torch.zeros(3, 4), m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out), "h0 must be a contiguous \\(B, H\\)"),
-        ((c, h0, torch.zeros(4, 5), 0.1, 1.0, 1.0, 0.0, 0, phis, out), "m_t must be a CPU \\(H, H\\)"),
-        ((c, h0, m_t, 0.1, 1.0, 1.0, 0.0, 3, phis, out), "activation code"),
-        ((c, h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, torch.zeros(2, 2, 4), out), "phis must be"),
-        ((c.double(), h0, m_t, 0.1, 1.0, 1.0, 0.0, 0, phis, out), "h0 must be"),
+        (
+            (c.transpose(0, 1), h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out),
+            "c must be a contiguous CPU \\(T, B, H\\)",
+        ),
+        ((c, torch.zeros(3, 4), m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "h0 must be a contiguous \\(B, H\\)"),
+        ((c, h0, torch.zeros(4, 5), none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "first must be M, \\(H, H\\)"),
+        ((c, h0, torch.zeros(3, 2), w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "first must be V', \\(H, R\\)"),
+        ((c, h0, v, torch.zeros(3, 4), 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "second must be \\(R, H\\)"),
+        ((c, h0, v, w.double(), 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "second must be a CPU tensor of c's dtype"),
+        ((c, h0, v, w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs[:, :, :1], out), "zs must be a contiguous CPU \\(T or 1"),
+        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 3, phis, none, out), "activation code"),
+        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, torch.zeros(2, 2, 4), none, out), "phis must be"),
+        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out[:, :1]), "outputs must be"),
+        ((c.double(), h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "h0 must be"),
     ):
-        with pytest.raises(RuntimeError, match=message):
+        with pytest.raises(RuntimeError, match=f"irnn_k1_forward: .*{message}"):
             forward(*args)
+    carry, ws = torch.zeros(2, 4), torch.zeros(5, 2, 2)
+    backward(c, phis, out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws)  # well-formed: runs
+    for args, message in (
+        (
+            (c, phis, out, h0, out[:4], v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws),
+            "grad_outputs must be a CPU \\(T, B, H\\)",
+        ),
+        (
+            (c, phis, out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws[:4]),
+            "ws must be a contiguous CPU \\(T, B, 2\\)",
+        ),
+        ((c, phis[:1], out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws), "phis must be a contiguous CPU \\(T, B"),
+        ((c, phis, out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry[:1], ws), "carry must be"),
+    ):
+        with pytest.raises(RuntimeError, match=f"irnn_k1_backward: .*{message}"):
+            backward(*args)

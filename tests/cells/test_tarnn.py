@@ -383,6 +383,44 @@ def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_
     torch.testing.assert_close(out.detach(), reference["out"], atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "batch, options, loss",
+    [
+        (3, {}, weighted_loss),
+        (3, {"A": "coupled", "activation": "tanh"}, mean_loss),
+        (1, {"activation": "sigmoid", "reading": "code"}, weighted_loss),
+    ],
+    ids=["B3-relu", "B3-coupled-tanh-mean", "B1-sigmoid-code"],
+)
+def test_compiled_k1_loop_at_2_threads_equals_the_reference_and_the_pytorch_loop_in_float64(
+    monkeypatch, batch, options, loss
+):
+    """One block of rows per thread: B = 3 splits into blocks of 2 and 1 rows (their parts of d eta are
+    added), B = 1 leaves the second thread without rows."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(9)
+        cell = TARNN(3, 16, K=1, eta=0.1, dtype=DT, **options)
+        randomise(cell, 0.05)
+        x, s0 = torch.randn(1000, batch, 3, dtype=DT), 0.1 * torch.randn(batch, 16, dtype=DT)
+        calls = counting_compiled_loops(monkeypatch)
+        compiled = run_and_differentiate(cell, x, s0, "fused", loss)
+        assert calls, "the compiled loop did not run"
+        reference = run_and_differentiate(cell, x, s0, "reference", loss)
+        monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+        pytorch_loop = run_and_differentiate(cell, x, s0, "fused", loss)
+        assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
+    finally:
+        torch.set_num_threads(threads)
+    assert compiled["grad x"].abs().max() > 0 and compiled["steps.log_eta"].abs().max() > 0
+    for key, expected in reference.items():
+        torch.testing.assert_close(compiled[key], expected, atol=1e-10, rtol=1e-9, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-10, rtol=1e-9, msg=key)
+
+
 def test_compiled_k1_loop_without_autograd_equals_the_reference():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
@@ -406,7 +444,7 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     forward(p, s0, w_t, 0.1, 0, out, beta)  # well-formed: runs
     for args, message in (
         ((p, torch.zeros(3, 4), w_t, 0.1, 0, out, beta), "s0 must be a contiguous \\(B, H\\)"),
-        ((p, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be \\(H, 3H\\)"),
+        ((p, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be a contiguous CPU \\[4, 12\\]"),
         ((p, s0, w_t, 0.1, 3, out, beta), "activation code"),
         ((p, s0, w_t, 0.1, 0, torch.zeros(5, 2, 3), beta), "outputs must be"),
         ((p.double(), s0, w_t, 0.1, 0, out, beta), "s0 must be"),

@@ -309,15 +309,17 @@ class _FusedIRNN(torch.autograd.Function):
     ``y_{i+1} = y_i + eta_i (phi(M y_i + c_t) - alpha y_i)``, ``h_t = y_K - r h_{t-1}``, with ``(s, r)``
     the reading's pair in :data:`READINGS` (the residual reading is simply ``h_t = y_K``).
     ``M`` is given dense (``first = M``, ``second`` empty) or as ``I + V' H`` (``first = V'``,
-    ``second = H``). The loop always applies the dense ``M`` (one matmul per Euler step: fewer ops
-    beat fewer FLOPs at these sizes); the factors' gradients come from the ``(H, H)`` gradient of M.
+    ``second = H``). The PyTorch loop applies the dense ``M`` (one matmul per Euler step: fewer ops
+    beat fewer FLOPs at these sizes) and maps the ``(H, H)`` gradient of M onto the factors; the compiled
+    K = 1 loop applies the two factors, which costs no dispatch there (``csrc/irnn.cpp``).
 
     Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
     bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``.
     Output ``(T, B, H)``. The Function computes ``c`` itself, so the buffer is its own: with K = 1 each
     step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the gradient of
     ``c`` into the same memory. Saved, Euler step first so that every per-step slice and every
-    per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``.
+    per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled
+    K = 1 loop saves ``phi``, the outputs and, with low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
     """
 
     @staticmethod
@@ -331,19 +333,22 @@ class _FusedIRNN(torch.autograd.Function):
         # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
         c = empty_buffer((steps, batch, hidden), flat_x)
         torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
-        m = _dense_operator(first.detach(), second.detach())
-        m_t = m.t().contiguous()
         keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
         ctx.scratch, ctx.config = c, (etas, a, act, s, r)
         ctx.compiled = _compiled_loop_runs(c, k)
         if ctx.compiled:
             phis, outputs = empty_buffer((span, batch, hidden), c), empty_buffer((steps, batch, hidden), c)
+            # low rank: h_{t-1} H^T of every step, (T, B, R), for the gradient of V'
+            zs = c.new_empty(span, batch, second.shape[0]) if second.numel() else c.new_empty(0)
             torch.ops.ltdrnn.irnn_k1_forward(
-                c, h.contiguous(), m_t, etas[0], a, s, r, _ACTIVATION_CODES[act], phis, outputs
-            )
-            ctx.save_for_backward(phis, outputs, m, first, second, h0, x, weight)
+                c, h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r, _ACTIVATION_CODES[act], phis,
+                zs, outputs,
+            )  # fmt: skip
+            ctx.save_for_backward(phis, outputs, zs, first, second, h0, x, weight)
             return outputs
+        m = _dense_operator(first.detach(), second.detach())
+        m_t = m.t().contiguous()
         phis = empty_buffer((k, span, batch, hidden), c)
         inputs = empty_buffer((k, span, batch, hidden), c)  # y_0 of every step is filled in after the loop
         outputs = empty_buffer((steps, batch, hidden), c)
@@ -400,20 +405,30 @@ class _FusedIRNN(torch.autograd.Function):
         grad_m = phis.new_zeros(hidden, hidden)
         for i in range(k):
             grad_m.addmm_(flat_dpre[i].t(), flat_inputs[i], alpha=etas[i])
-        return _parameter_gradients(ctx, flat_dpre, grad_m, carry, g_dot_phi, g_dot_y)
+        if second.numel() == 0:
+            grad_first, grad_second = grad_m, None
+        else:  # M = I + V' H
+            grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
+        return _parameter_gradients(ctx, flat_dpre, grad_first, grad_second, carry, g_dot_phi, g_dot_y)
 
 
-def _parameter_gradients(ctx, flat_dpre: Tensor, grad_m: Tensor, carry: Tensor, g_dot_phi: Tensor, g_dot_y: Tensor):
+def _parameter_gradients(
+    ctx,
+    flat_dpre: Tensor,
+    grad_first: Tensor,
+    grad_second: Tensor | None,
+    carry: Tensor,
+    g_dot_phi,
+    g_dot_y,
+    grad_input_map: Tuple[Tensor, Tensor] | None = None,
+):
     """The Function's gradients from those of the pre-activations (``flat_dpre (K, T*B, H)``, over eta),
-    of ``M``, of ``h0`` (``carry``) and the sums ``<g, phi>``, ``<g, y>`` per Euler step."""
-    *_, first, second, h0, x, weight = ctx.saved_tensors
+    of ``M``'s ``first`` and ``second``, of ``h0`` (``carry``) and the sums ``<g, phi>``, ``<g, y>`` per
+    Euler step; those of the input map's weight and bias are computed here unless given."""
+    *_, h0, x, weight = ctx.saved_tensors
     etas, a = ctx.config[:2]
     k = flat_dpre.shape[0]
-    eta = torch.tensor(etas, dtype=grad_m.dtype, device=grad_m.device)
-    if second.numel() == 0:
-        grad_first, grad_second = grad_m, None
-    else:  # M = I + V' H
-        grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
+    eta = torch.tensor(etas, dtype=flat_dpre.dtype, device=flat_dpre.device)
     grad_eta = g_dot_phi - a * g_dot_y
     grad_alpha = -(eta * g_dot_y).sum()
     # gradient of c = sum_i eta_i dpre_i; with K = 1 the factor eta_0 goes onto the small results
@@ -423,12 +438,12 @@ def _parameter_gradients(ctx, flat_dpre: Tensor, grad_m: Tensor, carry: Tensor, 
         grad_c, scale = torch.mul(flat_dpre[0], etas[0]), 1.0
         for i in range(1, k):
             grad_c.add_(flat_dpre[i], alpha=etas[i])
-    flat_x = x.reshape(-1, x.shape[-1])
     grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
+    if grad_input_map is None:
+        grad_input_map = (grad_c.t() @ x.reshape(-1, x.shape[-1])).mul_(scale), grad_c.sum(0).mul_(scale)
     return (
         grad_x,
-        (grad_c.t() @ flat_x).mul_(scale),
-        grad_c.sum(0).mul_(scale),
+        *grad_input_map,
         carry,
         grad_first,
         grad_second,
@@ -452,22 +467,46 @@ def _compiled_loop_runs(c: Tensor, k: int) -> bool:
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     """The backward time loop in one call; it overwrites the forward's pre-activations ``c`` with their
-    gradient (over eta), then the parameter gradients are large products over all steps."""
-    phis, outputs, m, first, second, h0, x, weight = ctx.saved_tensors
+    gradient (over eta), then the parameter gradients are large products over all steps. Low rank: the
+    gradients of the factors come from the loops' ``(T, B, R)`` products, never from an ``(H, H)`` one."""
+    phis, outputs, zs, first, second, h0, x, weight = ctx.saved_tensors
     etas, a, act, s, r = ctx.config
     dpre, carry = ctx.scratch, torch.empty_like(h0)
+    steps, batch, hidden = dpre.shape
+    low_rank = second.numel() > 0
+    # low rank: dpre_t V' of every step, (T, B, R), for the gradient of H
+    ws = dpre.new_empty(steps, batch, second.shape[0]) if low_rank else dpre.new_empty(0)
     dot_phi, dot_y = torch.ops.ltdrnn.irnn_k1_backward(
-        dpre, phis, outputs, h0.detach().contiguous(), grad_outputs.contiguous(), m, etas[0], a, s, r,
-        _ACTIVATION_CODES[act], carry,
+        dpre, phis, outputs, h0.detach().contiguous(), grad_outputs, first.detach(), second.detach(), etas[0], a, s,
+        r, _ACTIVATION_CODES[act], carry, ws,
     )  # fmt: skip
-    hidden = h0.shape[-1]
-    # y_0 of step t is s h_{t-1}: the gradient of M sums dpre_t^T y_0,t over the steps
-    grad_m = torch.mm(dpre[0].t(), h0.detach())
-    if dpre.shape[0] > 1:
-        grad_m.addmm_(dpre[1:].reshape(-1, hidden).t(), outputs[:-1].reshape(-1, hidden))
-    grad_m.mul_(s * etas[0])
+    # y_0 of step t is s h_{t-1}: the gradient of M is s eta sum_t dpre_t^T h_{t-1}; with M = I + V' H,
+    # that of V' is it times H^T (= s eta sum_t dpre_t^T z_t) and that of H is V'^T times it (= s eta sum_t
+    # w_t^T h_{t-1}). The gradients of V', of the input map's weight and of its bias are one product, one
+    # pass over dpre (T B H: reading it is what these products cost) instead of three.
+    flat_dpre, flat_x = dpre.view(-1, hidden), x.reshape(-1, x.shape[-1])
+    rank = second.shape[0] if low_rank else 0
+    columns = [flat_x, flat_x.new_ones(flat_x.shape[0], 1)]
+    joint = torch.mm(flat_dpre.t(), torch.cat([zs.view(-1, rank), *columns] if low_rank else columns, 1))
+    joint.mul_(etas[0])
+    grad_input_map = joint[:, rank:-1], joint[:, -1]
+    if low_rank:
+        grad_first = joint[:, :rank].mul_(s)
+        grad_second = _sum_over_previous_states(ws, h0, outputs).mul_(s * etas[0])
+    else:
+        grad_first, grad_second = _sum_over_previous_states(dpre, h0, outputs).mul_(s * etas[0]), None
     sums = dpre.new_tensor
-    return _parameter_gradients(ctx, dpre.view(1, -1, hidden), grad_m, carry, sums([dot_phi]), sums([dot_y]))
+    return _parameter_gradients(
+        ctx, flat_dpre.unsqueeze(0), grad_first, grad_second, carry, sums([dot_phi]), sums([dot_y]), grad_input_map
+    )
+
+
+def _sum_over_previous_states(per_step: Tensor, h0: Tensor, outputs: Tensor) -> Tensor:
+    """``sum_t per_step_t^T h_{t-1}`` (``h_{-1} = h0``), ``per_step (T, B, n)`` -> ``(n, H)``."""
+    total = torch.mm(per_step[0].t(), h0.detach())
+    if per_step.shape[0] > 1:
+        total.addmm_(per_step[1:].reshape(-1, per_step.shape[-1]).t(), outputs[:-1].reshape(-1, h0.shape[-1]))
+    return total
 
 
 def _dense_operator(first: Tensor, second: Tensor) -> Tensor:

@@ -400,6 +400,7 @@ class _FusedTARNN(torch.autograd.Function):
         # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
         betas, outputs = empty_buffer((steps, batch, hidden), p), empty_buffer((steps, batch, hidden), p)
         ctx.mark_non_differentiable(betas)
+        ctx.set_materialize_grads(False)  # else every backward starts by zero-filling a (T, B, H) for betas
         w_t = state_weights.detach().t().contiguous()
         if ctx.compiled:
             # K = 1 with the gate inside saves nothing per Euler step; otherwise phi of every Euler step
@@ -422,6 +423,8 @@ class _FusedTARNN(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_outputs, _grad_betas):
+        if grad_outputs is None:  # no gradient reached the states (gradcheck asks): none for any input
+            return (None,) * 10
         if ctx.compiled:
             return _compiled_backward(ctx, grad_outputs)
         phis, gs, betas, outputs, x, weight, s0, state_weights, u = ctx.saved_tensors
@@ -486,7 +489,7 @@ class _FusedTARNN(torch.autograd.Function):
                 grad_eta.add_(products.view(k, -1).sum(1))
             torch.ops.aten.sigmoid_backward.grad_input(d_beta, beta, grad_input=rows[:, 2 * hidden :])
             torch.addmm(g, rows, state_weights, out=carry)
-        return _input_gradients(ctx, grad_p, inputs, x, weight, carry, grad_u if k > 1 else None, grad_eta)
+        return _input_gradients(ctx, grad_p, s0, outputs, x, weight, carry, grad_u if k > 1 else None, grad_eta)
 
 
 def _input_map(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -495,15 +498,22 @@ def _input_map(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return torch.addmm(bias.detach(), flat_x, weight.detach().t()).view(x.shape[0], x.shape[1], -1)
 
 
-def _input_gradients(ctx, grad_p, inputs, x, weight, grad_s0, grad_u, grad_eta) -> tuple:
-    """:meth:`_FusedTARNN.backward`'s result from the gradient of ``P`` ``(T, B, 3H)``, the states each
-    step started from ``inputs (T, B, H)``, and the gradients the time loop accumulated; the gradients of
-    the stacked state weights and of the input map come from one large matmul each."""
-    three_h = grad_p.shape[-1]
-    flat_grad_p, flat_x = grad_p.view(-1, three_h), x.reshape(-1, x.shape[-1])
-    grad_state_weights = flat_grad_p.t() @ inputs.reshape(-1, three_h // 3)
+def _input_gradients(ctx, grad_p, s0, outputs, x, weight, grad_s0, grad_u, grad_eta) -> tuple:
+    """:meth:`_FusedTARNN.backward`'s result from the gradient of ``P`` ``(T, B, 3H)``, the initial state,
+    the outputs, and the gradients the time loop accumulated. The gradients of the stacked state weights
+    and of the input map's weight and bias are one large product, ``grad P^T [s_{t-1} | x_t | 1]``: one
+    pass over the gradient of ``P`` (reading it is what these products cost) instead of three."""
+    steps, batch, three_h = grad_p.shape
+    hidden, d = three_h // 3, x.shape[-1]
+    flat_grad_p = grad_p.view(-1, three_h)
+    columns = grad_p.new_empty(steps, batch, hidden + d + 1)  # each row [s_{t-1} | x_t | 1]
+    columns[0, :, :hidden] = s0.detach()
+    columns[1:, :, :hidden] = outputs[:-1]
+    columns[..., hidden:-1] = x
+    columns[..., -1] = 1.0
+    joint = flat_grad_p.t() @ columns.view(-1, hidden + d + 1)
     grad_x = (flat_grad_p @ weight.detach()).view(x.shape) if ctx.needs_input_grad[0] else None
-    grad_weight, grad_bias = flat_grad_p.t() @ flat_x, flat_grad_p.sum(0)
+    grad_weight, grad_bias, grad_state_weights = joint[:, hidden:-1], joint[:, -1], joint[:, :hidden]
     return grad_x, grad_weight, grad_bias, grad_s0, grad_state_weights, grad_u, grad_eta, None, None, None
 
 
@@ -560,13 +570,12 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     ctx.p_is_gradient = True
     etas, act, a_kind, gate = ctx.config
     carry = s0.new_empty(s0.shape)
-    inputs = torch.cat([s0.detach().unsqueeze(0), outputs[:-1]])
     if len(etas) == 1 and gate == "inside":
         work = s0.new_empty(s0.shape)
         grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
             p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
         )
-        return _input_gradients(ctx, p, inputs, x, weight, carry, None, p.new_full((1,), grad_eta))
+        return _input_gradients(ctx, p, s0, outputs, x, weight, carry, None, p.new_full((1,), grad_eta))
     grad_u = torch.zeros_like(u)
     grad_etas = torch.ops.ltdrnn.tarnn_euler_backward(
         p,
@@ -583,7 +592,7 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
         grad_u,
     )
     grad_u = grad_u if len(etas) > 1 else None
-    return _input_gradients(ctx, p, inputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
+    return _input_gradients(ctx, p, s0, outputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
 
 
 class _EulerChain:

@@ -1,15 +1,30 @@
 // The whole training recurrence of iRNN at K = 1 (ltdrnn.cells.irnn, _FusedIRNN), forward and backward,
-// each time loop in one call: the per-step product goes to ATen's BLAS (at::addmm), the activation to
-// ATen's vectorised kernels, the Euler update and its gradient to at::parallel_for over the batch.
-// Operators: torch.ops.ltdrnn.irnn_k1_forward / irnn_k1_backward.
+// each time loop in one call: the per-step products go to ATen's BLAS, the activation, the Euler update
+// and its gradient are one pass per step. Operators: torch.ops.ltdrnn.irnn_k1_forward / irnn_k1_backward.
 //
-// Layouts (time-major, contiguous):
-//   c (T, B, H): on entry the input map c_t = W' x_t + b'; the forward adds M y_0 in place (the
-//       pre-activation); the backward overwrites it with the gradient of the pre-activation / eta.
-//   h0 (B, H); m_t (H, H) = M^T (the forward), m (H, H) = M (the backward);
+// Layouts (time-major, contiguous unless said otherwise):
+//   c (T, B, H): on entry the input map c_t = W' x_t + b'; the forward adds the products of the step in
+//       place (M y_0 dense, y_0 second^T first^T low rank: there the y_0 of the identity is added on the fly and
+//       never stored); the backward overwrites it with the gradient of the pre-activation / eta.
+//   h0 (B, H); first, second: M itself (H, H) and an empty second, or the low-rank M = I + first second
+//       with first = V' (H, R) and second = H (R, H) (any strides: they only enter BLAS products).
 //   phis (T or 1, B, H): phi of every step (1 reused row when no backward follows); outputs (T, B, H).
+//   zs (T or 1, B, R), low rank only: h_{t-1} second^T, the forward's inner product, kept for the gradient of
+//       V' (sum_t dpre_t^T z_t); ws (T, B, R), low rank only: dpre_t V', the backward's, kept for the
+//       gradient of H (sum_t w_t^T h_{t-1}). Both are empty tensors for a dense M.
+//   grad_outputs (T, B, H), any strides (the gradient of a sum or mean arrives expanded, stride 0).
 // Per step, with the reading's (s, r) (ltdrnn.cells.irnn.READINGS):
 //   y_0 = s h_{t-1};  pre = M y_0 + c_t;  y_1 = y_0 + eta (phi(pre) - alpha y_0);  h_t = y_1 - r h_{t-1}
+//
+// Low rank (R = 16 at H = 128): the two factors cost 2 R / H = 1/4 of the dense product's FLOPs, forward
+// and backward, and the gradients of V' and H come from products with inner size T B over R columns
+// instead of the (H, H) gradient of M. (The PyTorch loop applies the dense M: there each extra product
+// is a dispatch that costs more than the FLOPs it saves.)
+//
+// Threads: as TARNN's loops (csrc/tarnn.cpp, "Threads"): the batch is split once into one block of rows
+// per thread, and each thread runs all T steps of its rows with single-threaded BLAS (over_batch_blocks),
+// so nothing is handed between threads per step. Only the sums for the gradients of eta and alpha are
+// shared; each block keeps its own and they are added in block order.
 #include "common.h"
 
 #include <tuple>
@@ -18,132 +33,223 @@ namespace {
 
 using namespace ltdrnn;
 
-void check_sequence(const at::Tensor& c, const at::Tensor& h0, int64_t act) {
-  TORCH_CHECK(c.device().is_cpu() && c.dim() == 3 && c.is_contiguous() && c.size(0) > 0,
-              "irnn_k1: c must be a contiguous CPU (T, B, H) tensor with T > 0, got ", c.sizes());
-  TORCH_CHECK(c.scalar_type() == at::kFloat || c.scalar_type() == at::kDouble,
-              "irnn_k1: expected float32 or float64, got ", c.scalar_type());
+void check_sequence(const at::Tensor& c, const at::Tensor& h0, int64_t act, const char* op) {
+  TORCH_CHECK(c.device().is_cpu() && c.dim() == 3 && c.is_contiguous() && c.size(0) > 0, op,
+              ": c must be a contiguous CPU (T, B, H) tensor with T > 0, got ", c.sizes());
+  TORCH_CHECK(c.scalar_type() == at::kFloat || c.scalar_type() == at::kDouble, op,
+              ": expected float32 or float64, got ", c.scalar_type());
   TORCH_CHECK(h0.sizes() == at::IntArrayRef({c.size(1), c.size(2)}) && h0.is_contiguous() &&
                   h0.scalar_type() == c.scalar_type() && h0.device().is_cpu(),
-              "irnn_k1: h0 must be a contiguous (B, H) = (", c.size(1), ", ", c.size(2),
+              op, ": h0 must be a contiguous (B, H) = (", c.size(1), ", ", c.size(2),
               ") CPU tensor of c's dtype, got ", h0.sizes(), " ", h0.scalar_type());
-  TORCH_CHECK(act >= 0 && act <= 2, "irnn_k1: activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ",
-              act);
+  TORCH_CHECK(act >= 0 && act <= 2, op, ": activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ", act);
 }
 
-void check_like(const at::Tensor& t, const at::Tensor& c, bool one_row_allowed, const char* name) {
+// A contiguous CPU (T, B, cols) tensor of c's dtype; (1, B, cols) also when one_row_allowed.
+void check_rows(const at::Tensor& t, const at::Tensor& c, int64_t cols, bool one_row_allowed, const char* op,
+                const char* name) {
   const bool rows = t.dim() == 3 && (t.size(0) == c.size(0) || (one_row_allowed && t.size(0) == 1));
-  TORCH_CHECK(rows && t.size(1) == c.size(1) && t.size(2) == c.size(2) && t.is_contiguous() &&
+  TORCH_CHECK(rows && t.size(1) == c.size(1) && t.size(2) == cols && t.is_contiguous() &&
                   t.scalar_type() == c.scalar_type() && t.device().is_cpu(),
-              "irnn_k1: ", name, " must be a contiguous CPU ", one_row_allowed ? "(T or 1, B, H)" : "(T, B, H)",
-              " tensor of c's dtype, got ", t.sizes());
+              op, ": ", name, " must be a contiguous CPU ", one_row_allowed ? "(T or 1, B, " : "(T, B, ", cols,
+              ") tensor of c's dtype, got ", t.sizes());
 }
 
-void check_square(const at::Tensor& m, const at::Tensor& c, const char* name) {
-  TORCH_CHECK(m.sizes() == at::IntArrayRef({c.size(2), c.size(2)}) && m.scalar_type() == c.scalar_type() &&
-                  m.device().is_cpu(),
-              "irnn_k1: ", name, " must be a CPU (H, H) = (", c.size(2), ", ", c.size(2), ") tensor, got ",
-              m.sizes());
+// first and second (the layouts above); returns R, or 0 for a dense M.
+int64_t check_operator(const at::Tensor& first, const at::Tensor& second, const at::Tensor& c, const char* op) {
+  const int64_t hidden = c.size(2);
+  auto check_kind = [&](const at::Tensor& t, const char* name) {
+    TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == c.scalar_type(), op, ": ", name,
+                " must be a CPU tensor of c's dtype, got ", t.scalar_type(), " on ", t.device());
+  };
+  check_kind(first, "first");
+  check_kind(second, "second");
+  if (second.numel() == 0) {
+    TORCH_CHECK(first.sizes() == at::IntArrayRef({hidden, hidden}), op, ": first must be M, (H, H) = (", hidden,
+                ", ", hidden, "), when second is empty, got ", first.sizes());
+    return 0;
+  }
+  TORCH_CHECK(first.dim() == 2 && first.size(0) == hidden && first.size(1) > 0, op,
+              ": first must be V', (H, R) with H = ", hidden, ", got ", first.sizes());
+  const int64_t rank = first.size(1);
+  TORCH_CHECK(second.sizes() == at::IntArrayRef({rank, hidden}), op, ": second must be (R, H) = (", rank, ", ",
+              hidden, "), got ", second.sizes());
+  return rank;
 }
 
-void activate_into(const at::Tensor& pre, at::Tensor out, int64_t act) {
-  if (act == 0) {
-    at::clamp_min_out(out, pre, 0);
-  } else if (act == 1) {
-    at::tanh_out(out, pre);
-  } else {
-    at::sigmoid_out(out, pre);
+// Rows [begin, begin + rows) of one step of a (T, B, n) tensor, as one view that moves from step to step
+// by resetting its storage offset: a select and a narrow per step would make two tensors, which costs
+// about as much as a rank-16 product (~3 us against ~5 us at 64 rows). The caller keeps a separate
+// StepRows for each step it holds at once (the view moves).
+class StepRows {
+ public:
+  StepRows(const at::Tensor& all, int64_t begin, int64_t rows)
+      : view_(all.select(0, 0).narrow(0, begin, rows)), base_(view_.storage_offset()), stride_(all.stride(0)) {}
+  at::Tensor& at(int64_t t) {
+    view_.unsafeGetTensorImpl()->set_storage_offset(base_ + t * stride_);
+    return view_;
+  }
+
+ private:
+  at::Tensor view_;
+  int64_t base_, stride_;
+};
+
+// Forward, one step over n = rows * H entries: phi = phi(pre (+ y_0 for low rank)), h_t from h_{t-1}.
+template <int Act, bool LowRank, typename T>
+void forward_span(const T* __restrict pre, const T* __restrict h, T* __restrict phi_out, T* __restrict out,
+                  int64_t n, T eta, T alpha, T s, T r) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T y = s * h[i];
+    const T phi = activate<Act>(LowRank ? pre[i] + y : pre[i]);
+    phi_out[i] = phi;
+    out[i] = y + eta * (phi - alpha * y) - r * h[i];
   }
 }
 
-void irnn_k1_forward(at::Tensor c, const at::Tensor& h0, const at::Tensor& m_t, double eta, double alpha, double s,
-                     double r, int64_t act, at::Tensor phis, at::Tensor outputs) {
-  check_sequence(c, h0, act);
-  check_square(m_t, c, "m_t");
-  check_like(phis, c, true, "phis");
-  check_like(outputs, c, false, "outputs");
+void irnn_k1_forward(at::Tensor c, const at::Tensor& h0, const at::Tensor& first, const at::Tensor& second,
+                     double eta, double alpha, double s, double r, int64_t act, at::Tensor phis, at::Tensor zs,
+                     at::Tensor outputs) {
+  constexpr const char* op = "irnn_k1_forward";
+  check_sequence(c, h0, act, op);
+  const int64_t rank = check_operator(first, second, c, op);
+  check_rows(phis, c, c.size(2), true, op, "phis");
+  if (rank > 0) check_rows(zs, c, rank, true, op, "zs");
+  check_rows(outputs, c, c.size(2), false, op, "outputs");
   const int64_t steps = c.size(0), batch = c.size(1), hidden = c.size(2);
-  AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), "irnn_k1_forward", [&] {
+  const at::Tensor first_t = first.t(), second_t = second.t();
+  AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), op, [&] {
     const auto e = static_cast<scalar_t>(eta), a = static_cast<scalar_t>(alpha);
     const auto sv = static_cast<scalar_t>(s), rv = static_cast<scalar_t>(r);
-    at::Tensor y0 = at::empty_like(h0), h = h0;
-    for (int64_t t = 0; t < steps; ++t) {
-      at::mul_out(y0, h, s);
-      at::Tensor pre = c.select(0, t), phi = phis.select(0, phis.size(0) == 1 ? 0 : t), out = outputs.select(0, t);
-      pre.addmm_(y0, m_t);
-      activate_into(pre, phi, act);
-      const scalar_t* phi_p = phi.data_ptr<scalar_t>();
-      const scalar_t* h_p = h.data_ptr<scalar_t>();
-      scalar_t* out_p = out.data_ptr<scalar_t>();
-      at::parallel_for(0, batch * hidden, kElementsPerTask, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const scalar_t y = sv * h_p[i];
-          out_p[i] = y + e * (phi_p[i] - a * y) - rv * h_p[i];
+    with_activation(act, [&](auto kind) {
+      over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+        const int64_t rows = end - begin;
+        const at::Tensor first_h = h0.narrow(0, begin, rows);
+        StepRows pres(c, begin, rows), outs(outputs, begin, rows), prevs(outputs, begin, rows);
+        StepRows z_rows(rank > 0 ? zs : c, begin, rows);
+        for (int64_t t = 0; t < steps; ++t) {
+          const at::Tensor& h = t == 0 ? first_h : prevs.at(t - 1);
+          const at::Tensor& pre = pres.at(t);
+          scalar_t* phi = phis.data_ptr<scalar_t>() + ((phis.size(0) == 1 ? 0 : t) * batch + begin) * hidden;
+          scalar_t* out = outs.at(t).data_ptr<scalar_t>();
+          if (rank > 0) {
+            at::Tensor& z = z_rows.at(zs.size(0) == 1 ? 0 : t);
+            at::mm_out(z, h, second_t);
+            pre.addmm_(z, first_t, 1, s);
+            forward_span<decltype(kind)::value, true, scalar_t>(pre.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
+                                                                phi, out, rows * hidden, e, a, sv, rv);
+          } else {
+            pre.addmm_(h, first_t, 1, s);
+            forward_span<decltype(kind)::value, false, scalar_t>(pre.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
+                                                                 phi, out, rows * hidden, e, a, sv, rv);
+          }
         }
       });
-      h = out;
-    }
+    });
   });
 }
 
-// Last step to first: c becomes dL/dpre (without the factor eta), carry dL/dh0. Returns (sum_t <g_t, phi_t>, sum_t <g_t, y_0,t>), the parts of the gradients of eta and alpha.
+// Backward, one step over `rows` rows: g = grad_out + carry; d (over c_t) = g phi'(pre); carry becomes
+// keep g, plus s eta d, the identity's part of d M, for low rank. Adds <g, phi> and <g, y_0> to sums.
+template <int Act, bool LowRank, typename T>
+void backward_rows(T* d, const T* phi, const T* prev, const T* grad_out, const int64_t* grad_strides, T* carry,
+                   int64_t rows, int64_t hidden, T s, T keep, T s_eta, double* sums) {
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * hidden;
+    const T* grad_b = grad_out + b * grad_strides[0];
+    T sum_phi = 0, sum_y = 0;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const T gj = grad_b[j * grad_strides[1]] + carry[row + j];
+      const T phi_j = phi[row + j];
+      sum_phi += gj * phi_j;
+      sum_y += gj * s * prev[row + j];
+      const T dj = gj * activation_slope<Act>(phi_j);
+      d[row + j] = dj;
+      carry[row + j] = LowRank ? keep * gj + s_eta * dj : keep * gj;
+    }
+    sums[0] += static_cast<double>(sum_phi);
+    sums[1] += static_cast<double>(sum_y);
+  }
+}
+
+// Last step to first: c becomes dL/dpre (without the factor eta), carry dL/dh0, ws (low rank) each step's
+// dpre_t V'. Returns (sum_t <g_t, phi_t>, sum_t <g_t, y_0,t>), the parts of the gradients of eta and alpha.
 std::tuple<double, double> irnn_k1_backward(at::Tensor c, const at::Tensor& phis, const at::Tensor& outputs,
-                                            const at::Tensor& h0, const at::Tensor& grad_outputs, const at::Tensor& m,
-                                            double eta, double alpha, double s, double r, int64_t act,
-                                            at::Tensor carry) {
-  check_sequence(c, h0, act);
-  check_square(m, c, "m");
-  check_like(phis, c, false, "phis");
-  check_like(outputs, c, false, "outputs");
-  check_like(grad_outputs, c, false, "grad_outputs");
-  TORCH_CHECK(carry.sizes() == h0.sizes() && carry.is_contiguous() && carry.scalar_type() == c.scalar_type(),
-              "irnn_k1: carry must be a contiguous (B, H) tensor of c's dtype, got ", carry.sizes());
+                                            const at::Tensor& h0, const at::Tensor& grad_outputs,
+                                            const at::Tensor& first, const at::Tensor& second, double eta,
+                                            double alpha, double s, double r, int64_t act, at::Tensor carry,
+                                            at::Tensor ws) {
+  constexpr const char* op = "irnn_k1_backward";
+  check_sequence(c, h0, act, op);
+  const int64_t rank = check_operator(first, second, c, op);
   const int64_t steps = c.size(0), batch = c.size(1), hidden = c.size(2);
-  double dot_phi = 0.0, dot_y = 0.0;
-  AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), "irnn_k1_backward", [&] {
+  check_rows(phis, c, hidden, false, op, "phis");
+  check_rows(outputs, c, hidden, false, op, "outputs");
+  if (rank > 0) check_rows(ws, c, rank, false, op, "ws");
+  TORCH_CHECK(grad_outputs.device().is_cpu() && grad_outputs.sizes() == c.sizes() &&
+                  grad_outputs.scalar_type() == c.scalar_type(),
+              op, ": grad_outputs must be a CPU (T, B, H) tensor of c's dtype, got ", grad_outputs.sizes());
+  TORCH_CHECK(carry.sizes() == h0.sizes() && carry.is_contiguous() && carry.scalar_type() == c.scalar_type() &&
+                  carry.device().is_cpu(),
+              op, ": carry must be a contiguous CPU (B, H) tensor of c's dtype, got ", carry.sizes());
+  const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
+  const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+  std::vector<double> parts(2 * blocks, 0.0);  // each block's two sums, added in block order below
+  AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), op, [&] {
     const auto sv = static_cast<scalar_t>(s);
     const auto keep = static_cast<scalar_t>(s * (1.0 - eta * alpha) - r);  // d h_t / d h_{t-1} outside M
-    carry.zero_();
-    std::vector<double> row_phi(batch), row_y(batch);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      const scalar_t* phi_p = phis.select(0, t).data_ptr<scalar_t>();
-      const scalar_t* prev_p = (t == 0 ? h0 : outputs.select(0, t - 1)).data_ptr<scalar_t>();
-      const scalar_t* grad_p = grad_outputs.select(0, t).data_ptr<scalar_t>();
-      scalar_t* d_p = c.select(0, t).data_ptr<scalar_t>();
-      scalar_t* carry_p = carry.data_ptr<scalar_t>();
-      with_activation(act, [&](auto kind) {
-        at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
-          for (int64_t b = begin; b < end; ++b) {
-            scalar_t sum_phi = 0, sum_y = 0;
-            for (int64_t j = b * hidden; j < (b + 1) * hidden; ++j) {
-              const scalar_t gj = grad_p[j] + carry_p[j];
-              sum_phi += gj * phi_p[j];
-              sum_y += gj * sv * prev_p[j];
-              d_p[j] = gj * activation_slope<decltype(kind)::value>(phi_p[j]);
-              carry_p[j] = keep * gj;
-            }
-            row_phi[b] = static_cast<double>(sum_phi);
-            row_y[b] = static_cast<double>(sum_y);
+    const auto s_eta = static_cast<scalar_t>(s * eta);
+    with_activation(act, [&](auto kind) {
+      over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+        const int64_t rows = end - begin;
+        at::Tensor own_carry = carry.narrow(0, begin, rows);
+        own_carry.zero_();
+        scalar_t* carry_p = own_carry.data_ptr<scalar_t>();
+        double sums[2] = {0.0, 0.0};  // this block's, kept off the shared vector while the loop runs
+        const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
+        StepRows d_rows(c, begin, rows), w_rows(rank > 0 ? ws : c, begin, rows);
+        for (int64_t t = steps - 1; t >= 0; --t) {
+          const at::Tensor& d = d_rows.at(t);
+          const scalar_t* phi = phis.data_ptr<scalar_t>() + (t * batch + begin) * hidden;
+          const scalar_t* prev = (t == 0 ? h0.data_ptr<scalar_t>() : outputs.data_ptr<scalar_t>() +
+                                                                         (t - 1) * batch * hidden) +
+                                 begin * hidden;
+          const scalar_t* grad_t = grad_base + t * grad_outputs.stride(0);
+          if (rank > 0) {
+            backward_rows<decltype(kind)::value, true, scalar_t>(d.data_ptr<scalar_t>(), phi, prev, grad_t,
+                                                                 grad_strides, carry_p, rows, hidden, sv, keep,
+                                                                 s_eta, sums);
+            at::Tensor& w = w_rows.at(t);
+            at::mm_out(w, d, first);
+            own_carry.addmm_(w, second, 1, s * eta);  // + s eta (d V') H, the low-rank part of d M
+          } else {
+            backward_rows<decltype(kind)::value, false, scalar_t>(d.data_ptr<scalar_t>(), phi, prev, grad_t,
+                                                                  grad_strides, carry_p, rows, hidden, sv, keep,
+                                                                  s_eta, sums);
+            own_carry.addmm_(d, first, 1, s * eta);  // + s eta d M
           }
-        });
+        }
+        parts[2 * part] = sums[0];
+        parts[2 * part + 1] = sums[1];
       });
-      for (int64_t b = 0; b < batch; ++b) {
-        dot_phi += row_phi[b];
-        dot_y += row_y[b];
-      }
-      carry.addmm_(c.select(0, t), m, 1, s * eta);  // + s eta (d phi . g) M
-    }
+    });
   });
+  double dot_phi = 0.0, dot_y = 0.0;
+  for (int64_t part = 0; part < blocks; ++part) {
+    dot_phi += parts[2 * part];
+    dot_y += parts[2 * part + 1];
+  }
   return {dot_phi, dot_y};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
-  m.def("irnn_k1_forward(Tensor(a!) c, Tensor h0, Tensor m_t, float eta, float alpha, float s, float r, int act, "
-        "Tensor(b!) phis, Tensor(c!) outputs) -> ()");
-  m.def("irnn_k1_backward(Tensor(a!) c, Tensor phis, Tensor outputs, Tensor h0, Tensor grad_outputs, Tensor m, "
-        "float eta, float alpha, float s, float r, int act, Tensor(b!) carry) -> (float, float)");
+  m.def("irnn_k1_forward(Tensor(a!) c, Tensor h0, Tensor first, Tensor second, float eta, float alpha, float s, "
+        "float r, int act, Tensor(b!) phis, Tensor(c!) zs, Tensor(d!) outputs) -> ()");
+  m.def("irnn_k1_backward(Tensor(a!) c, Tensor phis, Tensor outputs, Tensor h0, Tensor grad_outputs, Tensor first, "
+        "Tensor second, float eta, float alpha, float s, float r, int act, Tensor(b!) carry, Tensor(c!) ws) -> "
+        "(float, float)");
 }
 
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {

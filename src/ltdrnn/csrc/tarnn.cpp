@@ -40,121 +40,130 @@ void check_like(const at::Tensor& t, const at::Tensor& p, const char* name) {
               "tarnn: ", name, " must be a contiguous (T, B, H) tensor of p's dtype, got ", t.sizes());
 }
 
-template <int Act, typename T>
-void forward_elementwise(T* pt, const T* s, T* out, T* beta_out, int64_t batch, int64_t hidden, T eta) {
-  at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const T* c = pt + b * 3 * hidden;
-      const T* q = c + hidden;
-      const T* r = q + hidden;
-      const T* s_b = s + b * hidden;
-      T* out_b = out + b * hidden;
-      T* beta_b = beta_out + b * hidden;
-      for (int64_t j = 0; j < hidden; ++j) {
-        const T beta = sigmoid(r[j]);
-        beta_b[j] = beta;
-        out_b[j] = s_b[j] + eta * beta * (activate<Act>(q[j]) + c[j]);
-      }
-    }
-  });
+void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor& p, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == p.scalar_type(),
+              "tarnn: ", name, " must be a contiguous CPU ", sizes, " tensor of p's dtype (", p.scalar_type(),
+              "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
 }
 
-// g = grad_out + carry; with dG = eta beta g: [dc | dq | dr] = [dG | dG phi'(q) | eta g G beta (1 - beta)]
-// written over [c | q | r]; returns sum(g beta G), the step's part of d eta.
+// Over `rows` rows of one step: beta = sigmoid(r) and s_t = s_{t-1} + eta beta (phi(q) + c).
 template <int Act, typename T>
-double backward_elementwise(T* pt, const T* beta, const T* grad_out, const int64_t* grad_strides, const T* carry,
-                            T* g, int64_t batch, int64_t hidden, T eta) {
-  std::vector<double> row_sums(batch, 0.0);
-  at::parallel_for(0, batch, rows_per_task(hidden), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      T* c = pt + b * 3 * hidden;
-      T* q = c + hidden;
-      T* r = q + hidden;
-      const T* beta_b = beta + b * hidden;
-      const T* grad_b = grad_out + b * grad_strides[0];
-      const T* carry_b = carry + b * hidden;
-      T* g_b = g + b * hidden;
-      T sum = T(0);
-      for (int64_t j = 0; j < hidden; ++j) {
-        const T gj = grad_b[j * grad_strides[1]] + carry_b[j];
-        const T phi = activate<Act>(q[j]);
-        const T big_g = phi + c[j];
-        const T bj = beta_b[j];
-        const T d_g = eta * bj * gj;
-        g_b[j] = gj;
-        sum += gj * bj * big_g;
-        c[j] = d_g;
-        q[j] = d_g * activation_slope<Act>(phi);
-        r[j] = eta * gj * big_g * bj * (T(1) - bj);
-      }
-      row_sums[b] = static_cast<double>(sum);
+void forward_rows(const T* pt, const T* s, T* out, T* beta_out, int64_t rows, int64_t hidden, T eta) {
+  for (int64_t b = 0; b < rows; ++b) {
+    const T* c = pt + b * 3 * hidden;
+    const T* q = c + hidden;
+    const T* r = q + hidden;
+    const T* s_b = s + b * hidden;
+    T* out_b = out + b * hidden;
+    T* beta_b = beta_out + b * hidden;
+    for (int64_t j = 0; j < hidden; ++j) {
+      const T beta = sigmoid(r[j]);
+      beta_b[j] = beta;
+      out_b[j] = s_b[j] + eta * beta * (activate<Act>(q[j]) + c[j]);
     }
-  });
+  }
+}
+
+// Over `rows` rows: g = grad_out + carry; with dG = eta beta g: [dc | dq | dr] = [dG | dG phi'(q) |
+// eta g G beta (1 - beta)] written over [c | q | r]; returns sum(g beta G), these rows' part of d eta.
+template <int Act, typename T>
+double backward_rows(T* pt, const T* beta, const T* grad_out, const int64_t* grad_strides, const T* carry, T* g,
+                     int64_t rows, int64_t hidden, T eta) {
   double total = 0.0;
-  for (double v : row_sums) total += v;
+  for (int64_t b = 0; b < rows; ++b) {
+    T* c = pt + b * 3 * hidden;
+    T* q = c + hidden;
+    T* r = q + hidden;
+    const T* beta_b = beta + b * hidden;
+    const T* grad_b = grad_out + b * grad_strides[0];
+    const T* carry_b = carry + b * hidden;
+    T* g_b = g + b * hidden;
+    T sum = T(0);
+    for (int64_t j = 0; j < hidden; ++j) {
+      const T gj = grad_b[j * grad_strides[1]] + carry_b[j];
+      const T phi = activate<Act>(q[j]);
+      const T big_g = phi + c[j];
+      const T bj = beta_b[j];
+      const T d_g = eta * bj * gj;
+      g_b[j] = gj;
+      sum += gj * bj * big_g;
+      c[j] = d_g;
+      q[j] = d_g * activation_slope<Act>(phi);
+      r[j] = eta * gj * big_g * bj * (T(1) - bj);
+    }
+    total += static_cast<double>(sum);
+  }
   return total;
 }
 
 // Runs the forward over all T steps: p gets the step's pre-activations in place, outputs and betas
-// are written.
+// are written. One block of batch rows per thread, as the any-K loop below (its "Threads" comment).
 void tarnn_k1_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t, double eta, int64_t act,
                       at::Tensor outputs, at::Tensor betas) {
   check_sequence(p, s0, act);
   check_like(outputs, p, "outputs");
   check_like(betas, p, "betas");
   const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
-  TORCH_CHECK(w_t.sizes() == at::IntArrayRef({hidden, 3 * hidden}) && w_t.scalar_type() == p.scalar_type(),
-              "tarnn: w_t must be (H, 3H) = (", hidden, ", ", 3 * hidden, "), got ", w_t.sizes());
+  TORCH_CHECK(s0.device().is_cpu(), "tarnn: s0 must be on the CPU, got ", s0.device());
+  check_operand(w_t, {hidden, 3 * hidden}, p, "w_t");
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_k1_forward", [&] {
     with_activation(act, [&](auto kind) {
-      at::Tensor s = s0;
-      for (int64_t t = 0; t < steps; ++t) {
-        at::Tensor pt = p.select(0, t);
-        pt.addmm_(s, w_t);
-        at::Tensor out = outputs.select(0, t);
-        forward_elementwise<decltype(kind)::value, scalar_t>(
-            pt.data_ptr<scalar_t>(), s.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-            betas.select(0, t).data_ptr<scalar_t>(), batch, hidden, static_cast<scalar_t>(eta));
-        s = out;
-      }
+      over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+        const int64_t rows = end - begin;
+        at::Tensor s = s0.narrow(0, begin, rows);
+        for (int64_t t = 0; t < steps; ++t) {
+          at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
+          pt.addmm_(s, w_t);
+          at::Tensor out = outputs.select(0, t).narrow(0, begin, rows);
+          forward_rows<decltype(kind)::value, scalar_t>(
+              pt.data_ptr<scalar_t>(), s.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+              betas.data_ptr<scalar_t>() + (t * batch + begin) * hidden, rows, hidden, static_cast<scalar_t>(eta));
+          s = out;
+        }
+      });
     });
   });
 }
 
 // Runs the backward over all T steps, last to first: p (the forward's pre-activations) becomes the
-// gradient of p, carry the gradient of s0; g is a (B, H) work buffer. Returns the gradient of eta.
+// gradient of p, carry the gradient of s0; g is a (B, H) work buffer. Returns the gradient of eta. Blocks
+// of rows as the forward; each block's part of d eta is added in block order.
 double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor& grad_outputs,
                          const at::Tensor& state_weights, double eta, int64_t act, at::Tensor carry, at::Tensor g) {
   check_sequence(p, carry, act);
   check_like(betas, p, "betas");
   const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
-  TORCH_CHECK(grad_outputs.sizes() == betas.sizes() && grad_outputs.scalar_type() == p.scalar_type(),
-              "tarnn: grad_outputs must be (T, B, H) of p's dtype, got ", grad_outputs.sizes());
-  TORCH_CHECK(state_weights.sizes() == at::IntArrayRef({3 * hidden, hidden}) &&
-                  state_weights.scalar_type() == p.scalar_type(),
-              "tarnn: state_weights must be (3H, H) = (", 3 * hidden, ", ", hidden, "), got ",
-              state_weights.sizes());
-  TORCH_CHECK(g.sizes() == carry.sizes() && g.is_contiguous() && g.scalar_type() == p.scalar_type(),
-              "tarnn: g must be a contiguous (B, H) work buffer");
+  TORCH_CHECK(carry.device().is_cpu(), "tarnn: carry must be on the CPU, got ", carry.device());
+  TORCH_CHECK(grad_outputs.device().is_cpu() && grad_outputs.sizes() == betas.sizes() &&
+                  grad_outputs.scalar_type() == p.scalar_type(),
+              "tarnn: grad_outputs must be a CPU (T, B, H) tensor of p's dtype, got ", grad_outputs.sizes());
+  check_operand(state_weights, {3 * hidden, hidden}, p, "state_weights");
+  check_operand(g, {batch, hidden}, p, "g");
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
-  double grad_eta = 0.0;
+  const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+  std::vector<double> eta_parts(blocks, 0.0);
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_k1_backward", [&] {
     with_activation(act, [&](auto kind) {
-      carry.zero_();
-      const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>();
-      for (int64_t t = steps - 1; t >= 0; --t) {
-        at::Tensor pt = p.select(0, t);
-        grad_eta += backward_elementwise<decltype(kind)::value, scalar_t>(
-            pt.data_ptr<scalar_t>(), betas.select(0, t).data_ptr<scalar_t>(),
-            grad_base + t * grad_outputs.stride(0), grad_strides, carry.data_ptr<scalar_t>(),
-            g.data_ptr<scalar_t>(), batch, hidden, static_cast<scalar_t>(eta));
-        at::addmm_out(carry, g, pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
-      }
+      over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+        const int64_t rows = end - begin;
+        at::Tensor own_carry = carry.narrow(0, begin, rows), own_g = g.narrow(0, begin, rows);
+        own_carry.zero_();
+        const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
+        for (int64_t t = steps - 1; t >= 0; --t) {
+          at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
+          eta_parts[part] += backward_rows<decltype(kind)::value, scalar_t>(
+              pt.data_ptr<scalar_t>(), betas.data_ptr<scalar_t>() + (t * batch + begin) * hidden,
+              grad_base + t * grad_outputs.stride(0), grad_strides, own_carry.data_ptr<scalar_t>(),
+              own_g.data_ptr<scalar_t>(), rows, hidden, static_cast<scalar_t>(eta));
+          at::addmm_out(own_carry, own_g, pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+        }
+      });
     });
   });
+  double grad_eta = 0.0;
+  for (double part : eta_parts) grad_eta += part;
   return grad_eta;
 }
-
 
 // ---- any K >= 1, the gate inside or outside (tarnn_euler_forward / _backward) ------------------------
 // Layouts as above, plus:
@@ -176,12 +185,6 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
 // thread hand-offs per step, and on a shared machine every one waits for the slowest thread. Only the
 // gradients of U and eta are shared; each block keeps its own and they are added at the end, in block
 // order (the result does not depend on the timing, only on the thread count).
-
-void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor& p, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == p.scalar_type(),
-              "tarnn: ", name, " must be a contiguous CPU ", sizes, " tensor of p's dtype (", p.scalar_type(),
-              "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
-}
 
 void check_euler(const at::Tensor& p, at::ArrayRef<double> etas, bool coupled) {
   TORCH_CHECK(!etas.empty(), "tarnn: etas must hold K >= 1 step sizes");
