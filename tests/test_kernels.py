@@ -81,7 +81,16 @@ def test_the_scan_operators_check_the_step_and_the_history_they_index():
 
 @pytest.mark.parametrize(
     "name, options",
-    [("tarnn", {"K": 1}), ("tarnn", {"K": 5}), ("irnn", {}), ("sarnn", {}), ("mist", {}), ("srnn", {})],
+    [
+        ("tarnn", {"K": 1}),
+        ("tarnn", {"K": 5}),
+        ("irnn", {}),
+        ("irnn", {"activation": "sigmoid", "rank": 4}),
+        ("irnn", {"activation": "tanh"}),
+        ("sarnn", {}),
+        ("mist", {}),
+        ("srnn", {}),
+    ],
 )
 def test_saturated_gates_stay_finite_and_equal_the_reference(name, options):
     """Pre-activations in the thousands: each compiled sigmoid must give 0 or 1 as torch's does (under
