@@ -72,7 +72,7 @@ def test_the_table_marks_the_best_mean_of_each_column_and_ends_with_the_trivial_
     table = marked_comparison_rows(summary)
     assert table[0] == ["cell", "adding(T=200)", "toy(T=200)"]
     by_cell = {row[0]: row[1:] for row in table[1:]}
-    assert by_cell["irnn"][0] == "**0.002 ± 0.001 (n=2)**"
+    assert by_cell["irnn"][0] == "**0.002 ± 0.001414 (n=2)**"  # the sample std of 0.001 and 0.003
     assert by_cell["tarnn"] == ["0.0025", "**90.0%**"]
     assert by_cell["lstm"] == ["0.16", "60.0%"]
     assert table[-1] == ["trivial baseline", "0.1667", "25.0%"]
