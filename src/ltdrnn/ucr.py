@@ -252,11 +252,11 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
 # ---- the page ------------------------------------------------------------------------------------
 def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Finished rows -> ``{"sets", "methods", "acc": {(method, set): [values]}, "params", "train_s",
-    "best_epoch": {method: [epoch of the best validation, per run]}}``."""
+    "best_step": {method: [optimiser step of the kept (best-validation) checkpoint, per run]}}``."""
     acc: Dict[tuple, List[float]] = {}
     params: Dict[tuple, int] = {}
     train_s: Dict[tuple, List[float]] = {}
-    best_epoch: Dict[str, List[float]] = {}
+    best_step: Dict[str, List[float]] = {}
     from .results import has_result
 
     for row in rows:
@@ -267,9 +267,8 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         train_s.setdefault(key, []).append(row["train_time_s"] or 0.0)
         if row["params"] is not None:
             params[key] = row["params"]
-        steps, epochs = (row["timings"] or {}).get("steps"), (row["timings"] or {}).get("epochs")
-        if row["metrics"].get("best_step") is not None and steps:
-            best_epoch.setdefault(row["cell"], []).append(row["metrics"]["best_step"] * epochs / steps)
+        if row["metrics"].get("best_step") is not None:
+            best_step.setdefault(row["cell"], []).append(row["metrics"]["best_step"])
     sets = sorted({s for _, s in acc}, key=str.lower)
     cells = sorted({c for c, _ in acc})
     methods = [c for c in DEFAULT_CELLS if c in cells] + sorted(
@@ -282,7 +281,7 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         "acc": acc,
         "params": params,
         "train_s": train_s,
-        "best_epoch": best_epoch,
+        "best_step": best_step,
     }
 
 
@@ -351,21 +350,21 @@ def cost_rows(data: Dict[str, Any]) -> List[List[str]]:
             "parameters (min-max over sets)",
             "training s per run (mean over sets)",
             "training s per run (max set)",
-            "epoch of the best validation (median, max)",
+            "optimiser step of the kept checkpoint (median, max)",
         ]
     ]
     for m in data["methods"]:
         counts = [data["params"][(m, s)] for s in data["sets"] if (m, s) in data["params"]]
         times = {s: statistics.fmean(data["train_s"][(m, s)]) for s in data["sets"] if (m, s) in data["train_s"]}
         slowest = max(times, key=times.get)
-        epochs = data["best_epoch"].get(m)
+        kept = data["best_step"].get(m)
         out.append(
             [
                 m,
                 f"{min(counts)}-{max(counts)}" if counts else "-",
                 f"{statistics.fmean(times.values()):.1f}",
                 f"{times[slowest]:.1f} ({slowest})",
-                f"{statistics.median(epochs):.0f}, {max(epochs):.0f}" if epochs else "-",
+                f"{statistics.median(kept):.0f}, {max(kept):.0f}" if kept else "-",
             ]
         )
     return out
@@ -422,8 +421,10 @@ def recipe_rows(recipe: List[Dict[str, Any]], default: List[Dict[str, Any]]) -> 
     variant was better / worse. A study's runs without a default twin count in its own mean only."""
     from .results import has_result, seed_of
 
-    def accuracies(rows):
-        return {(r["cell"], r["name"], seed_of(r)): r["metric"] for r in rows if has_result(r)}
+    def accuracies(rows):  # MiniRocket's rows do not depend on the recipe
+        return {
+            (r["cell"], r["name"], seed_of(r)): r["metric"] for r in rows if has_result(r) and r["cell"] != REFERENCE
+        }
 
     base = accuracies(default)
     by_study: Dict[str, List[Dict[str, Any]]] = {}
