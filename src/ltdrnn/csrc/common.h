@@ -23,6 +23,14 @@
 #include <type_traits>
 #include <vector>
 
+// Fortran BLAS's gemm as torch's BLAS exports it (MKL here; weak: null in a torch built without one).
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+            const float*, const int*, const float*, float*, const int*) __attribute__((weak));
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
+            const double*, const int*, const double*, double*, const int*) __attribute__((weak));
+}
+
 // MKL's per-thread thread count (its C interface; mkl.h maps mkl_set_num_threads_local to it), when
 // torch's BLAS is MKL (a weak symbol: null otherwise).
 extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
@@ -199,3 +207,48 @@ void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
 }
 
 }  // namespace ltdrnn
+
+// ---- products on raw pointers -----------------------------------------------------------------------
+// A time loop's per-step products go straight to torch's Fortran BLAS: no tensor, no view and no operator
+// call per step (through ATen, a select, a narrow and an addmm_ cost a few microseconds each, which at
+// batch 1 is most of a step). Without a Fortran BLAS in torch, ATen's product on views of the same memory.
+
+inline bool fortran_gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+                         int ldb, float beta, float* c, int ldc) {
+  if (!sgemm_) return false;
+  sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+  return true;
+}
+
+inline bool fortran_gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda,
+                         const double* b, int ldb, double beta, double* c, int ldc) {
+  if (!dgemm_) return false;
+  dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+  return true;
+}
+
+// A row-major (rows x cols) matrix with row stride `ld` over existing memory.
+template <typename T>
+at::Tensor matrix_view(const T* data, int64_t rows, int64_t cols, int64_t ld) {
+  return at::from_blob(const_cast<T*>(data), {rows, cols}, {ld, 1},
+                       at::TensorOptions(c10::CppTypeToScalarType<T>::value));
+}
+
+// Row-major C (m x n, row stride ldc) = beta C + alpha op(A) op(B) with op(A) (m x k) and op(B) (k x n);
+// a transposed operand is stored as its transpose (trans_a: A is stored (k x m)), with row stride lda /
+// ldb. Column-major BLAS computes the transposed product C^T = op(B)^T op(A)^T on the same memory. C is
+// not read when beta is 0.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;  // BLAS rejects the leading dimensions of empty operands
+  const auto ld = [](int64_t v) { return static_cast<int>(std::max<int64_t>(1, v)); };
+  if (fortran_gemm(trans_b ? 'T' : 'N', trans_a ? 'T' : 'N', static_cast<int>(n), static_cast<int>(m),
+                   static_cast<int>(k), alpha, b, ld(ldb), a, ld(lda), beta, c, ld(ldc)))
+    return;
+  at::Tensor out = matrix_view(c, m, n, ldc);
+  at::Tensor left = trans_a ? matrix_view(a, k, m, lda).t() : matrix_view(a, m, k, lda);
+  at::Tensor right = trans_b ? matrix_view(b, n, k, ldb).t() : matrix_view(b, k, n, ldb);
+  if (beta == T(0)) out.zero_();  // addmm_out reads C even at beta 0 (0 * NaN)
+  at::addmm_out(out, out, left, right, beta, alpha);
+}

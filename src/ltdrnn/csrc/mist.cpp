@@ -21,14 +21,6 @@
 // result does not depend on the thread count.
 #include "common.h"
 
-// Fortran BLAS's gemm as torch's BLAS exports it (MKL here; weak: null in a torch built without one).
-extern "C" {
-void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-            const float*, const int*, const float*, float*, const int*) __attribute__((weak));
-void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-            const double*, const int*, const double*, double*, const int*) __attribute__((weak));
-}
-
 namespace {
 
 using namespace ltdrnn;
@@ -60,44 +52,17 @@ ScanSizes check_scan(const at::Tensor& gates, const at::Tensor& states, const at
   return {steps, past, batch, hidden, delays};
 }
 
-// Fortran gemm (column-major) on raw pointers, so that a step makes no tensor; false without it.
-inline bool fortran_gemm(char ta, char tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                         float beta, float* c, int ldc) {
-  if (!sgemm_) return false;
-  const float one = 1;
-  sgemm_(&ta, &tb, &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
-  return true;
-}
-
-inline bool fortran_gemm(char ta, char tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-                         double beta, double* c, int ldc) {
-  if (!dgemm_) return false;
-  const double one = 1;
-  dgemm_(&ta, &tb, &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
-  return true;
-}
-
-template <typename T>
-at::Tensor matrix(const T* data, int64_t rows, int64_t cols) {
-  return at::from_blob(const_cast<T*>(data), {rows, cols}, at::TensorOptions(c10::CppTypeToScalarType<T>::value));
-}
-
-// Row-major products (column-major BLAS computes each transposed). Without a Fortran BLAS in torch, ATen's
-// own product on views of the same memory (which allocates the views each call).
+// Row-major products on contiguous operands (common.h, gemm).
 // c (m x n) = beta c + a (m x k) b^T, b (n x k)
 template <typename T>
 void product_bt(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
-  if (fortran_gemm('T', 'N', n, m, k, b, k, a, k, beta, c, n)) return;
-  at::Tensor out = matrix(c, m, n);
-  at::addmm_out(out, out, matrix(a, m, k), matrix(b, n, k).t(), beta);
+  gemm(false, true, m, n, k, T(1), a, k, b, k, beta, c, n);
 }
 
 // c (m x n) = beta c + a (m x k) b, b (k x n)
 template <typename T>
 void product(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
-  if (fortran_gemm('N', 'N', n, m, k, b, n, a, k, beta, c, n)) return;
-  at::Tensor out = matrix(c, m, n);
-  at::addmm_out(out, out, matrix(a, m, k), matrix(b, k, n), beta);
+  gemm(false, false, m, n, k, T(1), a, k, b, n, beta, c, n);
 }
 
 // One batch row of step t: the logits [a | r] become softmax(a), sigmoid(r); rm = r * sum_i a_i h_{t-2^i}.
