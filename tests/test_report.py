@@ -127,6 +127,31 @@ def test_gradient_vs_lag_matches_autograd_on_the_first_state(tmp_path):
     assert curve[-1] == pytest.approx(float(grad.norm(dim=1).mean()), rel=1e-5)
 
 
+def test_gradient_vs_lag_of_mist_is_the_full_derivative_by_each_output(tmp_path):
+    # MIST's state is its ring buffer of delayed outputs: the curve follows h_t itself (MIST Fig. 2's
+    # d+ l / d h_{t-tau}), through every delay that reads it, and is not 0 at lag 0
+    torch.manual_seed(0)
+    cfg = load_config(tiny_config(tmp_path, model={"cell": "mist", "options": {"num_delays": 3}}))
+    task = build_task(cfg.task.name, **cfg.task.options)
+    model = build_model(cfg.model, task.info).double()
+    x, y, lengths = task.collate([task.dataset("val")[i] for i in range(6)])
+    x = x.double()
+    curve = gradients.gradient_vs_lag(model, (x, y, lengths), task.info)
+    cell = model.rnn.cells[0]
+    p = cell.precompute(x.transpose(0, 1))
+    state = cell.init_state(x.shape[0], dtype=torch.float64)
+    h1, state = cell.step(p[0], state)
+    h1 = h1.detach().requires_grad_(True)
+    state = torch.cat([state[:, :-1], h1[:, None]], 1)  # h_1 as a leaf wherever a later step reads it
+    h = h1
+    for p_t in p[1:].unbind(0):
+        h, state = cell.step(p_t, state)
+    loss = torch.nn.functional.cross_entropy(model.output(h), y, reduction="sum")
+    (by_h1, by_last) = torch.autograd.grad(loss, (h1, h))
+    assert curve[-1] == pytest.approx(float(by_h1.norm(dim=1).mean()), rel=1e-9)
+    assert curve[0] == pytest.approx(float(by_last.norm(dim=1).mean()), rel=1e-9) and float(curve[0]) > 0
+
+
 def test_jacobian_norm_estimate_is_close_to_the_exact_norm(tmp_path):
     model, _, batch, _ = _trained_tiny(tmp_path)
     x = batch[0][:1]

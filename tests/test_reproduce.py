@@ -2,6 +2,7 @@
 
 import math
 import re
+import sqlite3
 
 import pytest
 import torch
@@ -456,6 +457,32 @@ def test_analysis_runs_are_stored_and_skip_done_skips_them(tmp_path):
     assert [r["config"]["train"]["seed"] for r in stored] == [5]
     verdict = R.judge(claim, measured, "quick")
     assert verdict.status == "not run yet" and "missing: k5, k10" in verdict.reason
+
+
+def test_skip_done_trains_again_a_row_whose_analysis_was_interrupted(tmp_path):
+    # the row is stored when training ends and its analyses after it: a process killed in between
+    # (once, MIST's analysis out of memory) must not leave the pair counted as done
+    store = str(tmp_path / "r.db")
+    args = ["run", "irnn-identity-gradient", "--only", "k1", "--store", store, "--runs", str(tmp_path / "runs")]
+    args += [*TINY, "--set", "task.options.T=12", "--set", "train.seed=5"]
+    assert R.main(args) == 0
+    with sqlite3.connect(store) as connection:
+        connection.execute("DELETE FROM reproduce_analyses")
+    assert R.main(args + ["--skip-done"]) == 0
+    stored = R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")
+    assert [r["config"]["train"]["seed"] for r in stored] == [5, 5]
+    assert R.main(args + ["--skip-done"]) == 0  # now complete: nothing more
+    assert len(R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")) == 2
+
+
+def test_an_analysis_stored_under_an_older_definition_makes_its_row_stale():
+    from ltdrnn.reproduce.analyses import DEFINITIONS
+    from ltdrnn.reproduce.staleness import redefined
+
+    today = {"gradient_vs_lag": {"ratio": 0.5, "of": DEFINITIONS["gradient_vs_lag"]}, "jacobian_ratio": {"ratio": 1}}
+    assert redefined(today) == [] and redefined({}) == []
+    (why,) = redefined({"gradient_vs_lag": {"ratio": 0.5}})  # before 2026-11-25: no "of", the whole state
+    assert "gradient_vs_lag of 'the whole state' -> 'the output h_t of each step'" in why
 
 
 def test_command_line_errors_exit_2(capsys):

@@ -116,7 +116,7 @@ def gradient_lag_plot(curves: Dict[str, Tensor], path, title: str = "gradient no
     for label, values in curves.items():
         ax.semilogy(range(len(values)), values.clamp_min(1e-30).tolist(), color=cell_colour(label), label=label)
     ax.set_xlabel("lag tau (steps before the loss)")
-    ax.set_ylabel("mean ||dL/dstate_{T-tau}||")
+    ax.set_ylabel("mean ||dL/dh_{T-tau}||")
     ax.set_title(title)
     ax.legend(fontsize=7)
     return save_figure(fig, path)

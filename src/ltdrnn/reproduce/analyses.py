@@ -8,6 +8,11 @@ from typing import Any, Dict, List
 
 from .claims import RunSpec
 
+# What each analysis differentiates with respect to, stored with it: a row measured under another
+# definition is stale (``.store``). Before 2026-11-25 gradient_vs_lag followed the cell's whole state
+# (MIST's ring buffer, LSTM's h and c), not MIST Fig. 2's h_t.
+DEFINITIONS = {"gradient_vs_lag": "the output h_t of each step"}
+
 
 class AnalysisWatcher:
     """A training callback: keeps the model, and for ``jacobian_ratio`` measures the ratio every
@@ -54,8 +59,8 @@ class AnalysisWatcher:
             model, x = _in_float64(self.model, x)
             batch = (x, y, lengths)
             curve = [float(v) for v in gradient_vs_lag(model, batch, info)]
-            # relative to the peak, not to lag 0: a cell whose output is not the tensor kept in its
-            # state (MIST's ring buffer) has no gradient on the state at lag 0
+            # relative to the peak: how large the gradient is near the loss depends on the head and the
+            # loss, how much of it is left far away is what the claim is about
             peak = max(curve)
             out["gradient_vs_lag"] = {
                 "curve": curve,
@@ -63,6 +68,7 @@ class AnalysisWatcher:
                 "examples": int(x.shape[0]),
                 "step": record["timings"]["steps"],
                 "dtype": "float64",
+                "of": DEFINITIONS["gradient_vs_lag"],
             }
         if "jacobian_ratio" in self.spec.analyses:
             final = jacobian_ratio(self.model, self.batch("val", 32)[0][0])

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from ..config import load_config
 from ..results import seed_of
 from .analyses import AnalysisWatcher
 from .claims import Claim, RunSpec
 from .expressions import ClaimError
-from .measurements import format_number
+from .measurements import Measurements, format_number
 from .store import DEFAULT_STORE, Store
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -80,7 +80,8 @@ def run_claim(
     """Train each of the claim's runs once per seed under ``budget`` into ``store`` and store their
     analyses; returns the ``label (seed S)`` items that failed (a failing run does not stop the others).
     ``skip_done`` skips the label and seed pairs that already have a current row for the budget and
-    ``extra`` (a stale row is trained again)."""
+    ``extra`` with every analysis of its run (a stale row, or one whose analysis was interrupted, is
+    trained again)."""
     from ..train import train
 
     if budget not in claim.budgets:
@@ -89,8 +90,7 @@ def run_claim(
     if unknown:
         raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: {', '.join(claim.labels)}")
     stored = Store(store)
-    found = stored.measurements(claim, budget, extra).seeds if skip_done else {}
-    done = {(label, seed_of(row)) for label, rows in found.items() for row in rows}
+    done = finished_pairs(claim, stored.measurements(claim, budget, extra)) if skip_done else set()
     failed = []
     for spec in claim.runs:
         for seed in seeds:
@@ -114,6 +114,19 @@ def run_claim(
                 f"{m['params']} params, {record['timings']['train_s']:.1f} s, {record['timings']['steps']} steps"
             )
     return failed
+
+
+def finished_pairs(claim: Claim, found: Measurements) -> Set[Tuple[str, Any]]:
+    """The ``(label, seed)`` pairs of ``found`` whose row has every analysis its run asks for: the row
+    is written when training ends, the analyses after it, so a process killed in between (MIST's
+    analysis once ran out of memory) leaves a row without them."""
+    wanted = {spec.label: spec.analyses for spec in claim.runs}
+    return {
+        (label, seed_of(row))
+        for label, rows in found.seeds.items()
+        for row, analyses in zip(rows, found.analyses_of.get(label, [{}] * len(rows)))
+        if all(kind in analyses for kind in wanted.get(label, ()))
+    }
 
 
 def parse_seeds(text: Optional[str], extra: Sequence[str]) -> Tuple[Tuple[int, ...], List[str]]:

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from ..config import ConfigError, from_dict, load_config
 from ..results import seed_of
+from .analyses import DEFINITIONS
 from .claims import Claim
 
 # Besides the trainer's cosmetic keys (progress, latency, threads, malloc tuning, store path, notes):
@@ -80,6 +81,16 @@ _UNSET = object()
 
 def _shown(options: Dict[str, Any], name: str) -> str:
     return repr(options[name]) if name in options else "unset"
+
+
+def redefined(analyses: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The stored analyses of a row measured under another definition than today's
+    (:data:`.analyses.DEFINITIONS`); empty: current."""
+    return [
+        f"analysis {kind} of {found.get('of', 'the whole state')!r} -> {DEFINITIONS[kind]!r}"
+        for kind, found in analyses.items()
+        if kind in DEFINITIONS and found.get("of", "the whole state") != DEFINITIONS[kind]
+    ]
 
 
 def stale_row(row: Dict[str, Any], why: Sequence[str]) -> StaleRow:

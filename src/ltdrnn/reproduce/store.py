@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 from ..results import seed_of
 from .claims import BUDGETS, Claim
 from .measurements import Measurements
-from .staleness import differences, expected_configs, stale_row
+from .staleness import differences, expected_configs, redefined, stale_row
 
 DEFAULT_STORE = "reproduction/results.db"
 
@@ -69,12 +69,13 @@ class Store:
         ``stale``."""
         study = claim.study(budget)
         expected = expected_configs(claim, budget, extra)
+        by_run = self.analyses(study)
         latest: Dict[str, Dict[Any, Dict[str, Any]]] = {}
         stale = []
         for row in self.results.rows(study=study):  # oldest first
             label = row["name"]
             why = (
-                differences(row.get("config") or {}, expected[label])
+                differences(row.get("config") or {}, expected[label]) + redefined(by_run.get(row["id"], {}))
                 if label in expected
                 else ["not a run of the claim"]
             )
@@ -84,7 +85,6 @@ class Store:
             per_seed = latest.setdefault(label, {})
             per_seed.pop(seed_of(row), None)  # re-inserted last: the dict stays ordered by time
             per_seed[seed_of(row)] = row
-        by_run = self.analyses(study)
         rows = {label: list(per_seed.values()) for label, per_seed in latest.items()}
         analyses = {label: [by_run.get(row["id"], {}) for row in found] for label, found in rows.items()}
         return Measurements(rows, analyses, stale)
