@@ -150,6 +150,9 @@ def test_gradient_vs_lag_of_mist_is_the_full_derivative_by_each_output(tmp_path)
     (by_h1, by_last) = torch.autograd.grad(loss, (h1, h))
     assert curve[-1] == pytest.approx(float(by_h1.norm(dim=1).mean()), rel=1e-9)
     assert curve[0] == pytest.approx(float(by_last.norm(dim=1).mean()), rel=1e-9) and float(curve[0]) > 0
+    # the sequences go through in chunks (memory): any chunking gives the same mean
+    chunked = gradients.gradient_vs_lag(model, (x, y, lengths), task.info, chunk=4)
+    torch.testing.assert_close(chunked, curve, rtol=1e-12, atol=0)
 
 
 def test_jacobian_norm_estimate_is_close_to_the_exact_norm(tmp_path):

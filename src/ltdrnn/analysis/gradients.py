@@ -40,15 +40,19 @@ def cell_inputs(model, x: Tensor) -> Tensor:
     return x.transpose(0, 1)
 
 
-def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info) -> Tensor:
+def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info, chunk: int = 10) -> Tensor:
     """``(T,)``: ``mean_b ||dL_b/dh_{T-tau}||`` for lags ``tau = 0 .. T-1`` (MIST Fig. 2).
 
     ``L_b`` is the task loss of sequence ``b`` at the last step (terminal tasks: the loss; per-step
     tasks: the loss of the last step). ``h_t`` is the cell's output at step t, and the derivative is
     the full one (MIST's ``d+ l / d h_{t-tau}``): every path from h_t to the loss, through whatever
-    state carries it forward (LSTM's next gates, MIST's ring buffer of delayed states). Only the
-    ``(B, H)`` outputs are kept: the whole state of every step would be T copies of MIST's
-    ``(B, 2^(n_d-1), H)`` history (22 GB for pMNIST in float64). Equal-length batches only.
+    state carries it forward (LSTM's next gates, MIST's ring buffer of delayed states). Equal-length
+    batches only.
+
+    The sequences go through ``chunk`` at a time (each one's norms do not depend on the others): a
+    step of MIST's reference loop allocates a new ``(B, 2^(n_d-1), H)`` history, and the heap keeps
+    those blocks' pages once small saved tensors are placed in them, so resident memory grows by the
+    history's size every step: 22 GB for 100 pMNIST sequences in float64 at once, 2.4 GB for 10.
     """
     x, y, lengths = batch
     if lengths is not None:
@@ -56,21 +60,27 @@ def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info)
     cell = single_cell(model)
     was_training = model.training
     model.eval()
+    total = sum(_lag_norms(model, cell, xs, ys, info) for xs, ys in zip(x.split(chunk), y.split(chunk)))
+    model.train(was_training)
+    return total.flip(0) / x.shape[0]
+
+
+def _lag_norms(model, cell, x: Tensor, y: Tensor, info) -> Tensor:
+    """``(T,)``: ``sum_b ||dL_b/dh_t||`` for t = 1 .. T (float64) over the sequences of ``x``."""
     slices = time_slices(cell.precompute(cell_inputs(model, x)))
     state = cell.init_state(x.shape[0], x.device, x.dtype)
     outputs: List[Tensor] = []
     for p_t in slices:
         h, state = cell.step(p_t, state)
         outputs.append(h)
-    loss_of = model.output(outputs[-1])
     target = y if info.target == "terminal" else y[:, -1]
-    loss = M.per_sequence_loss(loss_of, target, dataclasses.replace(info, target="terminal")).sum()
+    loss = M.per_sequence_loss(model.output(outputs[-1]), target, dataclasses.replace(info, target="terminal")).sum()
     grads = torch.autograd.grad(loss, outputs, allow_unused=True)
-    model.train(was_training)
     # Squares in float64: a float32 gradient of 1e-20 would square to 0 and hide a tiny but real norm.
     zero = torch.zeros((), dtype=torch.float64)  # an output no later step reads
-    norms = [zero if g is None else (g.detach().double().flatten(1) ** 2).sum(1).sqrt().mean() for g in grads]
-    return torch.stack(norms).flip(0)
+    return torch.stack(
+        [zero if g is None else (g.detach().double().flatten(1) ** 2).sum(1).sqrt().sum() for g in grads]
+    )
 
 
 def state_jacobian_norm(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], probes: int = 4, seed: int = 0) -> float:
