@@ -306,27 +306,46 @@ class KernelScan(torch.autograd.Function):
 
     ``forward(features (T, B, k), W_f (H, k), b_f, x (T, B, d), W_g (H, d) | None, b_g | None,
     h0 (B, H), relu) -> h (T, B, H)`` with ``f = features W_f^T + b_f``, ``g = x W_g^T + b_g`` and
-    ``h_t = act(roll(h_{t-1}, 1) + f_t * sigmoid(g_t))``. The matrix products stay in PyTorch (BLAS),
-    without their biases: the kernel adds those, and in the backward pass sums their gradients, so
-    no pass over a ``(T, B, H)`` array is spent on a bias. The kernel fuses the gate, shift, add and
-    activation (forward) and their derivatives (backward), and reads the output gradient with its
-    own strides (the transposed gradient of a batch-first output is not copied).
+    ``h_t = act(roll(h_{t-1}, 1) + f_t * sigmoid(g_t))``. Without the gate or for features up to
+    ``READOUT_IN_KERNEL_MAX_WIDTH`` wide, the kernel forms ``f_t`` step by step for each thread's
+    block of batch rows (a small product that stays in cache; again in the backward where the gate
+    needs it), accumulates ``dL/dW_f`` and writes ``dL/dfeatures`` the same way, so neither ``f`` nor
+    its gradient is a ``(T, B, H)`` array; otherwise ``f`` and ``dL/df`` are BLAS products in
+    PyTorch. The gate's logits are formed in the kernel up to ``GATE_IN_KERNEL_MAX_INPUT`` inputs,
+    else a BLAS product too. The kernel adds the biases and sums their gradients, fuses the gate,
+    shift, add and activation and their derivatives, and reads the features and the output gradient
+    with their own strides (a batch-first layer's transposed views, or the expanded gradient of a
+    sum, are not copied).
     """
 
     @staticmethod
     def forward(ctx, features, w_f, b_f, x, w_g, b_g, h0, relu):
         steps, batch, hidden = features.shape[0], features.shape[1], w_f.shape[0]
-        f = _product_into(empty_buffer((steps, batch, hidden), features), features, w_f)
+        readout_in_kernel = w_g is None or features.shape[-1] <= READOUT_IN_KERNEL_MAX_WIDTH
+        if readout_in_kernel:
+            features, w_f = _as_blas_rows(features), w_f.contiguous()
+            f = None
+        else:
+            f = _product_into(empty_buffer((steps, batch, hidden), features), features, w_f)
         inline_gate = w_g is not None and x.shape[-1] <= GATE_IN_KERNEL_MAX_INPUT
         if inline_gate:  # the kernel forms the gate's logits from x itself
             g, x, w_g = None, x.contiguous(), w_g.contiguous()
         else:
             g = None if w_g is None else _product_into(empty_buffer((steps, batch, hidden), x), x, w_g)
-        b_f, b_g = b_f.contiguous(), None if b_g is None else b_g.contiguous()
-        h0 = h0.contiguous()
-        h = empty_buffer(f.shape, f)
+        b_f, h0 = b_f.contiguous(), h0.contiguous()
+        b_g = None if b_g is None else b_g.contiguous()
+        h = empty_buffer((steps, batch, hidden), h0)
         torch.ops.ltdrnn.srnn_forward(
-            f, b_f, g, b_g, x if inline_gate else None, w_g if inline_gate else None, h0, relu, h
+            features if f is None else f,
+            b_f,
+            g,
+            b_g,
+            x if inline_gate else None,
+            w_g if inline_gate else None,
+            h0,
+            relu,
+            h,
+            w_f if f is None else None,
         )
         ctx.relu, ctx.inline_gate = relu, inline_gate
         ctx.save_for_backward(features, w_f, b_f, x, w_g, b_g, f, g, h)
@@ -337,10 +356,14 @@ class KernelScan(torch.autograd.Function):
         features, w_f, b_f, x, w_g, b_g, f, g, h = ctx.saved_tensors
         hidden = h.shape[-1]
         inline_gate = ctx.inline_gate
-        if dh.stride(-1) != 1:
+        if dh.stride(-1) not in (0, 1):
             dh = dh.contiguous()
         # df and dg never leave this call: reuse them across calls
-        df = scratch_buffer(h.shape, h)
+        if f is None:
+            d_features = empty_buffer(features.shape, features) if ctx.needs_input_grad[0] else None
+            d_wf = torch.empty_like(w_f)
+        else:
+            d_features, d_wf = scratch_buffer(h.shape, h), None  # dL/df
         dg = scratch_buffer(h.shape, h) if g is not None else None
         dh0, d_bf = torch.empty_like(h[0]), torch.empty_like(b_f)
         d_bg = None if b_g is None else torch.empty_like(b_g)
@@ -349,32 +372,43 @@ class KernelScan(torch.autograd.Function):
         torch.ops.ltdrnn.srnn_backward(
             dh,
             h,
-            f,
+            features if f is None else f,
             b_f,
             g,
             b_g,
             x if inline_gate else None,
             w_g if inline_gate else None,
             ctx.relu,
-            df,
+            d_features,
             dg,
             dh0,
             d_bf,
             d_bg,
             d_wg,
             d_x,
+            w_f if f is None else None,
+            d_wf,
         )
-        df2 = df.view(-1, hidden)
-        feats2 = features.reshape(-1, features.shape[-1])
-        d_features = (df2 @ w_f).view_as(features) if ctx.needs_input_grad[0] else None
-        d_wf = df2.t() @ feats2 if ctx.needs_input_grad[1] else None
+        df = None if f is None else d_features
+        if df is not None:
+            df2 = df.view(-1, hidden)
+            d_features = (df2 @ w_f).view_as(features) if ctx.needs_input_grad[0] else None
+            d_wf = df2.t() @ features.reshape(-1, features.shape[-1])
         if dg is not None:
             dg2 = dg.view(-1, hidden)
             d_x = (dg2 @ w_g).view_as(x) if ctx.needs_input_grad[3] else None
             d_wg = dg2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[4] else None
         release(df, dg)
+        d_wf = d_wf if ctx.needs_input_grad[1] else None
         return d_features, d_wf, d_bf, d_x, d_wg, d_bg, dh0, None
 
+
+#: Widest f_r features (k) for which, with the gate, the kernel forms f_r's last layer ``f_t`` itself.
+#: The backward forms ``f_t`` again for the gate's derivative: one more product of H k multiply-adds
+#: per row, where a BLAS-filled ``(T, B, H)`` array of f costs passes over memory instead. At k = 32
+#: (the default width) the two cost about the same time, the kernel's saves two ``(T, B, H)``
+#: arrays; wider, the extra product costs more. Without the gate, ``f_t`` is formed once: always here.
+READOUT_IN_KERNEL_MAX_WIDTH = 32
 
 #: Largest input size d for which the kernel forms the gate's logits ``W_g x_t`` itself (d
 #: multiply-adds per element) instead of reading them from a (T, B, H) array filled by BLAS.
@@ -385,6 +419,15 @@ def _product_into(out: Tensor, inputs: Tensor, weight: Tensor) -> Tensor:
     """``out = inputs weight^T`` (no bias) for ``inputs (T, B, k)``, written into ``out (T, B, H)``."""
     torch.mm(inputs.reshape(-1, inputs.shape[-1]), weight.t(), out=out.view(-1, out.shape[-1]))
     return out
+
+
+def _as_blas_rows(features: Tensor) -> Tensor:
+    """``features (T, B, k)`` as the kernel reads them: each step's rows a BLAS operand (last axis
+    contiguous, rows apart by at least their width). Time-major or batch-first views pass as they are."""
+    width = features.shape[-1]
+    if (width <= 1 or features.stride(-1) == 1) and (features.shape[1] <= 1 or features.stride(1) >= width):
+        return features
+    return features.contiguous()
 
 
 def kernel_supports(x: Tensor) -> bool:

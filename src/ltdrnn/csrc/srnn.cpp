@@ -1,26 +1,38 @@
-// SRNN's compiled kernels (ltdrnn.cells.srnn): the sequential scan with its gate, forward and backward
-// (the "kernel" path, KernelScan), and the one-call streaming step. Operators:
+// SRNN's compiled kernels (ltdrnn.cells.srnn): the sequential scan with f_r's last layer and the gate, forward
+// and backward (the "kernel" path, KernelScan), and the one-call streaming step. Operators:
 // torch.ops.ltdrnn.srnn_forward / srnn_backward / srnn_stream.
 //
 // The scan: h_t = act(roll(h_{t-1}, 1) + beta_t), act relu or tanh, roll(h, 1)[i] = h[i - 1 mod H],
-//   beta_t = (f_t + bf) * sigmoid(g_t + bg)  with the gate, else beta_t = f_t + bf.
-// f and g come without their biases (bf, bg: (H,)): adding a bias in a matrix product first copies it
-// into every row of the (T, B, H) result, a full extra pass over memory; here it is free. The gate
-// comes one of two ways: as logits g (T, B, H) from a BLAS product, or, for a small input size d, as
-// x (T, B, d) and W_g (H, d), and its logits are formed here (forward and backward); the backward then
-// returns dL/dW_g and dL/dx instead of dg, which spares two (T, B, H) arrays and a product each way.
-// Arrays are contiguous and time-major, except dh, read with its own time and batch strides (its last
-// axis contiguous), so that the transposed gradient of a batch-first output needs no copy.
+//   beta_t = (f_t + b_f) * sigmoid(g_t + b_g)  with the gate, else beta_t = f_t + b_f,
+//   f_t = features_t W_f^T: f_r's last layer on its last hidden activation (on x without hidden layers).
+// With W_f no (T, B, H) array of f exists: each step forms f_t for its block of batch rows with one small
+// product (common.h, gemm) that stays in cache, straight into the rows of h it becomes, and the backward forms
+// it again where the gate's derivative needs it. A stored f is a 51 MB product at the benchmark shape, read back
+// once each way, and its gradient df another 51 MB written and read twice by BLAS. Without W_f, `features` is
+// f itself (k = H, from BLAS) and the backward writes df into d_features: for wide features with the gate,
+// where forming f_t twice costs more (ltdrnn.cells.srnn, READOUT_IN_KERNEL_MAX_WIDTH). The gate's logits come
+// one of two ways: as g (T, B, H) from a BLAS product, or, for a small input size d, as x (T, B, d) and
+// W_g (H, d), formed here (forward and backward); the backward then returns dL/dW_g and dL/dx instead of dg,
+// which spares two (T, B, H) arrays and a product each way.
+// The biases b_f, b_g (H,) are added here: in a matrix product a bias is a copy into every row first.
+//
+// Layouts: features (T, B, k) and dh (T, B, H) are read with their own time and batch strides and a contiguous
+// last axis (dh's may also be broadcast, stride 0), so that a batch-first input or gradient, or the expanded
+// gradient of a sum, needs no copy; features' rows are BLAS operands, so they must not overlap within a step.
+// Everything else is contiguous and time-major: W_f (H, k), g, h (T, B, H), d_features (T, B, k) (df without W_f),
+// x (T, B, d), W_g (H, d), and the (B, H) and (H,) tensors.
 //
 // The backward walks time in reverse: with gz_t = dL/dz_t (z_t the pre-activation),
 //   dL/dh_t[i] = dh[t][i] + gz_{t+1}[i + 1 mod H]   and   gz_t = dL/dh_t * act'(z_t),
-// act' read from the output (relu' = [h > 0], tanh' = 1 - h^2). The bias gradients are summed in
+// act' read from the output (relu' = [h > 0], tanh' = 1 - h^2). With df_t = dL/df_t (gz_t, times the gate's
+// sigmoid with a gate), each step adds its block's df_t^T features_t to dL/dW_f and writes df_t W_f into
+// d_features (k wide: 4x less than H at the benchmark shape). The bias gradients and dL/dW_f are summed in
 // double while the rows are in cache.
 //
 // Threads: the batch rows are independent through the whole recurrence, so each loop splits the batch
 // once into one block of rows per thread and runs all T steps of a block on its own thread
 // (common.h, over_batch_blocks): one thread start per call instead of a hand-off per step. The
-// backward's shared sums (the bias gradients, dL/dW_g) are kept per block and added at the end in
+// backward's shared sums (the bias gradients, dL/dW_f, dL/dW_g) are kept per block and added at the end in
 // block order (the result depends on the thread count, not on the timing).
 #include "common.h"
 
@@ -30,6 +42,66 @@ using namespace ltdrnn;
 
 constexpr const char* kForward = "srnn_forward";
 constexpr const char* kBackward = "srnn_backward";
+
+// f_r's last layer without its bias on the rows of one step (k wide, `ld` apart): features_t W_f^T with W_f (H, k),
+// or, without W_f, the rows themselves: then they are f (k = H), from a BLAS product outside.
+template <typename T>
+struct Readout {
+  const T* features;
+  int64_t time_stride, ld, k;
+  const T* w;  // null without W_f
+  int64_t hidden;
+
+  const T* rows(int64_t t, int64_t begin) const { return features + t * time_stride + begin * ld; }
+  int64_t weights() const { return w ? hidden * k : 0; }
+
+  // f_t of the batch rows [begin, end) into out (end - begin, H).
+  void form(T* out, int64_t t, int64_t begin, int64_t end) const {
+    if (w) {
+      gemm<T>(false, true, end - begin, hidden, k, T(1), rows(t, begin), ld, w, k, T(0), out, hidden);
+      return;
+    }
+    for (int64_t b = begin; b < end; ++b) std::copy_n(rows(t, b), hidden, out + (b - begin) * hidden);
+  }
+
+  // For df (end - begin, H) of the same rows: with W_f, df^T features_t into d_w (H, k) and, unless d_features
+  // is null, df W_f into d_features (end - begin, k); without, df itself into d_features.
+  void backward(const T* df, int64_t t, int64_t begin, int64_t end, T* d_w, T* d_features) const {
+    if (!w) {
+      std::copy_n(df, (end - begin) * hidden, d_features);
+      return;
+    }
+    gemm<T>(true, false, hidden, k, end - begin, T(1), df, hidden, rows(t, begin), ld, T(0), d_w, k);
+    if (d_features) gemm<T>(false, false, end - begin, k, hidden, T(1), df, hidden, w, k, T(0), d_features, k);
+  }
+};
+
+// Checks features (T, B, k), W_f (H, k) if given and b_f (H) before any is read; returns H.
+int64_t check_readout(const at::Tensor& features, const std::optional<at::Tensor>& w_f, const at::Tensor& b_f,
+                      const char* op) {
+  check_floating(features, op, "features");
+  TORCH_CHECK(features.dim() == 3, op, ": features must be (T, B, k), got ", features.sizes());
+  const int64_t k = features.size(2);
+  TORCH_CHECK(k <= 1 || features.stride(2) == 1, op, ": features' last axis must be contiguous, got strides ",
+              features.strides());
+  TORCH_CHECK(features.size(1) <= 1 || features.stride(1) >= k, op,
+              ": features' rows of one step must not overlap, got strides ", features.strides());
+  if (w_f) {
+    TORCH_CHECK(w_f->dim() == 2, op, ": w_f must be (H, k), got ", w_f->sizes());
+    check_tensor(*w_f, features, {w_f->size(0), k}, op, "w_f");
+  }
+  const int64_t hidden = w_f ? w_f->size(0) : k;
+  TORCH_CHECK(hidden > 0, op, ": the hidden size must be positive");
+  check_tensor(b_f, features, {hidden}, op, "b_f");
+  return hidden;
+}
+
+template <typename T>
+Readout<T> readout_of(const at::Tensor& features, const std::optional<at::Tensor>& w_f, int64_t hidden) {
+  const int64_t k = features.size(2);
+  return {features.data_ptr<T>(), features.stride(0), std::max(features.stride(1), k), k,
+          w_f ? w_f->data_ptr<T>() : nullptr, hidden};
+}
 
 // Where the gate's logits come from; null pointers where a source is absent.
 template <typename T>
@@ -59,13 +131,13 @@ struct Gate {
   }
 };
 
-// Checks the gate's tensors against f (T, B, H) and returns them as a Gate; exactly one source, or
-// none at all (no b_g either).
+// Checks the gate's tensors against the scan's (T, B, H) and `like`'s dtype and returns them as a Gate;
+// exactly one source, or none at all (no b_g either).
 template <typename T>
-Gate<T> gate_of(const at::Tensor& f, const std::optional<at::Tensor>& g, const std::optional<at::Tensor>& b_g,
+Gate<T> gate_of(const at::Tensor& like, int64_t steps, int64_t batch, int64_t hidden,
+                const std::optional<at::Tensor>& g, const std::optional<at::Tensor>& b_g,
                 const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& w_g, const char* op) {
   Gate<T> gate;
-  const int64_t hidden = f.size(2);
   TORCH_CHECK(!(g && w_g), op, ": give the gate's logits g or x and w_g, not both");
   TORCH_CHECK(bool(w_g) == bool(x), op, ": x and w_g come together");
   if (!g && !w_g) {
@@ -73,46 +145,40 @@ Gate<T> gate_of(const at::Tensor& f, const std::optional<at::Tensor>& g, const s
     return gate;
   }
   TORCH_CHECK(b_g, op, ": the gate needs b_g");
-  check_tensor(*b_g, f, {hidden}, op, "b_g");
+  check_tensor(*b_g, like, {hidden}, op, "b_g");
   gate.bg = b_g->data_ptr<T>();
   if (g) {
-    check_tensor(*g, f, f.sizes(), op, "g");
+    check_tensor(*g, like, {steps, batch, hidden}, op, "g");
     gate.g = g->data_ptr<T>();
     return gate;
   }
   TORCH_CHECK(x->dim() == 3, op, ": x must be (T, B, d), got ", x->sizes());
   gate.d = x->size(2);
-  check_tensor(*x, f, {f.size(0), f.size(1), gate.d}, op, "x");
-  check_tensor(*w_g, f, {hidden, gate.d}, op, "w_g");
+  check_tensor(*x, like, {steps, batch, gate.d}, op, "x");
+  check_tensor(*w_g, like, {hidden, gate.d}, op, "w_g");
   gate.x = x->data_ptr<T>();
   gate.w_g = w_g->data_ptr<T>();
   return gate;
 }
 
-void check_scan(const at::Tensor& f, const at::Tensor& b_f, const char* op) {
-  check_floating(f, op, "f");
-  TORCH_CHECK(f.dim() == 3 && f.is_contiguous() && f.size(2) > 0, op, ": f must be a contiguous (T, B, H) tensor, got ",
-              f.sizes());
-  check_tensor(b_f, f, {f.size(2)}, op, "b_f");
-}
-
 // The forward over the rows [begin, end) of the batch.
 template <typename T>
-void forward_loop(const T* f, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps, int64_t batch,
-                  int64_t hidden, bool relu, int64_t begin, int64_t end) {
+void forward_loop(const Readout<T>& readout, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps,
+                  int64_t batch, bool relu, int64_t begin, int64_t end) {
+  const int64_t hidden = readout.hidden;
   std::vector<T> logits(hidden);
   for (int64_t t = 0; t < steps; ++t) {
     const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
+    T* block = h + (t * batch + begin) * hidden;
+    readout.form(block, t, begin, end);
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t row = t * batch + b;
       const T* prev = prev_t + b * hidden;
-      const T* fr = f + row * hidden;
-      T* out = h + row * hidden;
+      T* out = block + (b - begin) * hidden;
       if (gate.on()) {
-        gate.logits(logits.data(), row, hidden);
-        for (int64_t i = 0; i < hidden; ++i) out[i] = (fr[i] + bf[i]) * sigmoid(logits[i]);
+        gate.logits(logits.data(), t * batch + b, hidden);
+        for (int64_t i = 0; i < hidden; ++i) out[i] = (out[i] + bf[i]) * sigmoid(logits[i]);
       } else {
-        for (int64_t i = 0; i < hidden; ++i) out[i] = fr[i] + bf[i];
+        for (int64_t i = 0; i < hidden; ++i) out[i] += bf[i];
       }
       out[0] += prev[hidden - 1];
       for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
@@ -125,18 +191,20 @@ void forward_loop(const T* f, const T* bf, const Gate<T>& gate, const T* h0, T* 
   }
 }
 
-void srnn_forward(const at::Tensor& f, const at::Tensor& b_f, const std::optional<at::Tensor>& g,
+void srnn_forward(const at::Tensor& features, const at::Tensor& b_f, const std::optional<at::Tensor>& g,
                   const std::optional<at::Tensor>& b_g, const std::optional<at::Tensor>& x,
-                  const std::optional<at::Tensor>& w_g, const at::Tensor& h0, bool relu, at::Tensor h) {
-  check_scan(f, b_f, kForward);
-  const int64_t steps = f.size(0), batch = f.size(1), hidden = f.size(2);
-  check_tensor(h0, f, {batch, hidden}, kForward, "h0");
-  check_tensor(h, f, f.sizes(), kForward, "h");
-  AT_DISPATCH_FLOATING_TYPES(f.scalar_type(), kForward, [&] {
-    const auto gate = gate_of<scalar_t>(f, g, b_g, x, w_g, kForward);
+                  const std::optional<at::Tensor>& w_g, const at::Tensor& h0, bool relu, at::Tensor h,
+                  const std::optional<at::Tensor>& w_f) {
+  const int64_t hidden = check_readout(features, w_f, b_f, kForward);
+  const int64_t steps = features.size(0), batch = features.size(1);
+  check_tensor(h0, features, {batch, hidden}, kForward, "h0");
+  check_tensor(h, features, {steps, batch, hidden}, kForward, "h");
+  AT_DISPATCH_FLOATING_TYPES(features.scalar_type(), kForward, [&] {
+    const auto gate = gate_of<scalar_t>(features, steps, batch, hidden, g, b_g, x, w_g, kForward);
+    const auto readout = readout_of<scalar_t>(features, w_f, hidden);
     over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
-      forward_loop<scalar_t>(f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, h0.data_ptr<scalar_t>(),
-                             h.data_ptr<scalar_t>(), steps, batch, hidden, relu, begin, end);
+      forward_loop<scalar_t>(readout, b_f.data_ptr<scalar_t>(), gate, h0.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
+                             steps, batch, relu, begin, end);
     });
   });
 }
@@ -144,34 +212,44 @@ void srnn_forward(const at::Tensor& f, const at::Tensor& b_f, const std::optiona
 // The outputs of the backward pass; null where not asked for.
 template <typename T>
 struct Grads {
-  T* df;    // (T, B, H)
-  T* dg;    // (T, B, H), with a logits buffer g
-  T* dh0;   // (B, H)
-  T* dbf;   // (H)
-  T* dbg;   // (H), with a gate
-  T* d_wg;  // (H, d), with the gate formed here
-  T* dx;    // (T, B, d), likewise, when asked for
+  T* d_features;  // (T, B, k); dL/df (T, B, H) without W_f
+  T* d_wf;        // (H, k), with W_f
+  T* dg;          // (T, B, H), with a logits buffer g
+  T* dh0;         // (B, H)
+  T* dbf;         // (H)
+  T* dbg;         // (H), with a gate
+  T* d_wg;        // (H, d), with the gate formed here
+  T* dx;          // (T, B, d), likewise, when asked for
 };
 
-// The sums of one block of rows: dL/db_f, dL/db_g and, with the gate formed here, dL/dW_g transposed.
-int64_t sums_per_block(int64_t hidden, int64_t d, bool in_kernel) { return 2 * hidden + (in_kernel ? hidden * d : 0); }
+// The sums of one block of rows, in this order: dL/db_f, dL/db_g, dL/dW_f (`weights` of them) and, with the
+// gate formed here, dL/dW_g transposed.
+int64_t sums_per_block(int64_t hidden, int64_t weights, int64_t d, bool in_kernel) {
+  return 2 * hidden + weights + (in_kernel ? hidden * d : 0);
+}
 
 // The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
 template <typename T>
-void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, const Gate<T>& gate, const Grads<T>& out,
-                   int64_t steps, int64_t batch, int64_t hidden, bool relu, int64_t begin, int64_t end,
+void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, const T* bf, const Gate<T>& gate,
+                   const Grads<T>& out, int64_t steps, int64_t batch, bool relu, int64_t begin, int64_t end,
                    double* sums) {
+  if (begin == end) return;  // the one empty block at B = 0 adds nothing
   const T* dh_base = dh.data_ptr<T>();
-  const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1), d = gate.d, rows = end - begin;
-  std::vector<T> block(3 * rows * hidden, T(0));
+  const int64_t hidden = readout.hidden, k = readout.k, d = gate.d, rows = end - begin;
+  const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1);
+  const bool broadcast = hidden > 1 && dh.stride(2) == 0;  // e.g. the gradient of out.sum(): one value per row
+  // gz of steps t + 1 and t, the block's f_t and df_t, one step's d_W_f, the gate's logits of one row
+  std::vector<T> block(4 * rows * hidden + readout.weights() + hidden, T(0));
   // raw pointers, not vector accesses: gcc vectorises the loops below only then
-  double *sum_f = sums, *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
-  T *next = block.data(), *cur = next + rows * hidden, *work = cur + rows * hidden;
+  double *sum_f = sums, *sum_g = sum_f + hidden, *sum_wf = sum_g + hidden, *sum_w = sum_wf + readout.weights();
+  T *next = block.data(), *cur = next + rows * hidden, *f = cur + rows * hidden, *df = f + rows * hidden;
+  T *d_wf = df + rows * hidden, *work = d_wf + readout.weights();
   for (int64_t t = steps - 1; t >= 0; --t) {
+    if (gate.on()) readout.form(f, t, begin, end);
     for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
-      if (t > 0 && batch_stride != hidden) {
+      if (t > 0 && batch_stride > hidden) {
         // a batch-first gradient: each row's next read is one of B streams far apart in memory, more
         // than the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked
         const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
@@ -180,22 +258,25 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
       const T* h_row = h + row * hidden;
       const T* nx = next + (b - begin) * hidden;
       T* gz = cur + (b - begin) * hidden;
-      for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + nx[i + 1];
-      gz[hidden - 1] = d_h[hidden - 1] + nx[0];
+      if (broadcast) {
+        const T v = d_h[0];
+        for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = v + nx[i + 1];
+        gz[hidden - 1] = v + nx[0];
+      } else {
+        for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + nx[i + 1];
+        gz[hidden - 1] = d_h[hidden - 1] + nx[0];
+      }
       if (relu) {
         for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
       } else {
         for (int64_t i = 0; i < hidden; ++i) gz[i] *= T(1) - h_row[i] * h_row[i];
       }
-      T* dfr = out.df + row * hidden;
       if (!gate.on()) {
-        for (int64_t i = 0; i < hidden; ++i) {
-          dfr[i] = gz[i];
-          sum_f[i] += gz[i];
-        }
+        for (int64_t i = 0; i < hidden; ++i) sum_f[i] += gz[i];
         continue;
       }
-      const T* fr = f + row * hidden;
+      const T* fr = f + (b - begin) * hidden;
+      T* dfr = df + (b - begin) * hidden;
       T* dgr = gate.in_kernel() ? work : out.dg + row * hidden;
       gate.logits(dgr, row, hidden);
       for (int64_t i = 0; i < hidden; ++i) {
@@ -220,6 +301,10 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
         if (out.dx) out.dx[row * d + c] = acc;
       }
     }
+    // without the gate df_t is gz_t itself
+    readout.backward(gate.on() ? df : cur, t, begin, end, d_wf,
+                     out.d_features ? out.d_features + (t * batch + begin) * k : nullptr);
+    for (int64_t j = 0; j < readout.weights(); ++j) sum_wf[j] += d_wf[j];
     std::swap(next, cur);
   }
   for (int64_t b = begin; b < end; ++b) {
@@ -232,18 +317,19 @@ void backward_loop(const at::Tensor& dh, const T* h, const T* f, const T* bf, co
 // The blocks' sums (`blocks` consecutive runs of sums_per_block), added in block order, into the outputs.
 template <typename T>
 void write_sums(const std::vector<double>& sums, int64_t blocks, const Gate<T>& gate, const Grads<T>& out,
-                int64_t hidden) {
-  const int64_t d = gate.d, per = sums_per_block(hidden, d, gate.in_kernel());
+                int64_t hidden, int64_t weights) {
+  const int64_t d = gate.d, per = sums_per_block(hidden, weights, d, gate.in_kernel());
   std::vector<double> total(sums.begin(), sums.begin() + per);
   for (int64_t part = 1; part < blocks; ++part) {
     const double* own = sums.data() + part * per;
     for (int64_t i = 0; i < per; ++i) total[i] += own[i];
   }
-  const double *sum_f = total.data(), *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
+  const double *sum_f = total.data(), *sum_g = sum_f + hidden, *sum_wf = sum_g + hidden, *sum_w = sum_wf + weights;
   for (int64_t i = 0; i < hidden; ++i) {
     out.dbf[i] = static_cast<T>(sum_f[i]);
     if (gate.on()) out.dbg[i] = static_cast<T>(sum_g[i]);
   }
+  for (int64_t j = 0; j < weights; ++j) out.d_wf[j] = static_cast<T>(sum_wf[j]);
   if (gate.in_kernel()) {
     for (int64_t i = 0; i < hidden; ++i)
       for (int64_t c = 0; c < d; ++c) out.d_wg[i * d + c] = static_cast<T>(sum_w[c * hidden + i]);
@@ -259,41 +345,45 @@ T* optional_output(const std::optional<at::Tensor>& t, bool wanted, const at::Te
   return t->data_ptr<T>();
 }
 
-void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& f, const at::Tensor& b_f,
+void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& features, const at::Tensor& b_f,
                    const std::optional<at::Tensor>& g, const std::optional<at::Tensor>& b_g,
-                   const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& w_g, bool relu, at::Tensor df,
-                   const std::optional<at::Tensor>& dg, at::Tensor dh0, at::Tensor d_bf,
-                   const std::optional<at::Tensor>& d_bg, const std::optional<at::Tensor>& d_wg,
-                   const std::optional<at::Tensor>& d_x) {
-  check_scan(f, b_f, kBackward);
-  const int64_t steps = f.size(0), batch = f.size(1), hidden = f.size(2);
-  check_tensor(h, f, f.sizes(), kBackward, "h");
-  check_tensor(dh, f, f.sizes(), kBackward, "dh", false);
-  TORCH_CHECK(dh.stride(2) == 1, kBackward, ": dh's last axis must be contiguous, got strides ", dh.strides());
-  check_tensor(df, f, f.sizes(), kBackward, "df");
-  check_tensor(dh0, f, {batch, hidden}, kBackward, "dh0");
-  check_tensor(d_bf, f, {hidden}, kBackward, "d_bf");
-  AT_DISPATCH_FLOATING_TYPES(f.scalar_type(), kBackward, [&] {
-    const auto gate = gate_of<scalar_t>(f, g, b_g, x, w_g, kBackward);
+                   const std::optional<at::Tensor>& x, const std::optional<at::Tensor>& w_g, bool relu,
+                   const std::optional<at::Tensor>& d_features, const std::optional<at::Tensor>& dg, at::Tensor dh0,
+                   at::Tensor d_bf, const std::optional<at::Tensor>& d_bg, const std::optional<at::Tensor>& d_wg,
+                   const std::optional<at::Tensor>& d_x, const std::optional<at::Tensor>& w_f,
+                   const std::optional<at::Tensor>& d_wf) {
+  const int64_t hidden = check_readout(features, w_f, b_f, kBackward);
+  const int64_t steps = features.size(0), batch = features.size(1), k = features.size(2);
+  check_tensor(h, features, {steps, batch, hidden}, kBackward, "h");
+  check_tensor(dh, features, {steps, batch, hidden}, kBackward, "dh", false);
+  TORCH_CHECK(hidden == 1 || dh.stride(2) <= 1, kBackward,
+              ": dh's last axis must be contiguous or broadcast, got strides ", dh.strides());
+  check_tensor(dh0, features, {batch, hidden}, kBackward, "dh0");
+  check_tensor(d_bf, features, {hidden}, kBackward, "d_bf");
+  AT_DISPATCH_FLOATING_TYPES(features.scalar_type(), kBackward, [&] {
+    const auto gate = gate_of<scalar_t>(features, steps, batch, hidden, g, b_g, x, w_g, kBackward);
     const int64_t d = gate.d;
+    TORCH_CHECK(!d_x || gate.in_kernel(), kBackward, ": d_x is only written with the gate formed here");
     const Grads<scalar_t> out{
-        df.data_ptr<scalar_t>(),
-        optional_output<scalar_t>(dg, bool(gate.g), f, f.sizes(), "dg"),
+        // without W_f, dL/df is the only way out for f's gradient
+        optional_output<scalar_t>(d_features, bool(d_features) || !w_f, features, features.sizes(), "d_features"),
+        optional_output<scalar_t>(d_wf, bool(w_f), features, {hidden, k}, "d_wf"),
+        optional_output<scalar_t>(dg, bool(gate.g), features, {steps, batch, hidden}, "dg"),
         dh0.data_ptr<scalar_t>(),
         d_bf.data_ptr<scalar_t>(),
-        optional_output<scalar_t>(d_bg, gate.on(), f, {hidden}, "d_bg"),
-        optional_output<scalar_t>(d_wg, gate.in_kernel(), f, {hidden, d}, "d_wg"),
-        d_x && gate.in_kernel() ? optional_output<scalar_t>(d_x, true, f, {steps, batch, d}, "d_x") : nullptr,
+        optional_output<scalar_t>(d_bg, gate.on(), features, {hidden}, "d_bg"),
+        optional_output<scalar_t>(d_wg, gate.in_kernel(), features, {hidden, d}, "d_wg"),
+        d_x ? optional_output<scalar_t>(d_x, true, features, {steps, batch, d}, "d_x") : nullptr,
     };
-    TORCH_CHECK(!d_x || gate.in_kernel(), kBackward, ": d_x is only written with the gate formed here");
+    const auto readout = readout_of<scalar_t>(features, w_f, hidden);
     const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
-    const int64_t per = sums_per_block(hidden, d, gate.in_kernel());
+    const int64_t per = sums_per_block(hidden, readout.weights(), d, gate.in_kernel());
     std::vector<double> sums(blocks * per, 0.0);
     over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
-      backward_loop<scalar_t>(dh, h.data_ptr<scalar_t>(), f.data_ptr<scalar_t>(), b_f.data_ptr<scalar_t>(), gate, out,
-                              steps, batch, hidden, relu, begin, end, sums.data() + part * per);
+      backward_loop<scalar_t>(dh, h.data_ptr<scalar_t>(), readout, b_f.data_ptr<scalar_t>(), gate, out, steps, batch,
+                              relu, begin, end, sums.data() + part * per);
     });
-    write_sums<scalar_t>(sums, blocks, gate, out, hidden);
+    write_sums<scalar_t>(sums, blocks, gate, out, hidden, readout.weights());
   });
 }
 
@@ -365,11 +455,11 @@ at::Tensor srnn_stream(at::TensorList weights, at::IntArrayRef options, const at
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
-  m.def("srnn_forward(Tensor f, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, Tensor? w_g, Tensor h0, bool relu, "
-        "Tensor(a!) h) -> ()");
-  m.def("srnn_backward(Tensor dh, Tensor h, Tensor f, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, Tensor? w_g, "
-        "bool relu, Tensor(a!) df, Tensor(b!)? dg, Tensor(c!) dh0, Tensor(d!) d_bf, Tensor(e!)? d_bg, "
-        "Tensor(f!)? d_wg, Tensor(g!)? d_x) -> ()");
+  m.def("srnn_forward(Tensor features, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, Tensor? w_g, Tensor h0, "
+        "bool relu, Tensor(a!) h, Tensor? w_f=None) -> ()");
+  m.def("srnn_backward(Tensor dh, Tensor h, Tensor features, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, "
+        "Tensor? w_g, bool relu, Tensor(a!)? d_features, Tensor(b!)? dg, Tensor(c!) dh0, Tensor(d!) d_bf, "
+        "Tensor(e!)? d_bg, Tensor(f!)? d_wg, Tensor(g!)? d_x, Tensor? w_f=None, Tensor(h!)? d_wf=None) -> ()");
   m.def("srnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> Tensor");
 }
 
