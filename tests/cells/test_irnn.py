@@ -523,3 +523,75 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     ):
         with pytest.raises(RuntimeError, match=f"irnn_k1_backward: .*{message}"):
             backward(*args)
+
+
+def run_k1_operators(first, second, batch, steps=40, hidden=6):
+    """Forward then backward of the compiled K = 1 operators at 2 threads on fixed random float64 operands
+    (tanh, alpha 0.8, the paper's reading); every buffer they write, and the two sums."""
+    rank = second.shape[0] if second.numel() else 0
+    generator = torch.Generator().manual_seed(11)
+    c, grad_outputs = (torch.randn(steps, batch, hidden, dtype=DT, generator=generator) for _ in range(2))
+    h0 = 0.5 * torch.randn(batch, hidden, dtype=DT, generator=generator)
+    phis, outputs = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
+    zs, ws = (torch.empty(steps, batch, rank, dtype=DT) if rank else torch.empty(0, dtype=DT) for _ in range(2))
+    carry = torch.empty(batch, hidden, dtype=DT)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.ops.ltdrnn.irnn_k1_forward(c, h0, first, second, 0.1, 0.8, 1.0, 1.0, 1, phis, zs, outputs)
+        sums = torch.ops.ltdrnn.irnn_k1_backward(
+            c, phis, outputs, h0, grad_outputs, first, second, 0.1, 0.8, 1.0, 1.0, 1, carry, ws
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return {"outputs": outputs, "phis": phis, "zs": zs, "dpre": c, "carry": carry, "ws": ws, "sums": torch.tensor(sums)}
+
+
+def strided_copy(matrix):
+    """``matrix`` as a view with neither stride 1: every other column of a buffer whose gaps hold NaN."""
+    buffer = torch.full((matrix.shape[0], 2 * matrix.shape[1]), math.nan, dtype=matrix.dtype)
+    buffer[:, ::2] = matrix
+    return buffer[:, ::2]
+
+
+def transposed_copy(matrix):
+    return matrix.t().contiguous().t()
+
+
+@pytest.mark.parametrize("layout", [transposed_copy, strided_copy], ids=["transposed", "no-unit-stride"])
+@pytest.mark.parametrize("low_rank", [True, False], ids=["low-rank", "dense"])
+def test_compiled_k1_operators_read_first_and_second_at_any_strides(layout, low_rank):
+    """The loops' products read first and second as raw memory: a transposed or gapped view of the
+    same matrices must give what the contiguous ones give (B = 3 at 2 threads: two blocks of rows)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    generator = torch.Generator().manual_seed(12)
+    if low_rank:
+        first, second = (0.3 * torch.randn(*shape, dtype=DT, generator=generator) for shape in ((6, 2), (2, 6)))
+    else:
+        first, second = 0.3 * torch.randn(6, 6, dtype=DT, generator=generator), torch.empty(0, dtype=DT)
+    expected = run_k1_operators(first, second, batch=3)
+    strided = (layout(first), layout(second) if low_rank else second)
+    assert not strided[0].is_contiguous()
+    got = run_k1_operators(*strided, batch=3)
+    assert expected["carry"].abs().max() > 0
+    for key, want in expected.items():
+        torch.testing.assert_close(got[key], want, atol=1e-12, rtol=1e-12, msg=key)
+
+
+@pytest.mark.parametrize("low_rank", [True, False], ids=["low-rank", "dense"])
+def test_compiled_k1_operators_accept_an_empty_batch(capfd, low_rank):
+    """B = 0: one empty block, no product (BLAS rejects the leading dimensions of empty operands, and
+    MKL only prints that it did)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    first, second = (
+        (torch.ones(6, 2, dtype=DT), torch.ones(2, 6, dtype=DT))
+        if low_rank
+        else (torch.eye(6, dtype=DT), torch.empty(0, dtype=DT))
+    )
+    got = run_k1_operators(first, second, batch=0)
+    assert got["outputs"].shape == (40, 0, 6) and got["carry"].shape == (0, 6)
+    assert got["sums"].tolist() == [0.0, 0.0]
+    printed = capfd.readouterr()
+    assert "ERROR" not in printed.out + printed.err

@@ -387,3 +387,74 @@ def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
         args[index] = bad
         with pytest.raises(RuntimeError, match=message):
             forward(*args)
+
+
+def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5):
+    """Forward then backward of the compiled GRU loops at 2 threads on fixed random float64 operands
+    (a coordinator that updates some units and skips others); every buffer they write."""
+    generator = torch.Generator().manual_seed(13)
+
+    def randn(*shape, scale=1.0):
+        return scale * torch.randn(*shape, dtype=torch.float64, generator=generator)
+
+    gi, coord_in = randn(steps, batch, 3 * hidden), 0.5 + randn(steps, batch, hidden, scale=0.3)
+    h0, bias_hh, coord_weight = randn(batch, hidden, scale=0.5), randn(3 * hidden), randn(hidden)
+    d_outputs, d_probs = randn(steps, batch, hidden), randn(steps, batch, hidden)
+    outputs, pres, masks, news, d_gh_n, d_coord = (torch.empty_like(coord_in) for _ in range(6))
+    gates, d_gi = torch.empty_like(gi), torch.empty_like(gi)
+    d_coord_weight, carry, d_gh = torch.empty_like(h0), torch.empty_like(h0), h0.new_empty(batch, 3 * hidden)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.ops.ltdrnn.sarnn_gru_forward(
+            gi, coord_in, h0, w_t, bias_hh, coord_weight, outputs, pres, masks, gates, news
+        )
+        torch.ops.ltdrnn.sarnn_gru_backward(
+            gates, news, outputs, h0, masks, pres, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_gh_n,
+            d_coord, d_coord_weight, d_gh, carry,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "outputs": outputs, "pres": pres, "masks": masks, "gates": gates, "news": news, "d_gi": d_gi,
+        "d_gh_n": d_gh_n, "d_coord": d_coord, "d_coord_weight": d_coord_weight, "carry": carry,
+    }  # fmt: skip
+
+
+def strided_copy(matrix):
+    """``matrix`` as a view with neither stride 1: every other column of a buffer whose gaps hold NaN."""
+    buffer = torch.full((matrix.shape[0], 2 * matrix.shape[1]), float("nan"), dtype=matrix.dtype)
+    buffer[:, ::2] = matrix
+    return buffer[:, ::2]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [lambda m: m.t().contiguous().t(), strided_copy, lambda m: m.contiguous()],
+    ids=["transposed", "no-unit-stride", "contiguous"],
+)
+def test_compiled_loops_read_the_recurrent_weight_at_any_strides(layout):
+    """The loops' products read w_t = W_hh^T (the Python path passes W_hh.t(), a transposed view) and
+    weight_hh as raw memory: other layouts of the same matrices must give what those give (B = 3 at 2
+    threads: two blocks of rows)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    expected = run_gru_operators(weight_hh.t(), weight_hh, batch=3)
+    skipped = 1 - expected["masks"].mean().item()
+    assert 0.1 < skipped < 0.9, f"the test needs both decisions, skip fraction {skipped:.2f}"
+    got = run_gru_operators(layout(weight_hh.t()), layout(weight_hh), batch=3)
+    for key, want in expected.items():
+        torch.testing.assert_close(got[key], want, atol=1e-12, rtol=1e-12, msg=key)
+
+
+def test_compiled_loops_accept_an_empty_batch(capfd):
+    """B = 0: one empty block, no product (BLAS rejects the leading dimensions of empty operands, and
+    MKL only prints that it did)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = torch.ones(15, 5, dtype=torch.float64)
+    got = run_gru_operators(weight_hh.t(), weight_hh, batch=0)
+    assert got["outputs"].shape == (40, 0, 5) and got["carry"].shape == (0, 5)
+    printed = capfd.readouterr()
+    assert "ERROR" not in printed.out + printed.err

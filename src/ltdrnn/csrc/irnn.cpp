@@ -1,13 +1,17 @@
 // The whole training recurrence of iRNN at K = 1 (ltdrnn.cells.irnn, _FusedIRNN), forward and backward,
-// each time loop in one call: the per-step products go to ATen's BLAS, the activation, the Euler update
-// and its gradient are one pass per step. Operators: torch.ops.ltdrnn.irnn_k1_forward / irnn_k1_backward.
+// each time loop in one call: the per-step products are BLAS calls on raw pointers (common.h, gemm), the
+// activation, the Euler update and its gradient one pass per step. No tensor, view or ATen operator is
+// made or called inside a time loop: through ATen the products and views were 4,859 operator calls per
+// 784-step sequence, 40 % of the time at batch 1. Operators: torch.ops.ltdrnn.irnn_k1_forward /
+// irnn_k1_backward.
 //
 // Layouts (time-major, contiguous unless said otherwise):
 //   c (T, B, H): on entry the input map c_t = W' x_t + b'; the forward adds the products of the step in
 //       place (M y_0 dense, y_0 second^T first^T low rank: there the y_0 of the identity is added on the fly and
 //       never stored); the backward overwrites it with the gradient of the pre-activation / eta.
 //   h0 (B, H); first, second: M itself (H, H) and an empty second, or the low-rank M = I + first second
-//       with first = V' (H, R) and second = H (R, H) (any strides: they only enter BLAS products).
+//       with first = V' (H, R) and second = H (R, H) (any strides: each call makes a contiguous copy of a
+//       strided one before its loop, at most H * H numbers).
 //   phis (T or 1, B, H): phi of every step (1 reused row when no backward follows); outputs (T, B, H).
 //   zs (T or 1, B, R), low rank only: h_{t-1} second^T, the forward's inner product, kept for the gradient of
 //       V' (sum_t dpre_t^T z_t); ws (T, B, R), low rank only: dpre_t V', the backward's, kept for the
@@ -77,23 +81,33 @@ int64_t check_operator(const at::Tensor& first, const at::Tensor& second, const 
   return rank;
 }
 
-// Rows [begin, begin + rows) of one step of a (T, B, n) tensor, as one view that moves from step to step
-// by resetting its storage offset: a select and a narrow per step would make two tensors, which costs
-// about as much as a rank-16 product (~3 us against ~5 us at 64 rows). The caller keeps a separate
-// StepRows for each step it holds at once (the view moves).
-class StepRows {
+// Where row `begin` of step t starts in a contiguous (T or 1, B, n) tensor: a tensor of one step (kept
+// when no backward follows) serves every t. The loops index their buffers by pointer, never by a view.
+template <typename T>
+class StepPointer {
  public:
-  StepRows(const at::Tensor& all, int64_t begin, int64_t rows)
-      : view_(all.select(0, 0).narrow(0, begin, rows)), base_(view_.storage_offset()), stride_(all.stride(0)) {}
-  at::Tensor& at(int64_t t) {
-    view_.unsafeGetTensorImpl()->set_storage_offset(base_ + t * stride_);
-    return view_;
-  }
+  StepPointer() = default;
+  StepPointer(const at::Tensor& all, int64_t begin)
+      : first_(all.data_ptr<T>() + begin * all.size(2)), stride_(all.size(0) == 1 ? 0 : all.size(1) * all.size(2)) {}
+  T* at(int64_t t) const { return first_ + t * stride_; }
 
  private:
-  at::Tensor view_;
-  int64_t base_, stride_;
+  T* first_ = nullptr;
+  int64_t stride_ = 0;
 };
+
+// pre += s M h for `rows` rows (as rows: pre += s h M^T). Low rank through z = h H^T, which the backward
+// keeps: pre += s z V'^T; the identity's s h is added by forward_span. first and second contiguous.
+template <typename T>
+void add_operator(T* pre, const T* h, T* z, const T* first, const T* second, int64_t rows, int64_t hidden,
+                  int64_t rank, T s) {
+  if (rank == 0) {
+    gemm(false, true, rows, hidden, hidden, s, h, hidden, first, hidden, T(1), pre, hidden);
+    return;
+  }
+  gemm(false, true, rows, rank, hidden, T(1), h, hidden, second, hidden, T(0), z, rank);
+  gemm(false, true, rows, hidden, rank, s, z, rank, first, rank, T(1), pre, hidden);
+}
 
 // Forward, one step over n = rows * H entries: phi = phi(pre (+ y_0 for low rank)), h_t from h_{t-1}.
 template <int Act, bool LowRank, typename T>
@@ -117,31 +131,26 @@ void irnn_k1_forward(at::Tensor c, const at::Tensor& h0, const at::Tensor& first
   if (rank > 0) check_rows(zs, c, rank, true, op, "zs");
   check_rows(outputs, c, c.size(2), false, op, "outputs");
   const int64_t steps = c.size(0), batch = c.size(1), hidden = c.size(2);
-  const at::Tensor first_t = first.t(), second_t = second.t();
+  const at::Tensor first_c = first.contiguous(), second_c = second.contiguous();  // a copy only if strided
   AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), op, [&] {
     const auto e = static_cast<scalar_t>(eta), a = static_cast<scalar_t>(alpha);
     const auto sv = static_cast<scalar_t>(s), rv = static_cast<scalar_t>(r);
+    const scalar_t *m_first = first_c.data_ptr<scalar_t>(), *m_second = second_c.data_ptr<scalar_t>();
     with_activation(act, [&](auto kind) {
+      constexpr int Act = decltype(kind)::value;
       over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
         const int64_t rows = end - begin;
-        const at::Tensor first_h = h0.narrow(0, begin, rows);
-        StepRows pres(c, begin, rows), outs(outputs, begin, rows), prevs(outputs, begin, rows);
-        StepRows z_rows(rank > 0 ? zs : c, begin, rows);
+        const StepPointer<scalar_t> pres(c, begin), phi_rows(phis, begin), outs(outputs, begin);
+        const StepPointer<scalar_t> z_rows = rank > 0 ? StepPointer<scalar_t>(zs, begin) : StepPointer<scalar_t>();
+        const scalar_t* first_h = h0.data_ptr<scalar_t>() + begin * hidden;
         for (int64_t t = 0; t < steps; ++t) {
-          const at::Tensor& h = t == 0 ? first_h : prevs.at(t - 1);
-          const at::Tensor& pre = pres.at(t);
-          scalar_t* phi = phis.data_ptr<scalar_t>() + ((phis.size(0) == 1 ? 0 : t) * batch + begin) * hidden;
-          scalar_t* out = outs.at(t).data_ptr<scalar_t>();
+          const scalar_t* h = t == 0 ? first_h : outs.at(t - 1);
+          scalar_t* pre = pres.at(t);
+          add_operator(pre, h, z_rows.at(t), m_first, m_second, rows, hidden, rank, sv);
           if (rank > 0) {
-            at::Tensor& z = z_rows.at(zs.size(0) == 1 ? 0 : t);
-            at::mm_out(z, h, second_t);
-            pre.addmm_(z, first_t, 1, s);
-            forward_span<decltype(kind)::value, true, scalar_t>(pre.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
-                                                                phi, out, rows * hidden, e, a, sv, rv);
+            forward_span<Act, true>(pre, h, phi_rows.at(t), outs.at(t), rows * hidden, e, a, sv, rv);
           } else {
-            pre.addmm_(h, first_t, 1, s);
-            forward_span<decltype(kind)::value, false, scalar_t>(pre.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
-                                                                 phi, out, rows * hidden, e, a, sv, rv);
+            forward_span<Act, false>(pre, h, phi_rows.at(t), outs.at(t), rows * hidden, e, a, sv, rv);
           }
         }
       });
@@ -172,6 +181,19 @@ void backward_rows(T* d, const T* phi, const T* prev, const T* grad_out, const i
   }
 }
 
+// carry += s eta d M for `rows` rows. Low rank through w = d V', which the backward keeps for the gradient
+// of H: carry += s eta w H; the identity's part is in backward_rows. first and second contiguous.
+template <typename T>
+void add_operator_gradient(T* carry, const T* d, T* w, const T* first, const T* second, int64_t rows,
+                           int64_t hidden, int64_t rank, T s_eta) {
+  if (rank == 0) {
+    gemm(false, false, rows, hidden, hidden, s_eta, d, hidden, first, hidden, T(1), carry, hidden);
+    return;
+  }
+  gemm(false, false, rows, rank, hidden, T(1), d, hidden, first, rank, T(0), w, rank);
+  gemm(false, false, rows, hidden, rank, s_eta, w, rank, second, hidden, T(1), carry, hidden);
+}
+
 // Last step to first: c becomes dL/dpre (without the factor eta), carry dL/dh0, ws (low rank) each step's
 // dpre_t V'. Returns (sum_t <g_t, phi_t>, sum_t <g_t, y_0,t>), the parts of the gradients of eta and alpha.
 std::tuple<double, double> irnn_k1_backward(at::Tensor c, const at::Tensor& phis, const at::Tensor& outputs,
@@ -192,42 +214,38 @@ std::tuple<double, double> irnn_k1_backward(at::Tensor c, const at::Tensor& phis
   TORCH_CHECK(carry.sizes() == h0.sizes() && carry.is_contiguous() && carry.scalar_type() == c.scalar_type() &&
                   carry.device().is_cpu(),
               op, ": carry must be a contiguous CPU (B, H) tensor of c's dtype, got ", carry.sizes());
-  const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
+  const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)}, grad_step = grad_outputs.stride(0);
   const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
   std::vector<double> parts(2 * blocks, 0.0);  // each block's two sums, added in block order below
+  const at::Tensor first_c = first.contiguous(), second_c = second.contiguous();  // a copy only if strided
   AT_DISPATCH_FLOATING_TYPES(c.scalar_type(), op, [&] {
     const auto sv = static_cast<scalar_t>(s);
     const auto keep = static_cast<scalar_t>(s * (1.0 - eta * alpha) - r);  // d h_t / d h_{t-1} outside M
     const auto s_eta = static_cast<scalar_t>(s * eta);
+    const scalar_t *m_first = first_c.data_ptr<scalar_t>(), *m_second = second_c.data_ptr<scalar_t>();
     with_activation(act, [&](auto kind) {
+      constexpr int Act = decltype(kind)::value;
       over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
         const int64_t rows = end - begin;
-        at::Tensor own_carry = carry.narrow(0, begin, rows);
-        own_carry.zero_();
-        scalar_t* carry_p = own_carry.data_ptr<scalar_t>();
+        scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
+        std::fill_n(own_carry, rows * hidden, scalar_t(0));
         double sums[2] = {0.0, 0.0};  // this block's, kept off the shared vector while the loop runs
         const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
-        StepRows d_rows(c, begin, rows), w_rows(rank > 0 ? ws : c, begin, rows);
+        const StepPointer<scalar_t> d_rows(c, begin), phi_rows(phis, begin), outs(outputs, begin);
+        const StepPointer<scalar_t> w_rows = rank > 0 ? StepPointer<scalar_t>(ws, begin) : StepPointer<scalar_t>();
+        const scalar_t* first_h = h0.data_ptr<scalar_t>() + begin * hidden;
         for (int64_t t = steps - 1; t >= 0; --t) {
-          const at::Tensor& d = d_rows.at(t);
-          const scalar_t* phi = phis.data_ptr<scalar_t>() + (t * batch + begin) * hidden;
-          const scalar_t* prev = (t == 0 ? h0.data_ptr<scalar_t>() : outputs.data_ptr<scalar_t>() +
-                                                                         (t - 1) * batch * hidden) +
-                                 begin * hidden;
-          const scalar_t* grad_t = grad_base + t * grad_outputs.stride(0);
+          scalar_t* d = d_rows.at(t);
+          const scalar_t* prev = t == 0 ? first_h : outs.at(t - 1);
+          const scalar_t* grad_t = grad_base + t * grad_step;
           if (rank > 0) {
-            backward_rows<decltype(kind)::value, true, scalar_t>(d.data_ptr<scalar_t>(), phi, prev, grad_t,
-                                                                 grad_strides, carry_p, rows, hidden, sv, keep,
-                                                                 s_eta, sums);
-            at::Tensor& w = w_rows.at(t);
-            at::mm_out(w, d, first);
-            own_carry.addmm_(w, second, 1, s * eta);  // + s eta (d V') H, the low-rank part of d M
+            backward_rows<Act, true>(d, phi_rows.at(t), prev, grad_t, grad_strides, own_carry, rows, hidden, sv, keep,
+                                     s_eta, sums);
           } else {
-            backward_rows<decltype(kind)::value, false, scalar_t>(d.data_ptr<scalar_t>(), phi, prev, grad_t,
-                                                                  grad_strides, carry_p, rows, hidden, sv, keep,
-                                                                  s_eta, sums);
-            own_carry.addmm_(d, first, 1, s * eta);  // + s eta d M
+            backward_rows<Act, false>(d, phi_rows.at(t), prev, grad_t, grad_strides, own_carry, rows, hidden, sv,
+                                      keep, s_eta, sums);
           }
+          add_operator_gradient(own_carry, d, w_rows.at(t), m_first, m_second, rows, hidden, rank, s_eta);
         }
         parts[2 * part] = sums[0];
         parts[2 * part + 1] = sums[1];
