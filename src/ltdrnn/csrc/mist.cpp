@@ -115,7 +115,6 @@ void mist_forward(at::Tensor gates, at::Tensor states, at::Tensor reset_mixed, c
   const auto sizes = check_scan(gates, states, reset_mixed, w_hh, w_mix, kForward);
   AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), kForward, [&] {
     over_batch_blocks(sizes.batch, rows_per_thread(sizes.batch), [&](int64_t begin, int64_t end, int64_t) {
-      if (end == begin) return;  // B = 0: BLAS rejects empty operands' leading dimensions
       forward_rows<scalar_t>(sizes, gates.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(),
                              reset_mixed.data_ptr<scalar_t>(), w_hh.data_ptr<scalar_t>(), w_mix.data_ptr<scalar_t>(),
                              begin, end - begin);
@@ -187,7 +186,6 @@ void mist_backward(const at::Tensor& gates, const at::Tensor& states, const at::
   check_tensor(d_pre, states, reset_mixed.sizes(), kBackward, "d_pre");
   AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), kBackward, [&] {
     over_batch_blocks(sizes.batch, rows_per_thread(sizes.batch), [&](int64_t begin, int64_t end, int64_t) {
-      if (end == begin) return;
       at::Tensor d_rm = at::empty({end - begin, sizes.hidden}, states.options());
       backward_rows<scalar_t>(sizes, gates.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(),
                               reset_mixed.data_ptr<scalar_t>(), w_hh.data_ptr<scalar_t>(), w_mix.data_ptr<scalar_t>(),
