@@ -454,6 +454,65 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
             forward(*args)
 
 
+def k1_operands(batch=2, steps=5, hidden=4):
+    """A forward of tarnn_k1_forward on random float64 operands, and the operands of its backward."""
+    p = 0.5 * torch.randn(steps, batch, 3 * hidden, dtype=DT)
+    state_weights = 0.3 * torch.randn(3 * hidden, hidden, dtype=DT)
+    out, beta = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
+    s0 = 0.1 * torch.randn(batch, hidden, dtype=DT)
+    torch.ops.ltdrnn.tarnn_k1_forward(p, s0, state_weights.t().contiguous(), 0.2, 1, out, beta)
+    grad = torch.randn(steps, batch, hidden, dtype=DT)
+    return dict(p=p, betas=beta, grad_outputs=grad, state_weights=state_weights, eta=0.2, act=1, carry=s0.clone())
+
+
+def test_compiled_k1_backward_rejects_malformed_operands_and_runs_an_empty_batch():
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    torch.manual_seed(11)
+    backward = torch.ops.ltdrnn.tarnn_k1_backward
+    operands = k1_operands()
+    backward(**{**operands, "p": operands["p"].clone()})  # well-formed: runs
+    empty = k1_operands(batch=0)
+    assert backward(**empty) == 0.0 and empty["carry"].shape == (0, 4)
+    for change, message in (
+        ({"state_weights": operands["state_weights"].t().contiguous().t()}, "state_weights must be a contiguous"),
+        ({"state_weights": torch.zeros(12, 5, dtype=DT)}, "state_weights must be"),
+        ({"betas": operands["betas"][:, :, :3]}, "betas must be"),
+        ({"grad_outputs": torch.zeros(5, 2, 3, dtype=DT)}, "grad_outputs must be"),
+        ({"grad_outputs": operands["grad_outputs"].float()}, "grad_outputs must be"),
+        ({"carry": torch.zeros(3, 4, dtype=DT)}, "s0 must be a contiguous"),
+        ({"act": 3}, "activation code"),
+    ):
+        with pytest.raises(RuntimeError, match=message):
+            backward(**{**operands, **change})
+
+
+def test_compiled_backwards_read_grad_outputs_of_any_strides():
+    """The loops read grad_outputs in place: a view whose entries are B apart (stride(2) = B, neither the
+    unit stride nor a mean's 0) gives exactly what its contiguous copy gives."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    torch.manual_seed(12)
+    operands = k1_operands(batch=3)
+    strided = torch.randn(5, 4, 3, dtype=DT).transpose(1, 2)  # (T, B, H), strides (H B, 1, B)
+    results = []
+    for grad in (strided, strided.contiguous()):
+        run = {**operands, "p": operands["p"].clone(), "carry": torch.empty(3, 4, dtype=DT), "grad_outputs": grad}
+        results.append((torch.ops.ltdrnn.tarnn_k1_backward(**run), run["p"], run["carry"]))
+    forward, backward = euler_operands(batch=3, dtype=DT)
+    forward["w_t"], forward["u_t"] = 0.3 * torch.randn(4, 12, dtype=DT), 0.3 * torch.randn(4, 4, dtype=DT)
+    torch.ops.ltdrnn.tarnn_euler_forward(**forward)
+    backward.update(phis=forward["phis"], betas=forward["betas"], state_weights=forward["w_t"].t().contiguous())
+    backward["u"] = forward["u_t"].t().contiguous()
+    for grad in (strided, strided.contiguous()):
+        run = {**backward, "p": forward["p"].clone(), "grad_outputs": grad, "grad_u": torch.zeros(4, 4, dtype=DT)}
+        results.append((torch.ops.ltdrnn.tarnn_euler_backward(**run), run["p"], run["carry"], run["grad_u"]))
+    for first, second in (results[:2], results[2:]):
+        assert first[0] == second[0]
+        for a, b in zip(first[1:], second[1:]):
+            assert a.abs().max() > 0 and torch.equal(a, b)
+
+
 def test_compiled_k1_build_is_cached_and_reused_without_compiling(monkeypatch):
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")

@@ -571,9 +571,8 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     etas, act, a_kind, gate = ctx.config
     carry = s0.new_empty(s0.shape)
     if len(etas) == 1 and gate == "inside":
-        work = s0.new_empty(s0.shape)
         grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
-            p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry, work
+            p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry
         )
         return _input_gradients(ctx, p, s0, outputs, x, weight, carry, None, p.new_full((1,), grad_eta))
     grad_u = torch.zeros_like(u)

@@ -1,8 +1,9 @@
 // TARNN's compiled kernels (ltdrnn.cells.tarnn): the whole training recurrence, forward and backward,
 // each time loop in one call, for K = 1 with the gate inside (tarnn_k1_*, below) and for any K with either
-// gate (tarnn_euler_*, further down); and the one-call streaming step (tarnn_stream, at the end). The
-// per-step products go to ATen's BLAS, the elementwise work is one pass per step. Built and cached by
-// ltdrnn.kernels.load_torch_ops("tarnn").
+// gate (tarnn_euler_*, further down); and the one-call streaming step (tarnn_stream, at the end). Inside a
+// time loop each product is one call of BLAS on raw pointers (common.h, gemm) and the elementwise work one
+// pass per step: no tensor, view or ATen operator per step, whose dispatch (a few microseconds each) was
+// most of a step at batch 1. Built and cached by ltdrnn.kernels.load_torch_ops("tarnn").
 //
 // Layouts (time-major, contiguous unless said otherwise):
 //   p (T, B, 3H): on entry the input map [c | q | r] = [B1 x + b_lin | W1 x + b | W_x x + b_beta];
@@ -11,6 +12,7 @@
 //   s0 (B, H); w_t (H, 3H) = [B2 + A; W2 + U; U_s]^T; state_weights (3H, H) its transpose.
 //   outputs, betas (T, B, H): s_t and beta_t = sigmoid(r_t).
 //   grad_outputs (T, B, H), any strides (the gradient of a mean arrives expanded, stride 0).
+//   carry (B, H): in the backward the gradient of s_t, on exit that of s0.
 // Per step, with phi the activation (0 relu, 1 tanh, 2 sigmoid):
 //   G = phi(q) + c;  s_t = s_{t-1} + eta beta G
 #include "common.h"
@@ -46,16 +48,34 @@ void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor&
               "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
 }
 
+// c (m x n) = beta c + a (m x k) b, b (k x n), row-major (common.h, gemm). Every operand is checked contiguous,
+// so its row stride is its width.
+template <typename T>
+void product(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
+  gemm(false, false, m, n, k, T(1), a, k, b, n, beta, c, n);
+}
+
+// g += one row of grad_outputs, its entries `stride` apart (0 when a mean's gradient arrives expanded).
+// The common unit stride gets a loop of its own, which vectorises.
+template <typename T>
+inline void add_gradient_row(T* __restrict g, const T* __restrict grad, int64_t stride, int64_t n) {
+  if (stride == 1) {
+    for (int64_t j = 0; j < n; ++j) g[j] += grad[j];
+  } else {
+    for (int64_t j = 0; j < n; ++j) g[j] += grad[j * stride];
+  }
+}
+
 // Over `rows` rows of one step: beta = sigmoid(r) and s_t = s_{t-1} + eta beta (phi(q) + c).
 template <int Act, typename T>
 void forward_rows(const T* pt, const T* s, T* out, T* beta_out, int64_t rows, int64_t hidden, T eta) {
   for (int64_t b = 0; b < rows; ++b) {
-    const T* c = pt + b * 3 * hidden;
-    const T* q = c + hidden;
-    const T* r = q + hidden;
-    const T* s_b = s + b * hidden;
-    T* out_b = out + b * hidden;
-    T* beta_b = beta_out + b * hidden;
+    const T* __restrict c = pt + b * 3 * hidden;
+    const T* __restrict q = c + hidden;
+    const T* __restrict r = q + hidden;
+    const T* __restrict s_b = s + b * hidden;
+    T* __restrict out_b = out + b * hidden;
+    T* __restrict beta_b = beta_out + b * hidden;
     for (int64_t j = 0; j < hidden; ++j) {
       const T beta = sigmoid(r[j]);
       beta_b[j] = beta;
@@ -64,32 +84,30 @@ void forward_rows(const T* pt, const T* s, T* out, T* beta_out, int64_t rows, in
   }
 }
 
-// Over `rows` rows: g = grad_out + carry; with dG = eta beta g: [dc | dq | dr] = [dG | dG phi'(q) |
-// eta g G beta (1 - beta)] written over [c | q | r]; returns sum(g beta G), these rows' part of d eta.
+// Over `rows` rows: carry becomes g = grad_out + carry; with dG = eta beta g: [dc | dq | dr] = [dG | dG
+// phi'(q) | eta g G beta (1 - beta)] written over [c | q | r]; returns sum(g beta G), these rows' part of
+// d eta.
 template <int Act, typename T>
-double backward_rows(T* pt, const T* beta, const T* grad_out, const int64_t* grad_strides, const T* carry, T* g,
-                     int64_t rows, int64_t hidden, T eta) {
+double backward_rows(T* pt, const T* beta, const T* grad_out, const int64_t* grad_strides, T* carry, int64_t rows,
+                     int64_t hidden, T eta) {
   double total = 0.0;
   for (int64_t b = 0; b < rows; ++b) {
-    T* c = pt + b * 3 * hidden;
-    T* q = c + hidden;
-    T* r = q + hidden;
-    const T* beta_b = beta + b * hidden;
-    const T* grad_b = grad_out + b * grad_strides[0];
-    const T* carry_b = carry + b * hidden;
-    T* g_b = g + b * hidden;
+    T* __restrict c = pt + b * 3 * hidden;
+    T* __restrict q = c + hidden;
+    T* __restrict r = q + hidden;
+    const T* __restrict beta_b = beta + b * hidden;
+    T* __restrict g = carry + b * hidden;
+    add_gradient_row(g, grad_out + b * grad_strides[0], grad_strides[1], hidden);
     T sum = T(0);
     for (int64_t j = 0; j < hidden; ++j) {
-      const T gj = grad_b[j * grad_strides[1]] + carry_b[j];
       const T phi = activate<Act>(q[j]);
       const T big_g = phi + c[j];
       const T bj = beta_b[j];
-      const T d_g = eta * bj * gj;
-      g_b[j] = gj;
-      sum += gj * bj * big_g;
+      const T d_g = eta * bj * g[j];
+      sum += g[j] * bj * big_g;
       c[j] = d_g;
       q[j] = d_g * activation_slope<Act>(phi);
-      r[j] = eta * gj * big_g * bj * (T(1) - bj);
+      r[j] = eta * g[j] * big_g * bj * (T(1) - bj);
     }
     total += static_cast<double>(sum);
   }
@@ -110,14 +128,16 @@ void tarnn_k1_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t,
     with_activation(act, [&](auto kind) {
       over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
         const int64_t rows = end - begin;
-        at::Tensor s = s0.narrow(0, begin, rows);
+        const scalar_t* weights = w_t.data_ptr<scalar_t>();
+        const scalar_t* s = s0.data_ptr<scalar_t>() + begin * hidden;
+        scalar_t *p_data = p.data_ptr<scalar_t>(), *out_data = outputs.data_ptr<scalar_t>();
+        scalar_t* beta_data = betas.data_ptr<scalar_t>();
         for (int64_t t = 0; t < steps; ++t) {
-          at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
-          pt.addmm_(s, w_t);
-          at::Tensor out = outputs.select(0, t).narrow(0, begin, rows);
-          forward_rows<decltype(kind)::value, scalar_t>(
-              pt.data_ptr<scalar_t>(), s.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-              betas.data_ptr<scalar_t>() + (t * batch + begin) * hidden, rows, hidden, static_cast<scalar_t>(eta));
+          const int64_t row = t * batch + begin;
+          scalar_t *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden;
+          product(s, weights, pt, rows, 3 * hidden, hidden, scalar_t(1));  // + s_{t-1} w_t
+          forward_rows<decltype(kind)::value, scalar_t>(pt, s, out, beta_data + row * hidden, rows, hidden,
+                                                        static_cast<scalar_t>(eta));
           s = out;
         }
       });
@@ -126,10 +146,10 @@ void tarnn_k1_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t,
 }
 
 // Runs the backward over all T steps, last to first: p (the forward's pre-activations) becomes the
-// gradient of p, carry the gradient of s0; g is a (B, H) work buffer. Returns the gradient of eta. Blocks
-// of rows as the forward; each block's part of d eta is added in block order.
+// gradient of p, carry the gradient of s0 (within a step it holds g, the gradient of s_t). Returns the
+// gradient of eta. Blocks of rows as the forward; each block's part of d eta is added in block order.
 double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor& grad_outputs,
-                         const at::Tensor& state_weights, double eta, int64_t act, at::Tensor carry, at::Tensor g) {
+                         const at::Tensor& state_weights, double eta, int64_t act, at::Tensor carry) {
   check_sequence(p, carry, act);
   check_like(betas, p, "betas");
   const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
@@ -138,7 +158,7 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
                   grad_outputs.scalar_type() == p.scalar_type(),
               "tarnn: grad_outputs must be a CPU (T, B, H) tensor of p's dtype, got ", grad_outputs.sizes());
   check_operand(state_weights, {3 * hidden, hidden}, p, "state_weights");
-  check_operand(g, {batch, hidden}, p, "g");
+  const int64_t grad_step = grad_outputs.stride(0);
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
   const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
   std::vector<double> eta_parts(blocks, 0.0);
@@ -146,16 +166,20 @@ double tarnn_k1_backward(at::Tensor p, const at::Tensor& betas, const at::Tensor
     with_activation(act, [&](auto kind) {
       over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
         const int64_t rows = end - begin;
-        at::Tensor own_carry = carry.narrow(0, begin, rows), own_g = g.narrow(0, begin, rows);
-        own_carry.zero_();
+        const scalar_t* weights = state_weights.data_ptr<scalar_t>();
+        scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
+        std::fill(own_carry, own_carry + rows * hidden, scalar_t(0));
         const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
+        scalar_t* p_data = p.data_ptr<scalar_t>();
+        const scalar_t* beta_data = betas.data_ptr<scalar_t>();
         for (int64_t t = steps - 1; t >= 0; --t) {
-          at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
+          const int64_t row = t * batch + begin;
+          scalar_t* pt = p_data + row * 3 * hidden;
           eta_parts[part] += backward_rows<decltype(kind)::value, scalar_t>(
-              pt.data_ptr<scalar_t>(), betas.data_ptr<scalar_t>() + (t * batch + begin) * hidden,
-              grad_base + t * grad_outputs.stride(0), grad_strides, own_carry.data_ptr<scalar_t>(),
-              own_g.data_ptr<scalar_t>(), rows, hidden, static_cast<scalar_t>(eta));
-          at::addmm_out(own_carry, own_g, pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+              pt, beta_data + row * hidden, grad_base + t * grad_step, grad_strides, own_carry, rows, hidden,
+              static_cast<scalar_t>(eta));
+          // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+          product(pt, weights, own_carry, rows, hidden, 3 * hidden, scalar_t(1));
         }
       });
     });
@@ -283,26 +307,25 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
         over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
-          const int64_t rows = end - begin;
+          const int64_t rows = end - begin, own = rows * hidden;
           // this block's work buffers: qu = delta U^T, delta, and phi when it is not saved
-          at::Tensor qu = at::empty({rows, hidden}, p.options()), delta = at::empty({rows, hidden}, p.options());
-          at::Tensor phi_scratch = at::empty({store ? 0 : rows, hidden}, p.options());
-          at::Tensor s = s0.narrow(0, begin, rows);
+          std::vector<scalar_t> work((store ? 2 : 3) * own);
+          scalar_t *qu = work.data(), *delta = qu + own, *phi_scratch = delta + own;
+          const scalar_t *weights = w_t.data_ptr<scalar_t>(), *u = u_t.data_ptr<scalar_t>();
+          const scalar_t* s = s0.data_ptr<scalar_t>() + begin * hidden;
+          scalar_t *p_data = p.data_ptr<scalar_t>(), *out_data = outputs.data_ptr<scalar_t>();
+          scalar_t *beta_data = betas.data_ptr<scalar_t>(), *phi_data = store ? phis.data_ptr<scalar_t>() : nullptr;
           for (int64_t t = 0; t < steps; ++t) {
-            at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
-            pt.addmm_(s, w_t);
-            at::Tensor out = outputs.select(0, t).narrow(0, begin, rows);
-            scalar_t* beta = betas.data_ptr<scalar_t>() + (t * batch + begin) * hidden;
+            const int64_t row = t * batch + begin;
+            scalar_t *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden, *beta = beta_data + row * hidden;
+            product(s, weights, pt, rows, 3 * hidden, hidden, scalar_t(1));  // + s_{t-1} w_t
             for (int64_t i = 0; i < k; ++i) {
-              if (i > 0) at::mm_out(qu, delta, u_t);
-              scalar_t* phi_out = store ? phis.data_ptr<scalar_t>() + ((t * k + i) * batch + begin) * hidden
-                                        : phi_scratch.data_ptr<scalar_t>();
+              if (i > 0) product(delta, u, qu, rows, hidden, hidden, scalar_t(0));
+              scalar_t* phi_out = store ? phi_data + ((t * k + i) * batch + begin) * hidden : phi_scratch;
               with_ends(i == 0, i == k - 1, [&](auto first, auto last) {
                 euler_forward_rows<decltype(kind)::value, decltype(gate)::value, decltype(first)::value,
-                                   decltype(last)::value, scalar_t>(
-                    pt.data_ptr<scalar_t>(), qu.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
-                    s.data_ptr<scalar_t>(), beta, phi_out, out.data_ptr<scalar_t>(), rows, hidden,
-                    static_cast<scalar_t>(etas[i]), coupled);
+                                   decltype(last)::value, scalar_t>(pt, qu, delta, s, beta, phi_out, out, rows, hidden,
+                                                                    static_cast<scalar_t>(etas[i]), coupled);
               });
             }
             s = out;
@@ -354,14 +377,9 @@ void euler_recompute_rows(const T* pt, const T* phis, int64_t block, const T* be
       recompute_span<Inside, false, false, T>(phi + half, c + half, d + half, nullptr, beta_b + half, big_g + half,
                                               next + half, hidden - half, eta);
     }
-    const T* grad_b = grad_out + b * grad_strides[0];
-    const T* delta_k = deltas + (k - 1) * own + row;
     T* g = carry + row;
-    if (grad_strides[1] == 1) {
-      for (int64_t j = 0; j < hidden; ++j) g[j] += grad_b[j];
-    } else {
-      for (int64_t j = 0; j < hidden; ++j) g[j] += grad_b[j * grad_strides[1]];
-    }
+    add_gradient_row(g, grad_out + b * grad_strides[0], grad_strides[1], hidden);
+    const T* delta_k = deltas + (k - 1) * own + row;
     T* gd_b = gd + row;
     T* d_beta_b = d_beta + row;
     for (int64_t j = 0; j < hidden; ++j) {
@@ -437,6 +455,7 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
   check_operand(state_weights, {3 * hidden, hidden}, p, "state_weights");
   check_operand(u, {hidden, hidden}, p, "u");
   check_operand(grad_u, {hidden, hidden}, p, "grad_u");
+  const int64_t grad_step = grad_outputs.stride(0);
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)};
   const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
   // each block of rows adds its part of the gradients of U and eta here; summed in block order after
@@ -448,47 +467,49 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
         constexpr bool kInside = decltype(gate)::value;
         const int64_t block = batch * hidden;
         over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
-          const int64_t rows = end - begin;
-          const at::TensorOptions options = p.options();
-          // work buffers of this block of rows, allocated once per call
-          at::Tensor gs = at::empty({k, rows, hidden}, options), deltas = at::empty({k, rows, hidden}, options);
-          at::Tensor dargs = at::empty({std::max<int64_t>(k - 1, 1), rows, hidden}, options);
-          at::Tensor d_beta = at::empty({rows, hidden}, options);
-          at::Tensor gd_a = at::empty({rows, hidden}, options), gd_b = at::empty({rows, hidden}, options);
-          at::Tensor own_carry = carry.narrow(0, begin, rows), own_u = u_parts.select(0, part);
-          own_carry.zero_();
+          const int64_t rows = end - begin, own = rows * hidden;
+          // this block's work buffers: G_i and delta_{i+1} (K blocks each), d arg_i (i = 1..K-1; one unused
+          // block at K = 1), d beta, and the gradients of delta_{i+1} and delta_i
+          const int64_t arg_blocks = std::max<int64_t>(k - 1, 1);
+          std::vector<scalar_t> work((2 * k + arg_blocks + 3) * own);
+          scalar_t *gs = work.data(), *deltas = gs + k * own, *dargs = deltas + k * own;
+          scalar_t *d_beta = dargs + arg_blocks * own, *gd_a = d_beta + own, *gd_b = gd_a + own;
+          const scalar_t *weights = state_weights.data_ptr<scalar_t>(), *u_data = u.data_ptr<scalar_t>();
+          scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
+          scalar_t* own_u = u_parts.data_ptr<scalar_t>() + part * hidden * hidden;
+          std::fill(own_carry, own_carry + own, scalar_t(0));
           double* own_eta = eta_parts.data() + part * k;
           const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
+          scalar_t* p_data = p.data_ptr<scalar_t>();
+          const scalar_t *phi_data = phis.data_ptr<scalar_t>(), *beta_data = betas.data_ptr<scalar_t>();
           for (int64_t t = steps - 1; t >= 0; --t) {
-            at::Tensor pt = p.select(0, t).narrow(0, begin, rows);
-            const scalar_t* phi_t = phis.data_ptr<scalar_t>() + t * k * block + begin * hidden;
-            const scalar_t* beta = betas.data_ptr<scalar_t>() + t * block + begin * hidden;
+            scalar_t* pt = p_data + (t * batch + begin) * 3 * hidden;
+            const scalar_t* phi_t = phi_data + t * k * block + begin * hidden;
+            const scalar_t* beta = beta_data + t * block + begin * hidden;
             // own_carry becomes g, the gradient of s_t
-            euler_recompute_rows<kInside, scalar_t>(
-                pt.data_ptr<scalar_t>(), phi_t, block, beta, grad_base + t * grad_outputs.stride(0), grad_strides,
-                own_carry.data_ptr<scalar_t>(), gs.data_ptr<scalar_t>(), deltas.data_ptr<scalar_t>(),
-                gd_a.data_ptr<scalar_t>(), d_beta.data_ptr<scalar_t>(), rows, hidden, etas, coupled);
-            at::Tensor* gd = &gd_a;
-            at::Tensor* gd_next = &gd_b;
+            euler_recompute_rows<kInside, scalar_t>(pt, phi_t, block, beta, grad_base + t * grad_step, grad_strides,
+                                                    own_carry, gs, deltas, gd_a, d_beta, rows, hidden, etas, coupled);
+            scalar_t *gd = gd_a, *gd_next = gd_b;
             for (int64_t i = k - 1; i >= 0; --i) {
-              at::Tensor darg = dargs.select(0, std::max<int64_t>(i - 1, 0));
+              scalar_t* darg = dargs + std::max<int64_t>(i - 1, 0) * own;  // not written at i = 0
               with_ends(i == k - 1, i == 0, [&](auto first, auto last) {
                 own_eta[i] += euler_backward_rows<decltype(kind)::value, kInside, decltype(first)::value,
                                                   decltype(last)::value, scalar_t>(
-                    pt.data_ptr<scalar_t>(), phi_t + i * block, gs.data_ptr<scalar_t>() + i * rows * hidden, beta,
-                    gd->data_ptr<scalar_t>(), d_beta.data_ptr<scalar_t>(), darg.data_ptr<scalar_t>(),
-                    gd_next->data_ptr<scalar_t>(), rows, hidden, static_cast<scalar_t>(etas[i]), coupled);
+                    pt, phi_t + i * block, gs + i * own, beta, gd, d_beta, darg, gd_next, rows, hidden,
+                    static_cast<scalar_t>(etas[i]), coupled);
               });
               if (i > 0) {
-                gd_next->addmm_(darg, u);  // the gradient of delta_i: + d arg_i U
+                // the gradient of delta_i: + d arg_i U
+                product(darg, u_data, gd_next, rows, hidden, hidden, scalar_t(1));
                 std::swap(gd, gd_next);
               }
             }
             if (k > 1) {  // d U += sum_i d arg_i^T delta_i, i = 1..K-1, in one product
-              own_u.addmm_(dargs.view({(k - 1) * rows, hidden}).t(),
-                           deltas.narrow(0, 0, k - 1).view({(k - 1) * rows, hidden}));
+              gemm(true, false, hidden, hidden, (k - 1) * rows, scalar_t(1), dargs, hidden, deltas, hidden, scalar_t(1),
+                   own_u, hidden);
             }
-            own_carry.addmm_(pt, state_weights);  // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+            // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
+            product(pt, weights, own_carry, rows, hidden, 3 * hidden, scalar_t(1));
           }
         });
       });
@@ -507,7 +528,7 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: later libraries may add to t
   m.def("tarnn_k1_forward(Tensor(a!) p, Tensor s0, Tensor w_t, float eta, int act, Tensor(b!) outputs, "
         "Tensor(c!) betas) -> ()");
   m.def("tarnn_k1_backward(Tensor(a!) p, Tensor betas, Tensor grad_outputs, Tensor state_weights, float eta, "
-        "int act, Tensor(b!) carry, Tensor(c!) g) -> float");
+        "int act, Tensor(b!) carry) -> float");
   m.def("tarnn_euler_forward(Tensor(a!) p, Tensor s0, Tensor w_t, Tensor u_t, float[] etas, int act, bool coupled, "
         "bool inside, Tensor(b!) outputs, Tensor(c!) betas, Tensor(d!) phis) -> ()");
   m.def("tarnn_euler_backward(Tensor(a!) p, Tensor phis, Tensor betas, Tensor grad_outputs, Tensor state_weights, "
