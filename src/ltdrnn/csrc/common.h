@@ -42,12 +42,14 @@ constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off cos
 inline int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
 
 // Clamped where exp(-v) would overflow: under -ffast-math the vectorised 1 / (1 + inf) is NaN, not 0
-// (a TARNN gate with r < -88 in float32 turned a whole UCR run into NaN). The clamp changes sigmoid by
-// less than the smallest normal number.
+// (a TARNN gate with r < -88 in float32 turned a whole UCR run into NaN). Below the clamp the value is
+// 0, as torch.sigmoid gives: the clamped quotient would be a denormal (6e-39 in float32), and a gate of
+// exactly 0 is what freezes a TARNN unit exactly (a select, so the loop still vectorises).
 template <typename T>
 inline T sigmoid(T v) {
   constexpr T limit = std::is_same_v<T, float> ? T(88) : T(708);
-  return T(1) / (T(1) + std::exp(-std::min(std::max(v, -limit), limit)));
+  const T s = T(1) / (T(1) + std::exp(-std::min(std::max(v, -limit), limit)));
+  return v < -limit ? T(0) : s;
 }
 
 // The activation is a template argument so that each inner loop has no branch on it and vectorises.
