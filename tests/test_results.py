@@ -1,6 +1,7 @@
 """The results store: round trip, unique ids, atomic rows under crashes, concurrent writers."""
 
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,18 @@ def test_table_creation_survives_a_racing_creator_and_gives_up_after_its_attempt
     with pytest.raises(sa.exc.OperationalError):
         create_tables(sa, Racing(losses=5), engine)
     assert len(calls) == 3
+
+
+def test_checkpoint_leaves_every_row_in_the_database_file_alone(tmp_path):
+    # a results database is committed beside its report: the file must hold the rows, not only its
+    # write-ahead log (which git ignores and a copy of the file leaves behind)
+    store = ResultStore(str(tmp_path / "r.db"))
+    store.add(record("one"))
+    store.checkpoint()
+    alone = tmp_path / "copy" / "r.db"
+    alone.parent.mkdir()
+    shutil.copy(tmp_path / "r.db", alone)
+    assert [r["id"] for r in ResultStore(str(alone)).rows()] == ["one"]
 
 
 def test_rows_are_never_overwritten(tmp_path):

@@ -721,13 +721,15 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .results import database_exists
+    from .results import ResultStore, database_exists
 
     if not database_exists(args.store):
         raise BenchmarkError(f"--store {args.store}: no results database there (run `ltdrnn ucr run` first)")
     if args.notes is not None and not args.notes.is_file():
         raise BenchmarkError(f"--notes {args.notes}: no such file")
-    print(f"written: {render_page(args.store, args.study, Path(args.page), notes=args.notes)}")
+    page = render_page(args.store, args.study, Path(args.page), notes=args.notes)
+    ResultStore(args.store).checkpoint()  # the committed database then holds every row the page shows
+    print(f"written: {page}")
     return 0
 
 

@@ -122,6 +122,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_report(args) -> int:
     path = render(args.store, args.out, args.plots, plots=not args.no_plots, extra=args.extra)
+    Store(args.store).results.checkpoint()  # the committed database then holds every row the page shows
     print(f"written: {path}")
     return 0
 

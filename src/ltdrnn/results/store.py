@@ -126,6 +126,13 @@ class ResultStore:
                 connection.execute(self.table.insert().values(**row))
         return row["id"]
 
+    def checkpoint(self) -> None:
+        """Fold SQLite's write-ahead log into the database file, so that the file alone (a copy, a
+        commit of a results database beside its report) holds every row; nothing to do elsewhere."""
+        if self.url.startswith("sqlite"):
+            with self.engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def has(self, run_id: str) -> bool:
         """Whether a row with this id is stored."""
         query = self.sa.select(self.table.c.id).where(self.table.c.id == run_id)
