@@ -37,10 +37,6 @@ extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
 
 namespace ltdrnn {
 
-constexpr int64_t kElementsPerTask = 4096;  // below this, a thread hand-off costs more than it saves
-
-inline int64_t rows_per_task(int64_t hidden) { return std::max<int64_t>(1, kElementsPerTask / hidden); }
-
 // Clamped where exp(-v) would overflow: under -ffast-math the vectorised 1 / (1 + inf) is NaN, not 0
 // (a TARNN gate with r < -88 in float32 turned a whole UCR run into NaN). Below the clamp the value is
 // 0, as torch.sigmoid gives: the clamped quotient would be a denormal (6e-39 in float32), and a gate of
