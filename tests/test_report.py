@@ -153,6 +153,8 @@ def test_gradient_vs_lag_of_mist_is_the_full_derivative_by_each_output(tmp_path)
     # the sequences go through in chunks (memory): any chunking gives the same mean
     chunked = gradients.gradient_vs_lag(model, (x, y, lengths), task.info, chunk=4)
     torch.testing.assert_close(chunked, curve, rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="chunk: expected a positive integer, got 0"):
+        gradients.gradient_vs_lag(model, (x, y, lengths), task.info, chunk=0)
 
 
 def test_jacobian_norm_estimate_is_close_to_the_exact_norm(tmp_path):

@@ -57,6 +57,8 @@ def gradient_vs_lag(model, batch: Tuple[Tensor, Tensor, Optional[Tensor]], info,
     x, y, lengths = batch
     if lengths is not None:
         raise ValueError("gradient_vs_lag: expected an equal-length batch (lengths None)")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"gradient_vs_lag: chunk: expected a positive integer, got {chunk!r}")
     cell = single_cell(model)
     was_training = model.training
     model.eval()
