@@ -64,9 +64,19 @@ def test_the_scan_operators_check_the_step_and_the_history_they_index():
     with pytest.raises(RuntimeError, match="mist_forward: w_mix must be a CPU tensor of dtype Float"):
         forward(gates, states, rm, w_hh, w_mix.double())
     backward = torch.ops.ltdrnn.mist_backward
-    backward(gates, states, rm, w_hh, w_mix, torch.zeros_like(states), torch.zeros_like(gates), torch.zeros_like(rm))
-    with pytest.raises(RuntimeError, match="mist_backward: d_pre must be a contiguous"):
-        backward(gates, states, rm, w_hh, w_mix, torch.zeros_like(states), torch.zeros_like(gates), rm[:, :1])
+    x, w_ih, outside = torch.zeros(T, B, 2), torch.zeros(nd + 2 * H, 2), torch.zeros(T, B, H)
+    results = [torch.zeros(B, 4, H), torch.zeros_like(w_ih), torch.zeros(nd + 2 * H), torch.zeros_like(w_hh), w_mix * 0]
+    scan = (gates, states, rm, w_hh, w_mix, x, w_ih)
+    backward(*scan, outside, torch.zeros_like(states), torch.zeros_like(x), *results)
+    backward(*scan, outside, torch.zeros_like(states), None, *results)  # no d_x: x needs no gradient
+    with pytest.raises(RuntimeError, match="mist_backward: d_outside must be \\(R, B, H\\) with R <= N \\+ T"):
+        backward(*scan, torch.zeros(5 + T, B, H), torch.zeros_like(states), None, *results)
+    with pytest.raises(RuntimeError, match="mist_backward: d_x must be a contiguous"):
+        backward(*scan, outside, torch.zeros_like(states), x[:, :, :1], *results)
+    with pytest.raises(RuntimeError, match="mist_backward: w_ih must be a contiguous"):
+        backward(*scan[:-1], w_ih[:, :1], outside, torch.zeros_like(states), None, *results)
+    with pytest.raises(RuntimeError, match="mist_backward: d_w_mix must be a CPU tensor of dtype Float"):
+        backward(*scan, outside, torch.zeros_like(states), None, *results[:-1], w_mix.double())
     f, b_f, h0, h = torch.zeros(T, B, H), torch.zeros(H), torch.zeros(B, H), torch.zeros(T, B, H)
     x, w_g = torch.zeros(T, B, 2), torch.zeros(H, 2)
     scan = torch.ops.ltdrnn.srnn_forward
