@@ -55,16 +55,21 @@ def test_the_scan_operators_check_the_step_and_the_history_they_index():
     T, B, H, nd = 3, 2, 4, 3  # delays 1, 2, 4: four rows of history
     gates, states, rm = torch.zeros(T, B, nd + H), torch.zeros(4 + T, B, H), torch.zeros(T, B, H)
     w_hh, w_mix = torch.zeros(nd + H, H), torch.zeros(H, H)
+    x, w_ih, bias, outside = torch.zeros(T, B, 2), torch.zeros(nd + 2 * H, 2), torch.zeros(nd + 2 * H), rm * 0
+    inputs = (x, w_ih, bias, torch.zeros(4, B, H).transpose(0, 1))  # the history in any strides
     forward = torch.ops.ltdrnn.mist_forward
-    forward(gates, states, rm, w_hh, w_mix)
+    forward(gates, states, rm, w_hh, w_mix, *inputs)
     with pytest.raises(RuntimeError, match="mist_forward: 3 delays need a history of at least"):
-        forward(gates, states[1:], rm, w_hh, w_mix)
+        forward(gates, states[1:], rm, w_hh, w_mix, *inputs)
     with pytest.raises(RuntimeError, match="mist_forward: w_hh must be a contiguous"):
-        forward(gates, states, rm, w_hh[:, :2], w_mix)
+        forward(gates, states, rm, w_hh[:, :2], w_mix, *inputs)
     with pytest.raises(RuntimeError, match="mist_forward: w_mix must be a CPU tensor of dtype Float"):
-        forward(gates, states, rm, w_hh, w_mix.double())
+        forward(gates, states, rm, w_hh, w_mix.double(), *inputs)
+    with pytest.raises(RuntimeError, match="mist_forward: bias must be a contiguous"):
+        forward(gates, states, rm, w_hh, w_mix, x, w_ih, bias[1:], inputs[-1])
+    with pytest.raises(RuntimeError, match="mist_forward: history0 must be a"):
+        forward(gates, states, rm, w_hh, w_mix, x, w_ih, bias, torch.zeros(B, 3, H))
     backward = torch.ops.ltdrnn.mist_backward
-    x, w_ih, outside = torch.zeros(T, B, 2), torch.zeros(nd + 2 * H, 2), torch.zeros(T, B, H)
     results = [torch.zeros(B, 4, H), torch.zeros_like(w_ih), torch.zeros(nd + 2 * H), torch.zeros_like(w_hh), w_mix * 0]
     scan = (gates, states, rm, w_hh, w_mix, x, w_ih)
     backward(*scan, outside, torch.zeros_like(states), torch.zeros_like(x), *results)

@@ -229,11 +229,12 @@ def test_compiled_backward_equals_the_pytorch_loop_for_every_output_used(used, x
     torch.manual_seed(0)
     steps, hidden, nd, d, f64 = 11, 4, 3, 2, torch.float64
     x = torch.randn(steps, batch, d, dtype=f64, requires_grad=x_grad)
-    history = torch.randn(batch, 5, hidden, dtype=f64, requires_grad=True)
+    history_rows = torch.randn(5, batch, hidden, dtype=f64, requires_grad=True)
+    history = history_rows.transpose(0, 1)  # laid out as a carried history is: a view of the last states
     weights = [torch.randn(nd + 2 * hidden, d, dtype=f64), torch.randn(nd + 2 * hidden, dtype=f64)]
     weights += [0.4 * torch.randn(nd + hidden, hidden, dtype=f64), 0.4 * torch.randn(hidden, hidden, dtype=f64)]
     weights = [w.requires_grad_() for w in weights]
-    inputs = ([x] if x_grad else []) + [history] + weights
+    inputs = ([x] if x_grad else []) + [history_rows] + weights
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     results = {}

@@ -246,42 +246,35 @@ class MISTScan(torch.autograd.Function):
     rows ``0..N-1`` of ``states`` are the initial history, row ``N + t`` is ``h_t``; the first two
     outputs are views of it (the last ``T`` rows; the last ``N`` rows, batch first).
 
-    Forward runs without recording a graph. The input projections are written straight into the
-    buffers that the steps then complete in place (the gate logits into ``activated``, the tanh
-    argument into the state rows), so no step copies a bias or an input term. Backward walks time in
-    reverse and adds each step's gradient into the rows of the delayed states it read. With
-    ``kernel=True`` each time loop, forward and backward, is one call of the compiled
-    ``torch.ops.ltdrnn.mist_forward`` / ``mist_backward`` (csrc/mist.cpp: the batch split into one
-    block of rows per thread, each running all T steps); the compiled backward also forms every
-    parameter and input gradient inside its loop, from each step's gradients while they are hot (the
-    parameters' as one sum per thread block, added in block order), and reads the outputs' gradient
-    where it lies instead of copying it into a ``(N + T, B, H)`` buffer. Otherwise the Python loop
-    below, over PyTorch ops, does the time loops and the weight gradients are one matrix product each
-    at the end (the reference the compiled loops are tested against).
+    Forward runs without recording a graph, completing the gate logits in ``activated`` and the tanh
+    argument in the state rows in place. Backward walks time in reverse and adds each step's gradient
+    into the rows of the delayed states it read. With ``kernel=True`` each time loop, forward and
+    backward, is one call of the compiled ``torch.ops.ltdrnn.mist_forward`` / ``mist_backward``
+    (csrc/mist.cpp: the batch split into one block of rows per thread, each running all T steps), and
+    everything that is one pass over ``(T, B, .)`` buffers in the PyTorch version happens per step
+    inside those loops while the step's rows are hot: the forward forms each step's input projection
+    and reads the initial history in whatever strides it has; the backward forms every parameter and
+    input gradient from each step's gradients (the parameters' as one sum per thread block, added in
+    block order) and reads the outputs' gradient where it lies instead of copying it into a
+    ``(N + T, B, H)`` buffer. Otherwise (``_pytorch_forward`` / ``_pytorch_backward``, the reference
+    the compiled loops are tested against) the input projections are one product each before the loop
+    and the weight gradients one product each after it.
     """
 
     @staticmethod
     def forward(ctx, x, history0, w_ih, bias, w_hh, w_mix, delays, kernel):
         steps, batch = x.shape[:2]
         past, hidden, split = history0.shape[1], w_mix.shape[0], w_hh.shape[0]
-        flat_x = x.reshape(-1, x.shape[-1])
         states = empty_buffer((past + steps, batch, hidden), w_mix)
-        states[:past] = history0.transpose(0, 1)
-        torch.addmm(bias[split:], flat_x, w_ih[split:].t(), out=states[past:].view(-1, hidden))
         activated = empty_buffer((steps, batch, split), w_hh)  # logits, then [softmax(a) | sigmoid(r)]
-        torch.addmm(bias[:split], flat_x, w_ih[:split].t(), out=activated.view(-1, split))
         reset_mixed = empty_buffer((steps, batch, hidden), w_mix)  # r_t * sum_i a_i h_{t-2^i}
         rows = past - torch.tensor(delays, device=states.device)  # rows of h_{t-2^i} at t = 0
         if kernel:
-            torch.ops.ltdrnn.mist_forward(activated, states, reset_mixed, w_hh.contiguous(), w_mix.contiguous())
+            x = x.contiguous()  # the backward reads it too
+            weights = (w_hh.contiguous(), w_mix.contiguous(), x, w_ih.contiguous(), bias.contiguous())
+            torch.ops.ltdrnn.mist_forward(activated, states, reset_mixed, *weights, history0)
         else:
-            step = _torch_forward_step(states, activated, reset_mixed, rows)
-            w_hh_t, w_mix_t = w_hh.t(), w_mix.t()
-            h_rows, gate_rows, rm_rows = states.unbind(0), activated.unbind(0), reset_mixed.unbind(0)
-            for t in range(steps):
-                gate_rows[t].addmm_(h_rows[past + t - 1], w_hh_t)
-                step(t)
-                h_rows[past + t].addmm_(rm_rows[t], w_mix_t).tanh_()
+            _pytorch_forward(x, history0, w_ih, bias, w_hh, w_mix, states, activated, reset_mixed, rows)
         ctx.kernel = kernel
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows)
@@ -297,6 +290,24 @@ class MISTScan(torch.autograd.Function):
         )
         d_w_ih, d_bias, d_w_hh, d_w_mix = (g if ctx.needs_input_grad[2 + i] else None for i, g in enumerate(d_weights))
         return d_x, d_history0, d_w_ih, d_bias, d_w_hh, d_w_mix, None, None
+
+
+def _pytorch_forward(x, history0, w_ih, bias, w_hh, w_mix, states, activated, reset_mixed, rows):
+    """Fills ``states``, ``activated`` and ``reset_mixed`` as ``torch.ops.ltdrnn.mist_forward`` does, with
+    a Python loop over PyTorch ops: the input projections are written straight into the buffers the steps
+    then complete in place."""
+    steps, past, hidden, split = x.shape[0], history0.shape[1], w_mix.shape[0], w_hh.shape[0]
+    flat_x = x.reshape(-1, x.shape[-1])
+    states[:past] = history0.transpose(0, 1)
+    torch.addmm(bias[split:], flat_x, w_ih[split:].t(), out=states[past:].view(-1, hidden))
+    torch.addmm(bias[:split], flat_x, w_ih[:split].t(), out=activated.view(-1, split))
+    step = _torch_forward_step(states, activated, reset_mixed, rows)
+    w_hh_t, w_mix_t = w_hh.t(), w_mix.t()
+    h_rows, gate_rows, rm_rows = states.unbind(0), activated.unbind(0), reset_mixed.unbind(0)
+    for t in range(steps):
+        gate_rows[t].addmm_(h_rows[past + t - 1], w_hh_t)
+        step(t)
+        h_rows[past + t].addmm_(rm_rows[t], w_mix_t).tanh_()
 
 
 def _outside_gradient(states, d_outputs, d_final, d_states):
@@ -318,7 +329,6 @@ def _compiled_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, row
     """``(d_x or None, d_history0, d_w_ih, d_bias, d_w_hh, d_w_mix)`` from one call of
     ``torch.ops.ltdrnn.mist_backward``, which forms them all inside its time loop."""
     past, batch, hidden = states.shape[0] - reset_mixed.shape[0], states.shape[1], states.shape[2]
-    x = x.contiguous()
     grad = scratch_buffer(states.shape, states)  # a work buffer: the kernel writes each row before reading it
     d_x = torch.empty_like(x) if needs_x_grad else None
     d_history0 = states.new_empty(batch, past, hidden)

@@ -3,11 +3,10 @@
 // torch.ops.ltdrnn.mist_forward / mist_backward / mist_stream.
 //
 // Scan layouts (contiguous, time-major; G = n_d + H, N the history length):
-//   gates (T, B, G): on entry the input part of the logits [a | r] (W_ih x + b); the forward adds
-//       W_hh h_{t-1} and replaces them in place by softmax(a) and sigmoid(r), which the backward reads.
-//   states (N + T, B, H): rows 0 .. N - 1 the initial history; on entry row N + t holds the input part
-//       of the tanh argument (W_x x_t + b), which the forward completes and replaces by h_t. h_{t - 2^i}
-//       is row N + t - 2^i.
+//   gates (T, B, G): the logits [a | r] = W_ih x + b + W_hh h_{t-1}, which the forward replaces in
+//       place by softmax(a) and sigmoid(r), which the backward reads.
+//   states (N + T, B, H): rows 0 .. N - 1 the initial history, row N + t the state h_t (first its tanh
+//       argument, W_x x_t + b + W_mix rm_t). h_{t - 2^i} is row N + t - 2^i.
 //   reset_mixed (T, B, H): rm_t = r_t * m_t with the mix m_t = sum_i a_i h_{t-2^i}.
 //   w_hh (G, H), w_mix (H, H): the recurrent weights as the cell holds them (not transposed).
 //   grad (N + T, B, H): the backward's work buffer, dL/dh_s in full: row s starts as its gradient from
@@ -96,31 +95,77 @@ void forward_row(T* __restrict a, const T* h_t, T* __restrict rm, int64_t delays
   }
 }
 
+// The forward's inputs as raw pointers: x (T, B, d), W_ih (n_d + 2H, d), bias (n_d + 2H) and the initial
+// history (B, N, H) with its strides (a carried history is a transposed view of the last scan's states).
 template <typename T>
-void forward_rows(const ScanSizes& s, T* gates, T* states, T* reset_mixed, const T* w_hh, const T* w_mix,
-                  int64_t begin, int64_t rows) {
-  const int64_t G = s.delays + s.hidden, H = s.hidden, stride = s.batch * H;
+struct ForwardInputs {
+  const T *x, *w_ih, *bias, *history0;
+  int64_t inputs, history_strides[3];
+};
+
+// out (rows x cols) = bias + x_t W^T for x_t (rows x d), W (cols x d): the input part of a step's
+// pre-activations, formed per step while the rows are hot instead of in one pass over (T, B, .) before.
+template <typename T>
+void input_map(const T* x_t, const T* w, const T* bias, T* out, int64_t rows, int64_t cols, int64_t d) {
+  for (int64_t b = 0; b < rows; ++b) std::copy(bias, bias + cols, out + b * cols);
+  product_bt(x_t, w, out, rows, cols, d, T(1));
+}
+
+// The block's rows of the initial history into states' rows 0 .. N - 1.
+template <typename T>
+void read_history(const ScanSizes& s, const ForwardInputs<T>& in, T* states, int64_t begin, int64_t rows) {
+  const int64_t* stride = in.history_strides;
+  for (int64_t row = 0; row < s.past; ++row) {
+    for (int64_t b = begin; b < begin + rows; ++b) {
+      const T* from = in.history0 + b * stride[0] + row * stride[1];
+      T* to = states + (row * s.batch + b) * s.hidden;
+      for (int64_t j = 0; j < s.hidden; ++j) to[j] = from[j * stride[2]];
+    }
+  }
+}
+
+template <typename T>
+void forward_rows(const ScanSizes& s, const ForwardInputs<T>& in, T* gates, T* states, T* reset_mixed, const T* w_hh,
+                  const T* w_mix, int64_t begin, int64_t rows) {
+  const int64_t G = s.delays + s.hidden, H = s.hidden, stride = s.batch * H, d = in.inputs;
+  read_history(s, in, states, begin, rows);
   for (int64_t t = 0; t < s.steps; ++t) {
+    const T* x_t = in.x + (t * s.batch + begin) * d;
     T* g = gates + (t * s.batch + begin) * G;
     T* h = states + ((s.past + t) * s.batch + begin) * H;
     T* rm = reset_mixed + (t * s.batch + begin) * H;
+    input_map(x_t, in.w_ih, in.bias, g, rows, G, d);
     product_bt(h - stride, w_hh, g, rows, G, H, T(1));  // + W_hh h_{t-1}
     for (int64_t b = 0; b < rows; ++b) forward_row(g + b * G, h + b * H, rm + b * H, s.delays, H, stride);
+    input_map(x_t, in.w_ih + G * d, in.bias + G, h, rows, H, d);
     product_bt(rm, w_mix, h, rows, H, H, T(1));  // + W_mix rm_t
     for (int64_t j = 0; j < rows * H; ++j) h[j] = std::tanh(h[j]);
   }
 }
 
-// The forward over all T steps; gates and the rows N .. N + T - 1 of states are completed in place (see
-// the layouts above), reset_mixed is written.
+// The forward over all T steps from x, the initial history (B, N, H, any strides) and the weights:
+// writes gates, states and reset_mixed (see the layouts above; none is read first).
 void mist_forward(at::Tensor gates, at::Tensor states, at::Tensor reset_mixed, const at::Tensor& w_hh,
-                  const at::Tensor& w_mix) {
+                  const at::Tensor& w_mix, const at::Tensor& x, const at::Tensor& w_ih, const at::Tensor& bias,
+                  const at::Tensor& history0) {
   const auto sizes = check_scan(gates, states, reset_mixed, w_hh, w_mix, kForward);
+  const int64_t split = sizes.delays + 2 * sizes.hidden;
+  TORCH_CHECK(x.dim() == 3, kForward, ": x must be (T, B, d), got ", x.sizes());
+  check_tensor(x, states, {sizes.steps, sizes.batch, x.size(2)}, kForward, "x");
+  check_tensor(w_ih, states, {split, x.size(2)}, kForward, "w_ih");
+  check_tensor(bias, states, {split}, kForward, "bias");
+  check_tensor(history0, states, {sizes.batch, sizes.past, sizes.hidden}, kForward, "history0", false);
   AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), kForward, [&] {
+    using T = scalar_t;
+    const ForwardInputs<T> in{x.data_ptr<T>(),
+                              w_ih.data_ptr<T>(),
+                              bias.data_ptr<T>(),
+                              history0.data_ptr<T>(),
+                              x.size(2),
+                              {history0.stride(0), history0.stride(1), history0.stride(2)}};
     over_batch_blocks(sizes.batch, rows_per_thread(sizes.batch), [&](int64_t begin, int64_t end, int64_t) {
-      forward_rows<scalar_t>(sizes, gates.data_ptr<scalar_t>(), states.data_ptr<scalar_t>(),
-                             reset_mixed.data_ptr<scalar_t>(), w_hh.data_ptr<scalar_t>(), w_mix.data_ptr<scalar_t>(),
-                             begin, end - begin);
+      forward_rows<T>(sizes, in, gates.data_ptr<T>(), states.data_ptr<T>(), reset_mixed.data_ptr<T>(),
+                      w_hh.data_ptr<T>(), w_mix.data_ptr<T>(), begin, end - begin);
     });
   });
 }
@@ -388,7 +433,8 @@ std::tuple<at::Tensor, at::Tensor> mist_stream(at::TensorList weights, at::IntAr
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
-  m.def("mist_forward(Tensor(a!) gates, Tensor(b!) states, Tensor(c!) reset_mixed, Tensor w_hh, Tensor w_mix) -> ()");
+  m.def("mist_forward(Tensor(a!) gates, Tensor(b!) states, Tensor(c!) reset_mixed, Tensor w_hh, Tensor w_mix, "
+        "Tensor x, Tensor w_ih, Tensor bias, Tensor history0) -> ()");
   m.def("mist_backward(Tensor gates, Tensor states, Tensor reset_mixed, Tensor w_hh, Tensor w_mix, Tensor x, "
         "Tensor w_ih, Tensor d_outside, Tensor(a!) grad, Tensor(b!)? d_x, Tensor(c!) d_history0, Tensor(d!) d_w_ih, "
         "Tensor(e!) d_bias, Tensor(f!) d_w_hh, Tensor(g!) d_w_mix) -> ()");
