@@ -70,8 +70,9 @@ class MISTCell(Cell):
             ``"list"`` (autograd-recorded loop that keeps a list of past states and reads the delayed
             ones from it), ``"fused"`` (one autograd function over the whole sequence with a
             hand-written backward; weight gradients as one matrix product each), ``"kernel"`` (the
-            same with each step's element-wise work in one compiled operator call; falls back to ``"fused"``
-            when the kernel cannot be built or for non-CPU/non-float32/64 tensors), or ``"auto"``.
+            same with each whole time loop in one compiled operator call, which also forms the input
+            projections and every gradient per step; falls back to ``"fused"`` when the kernel cannot
+            be built or for non-CPU/non-float32/64 tensors), or ``"auto"``.
 
     Parameters (stacked so that each step needs two matrix products):
         ``weight_hh (n_d + H, H)`` = ``[W_ah; W_rh]``; ``weight_ih (n_d + 2H, d)`` = ``[W_ax; W_rx; W_x]``;
@@ -332,11 +333,12 @@ def _compiled_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, row
     grad = scratch_buffer(states.shape, states)  # a work buffer: the kernel writes each row before reading it
     d_x = torch.empty_like(x) if needs_x_grad else None
     d_history0 = states.new_empty(batch, past, hidden)
-    d_weights = [torch.empty_like(w) for w in (w_ih, w_ih[:, 0], w_hh, w_mix)]  # the bias is as long as w_ih
+    d_w_ih, d_bias = w_ih.new_empty(w_ih.shape), w_ih.new_empty(w_ih.shape[0])  # contiguous, as the kernel writes
+    d_w_hh, d_w_mix = w_hh.new_empty(w_hh.shape), w_mix.new_empty(w_mix.shape)
     operands = (activated, states, reset_mixed, w_hh.contiguous(), w_mix.contiguous(), x, w_ih.contiguous())
-    torch.ops.ltdrnn.mist_backward(*operands, outside, grad, d_x, d_history0, *d_weights)
+    torch.ops.ltdrnn.mist_backward(*operands, outside, grad, d_x, d_history0, d_w_ih, d_bias, d_w_hh, d_w_mix)
     release(grad)
-    return d_x, d_history0, *d_weights
+    return d_x, d_history0, d_w_ih, d_bias, d_w_hh, d_w_mix
 
 
 def _pytorch_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows, outside, needs_x_grad):

@@ -332,6 +332,7 @@ void mist_backward(const at::Tensor& gates, const at::Tensor& states, const at::
   std::vector<at::Tensor> results{d_w_ih, d_bias, d_w_hh, d_w_mix};  // ParameterGradients' order
   int64_t per_block = 0;
   for (const auto& result : results) per_block += result.numel();
+  per_block = (per_block + 15) / 16 * 16;  // whole cache lines: two blocks never write into the same one
   const int64_t chunk = rows_per_thread(sizes.batch);
   at::Tensor parts = at::zeros({batch_blocks(sizes.batch, chunk), per_block}, states.options());
   AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), kBackward, [&] {
