@@ -55,18 +55,33 @@ def test_the_scan_operators_check_the_step_and_the_history_they_index():
     T, B, H, nd = 3, 2, 4, 3  # delays 1, 2, 4: four rows of history
     gates, states, rm = torch.zeros(T, B, nd + H), torch.zeros(4 + T, B, H), torch.zeros(T, B, H)
     w_hh, w_mix = torch.zeros(nd + H, H), torch.zeros(H, H)
+    x, w_ih, bias, outside = torch.zeros(T, B, 2), torch.zeros(nd + 2 * H, 2), torch.zeros(nd + 2 * H), rm * 0
+    inputs = (x, w_ih, bias, torch.zeros(4, B, H).transpose(0, 1))  # the history in any strides
     forward = torch.ops.ltdrnn.mist_forward
-    forward(gates, states, rm, w_hh, w_mix)
+    forward(gates, states, rm, w_hh, w_mix, *inputs)
     with pytest.raises(RuntimeError, match="mist_forward: 3 delays need a history of at least"):
-        forward(gates, states[1:], rm, w_hh, w_mix)
+        forward(gates, states[1:], rm, w_hh, w_mix, *inputs)
     with pytest.raises(RuntimeError, match="mist_forward: w_hh must be a contiguous"):
-        forward(gates, states, rm, w_hh[:, :2], w_mix)
+        forward(gates, states, rm, w_hh[:, :2], w_mix, *inputs)
     with pytest.raises(RuntimeError, match="mist_forward: w_mix must be a CPU tensor of dtype Float"):
-        forward(gates, states, rm, w_hh, w_mix.double())
+        forward(gates, states, rm, w_hh, w_mix.double(), *inputs)
+    with pytest.raises(RuntimeError, match="mist_forward: bias must be a contiguous"):
+        forward(gates, states, rm, w_hh, w_mix, x, w_ih, bias[1:], inputs[-1])
+    with pytest.raises(RuntimeError, match="mist_forward: history0 must be a"):
+        forward(gates, states, rm, w_hh, w_mix, x, w_ih, bias, torch.zeros(B, 3, H))
     backward = torch.ops.ltdrnn.mist_backward
-    backward(gates, states, rm, w_hh, w_mix, torch.zeros_like(states), torch.zeros_like(gates), torch.zeros_like(rm))
-    with pytest.raises(RuntimeError, match="mist_backward: d_pre must be a contiguous"):
-        backward(gates, states, rm, w_hh, w_mix, torch.zeros_like(states), torch.zeros_like(gates), rm[:, :1])
+    results = [torch.zeros(B, 4, H), torch.zeros_like(w_ih), torch.zeros(nd + 2 * H), torch.zeros_like(w_hh), w_mix * 0]
+    scan = (gates, states, rm, w_hh, w_mix, x, w_ih)
+    backward(*scan, outside, torch.zeros_like(states), torch.zeros_like(x), *results)
+    backward(*scan, outside, torch.zeros_like(states), None, *results)  # no d_x: x needs no gradient
+    with pytest.raises(RuntimeError, match="mist_backward: d_outside must be \\(R, B, H\\) with R <= N \\+ T"):
+        backward(*scan, torch.zeros(5 + T, B, H), torch.zeros_like(states), None, *results)
+    with pytest.raises(RuntimeError, match="mist_backward: d_x must be a contiguous"):
+        backward(*scan, outside, torch.zeros_like(states), x[:, :, :1], *results)
+    with pytest.raises(RuntimeError, match="mist_backward: w_ih must be a contiguous"):
+        backward(*scan[:-1], w_ih[:, :1], outside, torch.zeros_like(states), None, *results)
+    with pytest.raises(RuntimeError, match="mist_backward: d_w_mix must be a CPU tensor of dtype Float"):
+        backward(*scan, outside, torch.zeros_like(states), None, *results[:-1], w_mix.double())
     f, b_f, h0, h = torch.zeros(T, B, H), torch.zeros(H), torch.zeros(B, H), torch.zeros(T, B, H)
     x, w_g = torch.zeros(T, B, 2), torch.zeros(H, 2)
     scan = torch.ops.ltdrnn.srnn_forward

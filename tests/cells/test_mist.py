@@ -212,3 +212,39 @@ def test_compiled_loops_equal_the_pytorch_loop_in_float64_at_T_1000_and_2_thread
     for a, b in zip(results["kernel"], results["fused"]):
         assert b.abs().max() > 0
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("used", ["outputs", "final", "states", "outputs+final"])
+@pytest.mark.parametrize("x_grad", [True, False])
+@pytest.mark.parametrize("batch", [5, 0])
+def test_compiled_backward_equals_the_pytorch_loop_for_every_output_used(used, x_grad, batch):
+    """mist_backward reads the outputs' gradient (whichever of the three outputs the loss uses) without a
+    copy into its work buffer, and sums the parameter gradients per thread block; at 3 threads batch 5
+    makes blocks of 2, 2 and 1 rows, and a history of 5 rows is one longer than the longest delay."""
+    from ltdrnn.cells.mist import MISTScan
+    from ltdrnn.kernels import load_torch_ops
+
+    if not load_torch_ops("mist"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp does not build here")
+    torch.manual_seed(0)
+    steps, hidden, nd, d, f64 = 11, 4, 3, 2, torch.float64
+    x = torch.randn(steps, batch, d, dtype=f64, requires_grad=x_grad)
+    history_rows = torch.randn(5, batch, hidden, dtype=f64, requires_grad=True)
+    history = history_rows.transpose(0, 1)  # laid out as a carried history is: a view of the last states
+    weights = [torch.randn(nd + 2 * hidden, d, dtype=f64), torch.randn(nd + 2 * hidden, dtype=f64)]
+    weights += [0.4 * torch.randn(nd + hidden, hidden, dtype=f64), 0.4 * torch.randn(hidden, hidden, dtype=f64)]
+    weights = [w.requires_grad_() for w in weights]
+    inputs = ([x] if x_grad else []) + [history_rows] + weights
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    results = {}
+    try:
+        for kernel in (True, False):
+            outputs, final, states = MISTScan.apply(x, history, *weights, (1, 2, 4), kernel)
+            losses = {"outputs": outputs.sin().sum(), "final": final.cos().sum(), "states": (states * states).sum()}
+            loss = sum(losses[name] for name in used.split("+"))
+            results[kernel] = (outputs, *torch.autograd.grad(loss, inputs))
+    finally:
+        torch.set_num_threads(threads)
+    for compiled, pytorch in zip(results[True], results[False]):
+        torch.testing.assert_close(compiled, pytorch, atol=1e-10, rtol=1e-9)

@@ -179,13 +179,18 @@ inline int64_t rows_per_thread(int64_t batch) {
   return std::max<int64_t>(1, (batch + threads - 1) / threads);
 }
 
+// The number of blocks of `chunk` rows that over_batch_blocks runs: one, empty, at B = 0.
+inline int64_t batch_blocks(int64_t batch, int64_t chunk) {
+  return std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+}
+
 // Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch: the first on
 // the calling thread, each other on a thread of its own, joined before returning (errors rethrown). Not
 // at::parallel_for: these files are built without -fopenmp, where it runs serially; and OpenMP's
 // spin-waiting costs whole time slices on a loaded machine. Here a block only blocks on the final join.
 template <typename Body>
 void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
-  const int64_t blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);  // one, empty, at B = 0
+  const int64_t blocks = batch_blocks(batch, chunk);
   std::vector<std::exception_ptr> errors(blocks);
   auto run = [&](int64_t part) {
     try {
