@@ -161,6 +161,58 @@ Gate<T> gate_of(const at::Tensor& like, int64_t steps, int64_t batch, int64_t hi
   return gate;
 }
 
+// The last part of a forward step for one row, shared by both scans: out = act(out + roll(prev, 1)).
+template <typename T>
+inline void add_shifted_and_activate(T* out, const T* prev, int64_t hidden, bool relu) {
+  out[0] += prev[hidden - 1];
+  for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
+  if (relu) {
+    for (int64_t i = 0; i < hidden; ++i) out[i] = out[i] > 0 ? out[i] : T(0);
+  } else {
+    for (int64_t i = 0; i < hidden; ++i) out[i] = std::tanh(out[i]);
+  }
+}
+
+// The first part of a backward step for one row, shared by both scans: gz = dL/dz_t from the output
+// gradient d_h of step t, gz_{t+1} (next) and h_t (act' from the output).
+template <typename T>
+inline void pre_activation_gradient(T* gz, const T* d_h, const T* next, const T* h_row, int64_t hidden,
+                                    bool broadcast, bool relu) {
+  if (broadcast) {
+    const T v = d_h[0];
+    for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = v + next[i + 1];
+    gz[hidden - 1] = v + next[0];
+  } else {
+    for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + next[i + 1];
+    gz[hidden - 1] = d_h[hidden - 1] + next[0];
+  }
+  if (relu) {
+    for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
+  } else {
+    for (int64_t i = 0; i < hidden; ++i) gz[i] *= T(1) - h_row[i] * h_row[i];
+  }
+}
+
+// A batch-first output gradient: each row's next read is one of B streams far apart in memory, more than
+// the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked.
+template <typename T>
+inline void prefetch_previous_step(const T* d_h, int64_t t, int64_t time_stride, int64_t batch_stride,
+                                   int64_t hidden) {
+  if (t == 0 || batch_stride <= hidden) return;
+  const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
+  for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
+}
+
+// dL/dh0 of the rows [begin, end) from gz of step 0 (the block's rows from `begin`): roll(gz_0, -1).
+template <typename T>
+inline void write_initial_state_gradient(T* dh0, const T* gz0, int64_t hidden, int64_t begin, int64_t end) {
+  for (int64_t b = begin; b < end; ++b) {
+    const T* row = gz0 + (b - begin) * hidden;
+    for (int64_t i = 0; i < hidden - 1; ++i) dh0[b * hidden + i] = row[i + 1];
+    dh0[b * hidden + hidden - 1] = row[0];
+  }
+}
+
 // The forward over the rows [begin, end) of the batch.
 template <typename T>
 void forward_loop(const Readout<T>& readout, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps,
@@ -180,13 +232,7 @@ void forward_loop(const Readout<T>& readout, const T* bf, const Gate<T>& gate, c
       } else {
         for (int64_t i = 0; i < hidden; ++i) out[i] += bf[i];
       }
-      out[0] += prev[hidden - 1];
-      for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
-      if (relu) {
-        for (int64_t i = 0; i < hidden; ++i) out[i] = out[i] > 0 ? out[i] : T(0);
-      } else {
-        for (int64_t i = 0; i < hidden; ++i) out[i] = std::tanh(out[i]);
-      }
+      add_shifted_and_activate(out, prev, hidden, relu);
     }
   }
 }
@@ -249,28 +295,9 @@ void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, 
     for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
-      if (t > 0 && batch_stride > hidden) {
-        // a batch-first gradient: each row's next read is one of B streams far apart in memory, more
-        // than the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked
-        const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
-        for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
-      }
-      const T* h_row = h + row * hidden;
-      const T* nx = next + (b - begin) * hidden;
+      prefetch_previous_step(d_h, t, time_stride, batch_stride, hidden);
       T* gz = cur + (b - begin) * hidden;
-      if (broadcast) {
-        const T v = d_h[0];
-        for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = v + nx[i + 1];
-        gz[hidden - 1] = v + nx[0];
-      } else {
-        for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + nx[i + 1];
-        gz[hidden - 1] = d_h[hidden - 1] + nx[0];
-      }
-      if (relu) {
-        for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
-      } else {
-        for (int64_t i = 0; i < hidden; ++i) gz[i] *= T(1) - h_row[i] * h_row[i];
-      }
+      pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, relu);
       if (!gate.on()) {
         for (int64_t i = 0; i < hidden; ++i) sum_f[i] += gz[i];
         continue;
@@ -307,11 +334,7 @@ void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, 
     for (int64_t j = 0; j < readout.weights(); ++j) sum_wf[j] += d_wf[j];
     std::swap(next, cur);
   }
-  for (int64_t b = begin; b < end; ++b) {
-    const T* nx = next + (b - begin) * hidden;
-    for (int64_t i = 0; i < hidden - 1; ++i) out.dh0[b * hidden + i] = nx[i + 1];
-    out.dh0[b * hidden + hidden - 1] = nx[0];
-  }
+  write_initial_state_gradient(out.dh0, next, hidden, begin, end);
 }
 
 // The blocks' sums (`blocks` consecutive runs of sums_per_block), added in block order, into the outputs.
