@@ -666,6 +666,7 @@ def test_the_piecewise_linear_operators_check_their_arguments_before_reading():
     T, B, H, S = 3, 2, 4, 5
     forward = dict(
         x=torch.zeros(T, B),
+        knots=torch.zeros(S - 1),
         segment=torch.zeros(T, B, dtype=torch.int32),
         slope=torch.zeros(S, H),
         offset=torch.zeros(S, H),
@@ -693,8 +694,10 @@ def test_the_piecewise_linear_operators_check_their_arguments_before_reading():
         ("forward", {"x": forward["x"].double()}, "slope must be a CPU tensor of dtype Double"),
         ("forward", {"segment": segment.long()}, "segment must be an int32 CPU tensor"),
         ("forward", {"segment": segment[:2]}, "segment must be a contiguous"),
-        ("forward", {"segment": segment + S}, r"segment's values must lie in \[0, 5\), got \[5, 5\]"),
-        ("forward", {"segment": segment - 1}, "segment's values must lie in"),
+        ("forward", {"knots": forward["knots"][:2]}, "knots must be a contiguous"),
+        ("backward", {"segment": segment + S}, r"segment's values must lie in \[0, 5\), got \[5, 5\]"),
+        ("backward", {"segment": segment - 1}, "segment's values must lie in"),
+        ("backward", {"segment": segment.long()}, "segment must be an int32 CPU tensor"),
         ("forward", {"offset": forward["offset"][:, :3]}, "offset must be a contiguous"),
         ("forward", {"w_g": forward["w_g"][:3]}, "w_g must be a contiguous"),
         ("forward", {"b_g": None}, "w_g and b_g come together"),
@@ -711,3 +714,18 @@ def test_the_piecewise_linear_operators_check_their_arguments_before_reading():
         arguments = {**(forward if direction == "forward" else backward), **replaced}
         with pytest.raises(RuntimeError, match=f"srnn_pwl_{direction}: {message}"):
             getattr(torch.ops.ltdrnn, f"srnn_pwl_{direction}")(**arguments)
+
+
+def test_the_piecewise_linear_forward_finds_the_segments_searchsorted_finds():
+    """The forward kernel counts the knots below each x: searchsorted(knots, x) (left), with repeated knots,
+    knots at +inf (units with A_j = 0), x exactly at a knot, below all and above all finite knots."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    knots = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0, math.inf, math.inf])
+    x = torch.cat([torch.tensor([-5.0, -1.0, 0.0, 0.25, 0.5, 2.0, 3.0, 1e30]), torch.randn(92) * 2]).view(20, 5)
+    S, H = knots.numel() + 1, 3
+    segment = torch.full(x.shape, -1, dtype=torch.int32)
+    h = torch.empty(20, 5, H)
+    tables = torch.zeros(S, H), torch.zeros(S, H)
+    torch.ops.ltdrnn.srnn_pwl_forward(x, knots, *tables, None, None, torch.zeros(5, H), True, h, segment)
+    assert torch.equal(segment, torch.searchsorted(knots, x, out_int32=True))

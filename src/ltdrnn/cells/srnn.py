@@ -429,8 +429,10 @@ class PiecewiseLinearScan(torch.autograd.Function):
 
     With a scalar x, ``f_r(x) = W_f relu(A x + a) + b_f`` is piecewise linear with at most k knots
     ``x_j = -a_j / A_j`` (:func:`segment_tables`): on each of the k + 1 segments between the sorted
-    knots the active units are fixed, so ``f(x) = slope[s] x + offset[s]``. Each ``(t, b)``'s segment
-    is found once (``searchsorted``), and the kernel forms ``f`` with one multiply-add per element
+    knots the active units are fixed, so ``f(x) = slope[s] x + offset[s]``. The forward kernel finds
+    each ``(t, b)``'s segment (the number of knots below x: ``searchsorted(knots, x)``, kept for the
+    backward; torch's own starts an OpenMP team, ~8 ms at 2 threads on a loaded machine) and forms ``f``
+    with one multiply-add per element
     instead of k (3 x 0.8 GFLOP of ``(T B, k) x (k, H)`` products less per training step at the
     pixel-MNIST shape). The backward kernel sums ``df = dL/df`` per segment, ``m0[s] = sum df``,
     ``m1[s] = sum df x`` (in the data's type over runs of ~256 rows, then in double; returned in
@@ -448,20 +450,20 @@ class PiecewiseLinearScan(torch.autograd.Function):
     def forward(ctx, x, w_in, b_in, w_f, b_f, w_g, b_g, h0, relu):
         steps, batch, hidden = x.shape[0], x.shape[1], w_f.shape[0]
         x = x.reshape(steps, batch).contiguous()
-        activity, slope, offset, knots = segment_tables(w_in, b_in, w_f, b_f)
-        segment = torch.searchsorted(knots, x, out_int32=True)
+        active, slope, offset, knots = segment_tables(w_in, b_in, w_f, b_f)
+        segment = torch.empty((steps, batch), dtype=torch.int32)  # the kernel's searchsorted(knots, x)
         w_g = None if w_g is None else w_g.reshape(hidden).contiguous()
         b_g = None if b_g is None else b_g.contiguous()
         h0 = h0.contiguous()
         h = empty_buffer((steps, batch, hidden), h0)
-        torch.ops.ltdrnn.srnn_pwl_forward(x, segment, slope, offset, w_g, b_g, h0, relu, h)
+        torch.ops.ltdrnn.srnn_pwl_forward(x, knots, slope, offset, w_g, b_g, h0, relu, h, segment)
         ctx.relu = relu
-        ctx.save_for_backward(x, segment, activity, slope, offset, w_in, b_in, w_f, w_g, b_g, h)
+        ctx.save_for_backward(x, segment, active, slope, offset, w_in, b_in, w_f, w_g, b_g, h)
         return h
 
     @staticmethod
     def backward(ctx, dh):
-        x, segment, activity, slope, offset, w_in, b_in, w_f, w_g, b_g, h = ctx.saved_tensors
+        x, segment, active, slope, offset, w_in, b_in, w_f, w_g, b_g, h = ctx.saved_tensors
         if dh.stride(-1) not in (0, 1):
             dh = dh.contiguous()
         sums = [torch.empty(slope.shape, dtype=torch.float64) for _ in range(2)]
@@ -471,7 +473,7 @@ class PiecewiseLinearScan(torch.autograd.Function):
         torch.ops.ltdrnn.srnn_pwl_backward(
             dh, h, x, segment, slope, offset, w_g, b_g, ctx.relu, dh0, *sums, d_bg, d_wg, d_x
         )
-        d_in, d_bin, d_wf, d_bf = f_r_gradients(*sums, activity, w_in, b_in, w_f)
+        d_in, d_bin, d_wf, d_bf = f_r_gradients(*sums, active, w_in, b_in, w_f)
         if d_x is not None:
             d_x = d_x.unsqueeze(-1)
         if d_wg is not None:
@@ -482,19 +484,22 @@ class PiecewiseLinearScan(torch.autograd.Function):
 def segment_tables(w_in: Tensor, b_in: Tensor, w_f: Tensor, b_f: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""``f_r(x) = W_f relu(A x + a) + b_f`` of a scalar x as a table of linear pieces.
 
-    Shapes: ``A (k, 1)``, ``a (k,)``, ``W_f (H, k)``, ``b_f (H,)`` -> ``activity (k + 1, k)`` (float64),
+    Shapes: ``A (k, 1)``, ``a (k,)``, ``W_f (H, k)``, ``b_f (H,)`` -> ``active (2, k)`` (int64),
     ``slope, offset (k + 1, H)``, ``knots (k,)`` (sorted; inputs' dtype).
 
     Unit j is active (``A_j x + a_j > 0``) for ``x > x_j`` if ``A_j > 0``, for ``x < x_j`` if
     ``A_j < 0``, with ``x_j = -a_j / A_j``; for ``A_j = 0`` always or never (``a_j > 0``), its knot at
-    +inf. Segment s is ``(knots[s-1], knots[s]]``, what ``searchsorted(knots, x)`` returns, and with
-    ``rank_j`` unit j's place among the sorted knots, ``activity[s, j] = [s > rank_j]`` (``A_j > 0``)
-    or ``[s <= rank_j]`` (``A_j < 0``). On segment s::
+    +inf. Segment s is ``(knots[s-1], knots[s]]``, what ``searchsorted(knots, x)`` returns; with
+    ``rank_j`` unit j's place among the sorted knots, unit j is active on the segments
+    ``active[0, j] <= s < active[1, j]``: ``[rank_j + 1, k + 1)`` (``A_j > 0``), ``[0, rank_j + 1)``
+    (``A_j < 0``), ``[0, k + 1)`` or none (``A_j = 0``). On segment s::
 
-        f(x) = slope[s] x + offset[s],  slope[s] = sum_j activity[s, j] A_j W_f[:, j],
-                                        offset[s] = b_f + sum_j activity[s, j] a_j W_f[:, j]
+        f(x) = slope[s] x + offset[s],  slope[s] = sum_{j active on s} A_j W_f[:, j],
+                                        offset[s] = b_f + sum_{j active on s} a_j W_f[:, j]
 
-    The tables are formed in float64 and rounded once.
+    Each sum is a prefix sum over s of the units' entries at their first and past their last segment
+    (no matrix product: at 2 threads MKL's thread team for these tiny products cost ~27 ms each on a
+    loaded machine). Formed in float64 and rounded once.
     """
     slope_in, bias_in = w_in.detach().reshape(-1).double(), b_in.detach().double()
     width, dtype = slope_in.shape[0], w_in.dtype
@@ -503,34 +508,52 @@ def segment_tables(w_in: Tensor, b_in: Tensor, w_f: Tensor, b_f: Tensor) -> Tupl
     knots, order = knots.sort()
     rank = torch.empty_like(order)
     rank[order] = torch.arange(width)
-    segment = torch.arange(width + 1).unsqueeze(1)
-    activity = torch.where(slope_in > 0, segment > rank, torch.where(slope_in < 0, segment <= rank, bias_in > 0))
-    activity = activity.double()
+    always = flat & (bias_in > 0)
+    first = torch.where(slope_in > 0, rank + 1, 0)
+    stop = torch.where(slope_in < 0, rank + 1, torch.where(flat & ~always, 0, width + 1))
+    active = torch.stack([first, stop])
     readout = w_f.detach().double()
-    slope = activity @ (readout * slope_in).t()
-    offset = activity @ (readout * bias_in).t() + b_f.detach().double()
-    return activity, slope.to(dtype), offset.to(dtype), knots
+    slope = _sum_over_active_units(active, (readout * slope_in).t())
+    offset = _sum_over_active_units(active, (readout * bias_in).t()) + b_f.detach().double()
+    return active, slope.to(dtype), offset.to(dtype), knots
+
+
+def _sum_over_active_units(active: Tensor, values: Tensor) -> Tensor:
+    """``out[s] = sum_{j: active[0, j] <= s < active[1, j]} values[j]``: ``active (2, k)``, ``values (k, H)``
+    -> ``(k + 1, H)``, a prefix sum of each unit's value added at its first segment and taken off past its last."""
+    steps = torch.zeros(values.shape[0] + 2, values.shape[1], dtype=values.dtype)
+    steps.index_add_(0, active[0], values).index_add_(0, active[1], -values)
+    return steps.cumsum(0)[:-1]
 
 
 def f_r_gradients(
-    m0: Tensor, m1: Tensor, activity: Tensor, w_in: Tensor, b_in: Tensor, w_f: Tensor
+    m0: Tensor, m1: Tensor, active: Tensor, w_in: Tensor, b_in: Tensor, w_f: Tensor
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""The gradients of ``f_r``'s parameters from the per-segment sums of ``df = dL/df``.
 
     Shapes: ``m0, m1 (k + 1, H)`` float64 (``m0[s] = sum_{(t,b) in s} df``, ``m1[s] = sum df x``),
-    ``activity (k + 1, k)``, ``A (k, 1)``, ``a (k,)``, ``W_f (H, k)`` -> ``dA, da, dW_f, db_f``. Each
-    element's f is ``sum_j W_f[:, j] (A_j x + a_j)`` over its active units plus ``b_f``, so with
-    ``P0 = m0^T activity``, ``P1 = m1^T activity`` (H, k)::
+    ``active (2, k)`` (:func:`segment_tables`), ``A (k, 1)``, ``a (k,)``, ``W_f (H, k)`` ->
+    ``dA, da, dW_f, db_f``. Each element's f is ``sum_j W_f[:, j] (A_j x + a_j)`` over its active units
+    plus ``b_f``, so with ``P0[:, j] = sum_{s: j active} m0[s]`` and ``P1`` likewise from ``m1``
+    (differences of prefix sums over s, since each unit is active on one run of segments)::
 
-        dW_f = P1 A^T + P0 a^T (per column j: A_j P1[:, j] + a_j P0[:, j]),   db_f = sum_s m0[s]
-        dA_j = W_f[:, j] . P1[:, j],   da_j = W_f[:, j] . P0[:, j]
+        dW_f[:, j] = A_j P1[:, j] + a_j P0[:, j],   db_f = sum_s m0[s]
+        dA_j = W_f[:, j] . P1[:, j],                da_j = W_f[:, j] . P0[:, j]
     """
-    p0, p1 = m0.t() @ activity, m1.t() @ activity
+    p0, p1 = (_sum_over_active_segments(active, sums) for sums in (m0, m1))
     slope_in, bias_in, readout = w_in.detach().reshape(-1).double(), b_in.detach().double(), w_f.detach().double()
     d_wf = p1 * slope_in + p0 * bias_in
     d_in = (p1 * readout).sum(0).view_as(w_in)
     d_bin = (p0 * readout).sum(0)
     return d_in.to(w_in.dtype), d_bin.to(b_in.dtype), d_wf.to(w_f.dtype), m0.sum(0).to(w_f.dtype)
+
+
+def _sum_over_active_segments(active: Tensor, sums: Tensor) -> Tensor:
+    """``out[:, j] = sum_{active[0, j] <= s < active[1, j]} sums[s]``: ``active (2, k)``, ``sums (k + 1, H)``
+    -> ``(H, k)``, as a difference of prefix sums."""
+    prefix = torch.cat([sums.new_zeros(1, sums.shape[1]), sums.cumsum(0)])
+    # index_select, not prefix[active]: advanced indexing starts an OpenMP team (~8 ms at 2 threads under load)
+    return (prefix.index_select(0, active[1]) - prefix.index_select(0, active[0])).t()
 
 
 #: Widest f_r features (k) for which, with the gate, the kernel forms f_r's last layer ``f_t`` itself.

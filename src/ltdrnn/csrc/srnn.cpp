@@ -416,15 +416,16 @@ void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& 
 // For d = 1 and one hidden layer, f_r(x) = W_f relu(A x + a) + b_f is piecewise linear in the scalar x: on
 // segment s of the real line (between two consecutive knots -a_j / A_j) the active units are fixed, so
 // f(x) = slope[s] x + offset[s], (H,) each (b_f in offset). ltdrnn.cells.srnn (PiecewiseLinearScan) builds
-// the (S, H) tables and each (t, b)'s segment once; here each element of f costs one multiply-add instead of
-// k. The gate's logits are w_g x + b_g, w_g (H,) (W_g's one column).
+// the (S, H) tables and the S - 1 sorted knots; the forward finds each (t, b)'s segment (the number of knots
+// below x) and writes it for the backward; each element of f costs one multiply-add instead of k. The gate's
+// logits are w_g x + b_g, w_g (H,) (W_g's one column).
 //   forward:  h_t = act(roll(h_{t-1}, 1) + (slope[s] x + offset[s]) * sigmoid(w_g x + b_g))
 //   backward: with df = dL/df (gz times the gate's sigmoid with a gate), the per-segment sums
 //             m0[s] = sum_{(t,b) in s} df_{t,b},  m1[s] = sum_{(t,b) in s} df_{t,b} x_{t,b}   (double, (S, H))
 //             from which PyTorch forms every gradient of f_r's parameters, and, when asked for,
 //             dL/dx_{t,b} = df . slope[s] + dL/dlogits . w_g; with the gate also dL/db_g and dL/dw_g.
-// Layouts: x and segment (T, B) (segment int32 in [0, S)), slope and offset (S, H), w_g, b_g (H), h (T, B, H),
-// all contiguous; dh as in srnn_backward (own time and batch strides, last axis contiguous or broadcast).
+// Layouts: x and segment (T, B) (segment int32 in [0, S)), knots (S - 1), slope and offset (S, H), w_g, b_g (H),
+// h (T, B, H), all contiguous; dh as in srnn_backward (own time and batch strides, last axis contiguous or broadcast).
 constexpr const char* kPieceForward = "srnn_pwl_forward";
 constexpr const char* kPieceBackward = "srnn_pwl_backward";
 
@@ -441,29 +442,36 @@ struct Pieces {
   bool gated() const { return w_g != nullptr; }
 };
 
-// Checks x (T, B), segment (T, B) (int32, every value in [0, S)), slope and offset (S, H) and the gate's
-// w_g, b_g (H) before any is read; returns them as Pieces.
+// segment: an int32 CPU tensor shaped like x (T, B), contiguous.
+void check_segment(const at::Tensor& segment, const at::Tensor& x, const char* op) {
+  TORCH_CHECK(segment.device().is_cpu() && segment.scalar_type() == at::kInt, op,
+              ": segment must be an int32 CPU tensor, got ", segment.scalar_type(), " on ", segment.device());
+  TORCH_CHECK(segment.sizes() == x.sizes() && segment.is_contiguous(), op, ": segment must be a contiguous ",
+              x.sizes(), " tensor, got ", segment.sizes(), segment.is_contiguous() ? "" : " (not contiguous)");
+}
+
+// Checks slope and offset (S, H), the gate's w_g, b_g (H) and, unless `segment` is an output (null here),
+// segment (T, B) with every value in [0, S), before any is read; returns them as Pieces.
 template <typename T>
-Pieces<T> pieces_of(const at::Tensor& x, const at::Tensor& segment, const at::Tensor& slope,
-                    const at::Tensor& offset, const std::optional<at::Tensor>& w_g,
-                    const std::optional<at::Tensor>& b_g, const char* op) {
+Pieces<T> pieces_of(const at::Tensor& x, const at::Tensor* segment, const at::Tensor& slope, const at::Tensor& offset,
+                    const std::optional<at::Tensor>& w_g, const std::optional<at::Tensor>& b_g, const char* op) {
   TORCH_CHECK(slope.dim() == 2 && slope.size(0) > 0 && slope.size(1) > 0, op,
               ": slope must be a nonempty (S, H) tensor, got ", slope.sizes());
   const int64_t segments = slope.size(0), hidden = slope.size(1);
   check_tensor(slope, x, {segments, hidden}, op, "slope");
   check_tensor(offset, x, {segments, hidden}, op, "offset");
-  TORCH_CHECK(segment.device().is_cpu() && segment.scalar_type() == at::kInt, op,
-              ": segment must be an int32 CPU tensor, got ", segment.scalar_type(), " on ", segment.device());
-  TORCH_CHECK(segment.sizes() == x.sizes() && segment.is_contiguous(), op, ": segment must be a contiguous ",
-              x.sizes(), " tensor, got ", segment.sizes(), segment.is_contiguous() ? "" : " (not contiguous)");
-  // an index out of range would read outside the tables: one pass over T B ints
-  const int32_t* seg = segment.data_ptr<int32_t>();
-  const auto [lowest, highest] = std::minmax_element(seg, seg + segment.numel());
-  TORCH_CHECK(segment.numel() == 0 || (*lowest >= 0 && *highest < segments), op,
-              ": segment's values must lie in [0, ", segments, "), got [", segment.numel() ? *lowest : 0, ", ",
-              segment.numel() ? *highest : 0, "]");
   TORCH_CHECK(bool(w_g) == bool(b_g), op, ": w_g and b_g come together");
-  Pieces<T> pieces{x.data_ptr<T>(), seg, slope.data_ptr<T>(), offset.data_ptr<T>()};
+  Pieces<T> pieces{x.data_ptr<T>(), nullptr, slope.data_ptr<T>(), offset.data_ptr<T>()};
+  if (segment) {
+    check_segment(*segment, x, op);
+    // an index out of range would read outside the tables: one pass over T B ints
+    const int32_t* seg = segment->data_ptr<int32_t>();
+    const auto [lowest, highest] = std::minmax_element(seg, seg + segment->numel());
+    TORCH_CHECK(segment->numel() == 0 || (*lowest >= 0 && *highest < segments), op,
+                ": segment's values must lie in [0, ", segments, "), got [", segment->numel() ? *lowest : 0, ", ",
+                segment->numel() ? *highest : 0, "]");
+    pieces.segment = seg;
+  }
   pieces.segments = segments;
   pieces.hidden = hidden;
   if (w_g) {
@@ -482,17 +490,27 @@ void check_scalar_input(const at::Tensor& x, const char* op) {
               x.is_contiguous() ? "" : " (not contiguous)");
 }
 
-// The forward over the rows [begin, end) of the batch.
+// The segment of v: how many knots lie below it (searchsorted(knots, v) on sorted knots; in [0, S) for any v,
+// NaN included). A branch-free count over the S - 1 knots, which gcc vectorises.
 template <typename T>
-void piece_forward_loop(const Pieces<T>& p, const T* h0, T* h, int64_t steps, int64_t batch, bool relu,
-                        int64_t begin, int64_t end) {
+inline int32_t knots_below(const T* knots, int64_t count, T v) {
+  int32_t below = 0;
+  for (int64_t j = 0; j < count; ++j) below += knots[j] < v;
+  return below;
+}
+
+// The forward over the rows [begin, end) of the batch; writes each row's segment into `segment`.
+template <typename T>
+void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, const T* h0, T* h, int64_t steps,
+                        int64_t batch, bool relu, int64_t begin, int64_t end) {
   const int64_t hidden = p.hidden;
   for (int64_t t = 0; t < steps; ++t) {
     const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
     for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T v = p.x[row];
-      const T *slope = p.slope + p.segment[row] * hidden, *offset = p.offset + p.segment[row] * hidden;
+      const int64_t start = (segment[row] = knots_below(knots, p.segments - 1, v)) * hidden;
+      const T *slope = p.slope + start, *offset = p.offset + start;
       T* out = h + row * hidden;
       if (p.gated()) {
         for (int64_t i = 0; i < hidden; ++i) out[i] = (slope[i] * v + offset[i]) * sigmoid(p.w_g[i] * v + p.b_g[i]);
@@ -504,18 +522,21 @@ void piece_forward_loop(const Pieces<T>& p, const T* h0, T* h, int64_t steps, in
   }
 }
 
-void srnn_pwl_forward(const at::Tensor& x, const at::Tensor& segment, const at::Tensor& slope,
+void srnn_pwl_forward(const at::Tensor& x, const at::Tensor& knots, const at::Tensor& slope,
                       const at::Tensor& offset, const std::optional<at::Tensor>& w_g,
-                      const std::optional<at::Tensor>& b_g, const at::Tensor& h0, bool relu, at::Tensor h) {
+                      const std::optional<at::Tensor>& b_g, const at::Tensor& h0, bool relu, at::Tensor h,
+                      at::Tensor segment) {
   check_scalar_input(x, kPieceForward);
   const int64_t steps = x.size(0), batch = x.size(1);
+  check_segment(segment, x, kPieceForward);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kPieceForward, [&] {
-    const auto pieces = pieces_of<scalar_t>(x, segment, slope, offset, w_g, b_g, kPieceForward);
+    const auto pieces = pieces_of<scalar_t>(x, nullptr, slope, offset, w_g, b_g, kPieceForward);
+    check_tensor(knots, x, {pieces.segments - 1}, kPieceForward, "knots");
     check_tensor(h0, x, {batch, pieces.hidden}, kPieceForward, "h0");
     check_tensor(h, x, {steps, batch, pieces.hidden}, kPieceForward, "h");
     over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
-      piece_forward_loop<scalar_t>(pieces, h0.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), steps, batch, relu,
-                                   begin, end);
+      piece_forward_loop<scalar_t>(pieces, knots.data_ptr<scalar_t>(), segment.data_ptr<int32_t>(),
+                                   h0.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), steps, batch, relu, begin, end);
     });
   });
 }
@@ -630,7 +651,7 @@ void srnn_pwl_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tens
   check_scalar_input(x, op);
   const int64_t steps = x.size(0), batch = x.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), op, [&] {
-    const auto p = pieces_of<scalar_t>(x, segment, slope, offset, w_g, b_g, op);
+    const auto p = pieces_of<scalar_t>(x, &segment, slope, offset, w_g, b_g, op);
     const int64_t hidden = p.hidden, segments = p.segments;
     check_tensor(h, x, {steps, batch, hidden}, op, "h");
     check_tensor(dh, x, {steps, batch, hidden}, op, "dh", false);
@@ -754,8 +775,8 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to
   m.def("srnn_backward(Tensor dh, Tensor h, Tensor features, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, "
         "Tensor? w_g, bool relu, Tensor(a!)? d_features, Tensor(b!)? dg, Tensor(c!) dh0, Tensor(d!) d_bf, "
         "Tensor(e!)? d_bg, Tensor(f!)? d_wg, Tensor(g!)? d_x, Tensor? w_f=None, Tensor(h!)? d_wf=None) -> ()");
-  m.def("srnn_pwl_forward(Tensor x, Tensor segment, Tensor slope, Tensor offset, Tensor? w_g, Tensor? b_g, "
-        "Tensor h0, bool relu, Tensor(a!) h) -> ()");
+  m.def("srnn_pwl_forward(Tensor x, Tensor knots, Tensor slope, Tensor offset, Tensor? w_g, Tensor? b_g, "
+        "Tensor h0, bool relu, Tensor(a!) h, Tensor(b!) segment) -> ()");
   m.def("srnn_pwl_backward(Tensor dh, Tensor h, Tensor x, Tensor segment, Tensor slope, Tensor offset, Tensor? w_g, "
         "Tensor? b_g, bool relu, Tensor(a!) dh0, Tensor(b!) m0, Tensor(c!) m1, Tensor(d!)? d_bg, Tensor(e!)? d_wg, "
         "Tensor(f!)? d_x) -> ()");
