@@ -557,14 +557,14 @@ def count_piecewise_calls(monkeypatch):
     [{}, {"gate": False}, {"activation": "tanh"}, {"activation": "tanh", "gate": False}],
     ids=["relu", "relu-nogate", "tanh", "tanh-nogate"],
 )
-def test_piecewise_linear_path_equals_the_loop_in_float64_at_T_1000(monkeypatch, threads, batch, options):
+def test_piecewise_linear_path_equals_the_loop_in_float64_at_T_1100(monkeypatch, threads, batch, options):
     """input_size=1 with one f_r layer: f_r is read from per-segment tables and its gradients assembled
     from per-segment sums; outputs, final state and the gradients of x, h0 and every parameter against
     the reference loop, at 1 and 2 threads (batch 3: blocks of 2 + 1 rows; batch 1)."""
     from ltdrnn.cells.srnn import segment_tables
 
     cell = piecewise_cell(**options)
-    x = 2 * torch.randn(1000, batch, 1, dtype=torch.float64)
+    x = 2 * torch.randn(1100, batch, 1, dtype=torch.float64)  # B = 1: above PIECEWISE_LINEAR_MIN_ROWS
     h0 = torch.rand(batch, 16, dtype=torch.float64)
     hidden_layer, out_layer = cell.fr_hidden[0], cell.fr_out
     knots = segment_tables(hidden_layer.weight, hidden_layer.bias, out_layer.weight, out_layer.bias)[3]
@@ -643,7 +643,7 @@ def test_piecewise_linear_path_at_a_knot_puts_the_input_on_the_segment_below():
     with torch.no_grad():
         cell.fr_hidden[0].weight[:, 0] = torch.tensor([-0.5, 0.25, 1.0, -2.0], dtype=torch.float64)
         cell.fr_hidden[0].bias[:] = torch.tensor([0.25, 0.5, -3.0, 8.0], dtype=torch.float64)  # unit 0's knot: 0.5
-    x = torch.full((30, 2, 1), 0.5, dtype=torch.float64)
+    x = torch.full((600, 2, 1), 0.5, dtype=torch.float64)
     h0 = torch.rand(2, 16, dtype=torch.float64)
     got, ref = kernel_and_reference_at_threads(cell, x, h0, 1)
     names = ["out", "final", "x", "h0"] + [name for name, _ in cell.named_parameters()]
@@ -729,3 +729,19 @@ def test_the_piecewise_linear_forward_finds_the_segments_searchsorted_finds():
     tables = torch.zeros(S, H), torch.zeros(S, H)
     torch.ops.ltdrnn.srnn_pwl_forward(x, knots, *tables, None, None, torch.zeros(5, H), True, h, segment)
     assert torch.equal(segment, torch.searchsorted(knots, x, out_int32=True))
+
+
+def test_short_scans_keep_the_general_kernel_scan(monkeypatch):
+    """Below PIECEWISE_LINEAR_MIN_ROWS rows (T B) the tables cost more than they save: KernelScan runs
+    (a layer's one-step scan with autograd, short sequences); from it on, the piecewise-linear path."""
+    from ltdrnn.cells.srnn import PIECEWISE_LINEAR_MIN_ROWS
+
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    cell = piecewise_cell()
+    calls = count_piecewise_calls(monkeypatch)
+    for steps, expected in ((PIECEWISE_LINEAR_MIN_ROWS // 4 - 1, 0), (PIECEWISE_LINEAR_MIN_ROWS // 4, 1)):
+        x = torch.randn(steps, 4, 1, dtype=torch.float64)
+        out, _ = cell.scan(x, impl="kernel")
+        out.sum().backward()
+        assert calls == {"forward": expected, "backward": expected}
