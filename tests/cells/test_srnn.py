@@ -517,3 +517,231 @@ def test_the_scan_operators_check_f_r_s_last_layer_before_reading():
             w_f,
             d_wf,
         )
+
+
+# ---- f_r as a piecewise-linear function of a scalar input (input_size=1, fr_layers=1) ------------------
+def piecewise_cell(hyper_size=8, **options):
+    """A float64 cell of the piecewise-linear path whose hidden units include every kind of knot: A_j < 0,
+    A_j > 0, and A_j = 0 with a_j > 0 (always active) and a_j < 0 (never active)."""
+    cell = make(input_size=1, hyper_size=hyper_size, dtype=torch.float64, **options)
+    with torch.no_grad():
+        slope, bias = cell.fr_hidden[0].weight[:, 0], cell.fr_hidden[0].bias
+        slope[0], bias[0], slope[1], bias[1] = 0.0, 0.5, 0.0, -0.5
+        slope[2], slope[3] = -slope[2].abs(), slope[3].abs()
+    return cell
+
+
+def count_piecewise_calls(monkeypatch):
+    """Counts the piecewise-linear path's table builds (forward) and gradient assemblies (backward)."""
+    from ltdrnn.cells import srnn as srnn_module
+
+    calls = {"forward": 0, "backward": 0}
+    tables, gradients = srnn_module.segment_tables, srnn_module.f_r_gradients
+
+    def counted_tables(*args):
+        calls["forward"] += 1
+        return tables(*args)
+
+    def counted_gradients(*args):
+        calls["backward"] += 1
+        return gradients(*args)
+
+    monkeypatch.setattr(srnn_module, "segment_tables", counted_tables)
+    monkeypatch.setattr(srnn_module, "f_r_gradients", counted_gradients)
+    return calls
+
+
+@pytest.mark.parametrize("threads, batch", [(1, 3), (2, 3), (2, 1)], ids=["1x3", "2x3", "2x1"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"gate": False}, {"activation": "tanh"}, {"activation": "tanh", "gate": False}],
+    ids=["relu", "relu-nogate", "tanh", "tanh-nogate"],
+)
+def test_piecewise_linear_path_equals_the_loop_in_float64_at_T_1100(monkeypatch, threads, batch, options):
+    """input_size=1 with one f_r layer: f_r is read from per-segment tables and its gradients assembled
+    from per-segment sums; outputs, final state and the gradients of x, h0 and every parameter against
+    the reference loop, at 1 and 2 threads (batch 3: blocks of 2 + 1 rows; batch 1)."""
+    from ltdrnn.cells.srnn import segment_tables
+
+    cell = piecewise_cell(**options)
+    x = 2 * torch.randn(1100, batch, 1, dtype=torch.float64)  # B = 1: above PIECEWISE_LINEAR_MIN_ROWS
+    h0 = torch.rand(batch, 16, dtype=torch.float64)
+    hidden_layer, out_layer = cell.fr_hidden[0], cell.fr_out
+    knots = segment_tables(hidden_layer.weight, hidden_layer.bias, out_layer.weight, out_layer.bias)[3]
+    assert torch.searchsorted(knots, x.view(-1)).unique().numel() >= 5, "x must cross several knots"
+    calls = count_piecewise_calls(monkeypatch)
+    got, ref = kernel_and_reference_at_threads(cell, x, h0, threads)
+    assert calls == {"forward": 1, "backward": 1}
+    for a, b in zip(got, ref):
+        assert b.abs().max() > 0
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("options", [{}, {"gate": False, "activation": "tanh"}])
+def test_piecewise_linear_path_through_a_batch_first_layer(monkeypatch, options):
+    """The layer hands the cell a transposed view of a batch-first input, which does not need its gradient
+    (the kernel skips dL/dx), and receives the output gradient transposed; every parameter's gradient and
+    the outputs against the reference loop, at the default width k = 32."""
+    cell = piecewise_cell(hyper_size=32, **options)
+    layer = ltdrnn.Recurrent(lambda d, h: cell, 1, 16, batch_first=True)
+    x = 2 * torch.randn(5, 1200, 1, dtype=torch.float64)
+    calls = count_piecewise_calls(monkeypatch)
+    results = {}
+    for impl in ("kernel", "reference"):
+        cell.impl = impl
+        cell.zero_grad()
+        out, _ = layer(x)
+        (out[:, -1].square().sum() + out.mean()).backward()
+        results[impl] = [out.detach()] + [p.grad.clone() for p in cell.parameters()]
+    assert calls == {"forward": 1, "backward": 1}
+    for a, b in zip(results["kernel"], results["reference"]):
+        assert b.abs().max() > 0
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+def test_piecewise_linear_path_equals_the_general_kernel_scan():
+    """The path it replaces for input_size=1, one f_r layer (KernelScan on features = relu(x A^T + a)) stays
+    a reference: the same outputs and gradients in float32."""
+    from ltdrnn.cells.srnn import KernelScan, PiecewiseLinearScan
+
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    cell = make(input_size=1, hidden_size=32)
+    hidden_layer, out_layer, gate = cell.fr_hidden[0], cell.fr_out, cell.gate_layer
+    x, h0 = torch.randn(400, 4, 1), torch.rand(4, 32)
+    results = []
+    for run in (
+        lambda x: PiecewiseLinearScan.apply(
+            x,
+            hidden_layer.weight,
+            hidden_layer.bias,
+            out_layer.weight,
+            out_layer.bias,
+            gate.weight,
+            gate.bias,
+            h0,
+            True,
+        ),
+        lambda x: KernelScan.apply(
+            torch.relu(hidden_layer(x)), out_layer.weight, out_layer.bias, x, gate.weight, gate.bias, h0, True
+        ),
+    ):
+        cell.zero_grad()
+        leaf = x.clone().requires_grad_()
+        out = run(leaf)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append([out.detach(), leaf.grad] + [p.grad.clone() for p in cell.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_piecewise_linear_path_at_a_knot_puts_the_input_on_the_segment_below():
+    """x exactly at unit j's knot (A_j x + a_j = 0): f is the same as the loop's and so are the gradients
+    of W_f, b_f, the gate and h0; a unit with A_j < 0 counts as active there (the loop's relu'(0) = 0 as
+    inactive), so dL/dA_j and dL/da_j gain that element's one-sided term ``W_f[:, j] . df (x, 1)``."""
+    cell = make(input_size=1, hyper_size=4, dtype=torch.float64)
+    with torch.no_grad():
+        cell.fr_hidden[0].weight[:, 0] = torch.tensor([-0.5, 0.25, 1.0, -2.0], dtype=torch.float64)
+        cell.fr_hidden[0].bias[:] = torch.tensor([0.25, 0.5, -3.0, 8.0], dtype=torch.float64)  # unit 0's knot: 0.5
+    x = torch.full((600, 2, 1), 0.5, dtype=torch.float64)
+    h0 = torch.rand(2, 16, dtype=torch.float64)
+    got, ref = kernel_and_reference_at_threads(cell, x, h0, 1)
+    names = ["out", "final", "x", "h0"] + [name for name, _ in cell.named_parameters()]
+    differing = {"x", "fr_hidden.0.weight", "fr_hidden.0.bias"}
+    for name, a, b in zip(names, got, ref):
+        if name not in differing:
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10, msg=name)
+    d_in, d_bias = got[names.index("fr_hidden.0.weight")], got[names.index("fr_hidden.0.bias")]
+    ref_in, ref_bias = ref[names.index("fr_hidden.0.weight")], ref[names.index("fr_hidden.0.bias")]
+    torch.testing.assert_close(d_in[1:], ref_in[1:])  # units away from their knot agree
+    torch.testing.assert_close(d_bias[1:], ref_bias[1:])
+    assert ref_bias[0] == 0 and d_bias[0] != 0  # the loop: unit 0 inactive at every step; here active
+    torch.testing.assert_close(d_in[0, 0], 0.5 * d_bias[0])  # its one-sided terms: x df and df, x = 0.5
+
+
+def test_the_piecewise_linear_operators_check_their_arguments_before_reading():
+    """Each case replaces one argument of a valid call; the error names the operator and the argument."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    T, B, H, S = 3, 2, 4, 5
+    forward = dict(
+        x=torch.zeros(T, B),
+        knots=torch.zeros(S - 1),
+        segment=torch.zeros(T, B, dtype=torch.int32),
+        slope=torch.zeros(S, H),
+        offset=torch.zeros(S, H),
+        w_g=torch.zeros(H),
+        b_g=torch.zeros(H),
+        h0=torch.zeros(B, H),
+        relu=True,
+        h=torch.zeros(T, B, H),
+    )
+    backward = dict(
+        dh=torch.zeros(T, B, H),
+        **{name: forward[name] for name in ("h", "x", "segment", "slope", "offset", "w_g", "b_g", "relu")},
+        dh0=torch.zeros(B, H),
+        m0=torch.zeros(S, H, dtype=torch.float64),
+        m1=torch.zeros(S, H, dtype=torch.float64),
+        d_bg=torch.zeros(H),
+        d_wg=torch.zeros(H),
+        d_x=None,
+    )
+    torch.ops.ltdrnn.srnn_pwl_forward(**forward)
+    torch.ops.ltdrnn.srnn_pwl_backward(**backward)
+    segment = forward["segment"]
+    cases = [
+        ("forward", {"x": forward["x"].t()}, r"x must be a contiguous \(T, B\) tensor"),
+        ("forward", {"x": forward["x"].double()}, "slope must be a CPU tensor of dtype Double"),
+        ("forward", {"segment": segment.long()}, "segment must be an int32 CPU tensor"),
+        ("forward", {"segment": segment[:2]}, "segment must be a contiguous"),
+        ("forward", {"knots": forward["knots"][:2]}, "knots must be a contiguous"),
+        ("backward", {"segment": segment + S}, r"segment's values must lie in \[0, 5\), got \[5, 5\]"),
+        ("backward", {"segment": segment - 1}, "segment's values must lie in"),
+        ("backward", {"segment": segment.long()}, "segment must be an int32 CPU tensor"),
+        ("forward", {"offset": forward["offset"][:, :3]}, "offset must be a contiguous"),
+        ("forward", {"w_g": forward["w_g"][:3]}, "w_g must be a contiguous"),
+        ("forward", {"b_g": None}, "w_g and b_g come together"),
+        ("forward", {"h": forward["h"][:, :1]}, "h must be a contiguous"),
+        ("backward", {"dh": backward["dh"][:, :1]}, "dh must be a"),
+        ("backward", {"dh0": backward["dh0"][:1]}, "dh0 must be a contiguous"),
+        ("backward", {"m0": backward["m0"].float()}, "m0 must be a float64"),
+        ("backward", {"m1": backward["m1"][:2]}, "m1 must be a contiguous"),
+        ("backward", {"d_bg": None, "d_wg": None}, "d_bg and d_wg are needed with the gate"),
+        ("backward", {"w_g": None, "b_g": None}, "d_bg and d_wg must be None without the gate"),
+        ("backward", {"d_x": forward["x"][:1]}, "d_x must be a contiguous"),
+    ]
+    for direction, replaced, message in cases:
+        arguments = {**(forward if direction == "forward" else backward), **replaced}
+        with pytest.raises(RuntimeError, match=f"srnn_pwl_{direction}: {message}"):
+            getattr(torch.ops.ltdrnn, f"srnn_pwl_{direction}")(**arguments)
+
+
+def test_the_piecewise_linear_forward_finds_the_segments_searchsorted_finds():
+    """The forward kernel counts the knots below each x: searchsorted(knots, x) (left), with repeated knots,
+    knots at +inf (units with A_j = 0), x exactly at a knot, below all and above all finite knots."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    knots = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0, math.inf, math.inf])
+    x = torch.cat([torch.tensor([-5.0, -1.0, 0.0, 0.25, 0.5, 2.0, 3.0, 1e30]), torch.randn(92) * 2]).view(20, 5)
+    S, H = knots.numel() + 1, 3
+    segment = torch.full(x.shape, -1, dtype=torch.int32)
+    h = torch.empty(20, 5, H)
+    tables = torch.zeros(S, H), torch.zeros(S, H)
+    torch.ops.ltdrnn.srnn_pwl_forward(x, knots, *tables, None, None, torch.zeros(5, H), True, h, segment)
+    assert torch.equal(segment, torch.searchsorted(knots, x, out_int32=True))
+
+
+def test_short_scans_keep_the_general_kernel_scan(monkeypatch):
+    """Below PIECEWISE_LINEAR_MIN_ROWS rows (T B) the tables cost more than they save: KernelScan runs
+    (a layer's one-step scan with autograd, short sequences); from it on, the piecewise-linear path."""
+    from ltdrnn.cells.srnn import PIECEWISE_LINEAR_MIN_ROWS
+
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    cell = piecewise_cell()
+    calls = count_piecewise_calls(monkeypatch)
+    for steps, expected in ((PIECEWISE_LINEAR_MIN_ROWS // 4 - 1, 0), (PIECEWISE_LINEAR_MIN_ROWS // 4, 1)):
+        x = torch.randn(steps, 4, 1, dtype=torch.float64)
+        out, _ = cell.scan(x, impl="kernel")
+        out.sum().backward()
+        assert calls == {"forward": expected, "backward": expected}

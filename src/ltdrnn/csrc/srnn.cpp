@@ -1,6 +1,8 @@
 // SRNN's compiled kernels (ltdrnn.cells.srnn): the sequential scan with f_r's last layer and the gate, forward
-// and backward (the "kernel" path, KernelScan), and the one-call streaming step. Operators:
-// torch.ops.ltdrnn.srnn_forward / srnn_backward / srnn_stream.
+// and backward (the "kernel" path, KernelScan), the same scan with f_r read from a table of its linear pieces
+// for a scalar input and one hidden layer (PiecewiseLinearScan; its own section below), and the one-call
+// streaming step. Operators: torch.ops.ltdrnn.srnn_forward / srnn_backward / srnn_pwl_forward /
+// srnn_pwl_backward / srnn_stream.
 //
 // The scan: h_t = act(roll(h_{t-1}, 1) + beta_t), act relu or tanh, roll(h, 1)[i] = h[i - 1 mod H],
 //   beta_t = (f_t + b_f) * sigmoid(g_t + b_g)  with the gate, else beta_t = f_t + b_f,
@@ -161,6 +163,58 @@ Gate<T> gate_of(const at::Tensor& like, int64_t steps, int64_t batch, int64_t hi
   return gate;
 }
 
+// The last part of a forward step for one row, shared by both scans: out = act(out + roll(prev, 1)).
+template <typename T>
+inline void add_shifted_and_activate(T* out, const T* prev, int64_t hidden, bool relu) {
+  out[0] += prev[hidden - 1];
+  for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
+  if (relu) {
+    for (int64_t i = 0; i < hidden; ++i) out[i] = out[i] > 0 ? out[i] : T(0);
+  } else {
+    for (int64_t i = 0; i < hidden; ++i) out[i] = std::tanh(out[i]);
+  }
+}
+
+// The first part of a backward step for one row, shared by both scans: gz = dL/dz_t from the output
+// gradient d_h of step t, gz_{t+1} (next) and h_t (act' from the output).
+template <typename T>
+inline void pre_activation_gradient(T* gz, const T* d_h, const T* next, const T* h_row, int64_t hidden,
+                                    bool broadcast, bool relu) {
+  if (broadcast) {
+    const T v = d_h[0];
+    for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = v + next[i + 1];
+    gz[hidden - 1] = v + next[0];
+  } else {
+    for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + next[i + 1];
+    gz[hidden - 1] = d_h[hidden - 1] + next[0];
+  }
+  if (relu) {
+    for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
+  } else {
+    for (int64_t i = 0; i < hidden; ++i) gz[i] *= T(1) - h_row[i] * h_row[i];
+  }
+}
+
+// A batch-first output gradient: each row's next read is one of B streams far apart in memory, more than
+// the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked.
+template <typename T>
+inline void prefetch_previous_step(const T* d_h, int64_t t, int64_t time_stride, int64_t batch_stride,
+                                   int64_t hidden) {
+  if (t == 0 || batch_stride <= hidden) return;
+  const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
+  for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
+}
+
+// dL/dh0 of the rows [begin, end) from gz of step 0 (the block's rows from `begin`): roll(gz_0, -1).
+template <typename T>
+inline void write_initial_state_gradient(T* dh0, const T* gz0, int64_t hidden, int64_t begin, int64_t end) {
+  for (int64_t b = begin; b < end; ++b) {
+    const T* row = gz0 + (b - begin) * hidden;
+    for (int64_t i = 0; i < hidden - 1; ++i) dh0[b * hidden + i] = row[i + 1];
+    dh0[b * hidden + hidden - 1] = row[0];
+  }
+}
+
 // The forward over the rows [begin, end) of the batch.
 template <typename T>
 void forward_loop(const Readout<T>& readout, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps,
@@ -180,13 +234,7 @@ void forward_loop(const Readout<T>& readout, const T* bf, const Gate<T>& gate, c
       } else {
         for (int64_t i = 0; i < hidden; ++i) out[i] += bf[i];
       }
-      out[0] += prev[hidden - 1];
-      for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
-      if (relu) {
-        for (int64_t i = 0; i < hidden; ++i) out[i] = out[i] > 0 ? out[i] : T(0);
-      } else {
-        for (int64_t i = 0; i < hidden; ++i) out[i] = std::tanh(out[i]);
-      }
+      add_shifted_and_activate(out, prev, hidden, relu);
     }
   }
 }
@@ -249,28 +297,9 @@ void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, 
     for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
-      if (t > 0 && batch_stride > hidden) {
-        // a batch-first gradient: each row's next read is one of B streams far apart in memory, more
-        // than the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked
-        const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
-        for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
-      }
-      const T* h_row = h + row * hidden;
-      const T* nx = next + (b - begin) * hidden;
+      prefetch_previous_step(d_h, t, time_stride, batch_stride, hidden);
       T* gz = cur + (b - begin) * hidden;
-      if (broadcast) {
-        const T v = d_h[0];
-        for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = v + nx[i + 1];
-        gz[hidden - 1] = v + nx[0];
-      } else {
-        for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + nx[i + 1];
-        gz[hidden - 1] = d_h[hidden - 1] + nx[0];
-      }
-      if (relu) {
-        for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
-      } else {
-        for (int64_t i = 0; i < hidden; ++i) gz[i] *= T(1) - h_row[i] * h_row[i];
-      }
+      pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, relu);
       if (!gate.on()) {
         for (int64_t i = 0; i < hidden; ++i) sum_f[i] += gz[i];
         continue;
@@ -307,11 +336,7 @@ void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, 
     for (int64_t j = 0; j < readout.weights(); ++j) sum_wf[j] += d_wf[j];
     std::swap(next, cur);
   }
-  for (int64_t b = begin; b < end; ++b) {
-    const T* nx = next + (b - begin) * hidden;
-    for (int64_t i = 0; i < hidden - 1; ++i) out.dh0[b * hidden + i] = nx[i + 1];
-    out.dh0[b * hidden + hidden - 1] = nx[0];
-  }
+  write_initial_state_gradient(out.dh0, next, hidden, begin, end);
 }
 
 // The blocks' sums (`blocks` consecutive runs of sums_per_block), added in block order, into the outputs.
@@ -384,6 +409,298 @@ void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& 
                               relu, begin, end, sums.data() + part * per);
     });
     write_sums<scalar_t>(sums, blocks, gate, out, hidden, readout.weights());
+  });
+}
+
+// ---- f_r as a piecewise-linear function of a scalar input ----------------------------------------------
+// For d = 1 and one hidden layer, f_r(x) = W_f relu(A x + a) + b_f is piecewise linear in the scalar x: on
+// segment s of the real line (between two consecutive knots -a_j / A_j) the active units are fixed, so
+// f(x) = slope[s] x + offset[s], (H,) each (b_f in offset). ltdrnn.cells.srnn (PiecewiseLinearScan) builds
+// the (S, H) tables and the S - 1 sorted knots; the forward finds each (t, b)'s segment (the number of knots
+// below x) and writes it for the backward; each element of f costs one multiply-add instead of k. The gate's
+// logits are w_g x + b_g, w_g (H,) (W_g's one column).
+//   forward:  h_t = act(roll(h_{t-1}, 1) + (slope[s] x + offset[s]) * sigmoid(w_g x + b_g))
+//   backward: with df = dL/df (gz times the gate's sigmoid with a gate), the per-segment sums
+//             m0[s] = sum_{(t,b) in s} df_{t,b},  m1[s] = sum_{(t,b) in s} df_{t,b} x_{t,b}   (double, (S, H))
+//             from which PyTorch forms every gradient of f_r's parameters, and, when asked for,
+//             dL/dx_{t,b} = df . slope[s] + dL/dlogits . w_g; with the gate also dL/db_g and dL/dw_g.
+// Layouts: x and segment (T, B) (segment int32 in [0, S)), knots (S - 1), slope and offset (S, H), w_g, b_g (H),
+// h (T, B, H), all contiguous; dh as in srnn_backward (own time and batch strides, last axis contiguous or
+// broadcast).
+constexpr const char* kPieceForward = "srnn_pwl_forward";
+constexpr const char* kPieceBackward = "srnn_pwl_backward";
+
+template <typename T>
+struct Pieces {
+  const T* x;               // (T, B)
+  const int32_t* segment;   // (T, B)
+  const T* slope;           // (S, H)
+  const T* offset;          // (S, H)
+  const T* w_g = nullptr;   // (H), null without the gate
+  const T* b_g = nullptr;   // (H)
+  int64_t segments, hidden;
+
+  bool gated() const { return w_g != nullptr; }
+};
+
+// segment: an int32 CPU tensor shaped like x (T, B), contiguous.
+void check_segment(const at::Tensor& segment, const at::Tensor& x, const char* op) {
+  TORCH_CHECK(segment.device().is_cpu() && segment.scalar_type() == at::kInt, op,
+              ": segment must be an int32 CPU tensor, got ", segment.scalar_type(), " on ", segment.device());
+  TORCH_CHECK(segment.sizes() == x.sizes() && segment.is_contiguous(), op, ": segment must be a contiguous ",
+              x.sizes(), " tensor, got ", segment.sizes(), segment.is_contiguous() ? "" : " (not contiguous)");
+}
+
+// Checks slope and offset (S, H), the gate's w_g, b_g (H) and, unless `segment` is an output (null here),
+// segment (T, B) with every value in [0, S), before any is read; returns them as Pieces.
+template <typename T>
+Pieces<T> pieces_of(const at::Tensor& x, const at::Tensor* segment, const at::Tensor& slope, const at::Tensor& offset,
+                    const std::optional<at::Tensor>& w_g, const std::optional<at::Tensor>& b_g, const char* op) {
+  TORCH_CHECK(slope.dim() == 2 && slope.size(0) > 0 && slope.size(1) > 0, op,
+              ": slope must be a nonempty (S, H) tensor, got ", slope.sizes());
+  const int64_t segments = slope.size(0), hidden = slope.size(1);
+  check_tensor(slope, x, {segments, hidden}, op, "slope");
+  check_tensor(offset, x, {segments, hidden}, op, "offset");
+  TORCH_CHECK(bool(w_g) == bool(b_g), op, ": w_g and b_g come together");
+  Pieces<T> pieces{x.data_ptr<T>(), nullptr, slope.data_ptr<T>(), offset.data_ptr<T>()};
+  if (segment) {
+    check_segment(*segment, x, op);
+    // an index out of range would read outside the tables: one pass over T B ints
+    const int32_t* seg = segment->data_ptr<int32_t>();
+    const auto [lowest, highest] = std::minmax_element(seg, seg + segment->numel());
+    TORCH_CHECK(segment->numel() == 0 || (*lowest >= 0 && *highest < segments), op,
+                ": segment's values must lie in [0, ", segments, "), got [", segment->numel() ? *lowest : 0, ", ",
+                segment->numel() ? *highest : 0, "]");
+    pieces.segment = seg;
+  }
+  pieces.segments = segments;
+  pieces.hidden = hidden;
+  if (w_g) {
+    check_tensor(*w_g, x, {hidden}, op, "w_g");
+    check_tensor(*b_g, x, {hidden}, op, "b_g");
+    pieces.w_g = w_g->data_ptr<T>();
+    pieces.b_g = b_g->data_ptr<T>();
+  }
+  return pieces;
+}
+
+// x (T, B): the scan's time and batch sizes come from it.
+void check_scalar_input(const at::Tensor& x, const char* op) {
+  check_floating(x, op, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), op, ": x must be a contiguous (T, B) tensor, got ", x.sizes(),
+              x.is_contiguous() ? "" : " (not contiguous)");
+}
+
+// The segment of v: how many knots lie below it (searchsorted(knots, v) on sorted knots; in [0, S) for any v,
+// NaN included): a branch-free count over the S - 1 knots.
+template <typename T>
+inline int32_t knots_below(const T* knots, int64_t count, T v) {
+  int32_t below = 0;
+  for (int64_t j = 0; j < count; ++j) below += knots[j] < v;
+  return below;
+}
+
+// The forward over the rows [begin, end) of the batch; writes each row's segment into `segment`.
+template <typename T>
+void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, const T* h0, T* h, int64_t steps,
+                        int64_t batch, bool relu, int64_t begin, int64_t end) {
+  const int64_t hidden = p.hidden;
+  for (int64_t t = 0; t < steps; ++t) {
+    const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t row = t * batch + b;
+      const T v = p.x[row];
+      const int64_t start = (segment[row] = knots_below(knots, p.segments - 1, v)) * hidden;
+      const T *slope = p.slope + start, *offset = p.offset + start;
+      T* out = h + row * hidden;
+      if (p.gated()) {
+        for (int64_t i = 0; i < hidden; ++i) out[i] = (slope[i] * v + offset[i]) * sigmoid(p.w_g[i] * v + p.b_g[i]);
+      } else {
+        for (int64_t i = 0; i < hidden; ++i) out[i] = slope[i] * v + offset[i];
+      }
+      add_shifted_and_activate(out, prev_t + b * hidden, hidden, relu);
+    }
+  }
+}
+
+void srnn_pwl_forward(const at::Tensor& x, const at::Tensor& knots, const at::Tensor& slope,
+                      const at::Tensor& offset, const std::optional<at::Tensor>& w_g,
+                      const std::optional<at::Tensor>& b_g, const at::Tensor& h0, bool relu, at::Tensor h,
+                      at::Tensor segment) {
+  check_scalar_input(x, kPieceForward);
+  const int64_t steps = x.size(0), batch = x.size(1);
+  check_segment(segment, x, kPieceForward);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kPieceForward, [&] {
+    const auto pieces = pieces_of<scalar_t>(x, nullptr, slope, offset, w_g, b_g, kPieceForward);
+    check_tensor(knots, x, {pieces.segments - 1}, kPieceForward, "knots");
+    check_tensor(h0, x, {batch, pieces.hidden}, kPieceForward, "h0");
+    check_tensor(h, x, {steps, batch, pieces.hidden}, kPieceForward, "h");
+    over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+      piece_forward_loop<scalar_t>(pieces, knots.data_ptr<scalar_t>(), segment.data_ptr<int32_t>(),
+                                   h0.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), steps, batch, relu, begin, end);
+    });
+  });
+}
+
+// One block's sums, in this order: m0 (S, H), m1 (S, H) and, with the gate, dL/db_g (H), dL/dw_g (H).
+int64_t piece_sums_per_block(int64_t segments, int64_t hidden, bool gated) {
+  return 2 * segments * hidden + (gated ? 2 * hidden : 0);
+}
+
+// Rows summed in the data's type before the running sums move into double. Double accumulators cost a
+// conversion and twice the vector operations for each of the four sums per element (gated backward at the
+// benchmark shape, one thread: 50 ms against 39 ms); a run of 256 float32 terms is off by ~1e-6 relative
+// typically (1.5e-5 at worst), before the double sum over runs.
+constexpr int64_t kRowsPerFlush = 256;
+
+// For gz = dL/dz of row `row` (pre-activation): adds df and df x into its segment's m0, m1, the gate's
+// gradients into sum_g, sum_wg and returns dL/dx of the row (computed only when InputGradient).
+// __restrict__: with accumulators of the data's type, gcc would otherwise not vectorise (too many pointer
+// pairs to check for overlap at run time).
+template <bool Gated, bool InputGradient, typename T>
+inline T piece_row_gradient(const Pieces<T>& p, const T* __restrict__ gz, int64_t row, T* __restrict__ m0,
+                            T* __restrict__ m1, T* __restrict__ sum_g, T* __restrict__ sum_wg) {
+  const int64_t hidden = p.hidden, start = p.segment[row] * hidden;
+  const T v = p.x[row];
+  const T *__restrict__ slope = p.slope + start, *__restrict__ offset = p.offset + start;
+  const T *__restrict__ w_g = p.w_g, *__restrict__ b_g = p.b_g;
+  m0 += start;
+  m1 += start;
+  T dx = 0;
+  for (int64_t i = 0; i < hidden; ++i) {
+    T df = gz[i];
+    if constexpr (Gated) {
+      const T s = sigmoid(w_g[i] * v + b_g[i]);
+      const T d_logit = gz[i] * (slope[i] * v + offset[i]) * s * (T(1) - s);
+      df *= s;
+      sum_g[i] += d_logit;
+      sum_wg[i] += d_logit * v;
+      if constexpr (InputGradient) dx += d_logit * w_g[i];
+    }
+    m0[i] += df;
+    m1[i] += df * v;
+    if constexpr (InputGradient) dx += df * slope[i];
+  }
+  return dx;
+}
+
+// A batch-first output gradient's rows of one step lie T H elements apart, at the pixel-MNIST shape
+// 784 * 512 bytes = 98 pages: every row of a step maps to the same 8 sets of the L1 cache, so fetching a whole
+// step ahead (prefetch_previous_step) evicts itself (gated backward at the benchmark shape, one thread: 62-75 ms
+// batch-first against 40-43 ms contiguous). Two rows ahead keeps a few lines in those sets and is still ~1000
+// cycles of work early: 40-43 ms either way.
+constexpr int64_t kPrefetchRowsAhead = 2;
+
+// Fetches the row at d_h (hidden values) into the cache.
+template <typename T>
+inline void prefetch_row(const T* d_h, int64_t hidden) {
+  const char* row = reinterpret_cast<const char*>(d_h);
+  for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(row + byte);
+}
+
+// Adds the running sums into the block's double sums and zeroes them.
+template <typename T>
+void flush_sums(std::vector<T>& running, double* sums) {
+  for (size_t i = 0; i < running.size(); ++i) sums[i] += running[i];
+  std::fill(running.begin(), running.end(), T(0));
+}
+
+// The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
+template <bool Gated, bool InputGradient, typename T>
+void piece_backward_loop(const at::Tensor& dh, const T* h, const Pieces<T>& p, T* dh0, T* dx, int64_t steps,
+                         int64_t batch, bool relu, int64_t begin, int64_t end, double* sums) {
+  if (begin == end) return;  // the one empty block at B = 0 adds nothing
+  const T* dh_base = dh.data_ptr<T>();
+  const int64_t hidden = p.hidden, rows = end - begin;
+  const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1);
+  const bool broadcast = hidden > 1 && dh.stride(2) == 0, batch_first = batch_stride > hidden;
+  const int64_t steps_per_flush = std::max<int64_t>(1, kRowsPerFlush / rows);
+  std::vector<T> block(2 * rows * hidden, T(0));  // gz of steps t + 1 and t
+  T *next = block.data(), *cur = next + rows * hidden;
+  std::vector<T> running(piece_sums_per_block(p.segments, hidden, Gated), T(0));  // laid out as `sums`
+  T *m0 = running.data(), *m1 = m0 + p.segments * hidden;
+  T *sum_g = Gated ? m1 + p.segments * hidden : nullptr, *sum_wg = Gated ? sum_g + hidden : nullptr;
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t row = t * batch + b;
+      const T* d_h = dh_base + t * time_stride + b * batch_stride;
+      if (batch_first && b + kPrefetchRowsAhead < end) prefetch_row(d_h + kPrefetchRowsAhead * batch_stride, hidden);
+      T* gz = cur + (b - begin) * hidden;
+      pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, relu);
+      const T d_x = piece_row_gradient<Gated, InputGradient>(p, gz, row, m0, m1, sum_g, sum_wg);
+      if constexpr (InputGradient) dx[row] = d_x;
+    }
+    if (t % steps_per_flush == 0) flush_sums(running, sums);  // at t = 0 always: nothing is left behind
+    std::swap(next, cur);
+  }
+  write_initial_state_gradient(dh0, next, hidden, begin, end);
+}
+
+// A float64 CPU tensor with exactly `shape`, contiguous: the per-segment sums stay in double.
+void check_double_output(const at::Tensor& t, at::IntArrayRef shape, const char* op, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kDouble, op, ": ", name,
+              " must be a float64 CPU tensor, got ", t.scalar_type(), " on ", t.device());
+  TORCH_CHECK(t.sizes() == shape && t.is_contiguous(), op, ": ", name, " must be a contiguous ", shape,
+              " tensor, got ", t.sizes(), t.is_contiguous() ? "" : " (not contiguous)");
+}
+
+void srnn_pwl_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& x, const at::Tensor& segment,
+                       const at::Tensor& slope, const at::Tensor& offset, const std::optional<at::Tensor>& w_g,
+                       const std::optional<at::Tensor>& b_g, bool relu, at::Tensor dh0, at::Tensor m0, at::Tensor m1,
+                       const std::optional<at::Tensor>& d_bg, const std::optional<at::Tensor>& d_wg,
+                       const std::optional<at::Tensor>& d_x) {
+  constexpr const char* op = kPieceBackward;
+  check_scalar_input(x, op);
+  const int64_t steps = x.size(0), batch = x.size(1);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), op, [&] {
+    const auto p = pieces_of<scalar_t>(x, &segment, slope, offset, w_g, b_g, op);
+    const int64_t hidden = p.hidden, segments = p.segments;
+    check_tensor(h, x, {steps, batch, hidden}, op, "h");
+    check_tensor(dh, x, {steps, batch, hidden}, op, "dh", false);
+    TORCH_CHECK(hidden == 1 || dh.stride(2) <= 1, op, ": dh's last axis must be contiguous or broadcast, got strides ",
+                dh.strides());
+    check_tensor(dh0, x, {batch, hidden}, op, "dh0");
+    check_double_output(m0, {segments, hidden}, op, "m0");
+    check_double_output(m1, {segments, hidden}, op, "m1");
+    TORCH_CHECK(bool(d_bg) == p.gated() && bool(d_wg) == p.gated(), op, ": d_bg and d_wg ",
+                p.gated() ? "are needed with the gate" : "must be None without the gate");
+    if (p.gated()) {
+      check_tensor(*d_bg, x, {hidden}, op, "d_bg");
+      check_tensor(*d_wg, x, {hidden}, op, "d_wg");
+    }
+    if (d_x) check_tensor(*d_x, x, {steps, batch}, op, "d_x");
+    scalar_t* dx = d_x ? d_x->data_ptr<scalar_t>() : nullptr;
+    const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+    const int64_t per = piece_sums_per_block(segments, hidden, p.gated());
+    std::vector<double> sums(blocks * per, 0.0);
+    // the gate and dL/dx as template arguments: each inner loop is one branch-free, vectorised pass
+    auto run = [&](auto gated, auto input_gradient) {
+      over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+        piece_backward_loop<decltype(gated)::value, decltype(input_gradient)::value, scalar_t>(
+            dh, h.data_ptr<scalar_t>(), p, dh0.data_ptr<scalar_t>(), dx, steps, batch, relu, begin, end,
+            sums.data() + part * per);
+      });
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (p.gated()) {
+      dx ? run(Yes{}, Yes{}) : run(Yes{}, No{});
+    } else {
+      dx ? run(No{}, Yes{}) : run(No{}, No{});
+    }
+    // the blocks' sums, added in block order (the result depends on the thread count, not on the timing)
+    std::vector<double> total(sums.begin(), sums.begin() + per);
+    for (int64_t part = 1; part < blocks; ++part)
+      for (int64_t i = 0; i < per; ++i) total[i] += sums[part * per + i];
+    std::copy_n(total.data(), segments * hidden, m0.data_ptr<double>());
+    std::copy_n(total.data() + segments * hidden, segments * hidden, m1.data_ptr<double>());
+    if (p.gated()) {
+      const double* sum_g = total.data() + 2 * segments * hidden;
+      for (int64_t i = 0; i < hidden; ++i) {
+        d_bg->data_ptr<scalar_t>()[i] = static_cast<scalar_t>(sum_g[i]);
+        d_wg->data_ptr<scalar_t>()[i] = static_cast<scalar_t>(sum_g[hidden + i]);
+      }
+    }
   });
 }
 
@@ -460,11 +777,18 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to
   m.def("srnn_backward(Tensor dh, Tensor h, Tensor features, Tensor b_f, Tensor? g, Tensor? b_g, Tensor? x, "
         "Tensor? w_g, bool relu, Tensor(a!)? d_features, Tensor(b!)? dg, Tensor(c!) dh0, Tensor(d!) d_bf, "
         "Tensor(e!)? d_bg, Tensor(f!)? d_wg, Tensor(g!)? d_x, Tensor? w_f=None, Tensor(h!)? d_wf=None) -> ()");
+  m.def("srnn_pwl_forward(Tensor x, Tensor knots, Tensor slope, Tensor offset, Tensor? w_g, Tensor? b_g, "
+        "Tensor h0, bool relu, Tensor(a!) h, Tensor(b!) segment) -> ()");
+  m.def("srnn_pwl_backward(Tensor dh, Tensor h, Tensor x, Tensor segment, Tensor slope, Tensor offset, Tensor? w_g, "
+        "Tensor? b_g, bool relu, Tensor(a!) dh0, Tensor(b!) m0, Tensor(c!) m1, Tensor(d!)? d_bg, Tensor(e!)? d_wg, "
+        "Tensor(f!)? d_x) -> ()");
   m.def("srnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {
   m.impl("srnn_forward", &srnn_forward);
   m.impl("srnn_backward", &srnn_backward);
+  m.impl("srnn_pwl_forward", &srnn_pwl_forward);
+  m.impl("srnn_pwl_backward", &srnn_pwl_backward);
   m.impl("srnn_stream", &srnn_stream);
 }
