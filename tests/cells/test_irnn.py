@@ -484,29 +484,33 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/irnn.cpp")
     forward, backward = torch.ops.ltdrnn.irnn_k1_forward, torch.ops.ltdrnn.irnn_k1_backward
-    c, h0, m = torch.zeros(5, 2, 4), torch.zeros(2, 4), torch.zeros(4, 4)
-    v, w, none = torch.zeros(4, 2), torch.zeros(2, 4), torch.zeros(0)
+    x, weight, bias, h0 = torch.zeros(5, 2, 3), torch.zeros(4, 3), torch.zeros(4), torch.zeros(2, 4)
+    m, v, w, none = torch.zeros(4, 4), torch.zeros(4, 2), torch.zeros(2, 4), torch.zeros(0)
     phis, out, zs = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4), torch.zeros(5, 2, 2)
-    forward(c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out)  # well-formed, dense: runs
-    forward(c, h0, v, w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out)  # well-formed, low rank: runs
-    for args, message in (
-        (
-            (c.transpose(0, 1), h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out),
-            "c must be a contiguous CPU \\(T, B, H\\)",
-        ),
-        ((c, torch.zeros(3, 4), m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "h0 must be a contiguous \\(B, H\\)"),
-        ((c, h0, torch.zeros(4, 5), none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "first must be M, \\(H, H\\)"),
-        ((c, h0, torch.zeros(3, 2), w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "first must be V', \\(H, R\\)"),
-        ((c, h0, v, torch.zeros(3, 4), 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "second must be \\(R, H\\)"),
-        ((c, h0, v, w.double(), 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "second must be a CPU tensor of c's dtype"),
-        ((c, h0, v, w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs[:, :, :1], out), "zs must be a contiguous CPU \\(T or 1"),
-        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 3, phis, none, out), "activation code"),
-        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, torch.zeros(2, 2, 4), none, out), "phis must be"),
-        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out[:, :1]), "outputs must be"),
-        ((c.double(), h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "h0 must be"),
+    dense = dict(x=x, weight=weight, bias=bias, h0=h0, first=m, second=none, eta=0.1, alpha=1.0, s=1.0, r=0.0)
+    dense.update(act=0, phis=phis, zs=none, outputs=out)
+    low_rank = {**dense, "first": v, "second": w, "zs": zs}
+    forward(**dense)  # well-formed, dense: runs
+    forward(**low_rank)  # well-formed, low rank: runs
+    for args, changes, message in (
+        (dense, {"outputs": out.transpose(0, 1)}, "outputs must be a contiguous CPU \\(T, B, H\\)"),
+        (dense, {"h0": torch.zeros(3, 4)}, "h0 must be a contiguous \\(B, H\\)"),
+        (dense, {"first": torch.zeros(4, 5)}, "first must be M, \\(H, H\\)"),
+        (low_rank, {"first": torch.zeros(3, 2)}, "first must be V', \\(H, R\\)"),
+        (low_rank, {"second": torch.zeros(3, 4)}, "second must be \\(R, H\\)"),
+        (low_rank, {"second": w.double()}, "second must be a CPU tensor of outputs's dtype"),
+        (low_rank, {"zs": zs[:, :, :1]}, "zs must be a contiguous CPU \\(T or 1"),
+        (dense, {"act": 3}, "activation code"),
+        (dense, {"phis": torch.zeros(2, 2, 4)}, "phis must be"),
+        (dense, {"outputs": out.double()}, "h0 must be"),
+        (dense, {"x": torch.zeros(5, 1, 3)}, "x must be a \\(T, B, d\\) = \\(5, 2, d\\)"),
+        (dense, {"x": x.transpose(0, 1).contiguous().transpose(0, 1)}, "x must be a contiguous CPU \\(T, B, 3\\)"),
+        (dense, {"weight": torch.zeros(4, 2)}, "weight must be a \\[4, 3\\]"),
+        (dense, {"bias": torch.zeros(4).double()}, "bias must be a CPU tensor of dtype Float"),
+        (dense, {"bias": torch.zeros(5)}, "bias must be a \\[4\\]"),
     ):
         with pytest.raises(RuntimeError, match=f"irnn_k1_forward: .*{message}"):
-            forward(*args)
+            forward(**{**args, **changes})
     well_formed = dict(phis=phis, outputs=out, h0=h0, grad_outputs=out, x=torch.zeros(5, 2, 3), zs=zs, first=v)
     well_formed.update(second=w, weight=torch.zeros(4, 3), eta=0.1, alpha=1.0, s=1.0, r=0.0, act=0)
     well_formed.update(carry=torch.zeros(2, 4), grad_x=torch.zeros(5, 2, 3), grad_first=torch.zeros(4, 2))
@@ -539,9 +543,10 @@ def run_k1_operators(first, second, batch, steps=40, hidden=6, dim=3, grad_layou
     turns the contiguous grad_outputs into a view of another layout with the same values."""
     rank = second.shape[0] if second.numel() else 0
     generator = torch.Generator().manual_seed(11)
-    c, grad_outputs = (torch.randn(steps, batch, hidden, dtype=DT, generator=generator) for _ in range(2))
+    grad_outputs = torch.randn(steps, batch, hidden, dtype=DT, generator=generator)
     x = torch.randn(steps, batch, dim, dtype=DT, generator=generator)
     weight = torch.randn(hidden, dim, dtype=DT, generator=generator)
+    bias = torch.randn(hidden, dtype=DT, generator=generator)
     h0 = 0.5 * torch.randn(batch, hidden, dtype=DT, generator=generator)
     phis, outputs = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
     zs = torch.empty(steps, batch, rank, dtype=DT) if rank else torch.empty(0, dtype=DT)
@@ -554,7 +559,7 @@ def run_k1_operators(first, second, batch, steps=40, hidden=6, dim=3, grad_layou
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        torch.ops.ltdrnn.irnn_k1_forward(c, h0, first, second, 0.1, 0.8, 1.0, 1.0, 1, phis, zs, outputs)
+        torch.ops.ltdrnn.irnn_k1_forward(x, weight, bias, h0, first, second, 0.1, 0.8, 1.0, 1.0, 1, phis, zs, outputs)
         sums = torch.ops.ltdrnn.irnn_k1_backward(
             phis, outputs, h0, grad_outputs, x, zs, first, second, weight, 0.1, 0.8, 1.0, 1.0, 1, carry, grad_x,
             grad_first, grad_second, grad_weight, grad_bias,

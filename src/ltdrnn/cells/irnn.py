@@ -315,13 +315,13 @@ class _FusedIRNN(torch.autograd.Function):
 
     Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
     bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``.
-    Output ``(T, B, H)``. The Function computes ``c`` itself, so the buffer is its own: with K = 1 each
-    step accumulates ``M y`` into ``c_t`` in place (no copy); the PyTorch loop's backward writes the
-    gradient of ``c`` into the same memory, while the compiled one needs no ``(T, B, H)`` gradient buffer
-    (it sums every parameter gradient step by step, :func:`_compiled_backward`), so ``c`` is freed when
-    the forward returns. Saved, Euler step first so that every per-step slice and every per-Euler-step
-    block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled K = 1 loop saves
-    ``phi``, the outputs and, with low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
+    Output ``(T, B, H)``. The PyTorch loop computes ``c`` for all steps first, a buffer of its own: with
+    K = 1 each step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the
+    gradient of ``c`` into the same memory. The compiled K = 1 loop forms each step's ``c_t`` in scratch
+    rows, and its backward needs no ``(T, B, H)`` gradient either (it sums every parameter gradient step
+    by step, :func:`_compiled_backward`). Saved, Euler step first so that every per-step slice and every
+    per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled
+    K = 1 loop saves ``phi``, the outputs and, with low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
     """
 
     @staticmethod
@@ -330,25 +330,25 @@ class _FusedIRNN(torch.autograd.Function):
         k = eta.shape[0]
         etas, a = scalars(eta), float(alpha)
         phi = ACTIVATION_INTO[act]
-        x, h = x.detach().contiguous(), h0.detach()  # the compiled backward reads x's rows of each step
-        flat_x = x.view(-1, x.shape[-1])
-        # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
-        c = empty_buffer((steps, batch, hidden), flat_x)
-        torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
+        x, h = x.detach().contiguous(), h0.detach()  # the compiled loops read x's rows of each step
         keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
         ctx.config = (etas, a, act, s, r)
-        ctx.compiled = _compiled_loop_runs(c, k)
-        if ctx.compiled:  # its backward needs no c: the buffer is freed on return
-            phis, outputs = empty_buffer((span, batch, hidden), c), empty_buffer((steps, batch, hidden), c)
+        ctx.compiled = _compiled_loop_runs(x, k)
+        # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
+        if ctx.compiled:  # the input map c_t is formed per step inside the loop: no (T, B, H) c
+            phis, outputs = empty_buffer((span, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
             # low rank: h_{t-1} H^T of every step, (T, B, R), for the gradient of V'
-            zs = c.new_empty(span, batch, second.shape[0]) if second.numel() else c.new_empty(0)
+            zs = x.new_empty(span, batch, second.shape[0]) if second.numel() else x.new_empty(0)
             torch.ops.ltdrnn.irnn_k1_forward(
-                c, h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r, _ACTIVATION_CODES[act], phis,
-                zs, outputs,
+                x, weight.detach(), bias.detach(), h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r,
+                _ACTIVATION_CODES[act], phis, zs, outputs,
             )  # fmt: skip
             ctx.save_for_backward(phis, outputs, zs, first, second, h0, x, weight)
             return outputs
+        flat_x = x.view(-1, x.shape[-1])
+        c = empty_buffer((steps, batch, hidden), flat_x)
+        torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
         ctx.scratch = c  # with K = 1 the backward writes dpre into it
         m = _dense_operator(first.detach(), second.detach())
         m_t = m.t().contiguous()
@@ -457,10 +457,10 @@ def _function_gradients(
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn.cpp numbers them
 
 
-def _compiled_loop_runs(c: Tensor, k: int) -> bool:
+def _compiled_loop_runs(x: Tensor, k: int) -> bool:
     """Whether both time loops run in ``csrc/irnn.cpp``: K = 1 (any reading, U dense or low rank), on
     CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
-    return k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
+    return k == 1 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
