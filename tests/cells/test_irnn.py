@@ -484,67 +484,100 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/irnn.cpp")
     forward, backward = torch.ops.ltdrnn.irnn_k1_forward, torch.ops.ltdrnn.irnn_k1_backward
-    c, h0, m = torch.zeros(5, 2, 4), torch.zeros(2, 4), torch.zeros(4, 4)
-    v, w, none = torch.zeros(4, 2), torch.zeros(2, 4), torch.zeros(0)
+    x, weight, bias, h0 = torch.zeros(5, 2, 3), torch.zeros(4, 3), torch.zeros(4), torch.zeros(2, 4)
+    m, v, w, none = torch.zeros(4, 4), torch.zeros(4, 2), torch.zeros(2, 4), torch.zeros(0)
     phis, out, zs = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4), torch.zeros(5, 2, 2)
-    forward(c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out)  # well-formed, dense: runs
-    forward(c, h0, v, w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out)  # well-formed, low rank: runs
-    for args, message in (
-        (
-            (c.transpose(0, 1), h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out),
-            "c must be a contiguous CPU \\(T, B, H\\)",
-        ),
-        ((c, torch.zeros(3, 4), m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "h0 must be a contiguous \\(B, H\\)"),
-        ((c, h0, torch.zeros(4, 5), none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "first must be M, \\(H, H\\)"),
-        ((c, h0, torch.zeros(3, 2), w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "first must be V', \\(H, R\\)"),
-        ((c, h0, v, torch.zeros(3, 4), 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "second must be \\(R, H\\)"),
-        ((c, h0, v, w.double(), 0.1, 1.0, 1.0, 0.0, 0, phis, zs, out), "second must be a CPU tensor of c's dtype"),
-        ((c, h0, v, w, 0.1, 1.0, 1.0, 0.0, 0, phis, zs[:, :, :1], out), "zs must be a contiguous CPU \\(T or 1"),
-        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 3, phis, none, out), "activation code"),
-        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, torch.zeros(2, 2, 4), none, out), "phis must be"),
-        ((c, h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out[:, :1]), "outputs must be"),
-        ((c.double(), h0, m, none, 0.1, 1.0, 1.0, 0.0, 0, phis, none, out), "h0 must be"),
+    dense = dict(x=x, weight=weight, bias=bias, h0=h0, first=m, second=none, eta=0.1, alpha=1.0, s=1.0, r=0.0)
+    dense.update(act=0, phis=phis, zs=none, outputs=out)
+    low_rank = {**dense, "first": v, "second": w, "zs": zs}
+    forward(**dense)  # well-formed, dense: runs
+    forward(**low_rank)  # well-formed, low rank: runs
+    for args, changes, message in (
+        (dense, {"outputs": out.transpose(0, 1)}, "outputs must be a contiguous CPU \\(T, B, H\\)"),
+        (dense, {"h0": torch.zeros(3, 4)}, "h0 must be a contiguous \\(B, H\\)"),
+        (dense, {"first": torch.zeros(4, 5)}, "first must be M, \\(H, H\\)"),
+        (low_rank, {"first": torch.zeros(3, 2)}, "first must be V', \\(H, R\\)"),
+        (low_rank, {"second": torch.zeros(3, 4)}, "second must be \\(R, H\\)"),
+        (low_rank, {"second": w.double()}, "second must be a CPU tensor of outputs's dtype"),
+        (low_rank, {"zs": zs[:, :, :1]}, "zs must be a contiguous CPU \\(T or 1"),
+        (dense, {"act": 3}, "activation code"),
+        (dense, {"phis": torch.zeros(2, 2, 4)}, "phis must be"),
+        (dense, {"outputs": out.double()}, "h0 must be"),
+        (dense, {"x": torch.zeros(5, 1, 3)}, "x must be a \\(T, B, d\\) = \\(5, 2, d\\)"),
+        (dense, {"x": x.transpose(0, 1).contiguous().transpose(0, 1)}, "x must be a contiguous CPU \\(T, B, 3\\)"),
+        (dense, {"weight": torch.zeros(4, 2)}, "weight must be a \\[4, 3\\]"),
+        (dense, {"bias": torch.zeros(4).double()}, "bias must be a CPU tensor of dtype Float"),
+        (dense, {"bias": torch.zeros(5)}, "bias must be a \\[4\\]"),
     ):
         with pytest.raises(RuntimeError, match=f"irnn_k1_forward: .*{message}"):
-            forward(*args)
-    carry, ws = torch.zeros(2, 4), torch.zeros(5, 2, 2)
-    backward(c, phis, out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws)  # well-formed: runs
-    for args, message in (
-        (
-            (c, phis, out, h0, out[:4], v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws),
-            "grad_outputs must be a CPU \\(T, B, H\\)",
-        ),
-        (
-            (c, phis, out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws[:4]),
-            "ws must be a contiguous CPU \\(T, B, 2\\)",
-        ),
-        ((c, phis[:1], out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry, ws), "phis must be a contiguous CPU \\(T, B"),
-        ((c, phis, out, h0, out, v, w, 0.1, 1.0, 1.0, 0.0, 0, carry[:1], ws), "carry must be"),
+            forward(**{**args, **changes})
+    well_formed = dict(phis=phis, outputs=out, h0=h0, grad_outputs=out, x=torch.zeros(5, 2, 3), zs=zs, first=v)
+    well_formed.update(second=w, weight=torch.zeros(4, 3), eta=0.1, alpha=1.0, s=1.0, r=0.0, act=0)
+    well_formed.update(carry=torch.zeros(2, 4), grad_x=torch.zeros(5, 2, 3), grad_first=torch.zeros(4, 2))
+    well_formed.update(grad_second=torch.zeros(2, 4), grad_weight=torch.zeros(4, 3), grad_bias=torch.zeros(4))
+    backward(**well_formed)  # runs
+    backward(**{**well_formed, "grad_x": none})  # no gradient of x wanted: runs
+    for changes, message in (
+        ({"grad_outputs": out[:4]}, "grad_outputs must be a CPU \\(T, B, H\\)"),
+        ({"phis": phis[:1]}, "outputs must be a contiguous CPU \\(T, B, 4\\)"),
+        ({"phis": phis.transpose(0, 1)}, "phis must be a contiguous CPU \\(T, B, H\\)"),
+        ({"zs": zs[:4]}, "zs must be a contiguous CPU \\(T, B, 2\\)"),
+        ({"x": torch.zeros(5, 2, 1).expand(5, 2, 3)}, "x must be a contiguous CPU \\(T, B, 3\\)"),
+        ({"x": torch.zeros(4, 2, 3)}, "x must be a \\(T, B, d\\) = \\(5, 2, d\\)"),
+        ({"weight": torch.zeros(4, 2)}, "weight must be a \\[4, 3\\]"),
+        ({"weight": torch.zeros(4, 3).double()}, "weight must be a CPU tensor of dtype Float"),
+        ({"carry": torch.zeros(1, 4)}, "carry must be a contiguous \\[2, 4\\]"),
+        ({"grad_x": torch.zeros(5, 2, 2)}, "grad_x must be a contiguous \\[5, 2, 3\\]"),
+        ({"grad_first": torch.zeros(2, 4).t()}, "grad_first must be a contiguous \\[4, 2\\]"),
+        ({"grad_second": torch.zeros(1, 4)}, "grad_second must be a contiguous \\[2, 4\\]"),
+        ({"grad_weight": torch.zeros(4, 3).double()}, "grad_weight must be a CPU tensor of dtype Float"),
+        ({"grad_bias": torch.zeros(3)}, "grad_bias must be a contiguous \\[4\\]"),
     ):
         with pytest.raises(RuntimeError, match=f"irnn_k1_backward: .*{message}"):
-            backward(*args)
+            backward(**{**well_formed, **changes})
 
 
-def run_k1_operators(first, second, batch, steps=40, hidden=6):
+def run_k1_operators(first, second, batch, steps=40, hidden=6, dim=3, grad_layout=None, input_gradient=True):
     """Forward then backward of the compiled K = 1 operators at 2 threads on fixed random float64 operands
-    (tanh, alpha 0.8, the paper's reading); every buffer they write, and the two sums."""
+    (tanh, alpha 0.8, the paper's reading); every buffer they write, and the two sums. ``grad_layout``
+    turns the contiguous grad_outputs into a view of another layout with the same values."""
     rank = second.shape[0] if second.numel() else 0
     generator = torch.Generator().manual_seed(11)
-    c, grad_outputs = (torch.randn(steps, batch, hidden, dtype=DT, generator=generator) for _ in range(2))
+    grad_outputs = torch.randn(steps, batch, hidden, dtype=DT, generator=generator)
+    x = torch.randn(steps, batch, dim, dtype=DT, generator=generator)
+    weight = torch.randn(hidden, dim, dtype=DT, generator=generator)
+    bias = torch.randn(hidden, dtype=DT, generator=generator)
     h0 = 0.5 * torch.randn(batch, hidden, dtype=DT, generator=generator)
     phis, outputs = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
-    zs, ws = (torch.empty(steps, batch, rank, dtype=DT) if rank else torch.empty(0, dtype=DT) for _ in range(2))
+    zs = torch.empty(steps, batch, rank, dtype=DT) if rank else torch.empty(0, dtype=DT)
     carry = torch.empty(batch, hidden, dtype=DT)
+    grad_x = torch.empty(steps, batch, dim, dtype=DT) if input_gradient else torch.empty(0, dtype=DT)
+    grad_first, grad_second = torch.empty(first.shape, dtype=DT), torch.empty(second.shape, dtype=DT)
+    grad_weight, grad_bias = torch.empty(hidden, dim, dtype=DT), torch.empty(hidden, dtype=DT)
+    if grad_layout is not None:
+        grad_outputs = grad_layout(grad_outputs)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        torch.ops.ltdrnn.irnn_k1_forward(c, h0, first, second, 0.1, 0.8, 1.0, 1.0, 1, phis, zs, outputs)
+        torch.ops.ltdrnn.irnn_k1_forward(x, weight, bias, h0, first, second, 0.1, 0.8, 1.0, 1.0, 1, phis, zs, outputs)
         sums = torch.ops.ltdrnn.irnn_k1_backward(
-            c, phis, outputs, h0, grad_outputs, first, second, 0.1, 0.8, 1.0, 1.0, 1, carry, ws
-        )
+            phis, outputs, h0, grad_outputs, x, zs, first, second, weight, 0.1, 0.8, 1.0, 1.0, 1, carry, grad_x,
+            grad_first, grad_second, grad_weight, grad_bias,
+        )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
-    return {"outputs": outputs, "phis": phis, "zs": zs, "dpre": c, "carry": carry, "ws": ws, "sums": torch.tensor(sums)}
+    return {
+        "outputs": outputs,
+        "phis": phis,
+        "zs": zs,
+        "carry": carry,
+        "grad_x": grad_x,
+        "grad_first": grad_first,
+        "grad_second": grad_second,
+        "grad_weight": grad_weight,
+        "grad_bias": grad_bias,
+        "sums": torch.tensor(sums),
+    }
 
 
 def strided_copy(matrix):
@@ -593,5 +626,81 @@ def test_compiled_k1_operators_accept_an_empty_batch(capfd, low_rank):
     got = run_k1_operators(first, second, batch=0)
     assert got["outputs"].shape == (40, 0, 6) and got["carry"].shape == (0, 6)
     assert got["sums"].tolist() == [0.0, 0.0]
+    for key in ("grad_first", "grad_second", "grad_weight", "grad_bias"):
+        assert not got[key].any(), key
     printed = capfd.readouterr()
     assert "ERROR" not in printed.out + printed.err
+
+
+def every_other_column(grad):
+    """``grad`` as a view whose rows have stride 2: every other column of a buffer whose gaps hold NaN."""
+    buffer = torch.full((*grad.shape[:2], 2 * grad.shape[2]), math.nan, dtype=grad.dtype)
+    buffer[:, :, ::2] = grad
+    return buffer[:, :, ::2]
+
+
+def batch_major(grad):
+    """``grad`` stored batch first, as the gradient of a batch-first layer's output arrives."""
+    return grad.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+@pytest.mark.parametrize("low_rank", [True, False], ids=["low-rank", "dense"])
+def test_compiled_k1_backward_reads_grad_outputs_at_any_strides(low_rank):
+    """Rows of unit stride, of stride 0 (an expanded gradient) and of any other stride take separate
+    loops: each must give what a contiguous gradient with the same values gives."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    generator = torch.Generator().manual_seed(13)
+    if low_rank:
+        first, second = (0.3 * torch.randn(*shape, dtype=DT, generator=generator) for shape in ((6, 2), (2, 6)))
+    else:
+        first, second = 0.3 * torch.randn(6, 6, dtype=DT, generator=generator), torch.empty(0, dtype=DT)
+    expected = run_k1_operators(first, second, batch=3)
+    for layout in (every_other_column, batch_major):
+        got = run_k1_operators(first, second, batch=3, grad_layout=layout)
+        for key, want in expected.items():
+            torch.testing.assert_close(got[key], want, atol=1e-12, rtol=1e-12, msg=f"{layout.__name__}: {key}")
+    dense = run_k1_operators(first, second, batch=3, grad_layout=lambda g: torch.full_like(g, 0.3))
+    expanded = run_k1_operators(first, second, batch=3, grad_layout=lambda g: torch.tensor(0.3, dtype=DT).expand_as(g))
+    for key, want in dense.items():
+        torch.testing.assert_close(expanded[key], want, atol=1e-12, rtol=1e-12, msg=f"expanded: {key}")
+
+
+def test_compiled_k1_backward_without_an_input_gradient_gives_the_same_other_gradients():
+    """An empty grad_x skips the gradient of x and nothing else."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    generator = torch.Generator().manual_seed(14)
+    first, second = (0.3 * torch.randn(*shape, dtype=DT, generator=generator) for shape in ((6, 2), (2, 6)))
+    expected = run_k1_operators(first, second, batch=3)
+    got = run_k1_operators(first, second, batch=3, input_gradient=False)
+    assert got["grad_x"].numel() == 0 and expected["grad_x"].abs().max() > 0
+    for key, want in expected.items():
+        if key != "grad_x":
+            torch.testing.assert_close(got[key], want, atol=0, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("options", [{}, {"rank": None}], ids=["low-rank", "dense"])
+def test_compiled_k1_loop_without_an_input_gradient_equals_the_reference_at_2_threads(options):
+    """x not requiring grad (a first layer's input): the compiled backward skips the gradient of x; every
+    parameter's and h0's still equal the reference loop's (B = 3: blocks of 2 and 1 rows)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(15)
+        cell = IRNN(3, 16, K=1, eta=0.1, dtype=DT, **options)
+        x, h0 = torch.randn(300, 3, 3, dtype=DT), 0.1 * torch.randn(3, 16, dtype=DT)
+        results = {}
+        for impl in ("fused", "reference"):
+            cell.zero_grad()
+            hi = h0.clone().requires_grad_()
+            out, final = cell.scan(x, hi, impl=impl)
+            weighted_loss(out, final).backward()
+            results[impl] = {"grad h0": hi.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+    finally:
+        torch.set_num_threads(threads)
+    for key, expected in results["reference"].items():
+        scale = max(1.0, expected.abs().max().item())
+        torch.testing.assert_close(results["fused"][key], expected, atol=1e-10 * scale, rtol=1e-9, msg=key)

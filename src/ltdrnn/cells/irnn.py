@@ -315,9 +315,11 @@ class _FusedIRNN(torch.autograd.Function):
 
     Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
     bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``.
-    Output ``(T, B, H)``. The Function computes ``c`` itself, so the buffer is its own: with K = 1 each
-    step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the gradient of
-    ``c`` into the same memory. Saved, Euler step first so that every per-step slice and every
+    Output ``(T, B, H)``. The PyTorch loop computes ``c`` for all steps first, a buffer of its own: with
+    K = 1 each step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the
+    gradient of ``c`` into the same memory. The compiled K = 1 loop forms each step's ``c_t`` in scratch
+    rows, and its backward needs no ``(T, B, H)`` gradient either (it sums every parameter gradient step
+    by step, :func:`_compiled_backward`). Saved, Euler step first so that every per-step slice and every
     per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled
     K = 1 loop saves ``phi``, the outputs and, with low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
     """
@@ -328,25 +330,26 @@ class _FusedIRNN(torch.autograd.Function):
         k = eta.shape[0]
         etas, a = scalars(eta), float(alpha)
         phi = ACTIVATION_INTO[act]
-        x, h = x.detach(), h0.detach()
-        flat_x = x.reshape(-1, x.shape[-1])
-        # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
-        c = empty_buffer((steps, batch, hidden), flat_x)
-        torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
+        x, h = x.detach().contiguous(), h0.detach()  # the compiled loops read x's rows of each step
         keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
-        ctx.scratch, ctx.config = c, (etas, a, act, s, r)
-        ctx.compiled = _compiled_loop_runs(c, k)
-        if ctx.compiled:
-            phis, outputs = empty_buffer((span, batch, hidden), c), empty_buffer((steps, batch, hidden), c)
+        ctx.config = (etas, a, act, s, r)
+        ctx.compiled = _compiled_loop_runs(x, k)
+        # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
+        if ctx.compiled:  # the input map c_t is formed per step inside the loop: no (T, B, H) c
+            phis, outputs = empty_buffer((span, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
             # low rank: h_{t-1} H^T of every step, (T, B, R), for the gradient of V'
-            zs = c.new_empty(span, batch, second.shape[0]) if second.numel() else c.new_empty(0)
+            zs = x.new_empty(span, batch, second.shape[0]) if second.numel() else x.new_empty(0)
             torch.ops.ltdrnn.irnn_k1_forward(
-                c, h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r, _ACTIVATION_CODES[act], phis,
-                zs, outputs,
+                x, weight.detach(), bias.detach(), h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r,
+                _ACTIVATION_CODES[act], phis, zs, outputs,
             )  # fmt: skip
             ctx.save_for_backward(phis, outputs, zs, first, second, h0, x, weight)
             return outputs
+        flat_x = x.view(-1, x.shape[-1])
+        c = empty_buffer((steps, batch, hidden), flat_x)
+        torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
+        ctx.scratch = c  # with K = 1 the backward writes dpre into it
         m = _dense_operator(first.detach(), second.detach())
         m_t = m.t().contiguous()
         phis = empty_buffer((k, span, batch, hidden), c)
@@ -409,28 +412,16 @@ class _FusedIRNN(torch.autograd.Function):
             grad_first, grad_second = grad_m, None
         else:  # M = I + V' H
             grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
-        return _parameter_gradients(ctx, flat_dpre, grad_first, grad_second, carry, g_dot_phi, g_dot_y)
+        grad_x, grad_input_map = _input_gradients(ctx, flat_dpre)
+        return _function_gradients(ctx, grad_x, grad_input_map, carry, grad_first, grad_second, g_dot_phi, g_dot_y)
 
 
-def _parameter_gradients(
-    ctx,
-    flat_dpre: Tensor,
-    grad_first: Tensor,
-    grad_second: Tensor | None,
-    carry: Tensor,
-    g_dot_phi,
-    g_dot_y,
-    grad_input_map: Tuple[Tensor, Tensor] | None = None,
-):
-    """The Function's gradients from those of the pre-activations (``flat_dpre (K, T*B, H)``, over eta),
-    of ``M``'s ``first`` and ``second``, of ``h0`` (``carry``) and the sums ``<g, phi>``, ``<g, y>`` per
-    Euler step; those of the input map's weight and bias are computed here unless given."""
-    *_, h0, x, weight = ctx.saved_tensors
-    etas, a = ctx.config[:2]
+def _input_gradients(ctx, flat_dpre: Tensor) -> Tuple[Tensor | None, Tuple[Tensor, Tensor]]:
+    """The gradients of x (None unless wanted) and of the input map's weight and bias from those of the
+    pre-activations, ``flat_dpre (K, T*B, H)`` (over eta)."""
+    *_, x, weight = ctx.saved_tensors
+    etas = ctx.config[0]
     k = flat_dpre.shape[0]
-    eta = torch.tensor(etas, dtype=flat_dpre.dtype, device=flat_dpre.device)
-    grad_eta = g_dot_phi - a * g_dot_y
-    grad_alpha = -(eta * g_dot_y).sum()
     # gradient of c = sum_i eta_i dpre_i; with K = 1 the factor eta_0 goes onto the small results
     if k == 1:
         grad_c, scale = flat_dpre[0], etas[0]
@@ -439,74 +430,66 @@ def _parameter_gradients(
         for i in range(1, k):
             grad_c.add_(flat_dpre[i], alpha=etas[i])
     grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
-    if grad_input_map is None:
-        grad_input_map = (grad_c.t() @ x.reshape(-1, x.shape[-1])).mul_(scale), grad_c.sum(0).mul_(scale)
-    return (
-        grad_x,
-        *grad_input_map,
-        carry,
-        grad_first,
-        grad_second,
-        grad_eta,
-        grad_alpha,
-        None,
-        None,
-        None,
-    )
+    return grad_x, ((grad_c.t() @ x.view(-1, x.shape[-1])).mul_(scale), grad_c.sum(0).mul_(scale))
+
+
+def _function_gradients(
+    ctx,
+    grad_x: Tensor | None,
+    grad_input_map: Tuple[Tensor, Tensor],
+    carry: Tensor,
+    grad_first: Tensor,
+    grad_second: Tensor | None,
+    g_dot_phi: Tensor,
+    g_dot_y: Tensor,
+) -> tuple:
+    """The Function's gradients, in the order of its inputs, given those of x, of the input map's weight
+    and bias, of h0 (``carry``), of ``M``'s ``first`` and ``second`` and the sums ``<g, phi>``, ``<g, y>``
+    per Euler step (which make those of eta and alpha)."""
+    etas, a = ctx.config[:2]
+    eta = torch.tensor(etas, dtype=g_dot_phi.dtype, device=g_dot_phi.device)
+    grad_eta = g_dot_phi - a * g_dot_y
+    grad_alpha = -(eta * g_dot_y).sum()
+    return (grad_x, *grad_input_map, carry, grad_first, grad_second, grad_eta, grad_alpha, None, None, None)
 
 
 # ---- the whole time loop in compiled code (csrc/irnn.cpp) -----------------------------------------
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn.cpp numbers them
 
 
-def _compiled_loop_runs(c: Tensor, k: int) -> bool:
+def _compiled_loop_runs(x: Tensor, k: int) -> bool:
     """Whether both time loops run in ``csrc/irnn.cpp``: K = 1 (any reading, U dense or low rank), on
     CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
-    return k == 1 and c.device.type == "cpu" and c.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
+    return k == 1 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
-    """The backward time loop in one call; it overwrites the forward's pre-activations ``c`` with their
-    gradient (over eta), then the parameter gradients are large products over all steps. Low rank: the
-    gradients of the factors come from the loops' ``(T, B, R)`` products, never from an ``(H, H)`` one."""
+    """The backward time loop in one call, which also forms every parameter gradient: each thread's block
+    of rows adds its share of each step's products while that step's rows are in cache (no pass over
+    ``(T, B, H)`` buffers after the loop, and the work splits over the threads), and the gradient of x
+    when it is wanted. Low rank: the gradients of the factors come from ``(B, R)`` products per step,
+    never from an ``(H, H)`` one."""
     phis, outputs, zs, first, second, h0, x, weight = ctx.saved_tensors
     etas, a, act, s, r = ctx.config
-    dpre, carry = ctx.scratch, torch.empty_like(h0)
-    steps, batch, hidden = dpre.shape
-    low_rank = second.numel() > 0
-    # low rank: dpre_t V' of every step, (T, B, R), for the gradient of H
-    ws = dpre.new_empty(steps, batch, second.shape[0]) if low_rank else dpre.new_empty(0)
+    first, second, weight = first.detach(), second.detach(), weight.detach()
+    carry = torch.empty_like(h0)
+    grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else x.new_empty(0)
+    grad_first, grad_second = first.new_empty(first.shape), second.new_empty(second.shape)
+    grad_weight, grad_bias = weight.new_empty(weight.shape), weight.new_empty(weight.shape[0])
     dot_phi, dot_y = torch.ops.ltdrnn.irnn_k1_backward(
-        dpre, phis, outputs, h0.detach().contiguous(), grad_outputs, first.detach(), second.detach(), etas[0], a, s,
-        r, _ACTIVATION_CODES[act], carry, ws,
+        phis, outputs, h0.detach().contiguous(), grad_outputs, x, zs, first, second, weight, etas[0], a, s, r,
+        _ACTIVATION_CODES[act], carry, grad_x, grad_first, grad_second, grad_weight, grad_bias,
     )  # fmt: skip
-    # y_0 of step t is s h_{t-1}: the gradient of M is s eta sum_t dpre_t^T h_{t-1}; with M = I + V' H,
-    # that of V' is it times H^T (= s eta sum_t dpre_t^T z_t) and that of H is V'^T times it (= s eta sum_t
-    # w_t^T h_{t-1}). The gradients of V', of the input map's weight and of its bias are one product, one
-    # pass over dpre (T B H: reading it is what these products cost) instead of three.
-    flat_dpre, flat_x = dpre.view(-1, hidden), x.reshape(-1, x.shape[-1])
-    rank = second.shape[0] if low_rank else 0
-    columns = [flat_x, flat_x.new_ones(flat_x.shape[0], 1)]
-    joint = torch.mm(flat_dpre.t(), torch.cat([zs.view(-1, rank), *columns] if low_rank else columns, 1))
-    joint.mul_(etas[0])
-    grad_input_map = joint[:, rank:-1], joint[:, -1]
-    if low_rank:
-        grad_first = joint[:, :rank].mul_(s)
-        grad_second = _sum_over_previous_states(ws, h0, outputs).mul_(s * etas[0])
-    else:
-        grad_first, grad_second = _sum_over_previous_states(dpre, h0, outputs).mul_(s * etas[0]), None
-    sums = dpre.new_tensor
-    return _parameter_gradients(
-        ctx, flat_dpre.unsqueeze(0), grad_first, grad_second, carry, sums([dot_phi]), sums([dot_y]), grad_input_map
+    return _function_gradients(
+        ctx,
+        grad_x if ctx.needs_input_grad[0] else None,
+        (grad_weight, grad_bias),
+        carry,
+        grad_first,
+        grad_second if second.numel() else None,
+        phis.new_tensor([dot_phi]),
+        phis.new_tensor([dot_y]),
     )
-
-
-def _sum_over_previous_states(per_step: Tensor, h0: Tensor, outputs: Tensor) -> Tensor:
-    """``sum_t per_step_t^T h_{t-1}`` (``h_{-1} = h0``), ``per_step (T, B, n)`` -> ``(n, H)``."""
-    total = torch.mm(per_step[0].t(), h0.detach())
-    if per_step.shape[0] > 1:
-        total.addmm_(per_step[1:].reshape(-1, per_step.shape[-1]).t(), outputs[:-1].reshape(-1, h0.shape[-1]))
-    return total
 
 
 def _dense_operator(first: Tensor, second: Tensor) -> Tensor:
