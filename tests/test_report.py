@@ -75,6 +75,14 @@ def test_report_tables_group_runs_by_cell_and_setting(store, tmp_path, monkeypat
     assert paths["curves_tiny"].stat().st_size > 1000
 
 
+def test_a_column_names_the_options_that_change_the_problem_and_not_how_training_data_is_drawn():
+    label = results.setting_label
+    assert label("adding", {"T": 200, "n_train": 9600, "fresh_train": True, "seed": 3}) == "adding(T=200)"
+    assert label("adding", {"T": 200, "n_train": 64000}) == label("adding", {"T": 200, "fresh_train": True})
+    assert label("adding", {"T": 200}) != label("adding", {"T": 750})
+    assert label("speech", {"n_filters": 40, "n_val": 100}) == "speech(n_filters=40)"  # features differ
+
+
 def test_report_command_prints_the_markdown(store, tmp_path, capsys):
     assert main(["report", "--store", store, "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
     out = capsys.readouterr().out

@@ -26,11 +26,14 @@ def paper_numbers() -> List[Dict[str, Any]]:
 
 
 # ---- report ----------------------------------------------------------------------------------------
+#: Task options that set the splits' sizes or how the data is drawn or found, not the problem posed.
+DATA_OPTIONS = ("n_train", "n_val", "n_test", "seed", "data_dir", "download", "fresh_train")
+
+
 def setting_label(task: str, options: Dict[str, Any]) -> str:
-    """A column label for a task and the options that change the problem (not sizes or seeds)."""
-    shown = {
-        k: v for k, v in sorted(options.items()) if not k.startswith("n_") and k not in ("seed", "data_dir", "download")
-    }
+    """A column label for a task and the options that change the problem (not the splits' sizes, seeds
+    or whether training items are drawn afresh each epoch)."""
+    shown = {k: v for k, v in sorted(options.items()) if k not in DATA_OPTIONS}
     if not shown:
         return task
     return f"{task}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
