@@ -362,8 +362,8 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_at_T_1000(mo
 
 
 def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_twice():
-    """Float64 agreement to 1e-10, and a second backward (retain_graph: P was overwritten by the first)
-    gives the same gradients again."""
+    """Float64 agreement to 1e-10, and a second backward (retain_graph) gives the same gradients again
+    (the K = 1 backward leaves P intact: nothing is recomputed)."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     torch.manual_seed(3)
@@ -421,6 +421,74 @@ def test_compiled_k1_loop_at_2_threads_equals_the_reference_and_the_pytorch_loop
         torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-10, rtol=1e-9, msg=key)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("options", [{}, {"A": "coupled", "activation": "tanh"}], ids=["relu", "coupled-tanh"])
+def test_compiled_k1_loop_without_an_input_gradient_equals_the_reference_in_float64(monkeypatch, threads, options):
+    """x not requiring grad (pixel MNIST's case): the backward forms no gradient of x, and every other
+    gradient equals the reference's and the PyTorch loop's, at 1 thread and at 2 (B = 5: blocks of 3 and
+    2 rows, whose parameter-gradient sums are added)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(14)
+        cell = TARNN(2, 16, K=1, eta=0.1, dtype=DT, **options)
+        randomise(cell, 0.05)
+        x, s0 = torch.randn(1000, 5, 2, dtype=DT), 0.1 * torch.randn(5, 16, dtype=DT)
+
+        def run(impl):
+            cell.zero_grad()
+            si = s0.clone().requires_grad_()
+            out, final = cell.scan(x, si, impl=impl)
+            weighted_loss(out, final).backward()
+            return {"out": out.detach(), "grad s0": si.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+
+        calls = counting_compiled_loops(monkeypatch)
+        compiled = run("fused")
+        assert calls, "the compiled loop did not run"
+        reference = run("reference")
+        monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+        pytorch_loop = run("fused")
+    finally:
+        torch.set_num_threads(previous)
+    assert compiled["weight_Wx"].abs().max() > 0 and compiled["weight_Us"].abs().max() > 0
+    for key, expected in reference.items():
+        torch.testing.assert_close(compiled[key], expected, atol=1e-10, rtol=1e-9, msg=key)
+        torch.testing.assert_close(compiled[key], pytorch_loop[key], atol=1e-10, rtol=1e-9, msg=key)
+
+
+def test_compiled_k1_loop_reads_batch_first_input_through_recurrent_in_float64(monkeypatch):
+    """ltdrnn.Recurrent hands the cell batch-first input as a transposed, non-contiguous (T, B, d) view: the
+    compiled loop gives the reference's outputs and gradients, x's included, at 2 threads (B = 3)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(15)
+        cell = TARNN(3, 16, K=1, A="coupled", eta=0.1, dtype=DT)
+        randomise(cell, 0.05)
+        layer = ltdrnn.Recurrent(lambda d, h: cell, 3, 16, batch_first=True)
+        x = torch.randn(3, 1000, 3, dtype=DT)  # (B, T, d)
+        calls = counting_compiled_loops(monkeypatch)
+        xi = x.clone().requires_grad_()
+        out, _ = layer(xi)
+        weighted_loss(out, out[:, -1]).backward()
+        compiled = {"out": out.detach(), "grad x": xi.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+        assert calls, "the compiled loop did not run"
+        cell.zero_grad()
+        xr = x.clone().requires_grad_()
+        ref, _ = cell.scan(xr.transpose(0, 1), impl="reference")
+        ref = ref.transpose(0, 1)
+        weighted_loss(ref, ref[:, -1]).backward()
+        reference = {"out": ref.detach(), "grad x": xr.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+    finally:
+        torch.set_num_threads(previous)
+    for key, expected in reference.items():
+        torch.testing.assert_close(compiled[key], expected, atol=1e-10, rtol=1e-9, msg=key)
+
+
 def test_compiled_k1_loop_without_autograd_equals_the_reference():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
@@ -439,30 +507,56 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     forward = torch.ops.ltdrnn.tarnn_k1_forward
+    x, weight, bias = torch.zeros(5, 2, 3), torch.zeros(12, 3), torch.zeros(12)
     p, s0, w_t = torch.zeros(5, 2, 12), torch.zeros(2, 4), torch.zeros(4, 12)
     out, beta = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)
-    forward(p, s0, w_t, 0.1, 0, out, beta)  # well-formed: runs
+    forward(x, weight, bias, p, s0, w_t, 0.1, 0, out, beta)  # well-formed: runs
     for args, message in (
-        ((p, torch.zeros(3, 4), w_t, 0.1, 0, out, beta), "s0 must be a contiguous \\(B, H\\)"),
-        ((p, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be a contiguous CPU \\[4, 12\\]"),
-        ((p, s0, w_t, 0.1, 3, out, beta), "activation code"),
-        ((p, s0, w_t, 0.1, 0, torch.zeros(5, 2, 3), beta), "outputs must be"),
-        ((p.double(), s0, w_t, 0.1, 0, out, beta), "s0 must be"),
-        ((p.transpose(0, 1), s0, w_t, 0.1, 0, out, beta), "p must be a contiguous CPU"),
+        ((x, weight, bias, p, torch.zeros(3, 4), w_t, 0.1, 0, out, beta), "s0 must be a contiguous \\(B, H\\)"),
+        ((x, weight, bias, p, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be a contiguous CPU \\[4, 12\\]"),
+        ((x, weight, bias, p, s0, w_t, 0.1, 3, out, beta), "activation code"),
+        ((x, weight, bias, p, s0, w_t, 0.1, 0, torch.zeros(5, 2, 3), beta), "outputs must be"),
+        ((x, weight, bias, p.double(), s0, w_t, 0.1, 0, out, beta), "s0 must be"),
+        ((x, weight, bias, p.transpose(0, 1), s0, w_t, 0.1, 0, out, beta), "p must be a contiguous CPU"),
+        ((x[:4], weight, bias, p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: x must be a contiguous"),
+        (
+            (x.transpose(0, 1).contiguous().transpose(0, 1), weight, bias, p, s0, w_t, 0.1, 0, out, beta),
+            "tarnn_k1_forward: x must be a contiguous",
+        ),  # fmt: skip
+        ((x.double(), weight, bias, p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: x must be a CPU tensor of"),
+        ((x, weight[:, :2], bias, p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: weight must be a contiguous"),
+        ((x, weight, bias[:11], p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: bias must be a contiguous"),
     ):
         with pytest.raises(RuntimeError, match=message):
             forward(*args)
 
 
-def k1_operands(batch=2, steps=5, hidden=4):
-    """A forward of tarnn_k1_forward on random float64 operands, and the operands of its backward."""
-    p = 0.5 * torch.randn(steps, batch, 3 * hidden, dtype=DT)
+def k1_operands(batch=2, steps=5, hidden=4, dim=3):
+    """A forward of tarnn_k1_forward on random float64 operands, and the operands of its backward (its
+    results in fresh, unfilled tensors)."""
+    x = torch.randn(steps, batch, dim, dtype=DT)
+    weight, bias = 0.5 * torch.randn(3 * hidden, dim, dtype=DT), 0.1 * torch.randn(3 * hidden, dtype=DT)
+    p = torch.empty(steps, batch, 3 * hidden, dtype=DT)
     state_weights = 0.3 * torch.randn(3 * hidden, hidden, dtype=DT)
     out, beta = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
     s0 = 0.1 * torch.randn(batch, hidden, dtype=DT)
-    torch.ops.ltdrnn.tarnn_k1_forward(p, s0, state_weights.t().contiguous(), 0.2, 1, out, beta)
-    grad = torch.randn(steps, batch, hidden, dtype=DT)
-    return dict(p=p, betas=beta, grad_outputs=grad, state_weights=state_weights, eta=0.2, act=1, carry=s0.clone())
+    torch.ops.ltdrnn.tarnn_k1_forward(x, weight, bias, p, s0, state_weights.t().contiguous(), 0.2, 1, out, beta)
+    return dict(
+        p=p, betas=beta, grad_outputs=torch.randn(steps, batch, hidden, dtype=DT), outputs=out, s0=s0, x=x,
+        weight=weight, state_weights=state_weights, eta=0.2, act=1, carry=torch.empty_like(s0),
+        grad_x=torch.empty_like(x), grad_state_weights=torch.empty_like(state_weights),
+        grad_weight=torch.empty_like(weight), grad_bias=torch.empty_like(bias),
+    )  # fmt: skip
+
+
+K1_RESULTS = ("carry", "grad_x", "grad_state_weights", "grad_weight", "grad_bias")
+
+
+def run_k1_backward(operands, **change):
+    """tarnn_k1_backward on the operands (with `change`), into fresh result tensors: (d eta, results)."""
+    run = {**operands, **{name: torch.empty_like(operands[name]) for name in K1_RESULTS}, **change}
+    grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(**run)
+    return grad_eta, {name: run[name] for name in K1_RESULTS}
 
 
 def test_compiled_k1_backward_rejects_malformed_operands_and_runs_an_empty_batch():
@@ -471,20 +565,46 @@ def test_compiled_k1_backward_rejects_malformed_operands_and_runs_an_empty_batch
     torch.manual_seed(11)
     backward = torch.ops.ltdrnn.tarnn_k1_backward
     operands = k1_operands()
-    backward(**{**operands, "p": operands["p"].clone()})  # well-formed: runs
+    p = operands["p"].clone()
+    backward(**operands)  # well-formed: runs, and leaves p as the forward wrote it
+    assert torch.equal(operands["p"], p)
     empty = k1_operands(batch=0)
     assert backward(**empty) == 0.0 and empty["carry"].shape == (0, 4)
+    for name in ("grad_state_weights", "grad_weight", "grad_bias"):
+        assert torch.equal(empty[name], torch.zeros_like(empty[name])), name
     for change, message in (
         ({"state_weights": operands["state_weights"].t().contiguous().t()}, "state_weights must be a contiguous"),
         ({"state_weights": torch.zeros(12, 5, dtype=DT)}, "state_weights must be"),
         ({"betas": operands["betas"][:, :, :3]}, "betas must be"),
+        ({"outputs": operands["outputs"][:4]}, "outputs must be"),
         ({"grad_outputs": torch.zeros(5, 2, 3, dtype=DT)}, "grad_outputs must be"),
         ({"grad_outputs": operands["grad_outputs"].float()}, "grad_outputs must be"),
-        ({"carry": torch.zeros(3, 4, dtype=DT)}, "s0 must be a contiguous"),
+        ({"s0": torch.zeros(3, 4, dtype=DT)}, "s0 must be a contiguous"),
+        ({"carry": torch.zeros(3, 4, dtype=DT)}, "tarnn_k1_backward: carry must be a contiguous"),
+        ({"x": operands["x"][:, :1]}, "tarnn_k1_backward: x must be a contiguous"),
+        ({"weight": operands["weight"][:11]}, "tarnn_k1_backward: weight must be a contiguous"),
+        ({"grad_x": torch.zeros(5, 2, 2, dtype=DT)}, "tarnn_k1_backward: grad_x must be a contiguous"),
+        ({"grad_state_weights": torch.zeros(4, 12, dtype=DT)}, "tarnn_k1_backward: grad_state_weights must be"),
+        ({"grad_weight": torch.zeros(12, 3)}, "tarnn_k1_backward: grad_weight must be a CPU tensor of"),
+        ({"grad_bias": torch.zeros(11, dtype=DT)}, "tarnn_k1_backward: grad_bias must be a contiguous"),
         ({"act": 3}, "activation code"),
     ):
         with pytest.raises(RuntimeError, match=message):
             backward(**{**operands, **change})
+
+
+def test_compiled_k1_backward_without_an_input_gradient_gives_the_same_other_gradients():
+    """grad_x as an empty tensor: x's gradient is not formed, every other result is exactly the same."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/tarnn.cpp")
+    torch.manual_seed(13)
+    operands = k1_operands(batch=3)
+    with_x = run_k1_backward(operands)
+    without_x = run_k1_backward(operands, grad_x=torch.empty(0, dtype=DT))
+    assert with_x[0] == without_x[0] and with_x[1]["grad_x"].abs().max() > 0
+    for name in K1_RESULTS:
+        if name != "grad_x":
+            assert torch.equal(with_x[1][name], without_x[1][name]), name
 
 
 def test_compiled_backwards_read_grad_outputs_of_any_strides():
@@ -497,8 +617,8 @@ def test_compiled_backwards_read_grad_outputs_of_any_strides():
     strided = torch.randn(5, 4, 3, dtype=DT).transpose(1, 2)  # (T, B, H), strides (H B, 1, B)
     results = []
     for grad in (strided, strided.contiguous()):
-        run = {**operands, "p": operands["p"].clone(), "carry": torch.empty(3, 4, dtype=DT), "grad_outputs": grad}
-        results.append((torch.ops.ltdrnn.tarnn_k1_backward(**run), run["p"], run["carry"]))
+        grad_eta, k1_results = run_k1_backward(operands, grad_outputs=grad)
+        results.append((grad_eta, *k1_results.values()))
     forward, backward = euler_operands(batch=3, dtype=DT)
     forward["w_t"], forward["u_t"] = 0.3 * torch.randn(4, 12, dtype=DT), 0.3 * torch.randn(4, 4, dtype=DT)
     torch.ops.ltdrnn.tarnn_euler_forward(**forward)

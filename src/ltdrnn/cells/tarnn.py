@@ -370,9 +370,9 @@ class _FusedTARNN(torch.autograd.Function):
         s_m = s_{m-1} + delta_K                     ("outside": no beta in the update, s_m += beta delta_K)
 
     Inputs: ``x (T, B, d)``, ``weight (3H, d)`` and ``bias (3H,)`` of the input map ``P = weight x +
-    bias`` (computed here, so the buffer is the Function's own), ``s0 (B, H)``, ``state_weights (3H,
-    H)``, ``U (H, H)``, ``eta (K,)``, activation name, A kind, gate. Outputs ``(T, B, H)`` states and
-    ``(T, B, H)`` betas (no gradient).
+    bias`` (formed here or inside the compiled K = 1 loop, so its buffer is the Function's own), ``s0 (B,
+    H)``, ``state_weights (3H, H)``, ``U (H, H)``, ``eta (K,)``, activation name, A kind, gate. Outputs
+    ``(T, B, H)`` states and ``(T, B, H)`` betas (no gradient).
 
     Memory traffic, not arithmetic, dominates on CPU: writing a fresh ``(B, H)`` block costs several
     times an operation on a block that stays in cache. So with K = 1 (gate inside) the forward saves
@@ -384,21 +384,26 @@ class _FusedTARNN(torch.autograd.Function):
     On CPU in float32/64, each time loop (forward, backward) is one call of ``csrc/tarnn.cpp`` when
     it builds here (:func:`_compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
     (``tarnn_k1_*``) nothing is saved but beta and the states (the backward recomputes ``phi`` and ``G``
-    from ``P``, which keeps each step's ``[c, q, r]``); otherwise (``tarnn_euler_*``) the forward also
-    saves ``phi`` of every Euler step ``(T, K, B, H)`` and the backward recomputes ``G`` and the
-    increments from it elementwise. Other devices or dtypes, no C++ compiler or
-    ``LTDRNN_NO_KERNELS=1``: the PyTorch loop below.
+    from ``P``, which keeps each step's ``[c, q, r]``). Its forward forms each step's input map ``x_t
+    weight^T + bias`` inside the loop (no pass over the ``(T, B, 3H)`` buffer before it), and its backward
+    keeps each step's gradient of ``P`` in per-thread scratch rows and adds the step's share of the
+    gradients of ``state_weights``, ``weight`` and ``bias`` (and writes that of ``x``, when wanted) while
+    they are in cache, one sum per block of batch rows, added in block order; ``P`` is left intact.
+    Otherwise (``tarnn_euler_*``) the forward also saves ``phi`` of every Euler step ``(T, K, B, H)`` and
+    the backward recomputes ``G`` and the increments from it elementwise, writes the gradient of ``P``
+    over ``P``, and the parameter gradients are products over it after the loop
+    (:func:`_input_gradients`). Other devices or dtypes, no C++ compiler or ``LTDRNN_NO_KERNELS=1``: the
+    PyTorch loop below.
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str):
         steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[0]
         x, s = x.detach(), s0.detach()
-        p = _input_map(x, weight, bias)
-        ctx.scratch, ctx.config = p, (scalars(eta), act, a_kind, gate)
-        ctx.compiled, ctx.p_is_gradient = _compiled_loop_runs(p, k, gate), False
+        ctx.config = (scalars(eta), act, a_kind, gate)
+        ctx.compiled, ctx.p_is_gradient = _compiled_loop_runs(x, k, gate), False
         # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
-        betas, outputs = empty_buffer((steps, batch, hidden), p), empty_buffer((steps, batch, hidden), p)
+        betas, outputs = empty_buffer((steps, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
         ctx.mark_non_differentiable(betas)
         ctx.set_materialize_grads(False)  # else every backward starts by zero-filling a (T, B, H) for betas
         w_t = state_weights.detach().t().contiguous()
@@ -406,10 +411,15 @@ class _FusedTARNN(torch.autograd.Function):
             # K = 1 with the gate inside saves nothing per Euler step; otherwise phi of every Euler step
             # (T, K, B, H), from which the backward recomputes G and the increments elementwise
             keep = any(ctx.needs_input_grad) and not (k == 1 and gate == "inside")
-            phis = empty_buffer((steps, k, batch, hidden), p) if keep else p.new_empty(0)
-            _compiled_forward(p, s.contiguous(), w_t, u.detach(), ctx.config, outputs, betas, phis)
+            phis = empty_buffer((steps, k, batch, hidden), x) if keep else x.new_empty(0)
+            x = x.contiguous()  # the loops read x's rows of each step (batch first: a transposed view)
+            ctx.scratch = _compiled_forward(
+                x, weight, bias, s.contiguous(), w_t, u.detach(), ctx.config, outputs, betas, phis
+            )
             ctx.save_for_backward(phis, betas, outputs, x, weight, bias, s0, state_weights, u)
             return outputs, betas
+        p = _input_map(x, weight, bias)
+        ctx.scratch = p
         chain = _EulerChain(k, batch, hidden, scalars(eta), act, a_kind, gate, u.detach(), p)
         training = any(ctx.needs_input_grad)
         store = training and k == 1 and gate == "inside"
@@ -518,29 +528,46 @@ def _input_gradients(ctx, grad_p, s0, outputs, x, weight, grad_s0, grad_u, grad_
 
 
 # ---- the whole time loop in compiled code (csrc/tarnn.cpp) ----------------------------------------
-def _compiled_loop_runs(p: Tensor, k: int, gate: str) -> bool:
+def _compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
     """Whether the time loop runs in ``csrc/tarnn.cpp``: any K, either gate, any A, reading or
     activation that reaches :class:`_FusedTARNN` (the authors' gate-outside body and per-time-step η do
     not), on CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
     return (
         k >= 1
         and gate in ("inside", "outside")
-        and p.device.type == "cpu"
-        and p.dtype in (torch.float32, torch.float64)
+        and x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
         and load_torch_ops("tarnn")
     )
 
 
 def _compiled_forward(
-    p: Tensor, s0: Tensor, w_t: Tensor, u: Tensor, config: tuple, outputs: Tensor, betas: Tensor, phis: Tensor
-) -> None:
-    """The forward time loop in one call: ``P`` becomes each step's ``[c, q, r]``; writes ``outputs``,
-    ``betas`` and, unless empty, ``phis (T, K, B, H)`` (K = 1 with the gate inside: its own operator, which
-    saves nothing). Every operand's shape, dtype and layout is checked again in the C++ code."""
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    s0: Tensor,
+    w_t: Tensor,
+    u: Tensor,
+    config: tuple,
+    outputs: Tensor,
+    betas: Tensor,
+    phis: Tensor,
+) -> Tensor:
+    """The forward time loop in one call from ``x (T, B, d)`` (contiguous) and the input map's weight and
+    bias; returns ``P``, each step's ``[c, q, r]``, and writes ``outputs``, ``betas`` and, unless empty,
+    ``phis (T, K, B, H)``. K = 1 with the gate inside has its own operator, which forms each step's input
+    map inside the loop and saves nothing but ``P``; otherwise ``P`` starts as the input map of all steps
+    and the loop adds the state products in place. Every operand's shape, dtype and layout is checked
+    again in the C++ code."""
     etas, act, a_kind, gate = config
     if len(etas) == 1 and gate == "inside":
-        torch.ops.ltdrnn.tarnn_k1_forward(p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas)
-        return
+        steps, batch = x.shape[:2]
+        p = empty_buffer((steps, batch, 3 * s0.shape[-1]), x)
+        torch.ops.ltdrnn.tarnn_k1_forward(
+            x, weight.detach(), bias.detach(), p, s0, w_t, etas[0], _ACTIVATION_CODES[act], outputs, betas
+        )
+        return p
+    p = _input_map(x, weight, bias)
     torch.ops.ltdrnn.tarnn_euler_forward(
         p,
         s0,
@@ -554,27 +581,25 @@ def _compiled_forward(
         betas,
         phis,
     )
+    return p
 
 
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
-    """The backward time loop in one call. It overwrites the forward's ``P`` with the gradient of ``P``
-    (no new ``(T, B, 3H)`` buffer); a second backward (``retain_graph``, gradcheck) recomputes ``P``
-    first."""
+    """The backward time loop in one call. With K = 1 and the gate inside it forms every gradient itself
+    and leaves ``P`` as it is (:func:`_compiled_k1_backward`). Otherwise it overwrites the forward's ``P``
+    with the gradient of ``P`` (no new ``(T, B, 3H)`` buffer); a second backward (``retain_graph``,
+    gradcheck) recomputes ``P`` first."""
     phis, betas, outputs, x, weight, bias, s0, state_weights, u = ctx.saved_tensors
+    etas, act, a_kind, gate = ctx.config
+    if len(etas) == 1 and gate == "inside":
+        return _compiled_k1_backward(ctx, grad_outputs)
     p, u = ctx.scratch, u.detach()
     if ctx.p_is_gradient:  # the saved phi are intact: only P's [c, q, r] are needed again
-        p = _input_map(x, weight, bias)
         w_t = state_weights.detach().t().contiguous()
         scratch = torch.empty_like(outputs), torch.empty_like(betas), p.new_empty(0)
-        _compiled_forward(p, s0.detach().contiguous(), w_t, u, ctx.config, *scratch)
+        p = _compiled_forward(x, weight, bias, s0.detach().contiguous(), w_t, u, ctx.config, *scratch)
     ctx.p_is_gradient = True
-    etas, act, a_kind, gate = ctx.config
     carry = s0.new_empty(s0.shape)
-    if len(etas) == 1 and gate == "inside":
-        grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
-            p, betas, grad_outputs, state_weights.detach(), etas[0], _ACTIVATION_CODES[act], carry
-        )
-        return _input_gradients(ctx, p, s0, outputs, x, weight, carry, None, p.new_full((1,), grad_eta))
     grad_u = torch.zeros_like(u)
     grad_etas = torch.ops.ltdrnn.tarnn_euler_backward(
         p,
@@ -592,6 +617,24 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     )
     grad_u = grad_u if len(etas) > 1 else None
     return _input_gradients(ctx, p, s0, outputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
+
+
+def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
+    """K = 1 with the gate inside: one call forms the gradients of ``s0``, of the stacked state weights, of
+    the input map's weight and bias and, when ``x`` requires grad, of ``x``, summing each step's share inside
+    the loop; ``P`` is only read (a second backward needs nothing recomputed)."""
+    _, betas, outputs, x, weight, bias, s0, state_weights, _ = ctx.saved_tensors
+    etas, act, _, _ = ctx.config
+    p, s0 = ctx.scratch, s0.detach().contiguous()
+    grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else x.new_empty(0)
+    carry, grad_state_weights = torch.empty_like(s0), torch.empty_like(state_weights)
+    grad_weight, grad_bias = torch.empty_like(weight), torch.empty_like(bias)
+    grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
+        p, betas, grad_outputs, outputs, s0, x, weight.detach(), state_weights.detach(), etas[0],
+        _ACTIVATION_CODES[act], carry, grad_x, grad_state_weights, grad_weight, grad_bias,
+    )  # fmt: skip
+    grad_x = grad_x if ctx.needs_input_grad[0] else None
+    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, p.new_full((1,), grad_eta), None, None, None
 
 
 class _EulerChain:
