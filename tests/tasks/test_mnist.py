@@ -9,7 +9,7 @@ import torch
 from fixture_data import idx_bytes, write_mnist
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
-from ltdrnn.tasks.mnist import permutation, read_idx
+from ltdrnn.tasks.mnist import best_possible_accuracy, permutation, read_idx
 
 
 @pytest.fixture
@@ -142,6 +142,30 @@ def test_random_label_crops(mnist_dir):
         for k in range(20)
     )
     assert build("mnist_random_labels", root, crop=16, n=5).info.seq_len == 256
+
+
+def test_best_possible_accuracy_counts_colliding_inputs():
+    inputs = np.array([[0, 0], [1, 2], [0, 0], [0, 0], [3, 4], [1, 2]])
+    # rows 0, 2, 3 collide (labels 5, 5, 7: 2 right at best), rows 1, 5 collide (labels 1, 2: 1 right)
+    labels = np.array([5, 1, 5, 7, 0, 2])
+    assert best_possible_accuracy(inputs, labels) == pytest.approx(4 / 6)
+    assert best_possible_accuracy(np.eye(4), np.array([3, 3, 1, 0])) == 1.0
+    assert best_possible_accuracy(np.zeros((5, 3)), np.array([1, 1, 2, 3, 1])) == pytest.approx(3 / 5)
+
+
+def test_random_label_ceiling_sees_blank_crops(mnist_dir):
+    root, arrays = mnist_dir
+    assert build("mnist_random_labels", root, crop=8, n=20, n_val=0).info.extra["ceiling"] == 1.0
+    images = arrays["train-images-idx3-ubyte"].copy()
+    images[::2, 10:18, 10:18] = 0  # every other digit gets a blank centre, as a 0 often has
+    (root / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(images)))
+    task = build("mnist_random_labels", root, crop=8, n=40, n_val=0)
+    crops = np.stack([task.dataset("train")[i][0].numpy().ravel() for i in range(40)])
+    labels = np.array([int(task.dataset("train")[i][1]) for i in range(40)])
+    blank = [i for i in range(40) if np.array_equal(crops[i], crops.min(axis=0))]
+    assert len(blank) == 20  # 20 blank crops share one answer: only their commonest label can be right
+    expected = (20 + np.bincount(labels[blank]).max()) / 40
+    assert expected < 1 and task.info.extra["ceiling"] == pytest.approx(expected)
 
 
 def test_auto_source_prefers_idx(mnist_dir):
