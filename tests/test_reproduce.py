@@ -334,6 +334,9 @@ def test_speed_check_compares_steps_and_unmeasured_checks_fail():
         "lambda_1e4": row(0.001, higher=False, skip=0.9, cell="sarnn"),
     }
     assert R.judge(sarnn, R.Measurements(ordered), "paper").status == "reproduced"
+    unsolved = dict(ordered, lambda_0=row(0.05, higher=False, skip=0.2, cell="sarnn"))  # lambda = 0 not solved
+    verdict = R.judge(sarnn, R.Measurements(unsolved), "paper")
+    assert verdict.status == "partly" and "every lambda" in verdict.reason
     ordered["lambda_1e5"] = row(0.001, higher=False, skip=0.95, cell="sarnn")  # not monotone in lambda
     assert R.judge(sarnn, R.Measurements(ordered), "paper").status == "partly"
 
