@@ -140,6 +140,15 @@ def test_the_contraction_guard_keeps_every_step_from_expanding(reading):
     assert norms[False] > 1.05 and norms[True] <= 1 + 1e-12, norms
 
 
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_the_guard_on_diverged_weights_gives_a_nan_output_not_an_svd_error(impl):
+    cell = cell64(h=6, rank=3, contractive=True, impl=impl)
+    with torch.no_grad():
+        cell.weight_h[0, 0] = math.inf
+    out, _ = cell.scan(torch.randn(5, 2, 2, dtype=torch.float64))
+    assert torch.isnan(out).any()
+
+
 def test_the_guard_uses_the_spectral_norm_of_eq8s_operator():
     cell = cell64(h=6, rank=3, contractive=True)
     u = torch.eye(6, dtype=DT) + cell.weight_v @ cell.weight_h

@@ -209,7 +209,12 @@ class IRNN(EulerCell):
         if not self.contractive:
             return alpha
         first, second = self.recurrent_operator()
-        norm = torch.linalg.matrix_norm(first if second is None else _dense_operator(first, second), 2)
+        operator = first if second is None else _dense_operator(first, second)
+        if not torch.isfinite(operator).all():
+            # Diverged weights: the SVD would raise, while a NaN leak lets the loss turn non-finite,
+            # which the trainer reports as a diverged run.
+            return torch.full((), math.nan, dtype=operator.dtype, device=operator.device)
+        norm = torch.linalg.matrix_norm(operator, 2)
         return torch.maximum(norm, torch.as_tensor(alpha, dtype=norm.dtype, device=norm.device))
 
     def apply_u(self, y: Tensor) -> Tensor:
