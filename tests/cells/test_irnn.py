@@ -167,6 +167,22 @@ def test_large_K_reaches_the_equilibrium_of_eq5():
     assert residual.abs().max() < 1e-10
 
 
+def test_at_the_equilibrium_the_last_state_is_a_sum_of_inputs_with_alternating_signs():
+    # h_k + h_{k-1} = y*(x_k) at the equilibrium, so h_T = sum_t (-1)^(T-t) y*(x_t) from h_0 = 0: why Theorem
+    # 1's regime cannot add (docs/cells/irnn.md, "Why the equilibrium cannot add")
+    cell = cell64(rank=None, projection=False, K=150, activation="tanh", reading="paper")
+    with torch.no_grad():
+        cell.steps.assign_(0.5)
+        set_spectral_norm(cell.weight_u, 0.5)
+    x = torch.randn(7, 3, 2, dtype=DT)
+    out, _ = cell.scan(x, impl="reference")
+    y_star = torch.stack([one_step(cell, x_t, torch.zeros(3, 4, dtype=DT)) for x_t in x])
+    signs = torch.tensor([(-1.0) ** (len(x) - 1 - t) for t in range(len(x))], dtype=DT)
+    torch.testing.assert_close(out[-1], (signs[:, None, None] * y_star).sum(0), atol=1e-8, rtol=0)
+    # the plain sum, what adding needs, is far from it
+    assert (out[-1] - y_star.sum(0)).abs().max() > 0.1
+
+
 # ---- options --------------------------------------------------------------------------------------
 def test_learnable_alpha_stays_positive_and_gets_a_gradient():
     # without the guard: with it, an alpha below ||M||_2 is not used and rightly gets no gradient
