@@ -791,3 +791,31 @@ def test_claim_curves_use_each_cells_colour_and_a_new_line_style_per_extra_run_o
         cell_colour("tarnn"),
     ]
     assert [line.get_linestyle() for line in lines] == ["-", "-", "--"]
+
+
+def test_claim_plots_draw_every_seed_in_its_runs_colour_with_one_legend_entry(tmp_path, monkeypatch):
+    from ltdrnn.analysis import plots
+    from ltdrnn.analysis.plots import cell_colour
+
+    figures = []
+    real_save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or real_save(fig, path))
+    claim = R.find_claim(R.load_claims(), "irnn-identity-gradient")
+
+    def seed(i):
+        history = [{"step": 1, "val_metric": 0.2 - i / 100}, {"step": 2, "val_metric": 0.1 - i / 100}]
+        return {"cell": "irnn", "history": history, "metrics": {"baseline": 0.167}}
+
+    def trace(i):
+        return {"jacobian_ratio": {"trace": [{"step": 1, "ratio": 0.5 + i / 10}, {"step": 2, "ratio": 0.0}]}}
+
+    rows = {"k1": [seed(i) for i in range(3)], "k10": [seed(i) for i in range(2)]}
+    analyses = {"k1": [trace(i) for i in range(3)], "k10": [trace(i) for i in range(2)]}
+    R.make_plots(claim, R.Measurements(rows, analyses), tmp_path)
+    for fig in figures:  # validation curves, then the ratio traces
+        lines = fig.axes[0].get_lines()[:5]
+        assert [line.get_linestyle() for line in lines] == ["-"] * 3 + ["--"] * 2
+        assert {line.get_color() for line in lines} == {cell_colour("irnn")}
+        assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()][:2] == ["k1", "k10"]
+    ratios = [list(line.get_ydata()) for line in figures[1].axes[0].get_lines()[:5]]
+    assert ratios[2] == [0.7, 1e-30]  # the third seed, its exact 0 drawn at the floor

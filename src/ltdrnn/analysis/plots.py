@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -109,12 +109,21 @@ def learning_curves(rows: Sequence[Dict], path, title: str = "") -> Optional[Pat
     return save_figure(fig, path)
 
 
-def gradient_lag_plot(curves: Dict[str, Tensor], path, title: str = "gradient norm vs lag") -> Path:
-    """``curves``: label -> ``(T,)`` from :func:`~ltdrnn.analysis.gradients.gradient_vs_lag`; log scale."""
+def gradient_lag_plot(
+    curves: Dict[str, Union[Tensor, Sequence[Tensor]]], path, title: str = "gradient norm vs lag"
+) -> Path:
+    """``curves``: label -> ``(T,)`` from :func:`~ltdrnn.analysis.gradients.gradient_vs_lag`, or a list of
+    them (one per seed: lines of one colour, one legend entry); log scale."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for label, values in curves.items():
-        ax.semilogy(range(len(values)), values.clamp_min(1e-30).tolist(), color=cell_colour(label), label=label)
+    for label, found in curves.items():
+        for i, values in enumerate([found] if isinstance(found, Tensor) else found):
+            ax.semilogy(
+                range(len(values)),
+                values.clamp_min(1e-30).tolist(),
+                color=cell_colour(label),
+                label=label if i == 0 else None,
+            )
     ax.set_xlabel("lag tau (steps before the loss)")
     ax.set_ylabel("mean ||dL/dh_{T-tau}||")
     ax.set_title(title)

@@ -23,69 +23,78 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
     fig, ax = plt.subplots(figsize=(6, 3.4))
     drawn = False
     style = _line_styles(measurements.rows)
-    for label, row in measurements.rows.items():
-        points = [
-            (h["step"], h["val_metric"])
-            for h in row.get("history") or []
-            if h.get("val_metric") is not None and math.isfinite(h["val_metric"])
-        ]
-        if points:
-            ax.plot(
-                *zip(*points),
-                marker=".",
-                label=label,
-                color=cell_colour(row.get("cell") or label),
-                linestyle=style[label],
-            )
-            drawn = True
+    for label, seeds in measurements.seeds.items():
+        for i, row in enumerate(seeds):
+            points = [
+                (h["step"], h["val_metric"])
+                for h in row.get("history") or []
+                if h.get("val_metric") is not None and math.isfinite(h["val_metric"])
+            ]
+            if points:
+                ax.plot(
+                    *zip(*points),
+                    marker=".",
+                    label=label if i == 0 else None,
+                    color=cell_colour(row.get("cell") or label),
+                    linestyle=style[label],
+                )
+                drawn = True
     if drawn:
         first = next(iter(measurements.rows.values()))
-        baseline = (first.get("metrics") or {}).get("baseline")
+        metrics = first.get("metrics") or {}
+        baseline = metrics.get("baseline")
+        ylabel = f"validation {first.get('metric_name') or 'metric'}"
         if (
             baseline is not None
             and len({(r.get("metrics") or {}).get("baseline") for r in measurements.rows.values()}) == 1
         ):
             ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="trivial baseline")
+            if metrics.get("higher_is_better") is False and baseline > 0:
+                # errors span decades (1e-10 to the baseline), and a diverged run's spike would flatten the rest
+                ax.set_yscale("log")
+                ax.set_ylim(top=10 * baseline)
+                ylabel += "\n(log; above 10x the baseline: off the chart)"
         ax.set_xlabel("optimiser step")
-        ax.set_ylabel(f"validation {first.get('metric_name') or 'metric'}")
-        ax.set_title(f"{claim.id}: validation curves")
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_title(f"{claim.id}: validation curves, per seed")
         ax.legend(fontsize=7)
         paths.append(plots.save_figure(fig, root / f"{claim.id}-curves.png"))
     else:
         plt.close(fig)
     curves = {
-        label: torch.tensor(a["gradient_vs_lag"]["curve"])
-        for label, a in measurements.analyses.items()
-        if "gradient_vs_lag" in a
+        label: [torch.tensor(a["gradient_vs_lag"]["curve"]) for a in found if "gradient_vs_lag" in a]
+        for label, found in measurements.analyses_of.items()
     }
-    if curves:
+    if any(curves.values()):
         paths.append(
             gradient_lag_plot(
-                curves,
+                {label: found for label, found in curves.items() if found},
                 root / f"{claim.id}-gradient-lag.png",
-                title=f"{claim.id}: mean ||dL/dstate_(T-tau)|| (100 examples)",
+                title=f"{claim.id}: gradient norm vs lag, 100 examples, per seed",
             )
         )
     traces = {
-        label: a["jacobian_ratio"]["trace"] for label, a in measurements.analyses.items() if "jacobian_ratio" in a
+        label: [a["jacobian_ratio"]["trace"] for a in found if "jacobian_ratio" in a]
+        for label, found in measurements.analyses_of.items()
     }
-    if traces:
+    if any(traces.values()):
         fig, ax = plt.subplots(figsize=(6, 3.4))
-        for label, trace in traces.items():
+        for label, seeds in traces.items():
             row = measurements.rows.get(label, {})
-            ax.plot(
-                [t["step"] for t in trace],
-                [max(t["ratio"], 1e-30) for t in trace],
-                marker=".",
-                label=label,
-                color=cell_colour(row.get("cell") or label),
-                linestyle=style.get(label, "-"),
-            )
+            for i, trace in enumerate(seeds):
+                ax.plot(
+                    [t["step"] for t in trace],
+                    [max(t["ratio"], 1e-30) for t in trace],
+                    marker=".",
+                    label=label if i == 0 else None,
+                    color=cell_colour(row.get("cell") or label),
+                    linestyle=style.get(label, "-"),
+                )
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
-        ax.set_ylabel("||dh_T/dh_1|| / ||dh_T/dh_(T-1)||\n(float32 underflow drawn at 1e-30)", fontsize=8)
-        ax.set_title(f"{claim.id}: gradient ratio during training")
+        ax.set_ylabel("||dh_T/dh_1|| / ||dh_T/dh_(T-1)||\n(float64; an underflow to 0 drawn at 1e-30)", fontsize=8)
+        ax.set_title(f"{claim.id}: gradient ratio during training, per seed")
         ax.legend(fontsize=7)
         paths.append(plots.save_figure(fig, root / f"{claim.id}-jacobian-ratio.png"))
     return paths
