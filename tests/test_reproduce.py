@@ -637,6 +637,7 @@ def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tm
     assert "1 stale rows are left out of the verdicts" in text
     assert text.splitlines()[text.splitlines().index("## Summary") + 4].endswith("| 1 |")
     assert "metric(tarnn) = 0.9" in text and "metric(tarnn) = 0.7" not in text  # 0.7: the mean with the stale row
+    assert "Every claim is shown at the paper budget." in text  # its only row is at the paper budget
 
 
 def test_a_row_differing_only_in_seed_threads_or_bookkeeping_counts_and_one_in_evaluation_does_not():

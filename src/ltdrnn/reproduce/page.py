@@ -249,6 +249,15 @@ def _summary_row(
     ]
 
 
+def _budget_sentence(at_paper: int, claims: int) -> str:
+    if at_paper == claims:
+        return "Every claim is shown at the paper budget."
+    return (
+        f"{at_paper} of {claims} claims are shown at the paper budget, the others at the `quick` budget "
+        "(stated per claim)."
+    )
+
+
 def _preamble(
     store: str, summary: List[List[str]], minutes: float, stale_count: int, extra: Sequence[str]
 ) -> List[str]:
@@ -265,10 +274,9 @@ def _preamble(
         f"Claims: {claims}; " + ", ".join(f"{s}: {n}" for s, n in counts.items()) + ".",
         "",
         "Every number of ours below comes from the results database and was produced by the command "
-        f"shown with it. {at_paper} of {claims} claims are shown at the paper budget, the others at the "
-        "`quick` budget (stated per claim). Each run label is trained with several seeds (`ltdrnn reproduce "
-        "run` uses seeds 1, 2, 3 by default); the rules read the mean over seeds and the tables show mean ± "
-        "std and n. A run whose mean test metric does not close "
+        f"shown with it. {_budget_sentence(at_paper, claims)} Each run label is trained with several seeds "
+        "(`ltdrnn reproduce run` uses seeds 1, 2, 3 by default); the rules read the mean over seeds and the "
+        "tables show mean ± std and n. A run whose mean test metric does not close "
         f"{100 * CHANCE_MARGIN:.0f}% of the gap between the task's trivial baseline and a perfect score is "
         "**at chance**, and no rule that needs it to have learned passes; a gradient ratio that is exactly 0 "
         "is **underflow** and no rule passes against it. All rules hold -> reproduced; a rule about one "
