@@ -805,7 +805,7 @@ def test_claim_plots_draw_every_seed_in_its_runs_colour_with_one_legend_entry(tm
 
     def seed(i):
         history = [{"step": 1, "val_metric": 0.2 - i / 100}, {"step": 2, "val_metric": 0.1 - i / 100}]
-        return {"cell": "irnn", "history": history, "metrics": {"baseline": 0.167}}
+        return {"cell": "irnn", "history": history, "metrics": {"baseline": 0.167, "higher_is_better": False}}
 
     def trace(i):
         return {"jacobian_ratio": {"trace": [{"step": 1, "ratio": 0.5 + i / 10}, {"step": 2, "ratio": 0.0}]}}
@@ -818,5 +818,8 @@ def test_claim_plots_draw_every_seed_in_its_runs_colour_with_one_legend_entry(tm
         assert [line.get_linestyle() for line in lines] == ["-"] * 3 + ["--"] * 2
         assert {line.get_color() for line in lines} == {cell_colour("irnn")}
         assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()][:2] == ["k1", "k10"]
+    # an error metric: log scale, cut at 10x the trivial baseline so a diverged spike cannot flatten the rest
+    assert figures[0].axes[0].get_yscale() == "log"
+    assert figures[0].axes[0].get_ylim()[1] == pytest.approx(1.67)
     ratios = [list(line.get_ydata()) for line in figures[1].axes[0].get_lines()[:5]]
     assert ratios[2] == [0.7, 1e-30]  # the third seed, its exact 0 drawn at the floor
