@@ -9,7 +9,7 @@ reach a linear head as ``s1 Y(a) + s2 Y(b)`` with random signs s1, s2, and no li
 for all four sign pairs. For each RUN_DIR (its ``best.pt``, an iRNN on the adding task) this prints one
 JSON line, in float64 on ``--n`` test sequences:
 
-- ``one_step_plus_identity``: ``||dh_{T}/dh_{T-1} + I||_F / ||I||_F`` (0 at the equilibrium; about 1 for
+- ``one_step_plus_identity``: ``||dh_{T}/dh_{T-1} + I||_F / ||I||_F`` (0 at the equilibrium; about 2 for
   a state that carries itself, ``dh_k/dh_{k-1}`` near ``+I``);
 - ``corr_sum`` and ``corr_signed``: the correlation of the model's prediction with ``a + b`` and with
   ``s1 a + s2 b`` (s = (-1)^(T-t) for the marked steps t);
@@ -26,18 +26,7 @@ import torch
 
 from ltdrnn.analysis.gradients import cell_inputs, single_cell
 from ltdrnn.cells.base import time_slices
-from ltdrnn.config import load_config
-from ltdrnn.models import build_model
-from ltdrnn.tasks.base import build_task
-
-
-def load_run(run: str):
-    checkpoint = torch.load(Path(run) / "best.pt", map_location="cpu", weights_only=True)
-    cfg = load_config(checkpoint["config"])
-    task = build_task(cfg.task.name, **cfg.task.options)
-    model = build_model(cfg.model, task.info)
-    model.load_state_dict(checkpoint["model"])
-    return cfg, task, model.double().eval()
+from ltdrnn.checkpoint import restore_model
 
 
 def one_step_plus_identity(model, x: torch.Tensor) -> float:
@@ -78,7 +67,8 @@ def correlation(u: torch.Tensor, v: torch.Tensor) -> float:
 
 
 def analyse(run: str, n: int) -> dict:
-    cfg, task, model = load_run(run)
+    cfg, task, model = restore_model(Path(run) / "best.pt")
+    model = model.double().eval()
     dataset = task.dataset("test")
     x, y = task.collate([dataset[i] for i in range(min(n, len(dataset)))])[:2]
     x, y = x.double(), y.double().reshape(-1)

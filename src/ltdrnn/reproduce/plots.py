@@ -64,11 +64,12 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
     curves = {
         label: [torch.tensor(a["gradient_vs_lag"]["curve"]) for a in found if "gradient_vs_lag" in a]
         for label, found in measurements.analyses_of.items()
+        if any("gradient_vs_lag" in a for a in found)
     }
-    if any(curves.values()):
+    if curves:
         paths.append(
             gradient_lag_plot(
-                {label: found for label, found in curves.items() if found},
+                curves,
                 root / f"{claim.id}-gradient-lag.png",
                 title=f"{claim.id}: gradient norm vs lag, 100 examples, per seed",
             )
