@@ -47,12 +47,13 @@ from .expressions import ClaimError as ClaimError
 from .expressions import Expression as Expression
 from .measurements import CHANCE_MARGIN as CHANCE_MARGIN
 from .measurements import Measurements as Measurements
+from .measurements import Summary as Summary
 from .measurements import format_number as format_number
 from .measurements import mean_text as mean_text
 from .measurements import steps_to as steps_to
-from .page import cpu_minutes as cpu_minutes
+from .notes import cpu_minutes as cpu_minutes
+from .notes import readings_text as readings_text
 from .page import ours_text as ours_text
-from .page import readings_text as readings_text
 from .page import render as render
 from .plots import make_plots as make_plots
 from .running import parse_seeds as parse_seeds
