@@ -3,30 +3,33 @@
     ltdrnn reproduce list [--set KEY=VALUE ...]            the claims, and their verdicts so far
     ltdrnn reproduce run CLAIM [CLAIM ...] | all [--budget quick|paper] [--seeds 1,2,3] [--set KEY=VALUE ...]
                                                            train the claim's runs into the store, analyse
-    ltdrnn reproduce report [--set KEY=VALUE ...]          REPRODUCTION.md + plots from the store
+    ltdrnn reproduce report [--set KEY=VALUE ...]          REPRODUCTION.md, the per-claim notes and the plots
     ltdrnn reproduce check                                 validate the claims table
 
 The claims table is packaged data, ``ltdrnn/presets/reproduce/_claims.yaml``. A claim names the paper's
 numbers and their sources, the runs that measure ours (a label, a preset, overrides, analyses), two
 budgets (``quick``: what a small CPU carries; ``paper``: the paper's protocol), the full-data run and
 ``checks``: expressions over the means over seeds such as ``metric(tarnn) >= 0.99`` or
-``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``. The machinery refuses a check that would pass at
-chance (:func:`evaluate_check`). All checks true -> reproduced, a check about one of the papers' cells
-true -> partly, else not reproduced; a claim with a judged run missing is "not run yet".
+``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``, each yes, no or undecided. The machinery refuses a
+check that would pass on a run that learned nothing (:func:`evaluate_check`: a subject at chance fails,
+a competitor at chance, a censored speed comparison or a derived measure of an unsolved run leaves it
+undecided). All checks yes -> reproduced, a check about one of the claim's own cells yes -> partly,
+else not reproduced; a claim on proxy data is "proxy"; a claim with a judged run missing "not run yet".
 
 Every run is a normal ``train(cfg)`` run stored in the results store (``reproduction/results.db``) with
 ``study = "reproduce/<claim>/<budget>"``, ``name = <label>`` and its seed in ``train.seed``; the command
 that produced it is kept in the run's ``notes``. A stored row counts only while its config is the one the
-claim trains today (:mod:`.staleness`); stale rows are listed on the page, never judged. Analyses
+claim trains today (:mod:`.staleness`); stale rows are listed in the notes, never judged. Analyses
 (gradient norm versus lag, MIST Fig. 2; ||dh_T/dh_1|| / ||dh_T/dh_{T-1}||, iRNN Fig. 3) go to the table
 ``reproduce_analyses`` of the same database. ``report`` reads only the database, so the document can be
 regenerated anywhere the database is.
 
 The package, by concern: :mod:`.expressions` (the rule language), :mod:`.claims` (the table's schema,
 checked by the typed config machinery, and its validation), :mod:`.measurements` (the numbers over
-seeds), :mod:`.verdicts` (rules refused at chance, the verdict), :mod:`.staleness` (which stored rows
-are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64),
-:mod:`.running` (training a claim), :mod:`.page` and :mod:`.plots` (the document) and :mod:`.cli`.
+seeds, censored steps), :mod:`.verdicts` (rule outcomes, the verdict), :mod:`.staleness` (which stored
+rows are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64),
+:mod:`.running` (training a claim), :mod:`.page` (the summary), :mod:`.notes` (the per-claim notes),
+:mod:`.plots` and :mod:`.cli`.
 """
 
 from .analyses import AnalysisWatcher as AnalysisWatcher

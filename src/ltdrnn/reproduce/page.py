@@ -35,7 +35,8 @@ def render(
     notes_dir: Optional[str] = None,
 ) -> Path:
     """Write the reproduction page, its plots and the per-claim notes (``notes_dir``, by default
-    ``docs/notes/reproduction`` beside the page) from the store; returns the page's path. Only the rows
+    ``docs/notes/reproduction`` beside the page) from the store; returns the page's path. Without
+    ``plots`` the page shows the plots already in ``plots_dir``. Only the rows
     trained with the claims' configs of today plus the ``--set`` items ``extra`` are judged; the others
     are listed as stale."""
     claims = list(claims if claims is not None else load_claims())
@@ -50,6 +51,8 @@ def render(
         report.stale = {b: m.stale for b, m in found.items() if m.stale}
         if plots and measurements.seeds:
             report.figures = make_plots(claim, measurements, Path(plots_dir))
+        elif measurements.seeds:  # --no-plots: keep showing the plots already drawn
+            report.figures = sorted(Path(plots_dir).glob(f"{claim.id}-*.png"))
         reports.append(report)
     notes_root.mkdir(parents=True, exist_ok=True)
     for report in reports:
@@ -101,7 +104,7 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
     stale = sum(len(rows) for r in reports for rows in r.stale.values())
     minutes = sum(cpu_minutes(r.measurements) for r in reports)
     proxy_text = (
-        f"; **{len(proxies)} proxy** ({', '.join(proxies)}: MNIST on the 5,000 offline digits, shown with their "
+        f"; {len(proxies)} proxy ({', '.join(proxies)}: MNIST on the 5,000 offline digits, shown with their "
         "rules, not judged against the papers)"
         if proxies
         else ""
