@@ -611,7 +611,7 @@ def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tm
     )
     assert "1 stale rows are listed in the notes" in text
     assert "metric(tarnn) = 90% (n=1)" in notes and "metric(tarnn) = 70%" not in notes  # 70%: with the stale row
-    assert "budget: paper; SRNN ours (the authors' code)" in text  # its only row is at the paper budget
+    assert "budget: paper; SRNN ours)" in text  # its only row is at the paper budget
     assert "`tarnn`: n = 1 (seeds 1; seeds missing)" in text
 
 
