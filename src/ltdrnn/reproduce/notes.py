@@ -280,7 +280,7 @@ def _runs_part(report: ClaimReport) -> List[str]:
         return []
     label = budget_label(claim, report.budget)
     lines = [
-        f"## Runs ({label} budget)",
+        f"## Runs (budget: {label})",
         "",
         "Produced by " + ", ".join(f"`{c}`" for c in commands(found)) + ". Mean ± sample std over seeds.",
         "",
