@@ -11,7 +11,6 @@ from ..config import ConfigError
 from ..results import database_exists
 from .claims import BUDGETS, find_claim, load_claims, validate
 from .expressions import ClaimError
-from .notes import budget_label
 from .page import DEFAULT_DOC, DEFAULT_PLOTS, render
 from .running import DEFAULT_RUNS, DEFAULT_SEEDS, parse_seeds, run_claim
 from .store import DEFAULT_STORE, Store, pick_budget
@@ -53,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plots", default=DEFAULT_PLOTS)
     run.add_argument("--progress", action="store_true", help="show a progress bar per run")
 
-    report = sub.add_parser("report", help="write REPRODUCTION.md, the per-claim notes and the plots from the store")
+    report = sub.add_parser("report", help="write REPRODUCTION.md and its plots from the store")
     report.add_argument("--store", default=DEFAULT_STORE)
     report.add_argument("--out", default=DEFAULT_DOC)
     report.add_argument("--plots", default=DEFAULT_PLOTS)
@@ -87,8 +86,7 @@ def _cmd_list(args) -> int:
             budget, measurements = pick_budget(claim, found)
             verdict = judge(claim, measurements, budget)
             stale = sum(len(m.stale) for m in found.values())
-            shown = f" ({budget_label(claim, budget)})" if budget and verdict.status != "proxy" else ""
-            status = verdict.status + shown + (f", {stale} stale" if stale else "")
+            status = verdict.status + (f" ({budget})" if budget else "") + (f", {stale} stale" if stale else "")
         print(f"{claim.id:24s} {claim.paper:26s} {len(claim.runs)} runs  {status:28s} {claim.title}")
     return 0
 
