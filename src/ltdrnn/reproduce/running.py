@@ -23,8 +23,8 @@ def invocation(claim_id: str, budget: str, extra: Sequence[str], seeds: Sequence
     """The command line that runs one claim (kept in each run's notes; ``--seeds`` only if not the
     default)."""
     words = ["ltdrnn", "reproduce", "run", claim_id, "--budget", budget]
-    if tuple(seeds) != DEFAULT_SEEDS:
-        words += ["--seeds", ",".join(str(s) for s in seeds)]
+    if tuple(seeds) != DEFAULT_SEEDS:  # a list; one seed with a trailing comma (a bare number is a count)
+        words += ["--seeds", ",".join(str(s) for s in seeds) + ("," if len(seeds) == 1 else "")]
     for item in extra:
         words += ["--set", item]
     return " ".join(shlex.quote(w) for w in words)
@@ -127,27 +127,3 @@ def finished_pairs(claim: Claim, found: Measurements) -> Set[Tuple[str, Any]]:
         for row, analyses in zip(rows, found.analyses_of.get(label, [{}] * len(rows)))
         if all(kind in analyses for kind in wanted.get(label, ()))
     }
-
-
-def parse_seeds(text: Optional[str], extra: Sequence[str]) -> Tuple[Tuple[int, ...], List[str]]:
-    """``(seeds, extra)`` from ``--seeds`` and the ``--set`` items: ``--set train.seed=S`` alone means
-    the one seed S (it is taken out of ``extra``); neither means the default seeds."""
-    fixed = [item for item in extra if item.split("=", 1)[0].strip() == "train.seed"]
-    rest = [item for item in extra if item not in fixed]
-    if fixed and text is not None:
-        raise ClaimError(f"--seeds: --set {fixed[0]} also chooses the seed; give one of them, got both")
-    words = (
-        [item.split("=", 1)[1] if "=" in item else "" for item in fixed]
-        if fixed
-        else (text.split(",") if text is not None else [str(s) for s in DEFAULT_SEEDS])
-    )
-    try:
-        seeds = tuple(int(word) for word in words)
-    except ValueError:
-        where = "--set train.seed" if fixed else "--seeds"
-        raise ClaimError(
-            f"{where}: expected comma-separated integers such as 1,2,3, got {text if text is not None else fixed[-1]!r}"
-        ) from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ClaimError(f"--seeds: expected distinct integers such as 1,2,3, got {text!r}")
-    return seeds, rest

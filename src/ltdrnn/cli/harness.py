@@ -1,157 +1,61 @@
-"""The ``ltdrnn`` command.
-
-ltdrnn run [--group main]                  the comparison: every preset of a group, table + report
-ltdrnn train PRESET|FILE [key.sub=value ...] [--resume[=auto] --run-dir DIR]
-ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
-ltdrnn report [--store results.db] [--out report] [--study NAME]
-ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
-ltdrnn list cells|tasks|presets
-ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR]
-ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
-ltdrnn ucr sets|run|report ...             the UCR/UEA benchmark, handed to ltdrnn.ucr
-"""
+"""``ltdrnn run | train | eval | report | plot | list``: the harness's commands."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional
 
-DELEGATED = {"bench": "ltdrnn.bench", "sweep": "ltdrnn.sweep", "reproduce": "ltdrnn.reproduce", "ucr": "ltdrnn.ucr"}
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run one command; a user mistake ends as one line on stderr and exit code 2, Ctrl-C as 130."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv[0] if argv and not argv[0].startswith("-") else ""
-    try:
-        if command in DELEGATED:
-            return _delegate(command, argv[1:])
-        args = parse(argv)
-        if not getattr(args, "handler", None):
-            build_parser().print_help()
-            return 2
-        return args.handler(args) or 0
-    except KeyboardInterrupt:
-        print(f"ltdrnn {command}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:
-        if not is_user_error(error):
-            raise
-        message = " ".join(str(error).split()) or type(error).__name__
-        print(f"ltdrnn {command}: {message}", file=sys.stderr)
-        return 2
+from .common import STORE_HELP, add_jobs, add_set, add_store, with_command
 
 
-def is_user_error(error: BaseException) -> bool:
-    """Whether ``error`` reports bad input or a bad environment rather than a bug: value errors (which
-    name the parameter), files that cannot be read or written, missing optional extras, and the
-    package's own errors (a stored run, an unwritable results store). Bugs keep their traceback."""
-    return isinstance(error, (ValueError, OSError, ImportError)) or type(error).__module__.split(".")[0] == "ltdrnn"
-
-
-def subcommand_parser(prog: str, description: str) -> Tuple[argparse.ArgumentParser, Any]:
-    """A command's parser and the group its subcommands are added to; the chosen one lands in
-    ``args.command``, which :func:`run_subcommand` dispatches on."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
-
-
-def add_override_option(parser: argparse.ArgumentParser, help: str, dest: str = "overrides") -> None:
-    """``--set KEY=VALUE``, repeatable: the config overrides of every command that trains or judges runs."""
-    parser.add_argument("--set", dest=dest, action="append", default=[], metavar="KEY=VALUE", help=help)
-
-
-def run_subcommand(
-    parser: argparse.ArgumentParser,
-    argv: Optional[Sequence[str]],
-    handlers: Dict[str, Callable[[argparse.Namespace], int]],
-    errors: Tuple[Type[BaseException], ...],
-) -> int:
-    """The ``main`` of a delegated command (``ltdrnn sweep``, ...): run the handler of the subcommand
-    in ``argv`` (``dest="command"``). No subcommand prints the help; one of ``errors`` ends as one line
-    on stderr; both exit 2."""
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.command:
-        parser.print_help()
-        return 2
-    try:
-        return handlers[args.command](args)
-    except errors as error:
-        print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
-        return 2
-
-
-def parse(argv: List[str]) -> argparse.Namespace:
-    """Parse a command line; ``train`` takes its KEY=VALUE overrides before or after the options
-    (argparse alone stops collecting a positional list at the first option)."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if getattr(args, "command", None) == "train":
-        late = [item for item in extra if "=" in item and not item.startswith("-")]
-        args.overrides = [*args.overrides, *late]
-        extra = [item for item in extra if item not in late]
-    if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser, sub = subcommand_parser(
-        "ltdrnn", "Recurrent cells for long-term dependencies: train, evaluate, compare and report."
-    )
-
+def add_commands(sub) -> None:
     run = sub.add_parser("run", help="train every preset of a group, print the comparison, write the report")
     run.add_argument(
         "--group", default="main", help="preset group (default: main, the README's main job; quick: smaller smoke runs)"
     )
     run.add_argument("--cells", help="comma-separated cells to keep (default: all in the group)")
     run.add_argument("--tasks", help="comma-separated tasks to keep (default: all in the group)")
-    run.add_argument("--store", default="results.db", help="results database: SQLite path or URL")
+    add_store(run)
     run.add_argument("--out", default="report", help="report directory (default: ./report)")
     run.add_argument("--runs", default="runs", help="directory for run directories (default: ./runs)")
-    run.add_argument(
-        "--jobs",
-        type=int,
-        default=min(2, os.cpu_count() or 1),
-        help="runs trained at once, one process each (default: min(2, CPUs))",
-    )
-    add_override_option(run, "override applied to every preset, e.g. --set train.steps=50")
-    run.set_defaults(handler=cmd_run)
+    add_jobs(run, min(2, os.cpu_count() or 1), "min(2, CPUs)")
+    add_set(run, "override applied to every preset, e.g. --set train.steps=50")
+    with_command(run, "run", cmd_run)
 
     train = sub.add_parser("train", help="train one configuration")
     train.add_argument("config", help="preset name (ltdrnn list presets) or YAML/JSON file")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 train.steps=500")
+    add_set(train, "override, the same as a KEY=VALUE word (repeatable)", dest="set_overrides")
     train.add_argument(
         "--resume",
-        nargs="?",
+        dest="resume",
+        action="store_const",
         const=True,
         default=False,
-        choices=(True, "auto"),
-        type=lambda value: value if value == "auto" else _bad_resume(value),
         help="continue from RUN_DIR/last.pt (an error if there is none); --resume=auto "
         "starts a new run when there is no checkpoint; a finished run stores its row "
         "if the store lacks it",
     )
+    train.add_argument("--resume-auto", dest="resume", action="store_const", const="auto", help=argparse.SUPPRESS)
     train.add_argument("--run-dir", help="run directory (needed for --resume)")
-    train.add_argument("--store", help="results database (overrides the config's results)")
+    add_store(train, None, STORE_HELP.replace("(default: ", "(default: the config's results, else "))
     train.add_argument("--no-store", action="store_true", help="do not write a results row")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
-    train.set_defaults(handler=cmd_train)
+    with_command(train, "train", cmd_train)
 
     evaluate = sub.add_parser("eval", help="evaluate a saved checkpoint")
     evaluate.add_argument("path", help="run directory or checkpoint file")
     evaluate.add_argument("--split", default="test", choices=("train", "val", "test"))
-    evaluate.set_defaults(handler=cmd_eval)
+    with_command(evaluate, "eval", cmd_eval)
 
     report = sub.add_parser("report", help="render the results store as markdown + HTML")
-    report.add_argument("--store", default="results.db")
-    report.add_argument("--out", default="report")
+    add_store(report)
+    report.add_argument("--out", default="report", help="report directory (default: ./report)")
     report.add_argument("--study", help="only runs of this study (and its sweep summary, if any)")
     report.add_argument(
         "--sweeps",
@@ -159,45 +63,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="Optuna storage of sweep studies (SQLite path or database URL; default: sweeps.db)",
     )
     report.add_argument("--no-plots", action="store_true")
-    report.set_defaults(handler=cmd_report)
+    with_command(report, "report", cmd_report)
 
     plot = sub.add_parser("plot", help="analysis plots of a finished run (PNG)")
     plot.add_argument("run_dir", help="run directory")
     plot.add_argument("--kinds", help="comma-separated: curves, lag, mask, beta, unshifted (default: all that apply)")
     plot.add_argument("--out", help="output directory (default: RUN_DIR/plots)")
-    plot.set_defaults(handler=cmd_plot)
+    with_command(plot, "plot", cmd_plot)
 
     listing = sub.add_parser("list", help="list cells, tasks or presets")
     listing.add_argument("what", choices=("cells", "tasks", "presets"))
     listing.add_argument("--group", help="presets of one group only")
-    listing.set_defaults(handler=cmd_list)
+    with_command(listing, "list", cmd_list)
 
-    export = sub.add_parser(
-        "export",
-        help="export a trained run's streaming step (ONNX, torch.export, C) and measure its parity and latency",
-    )
-    export.add_argument("path", help="run directory or checkpoint file")
-    export.add_argument("--format", required=True, choices=("onnx", "pt2", "c"))
-    export.add_argument("--int8", action="store_true", help="int8 weights per output channel (onnx, c)")
-    export.add_argument("--out", help="export directory (default: RUN_DIR/export-FORMAT[-int8])")
-    export.add_argument("--name", help="file base name and C symbol prefix (default: ltdrnn_CELL)")
-    export.add_argument("--no-measure", action="store_true", help="write the files only (no parity/latency)")
-    export.add_argument("--latency-steps", type=int, default=20000, help="timed steps per latency figure")
-    export.set_defaults(handler=cmd_export)
 
-    for name in DELEGATED:
-        sub.add_parser(name, help=f"handed to {DELEGATED[name]}.main (see ltdrnn {name} --help)")
-    return parser
+def before_parsing(argv: List[str], parser: argparse.ArgumentParser) -> List[str]:
+    """``train``'s ``--resume=auto`` (and the older ``--resume auto``) as the hidden ``--resume-auto``, so
+    that ``--resume`` itself takes no value and never swallows the override that follows it."""
+    if _command(argv) != "train":
+        return argv
+    out: List[str] = []
+    for i, word in enumerate(argv):
+        if word == "auto" and i and argv[i - 1] == "--resume" and out[-1:] == ["--resume"]:
+            out[-1] = "--resume-auto"
+        elif word.startswith("--resume="):
+            value = word.split("=", 1)[1]
+            if value != "auto":
+                parser.error(f"--resume: expected nothing or 'auto' (--resume or --resume=auto), got {value!r}")
+            out.append("--resume-auto")
+        else:
+            out.append(word)
+    return out
+
+
+def after_parsing(args: argparse.Namespace, extra: List[str]) -> List[str]:
+    """``train`` takes its KEY=VALUE overrides before or after the options and from ``--set``, in the
+    order given; the words left over for the caller to refuse."""
+    if getattr(args, "command_name", "") != "train":
+        return extra
+    late = [item for item in extra if "=" in item and not item.startswith("-")]
+    args.overrides = [*args.overrides, *late, *args.set_overrides]
+    return [item for item in extra if item not in late]
+
+
+def _command(argv: List[str]) -> str:
+    return next((word for word in argv if not word.startswith("-")), "")
 
 
 # ---- commands ----------------------------------------------------------------------------------------
-def _bad_resume(value: str):
-    raise argparse.ArgumentTypeError(f"expected nothing or 'auto' (--resume or --resume=auto), got {value!r}")
-
-
 def cmd_train(args) -> int:
-    from .config import load_config
-    from .train import train
+    from ..config import load_config
+    from ..train import train
 
     overrides = list(args.overrides)
     if args.run_dir:
@@ -218,14 +134,14 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .train import evaluate_checkpoint
+    from ..train import evaluate_checkpoint
 
     print(json.dumps(evaluate_checkpoint(args.path, args.split), indent=2))
     return 0
 
 
 def cmd_report(args) -> int:
-    from .results import database_exists, render_report
+    from ..results import database_exists, render_report
 
     if not database_exists(args.store):
         raise FileNotFoundError(
@@ -236,7 +152,7 @@ def cmd_report(args) -> int:
     print(paths["markdown"].read_text())
     print(f"\nwritten: {paths['markdown']}, {paths['html']}")
     if args.study:
-        from .sweep import has_study, study_report
+        from ..sweep import has_study, study_report
 
         if has_study(args.study, args.sweeps):
             print(study_report(args.study, args.sweeps, args.out, plots=not args.no_plots)["markdown"].read_text())
@@ -244,7 +160,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .analysis.runs import plot_run
+    from ..analysis.runs import plot_run
 
     for path in plot_run(args.run_dir, args.out, args.kinds.split(",") if args.kinds else None):
         print(path)
@@ -253,52 +169,31 @@ def cmd_plot(args) -> int:
 
 def cmd_list(args) -> int:
     if args.what == "cells":
-        from .cells.registry import entry, list_cells
+        from ..cells.registry import entry, list_cells
 
         for name in list_cells():
             e = entry(name)
             print(f"{name:14s} {e.family:9s} {e.paper}")
     elif args.what == "tasks":
-        from .tasks import list_tasks
+        from ..tasks import list_tasks
 
         for name in list_tasks():
             print(name)
     else:
-        from .config import list_presets
+        from ..config import list_presets
 
         for name in list_presets(args.group):
             print(name)
     return 0
 
 
-def cmd_export(args) -> int:
-    from .export import ExportError, export, summary
-
-    try:
-        report = export(
-            args.path,
-            args.format,
-            args.out,
-            int8=args.int8,
-            name=args.name,
-            measure=not args.no_measure,
-            latency_steps=args.latency_steps,
-        )
-    except ExportError as error:
-        print(f"ltdrnn export: {error}", file=sys.stderr)
-        return 2
-    print(summary(report))
-    print(f"written: {report['out']} (report.json, report.md)")
-    return 0
-
-
 def cmd_run(args) -> int:
     """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
-    from .cells.registry import list_cells
-    from .config import list_presets, load_config
-    from .results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
-    from .tasks import list_tasks
-    from .train import utc_stamp
+    from ..cells.registry import list_cells
+    from ..config import list_presets, load_config
+    from ..results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
+    from ..tasks import list_tasks
+    from ..train import utc_stamp
 
     started = time.perf_counter()
     presets = list_presets(args.group)
@@ -371,8 +266,8 @@ def _run_all(configs, jobs: int):
 
 def _train_one(data: Dict[str, Any], threads: Optional[int], progress: bool) -> Dict[str, Any]:
     """Runs in a worker: train and return a small summary, or the error as text (never raises)."""
-    from .config import load_config
-    from .train import train
+    from ..config import load_config
+    from ..train import train
 
     try:
         cfg = load_config(
@@ -400,22 +295,3 @@ def _one_line(record: Dict[str, Any]) -> str:
         f"{record['preset'] or record['cell']}: {record['status']}, test {m['metric_name']} {shown} "
         f"(baseline {m['baseline']:.4g}), {m['params']} params, {t['train_s']:.1f} s, {t['steps']} steps"
     )
-
-
-def _delegate(name: str, argv: List[str]) -> int:
-    try:
-        module = importlib.import_module(DELEGATED[name])
-    except ModuleNotFoundError as error:
-        if error.name != DELEGATED[name]:
-            raise
-        print(
-            f"ltdrnn {name}: {DELEGATED[name]} is not available in this installation (module not found)",
-            file=sys.stderr,
-        )
-        return 2
-    result = module.main(argv)
-    return int(result or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
