@@ -159,7 +159,7 @@ def test_run_with_two_worker_processes_stores_both_runs(tmp_path, capsys, monkey
         args += ["--set", o]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert out.count("  done     quick/") == 2 and "2 at a time" in out
+    assert out.count("  quick/") == 2 and "2 at a time" in out
     rows = ResultStore("results.db").rows()
     assert sorted(r["preset"] for r in rows) == ["quick/adding-lstm", "quick/toy-lstm"]
     assert len({r["study"] for r in rows}) == 1
@@ -197,9 +197,9 @@ def flags(parser):
     }
 
 
-GRIDS = ("run", "sweep run")
+GRIDS = ("run", "ucr run", "reproduce run", "sweep run")
 WRITERS = ("run", "train", "report", "ucr run", "ucr report", "reproduce run", "reproduce list", "reproduce report")
-SEEDED = ("ucr run", "reproduce run")
+SEEDED = ("run", "ucr run", "reproduce run")
 
 
 def test_the_shared_flags_are_where_the_vocabulary_says_with_one_store_default():
@@ -217,7 +217,7 @@ def test_the_shared_flags_are_where_the_vocabulary_says_with_one_store_default()
         assert "--set" in flags(commands[name]), name
     for name in SEEDED:
         assert "--seeds" in flags(commands[name]) and "a count such as 3" in flags(commands[name])["--seeds"].help
-    for name in ("ucr run", "reproduce run"):
+    for name in ("run", "ucr run", "reproduce run"):
         assert {"--resume", "--no-resume"} <= set(flags(commands[name])), name
     assert "--set" in flags(commands["train"])
 

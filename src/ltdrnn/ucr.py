@@ -133,11 +133,44 @@ def run_config(
     return load_config(PRESET, [*BUDGETS[budget], *overrides, *own])
 
 
-def done_runs(store, study: str) -> set:
-    """``{(cell, set, seed)}`` of the finished runs of ``study``."""
+def benchmark_key(row: Dict[str, Any]) -> tuple:
+    """The ``(label, seed)`` of a benchmark row: ``("<cell>/<set>", seed)``."""
     from .results import seed_of
 
-    return {(row["cell"], row["name"], seed_of(row)) for row in store.rows(study=study, status="finished")}
+    return f"{row['cell']}/{row['name']}", seed_of(row)
+
+
+def benchmark_runs(
+    sets: Sequence[str],
+    cells: Sequence[str],
+    seeds: Sequence[int],
+    budget: str,
+    overrides: Sequence[str],
+    study: str,
+    store: str,
+    runs_dir: str = DEFAULT_RUNS,
+    minirocket: bool = True,
+    data_dir: Optional[str] = None,
+    resume: bool = True,
+) -> list:
+    """The benchmark as study runs (:mod:`ltdrnn.studies`), per set MiniRocket's seeds first, then every
+    (cell, seed); labels ``<cell>/<set>``."""
+    from functools import partial
+
+    from .studies import StudyRun, training_run
+
+    runs = []
+    for dataset in sets:
+        if minirocket:
+            runs += [
+                StudyRun(f"{REFERENCE}/{dataset}", seed, partial(fit_minirocket, dataset, seed, study, store, data_dir))
+                for seed in seeds
+            ]
+        for cell in cells:
+            for seed in seeds:
+                cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
+                runs.append(training_run(f"{cell}/{dataset}", cfg, resume))
+    return runs
 
 
 def run_benchmark(
@@ -153,42 +186,28 @@ def run_benchmark(
     data_dir: Optional[str] = None,
     log=print,
     resume: bool = True,
+    jobs: int = 1,
 ) -> List[str]:
-    """Per set, fit MiniRocket, then train every (cell, seed), skipping (with ``resume``) what the store
-    already holds; returns the failed runs."""
-    from .results import ResultStore
-    from .train import train
+    """Per set, fit MiniRocket, then train every (cell, seed), ``jobs`` at a time, skipping (with ``resume``)
+    what the store already holds; returns the failed runs."""
+    from .studies import finished_rows, run_study
 
     study = study or default_study(budget, overrides)
-    results = ResultStore(store)
-    done = done_runs(results, study) if resume else set()
-    failed = []
-    for dataset in sets:
-        if minirocket:
-            for seed in seeds:
-                if (REFERENCE, dataset, seed) not in done:
-                    record = minirocket_record(dataset, seed, study, data_dir)
-                    results.add(record)
-                    log(
-                        f"  {REFERENCE:8s} {dataset:22s} seed {seed}: test accuracy "
-                        f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s"
-                    )
-        for cell in cells:
-            for seed in seeds:
-                if (cell, dataset, seed) in done:
-                    continue
-                cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
-                try:
-                    record = train(cfg, resume="auto")  # resume a half-finished run, else start
-                except Exception as error:  # one failing cell must not stop the benchmark
-                    failed.append(f"{cell}/{dataset}/seed{seed}: {type(error).__name__}: {error}")
-                    log(f"  FAILED {failed[-1]}")
-                    continue
-                log(
-                    f"  {cell:8s} {dataset:22s} seed {seed}: {record['status']}, test accuracy "
-                    f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s"
-                )
-    return failed
+    runs = benchmark_runs(sets, cells, seeds, budget, overrides, study, store, runs_dir, minirocket, data_dir, resume)
+    outcome = run_study(runs, store, finished_rows(study, benchmark_key), jobs, resume, log)
+    return [f"{label}/seed{seed}: {error}" for label, seed, error in outcome.failures]
+
+
+def fit_minirocket(
+    dataset: str, seed: int, study: str, store: str, data_dir: Optional[str] = None, threads=None, progress=None
+) -> Dict[str, Any]:
+    """The work of a MiniRocket run (:func:`minirocket_record`), stored in ``store``; it runs on one thread
+    whatever ``threads`` says (``n_jobs=1``)."""
+    from .results import ResultStore
+
+    record = minirocket_record(dataset, seed, study, data_dir)
+    ResultStore(store).add(record)
+    return record
 
 
 def padded_array(series: Sequence[Any], length: int):

@@ -7,10 +7,9 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import List
 
-from .common import STORE_HELP, add_jobs, add_set, add_store, with_command
+from .common import STORE_HELP, add_jobs, add_resume, add_seeds, add_set, add_store, parse_seeds, with_command
 
 
 def add_commands(sub) -> None:
@@ -25,6 +24,11 @@ def add_commands(sub) -> None:
     run.add_argument("--runs", default="runs", help="directory for run directories (default: ./runs)")
     add_jobs(run, min(2, os.cpu_count() or 1), "min(2, CPUs)")
     add_set(run, "override applied to every preset, e.g. --set train.steps=50")
+    add_seeds(run, "each preset's own seed")
+    run.add_argument(
+        "--study", help="study name of the runs (default: <group>-<UTC time>; name an earlier one to resume it)"
+    )
+    add_resume(run, default=True)
     with_command(run, "run", cmd_run)
 
     train = sub.add_parser("train", help="train one configuration")
@@ -113,6 +117,7 @@ def _command(argv: List[str]) -> str:
 # ---- commands ----------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
     from ..config import load_config
+    from ..studies import summary_line
     from ..train import train
 
     overrides = list(args.overrides)
@@ -128,7 +133,7 @@ def cmd_train(args) -> int:
     record = train(cfg, resume=args.resume)
     # Under torchrun every rank returns here after the process group is gone; rank 0 speaks for all.
     if int(os.environ.get("RANK", "0")) == 0:
-        print(_one_line(record))
+        print(f"{record['preset'] or record['cell']}: {summary_line(record)}")
         print(f"run dir: {record['run_dir']}" + (f"; stored in {cfg.results}" if cfg.results else ""))
     return 0 if record["status"] == "finished" else 1
 
@@ -189,109 +194,43 @@ def cmd_list(args) -> int:
 
 def cmd_run(args) -> int:
     """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
-    from ..cells.registry import list_cells
-    from ..config import list_presets, load_config
+    from ..config import list_presets
     from ..results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
-    from ..tasks import list_tasks
+    from ..studies import finished_rows, preset_group, preset_key, run_study
     from ..train import utc_stamp
 
     started = time.perf_counter()
-    presets = list_presets(args.group)
-    if not presets:
+    if not list_presets(args.group):
         print(f"ltdrnn run: no presets in group {args.group!r}", file=sys.stderr)
         return 2
-    wanted = set(args.cells.split(",")) if args.cells else None
-    wanted_tasks = set(args.tasks.split(",")) if args.tasks else None
-    study = f"{args.group}-{utc_stamp()}"
-    cells, tasks = set(list_cells()), set(list_tasks())
-    jobs, missing = [], []
-    for name in presets:
-        cfg = load_config(
-            name,
-            args.overrides
-            + [
-                f"study={study}",
-                f"results={args.store}",
-                f"run_dir={Path(args.runs) / study / name.replace('/', '_')}",
-            ],
-        )
-        if (wanted is not None and cfg.model.cell not in wanted) or (
-            wanted_tasks is not None and cfg.task.name not in wanted_tasks
-        ):
-            continue
-        if cfg.model.cell not in cells or cfg.task.name not in tasks:
-            what = "cell" if cfg.model.cell not in cells else "task"
-            missing.append(f"{name}: {what} {cfg.model.cell if what == 'cell' else cfg.task.name!r} not registered")
-            continue
-        jobs.append(cfg)
-    print(f"ltdrnn run: group {args.group!r}, {len(jobs)} runs, {args.jobs} at a time, study {study}")
+    seeds, overrides = parse_seeds(args.seeds, args.overrides, ()) if args.seeds else (None, args.overrides)
+    study = args.study or f"{args.group}-{utc_stamp()}"
+    runs, missing = preset_group(
+        args.group,
+        study,
+        args.store,
+        args.runs,
+        overrides,
+        set(args.cells.split(",")) if args.cells else None,
+        set(args.tasks.split(",")) if args.tasks else None,
+        seeds,
+        args.resume,
+    )
+    print(f"ltdrnn run: group {args.group!r}, {len(runs)} runs, {args.jobs} at a time, study {study}")
     for line in missing:
         print(f"  missing  {line}")
-    failures = _run_all(jobs, args.jobs)
+    outcome = run_study(runs, args.store, finished_rows(study, preset_key), args.jobs, args.resume)
     store = ResultStore(args.store)
     summary = summarise(store.rows(study=study))
     print()
     print(markdown_table(marked_comparison_rows(summary)) if summary["cells"] else "(no finished runs)")
     for line in missing:
         print(f"missing: {line}")
-    for name, message in failures:
-        print(f"failed: {name}: {message}")
+    for label, seed, message in outcome.failures:
+        print(f"failed: {label} (seed {seed}): {message}")
     paths = render_report(store, args.out, study=study, title=f"ltdrnn run --group {args.group}")
     print(
         f"\nreport: {paths['markdown']} and {paths['html']}; store: {args.store} (study {study}); "
         f"{time.perf_counter() - started:.0f} s"
     )
-    return 0 if not failures else 1
-
-
-def _run_all(configs, jobs: int):
-    """Train configs, ``jobs`` processes at a time; returns ``[(preset, error message)]`` of failures."""
-    failures = []
-    if jobs <= 1 or len(configs) <= 1:
-        for cfg in configs:
-            outcome = _train_one(cfg.to_dict(), threads=None, progress=True)
-            _report_outcome(cfg, outcome, failures)
-        return failures
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_train_one, cfg.to_dict(), threads, False): cfg for cfg in configs}
-        for future in as_completed(futures):
-            _report_outcome(futures[future], future.result(), failures)
-    return failures
-
-
-def _train_one(data: Dict[str, Any], threads: Optional[int], progress: bool) -> Dict[str, Any]:
-    """Runs in a worker: train and return a small summary, or the error as text (never raises)."""
-    from ..config import load_config
-    from ..train import train
-
-    try:
-        cfg = load_config(
-            data, [f"train.progress={str(progress).lower()}"] + ([f"train.threads={threads}"] if threads else [])
-        )
-        record = train(cfg)
-        return {"ok": True, "line": _one_line(record), "status": record["status"]}
-    except Exception as error:  # a failing cell must not stop the comparison
-        return {"ok": False, "error": f"{type(error).__name__}: {error}"}
-
-
-def _report_outcome(cfg, outcome: Dict[str, Any], failures) -> None:
-    if outcome["ok"]:
-        print(f"  done     {outcome['line']}", flush=True)
-    else:
-        failures.append((cfg.preset, outcome["error"]))
-        print(f"  FAILED   {cfg.preset}: {outcome['error']}", flush=True)
-
-
-def _one_line(record: Dict[str, Any]) -> str:
-    m, t = record["metrics"], record["timings"]
-    value = m["metric"]
-    shown = f"{100 * value:.1f}%" if m["metric_name"] == "accuracy" else f"{value:.4g}"
-    return (
-        f"{record['preset'] or record['cell']}: {record['status']}, test {m['metric_name']} {shown} "
-        f"(baseline {m['baseline']:.4g}), {m['params']} params, {t['train_s']:.1f} s, {t['steps']} steps"
-    )
+    return 0 if not outcome.failures else 1

@@ -9,7 +9,7 @@ import sys
 from ..reproduce.claims import BUDGETS
 from ..reproduce.page import DEFAULT_DOC, DEFAULT_PLOTS
 from ..reproduce.running import DEFAULT_RUNS, DEFAULT_SEEDS
-from .common import add_group, add_resume, add_seeds, add_set, add_store, parse_seeds, with_command
+from .common import add_group, add_jobs, add_resume, add_seeds, add_set, add_store, parse_seeds, with_command
 
 
 def add_commands(sub) -> None:
@@ -37,6 +37,7 @@ def add_commands(sub) -> None:
     )
     add_seeds(run, ",".join(str(s) for s in DEFAULT_SEEDS))
     run.add_argument("--only", help="comma-separated run labels to train (default: all of the claim)")
+    add_jobs(run, 1)
     add_resume(run, default=False)
     run.add_argument("--report", action="store_true", help="regenerate the document afterwards")
     run.add_argument("--out", default=DEFAULT_DOC, help=f"the document (default: {DEFAULT_DOC})")
@@ -105,6 +106,7 @@ def _cmd_run(args) -> int:
                 args.progress,
                 log=lambda line: print(line, flush=True),
                 seeds=seeds,
+                jobs=args.jobs,
             )
         ]
     if args.report:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ..ucr import BUDGETS, DEFAULT_CELLS, DEFAULT_PAGE, DEFAULT_RUNS, SEEDS, default_study
-from .common import add_group, add_resume, add_seeds, add_set, add_store, names, parse_seeds, with_command
+from .common import add_group, add_jobs, add_resume, add_seeds, add_set, add_store, names, parse_seeds, with_command
 
 DATA_DIR_HELP = "data directory (default: $LTDRNN_DATA or ~/.cache/ltdrnn)"
 
@@ -44,6 +44,7 @@ def add_commands(sub) -> None:
     run.add_argument("--data-dir", help=DATA_DIR_HELP)
     run.add_argument("--no-minirocket", action="store_true", help="do not fit MiniRocket")
     run.add_argument("--page", help="also write the page here when done (e.g. benchmarks-ucr.md)")
+    add_jobs(run, 1)
     add_resume(run, default=True)
     with_command(run, "ucr run", _cmd_run)
 
@@ -101,6 +102,7 @@ def _cmd_run(args) -> int:
         args.data_dir,
         log=lambda line: print(line, flush=True),
         resume=args.resume,
+        jobs=args.jobs,
     )
     print(f"done in {time.perf_counter() - started:.0f} s; {len(failed)} failed")
     if args.page:
