@@ -261,7 +261,7 @@ def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
     lines += [rule_line(result, long=True) for result in verdict.checks] + [""]
     if verdict.status == "not run yet":
         lines += [
-            f"{verdict.reason} `ltdrnn reproduce run {claim.id} --budget {report.budget or 'quick'} --skip-done` "
+            f"{verdict.reason} `ltdrnn reproduce run {claim.id} --budget {report.budget or 'quick'} --resume` "
             "trains the missing runs.",
             "",
         ]
