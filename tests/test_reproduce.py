@@ -858,7 +858,7 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     # every rule of a judged claim that did not hold is explained at the top, with links
     failed = [line for line in top.splitlines() if line.startswith(("- ✗ **", "- ? **"))]
     assert failed and all("[notes](docs/notes/reproduction/" in line for line in failed)
-    assert all("[docs](docs/cells/" in line for line in failed)
+    assert all("[docs](docs/cells/" in line or "[docs](docs/notes/" in line for line in failed)
     assert "*Structural*: MIST's delays" in text  # a structural claim says so
     assert all((tmp_path / "docs/notes/reproduction" / f"{c.id}.md").exists() for c in claims)
 
