@@ -195,9 +195,8 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
     from ..config import list_presets
-    from ..results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
+    from ..results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise, utc_stamp
     from ..studies import finished_rows, preset_group, preset_key, run_study
-    from ..train import utc_stamp
 
     started = time.perf_counter()
     if not list_presets(args.group):

@@ -47,7 +47,7 @@ def run_config(
 ):
     """The config of one run and seed under ``budget``, stored as ``study = reproduce/<claim>/<budget>``,
     ``name = <label>``, with the command lines that reproduce it in ``notes``."""
-    from ..train import utc_stamp
+    from ..results import utc_stamp
 
     stamp = utc_stamp()
     overrides = claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])
