@@ -77,7 +77,7 @@ def test_a_checkpoint_round_trips_every_rng_state_under_weights_only(tmp_path):
 
     import numpy as np
 
-    from ltdrnn.train import rng_states, set_rng_states
+    from ltdrnn.checkpoint import rng_states, set_rng_states
 
     np.random.seed(3), random.seed(3), torch.manual_seed(3)
     atomic_save({"config": {}, "model": {}, "rng": rng_states()}, tmp_path / "c.pt")

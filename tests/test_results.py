@@ -152,3 +152,60 @@ def test_two_processes_write_at_once(tmp_path):
         assert w.exitcode == 0
     ids = {r["id"] for r in ResultStore(path).rows()}
     assert ids == {f"{p}-{i}" for p in "pq" for i in range(15)}
+
+
+# ---- the text export of a database -------------------------------------------------------------------
+def test_the_text_export_is_sorted_stable_one_row_a_line_and_only_reads(tmp_path):
+    import json
+
+    from ltdrnn.results.export import export_lines, export_path, refresh_export, write_export
+
+    db = tmp_path / "r.db"
+    store = ResultStore(str(db))
+    store.add(record("b", 0.25))
+    store.add(record("a", 0.75))
+    store.checkpoint()
+    before = db.read_bytes()
+    lines = export_lines(str(db))
+    assert db.read_bytes() == before  # reading never writes to the store
+    rows = [json.loads(line) for line in lines]
+    assert [(r["table"], r["id"]) for r in rows] == [("runs", "a"), ("runs", "b")]
+    assert rows[0]["metric"] == 0.75 and rows[0]["config"] == {"task": {"options": {"T": 10}}}
+    assert "history" not in rows[0]  # the learning curve stays in the database only
+    assert lines == [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in rows]
+    assert export_lines(f"sqlite:///{db}") == lines  # the same database as a URL
+    assert refresh_export(str(db)) is None and not export_path(str(db)).exists()  # no export yet: none made
+    path = write_export(str(db))
+    assert path == tmp_path / "r.jsonl" and path.read_text() == "".join(line + "\n" for line in lines)
+    path.unlink()
+    from ltdrnn.cli import main
+
+    assert main(["report", "--store", str(db), "--export-jsonl"]) == 0  # the command that writes it
+    assert path.read_text() == "".join(line + "\n" for line in lines)
+    store.add(record("c"))
+    assert refresh_export(str(db)) == path and len(path.read_text().splitlines()) == 3
+    with pytest.raises(ValueError, match="a text export lies beside a SQLite file"):
+        export_path("postgresql://host/db")
+    with pytest.raises(FileNotFoundError, match="no results database there"):
+        export_lines(str(tmp_path / "none.db"))
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_every_committed_database_has_its_text_export_beside_it_in_sync():
+    from pathlib import Path
+
+    from ltdrnn.results.export import export_lines, export_path
+
+    root = Path(__file__).resolve().parents[1]
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "*.db"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the committed databases are not known")
+    databases = [root / name for name in listed.stdout.split()]
+    assert databases, "expected committed databases (reproduction/results.db, docs/ucr/results.db, ...)"
+    stale = []
+    for db in databases:
+        path = export_path(db)
+        expected = "".join(line + "\n" for line in export_lines(db))
+        if not path.is_file() or path.read_text() != expected:
+            stale.append(f"ltdrnn report --store {db.relative_to(root)} --export-jsonl")
+    assert not stale, "text exports missing or out of date; write them with:\n" + "\n".join(stale)

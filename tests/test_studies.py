@@ -77,3 +77,18 @@ def test_summary_line_shows_what_the_record_has():
     assert summary_line(record("a", 0)) == "finished, test accuracy 50.0% (baseline 0.25), 10 params, 1.0 s, 3 steps"
     minimal = {"status": "finished", "metrics": {"metric_name": "mse", "metric": 0.01234567}, "timings": {}}
     assert summary_line(minimal) == "finished, test mse 0.01235"
+
+
+def test_preset_group_gives_each_kept_preset_once_per_seed_and_names_the_missing(tmp_path):
+    from ltdrnn.config import list_presets
+    from ltdrnn.studies import preset_group
+
+    presets = list_presets("quick")
+    runs, missing = preset_group("quick", "st", str(tmp_path / "r.db"), str(tmp_path / "runs"), seeds=(0, 3))
+    assert [(r.label, r.seed) for r in runs] == [(p, s) for p in presets for s in (0, 3)] and not missing
+    config = runs[1].work.args[0]
+    assert config["study"] == "st" and config["train"]["seed"] == 3 and config["results"] == str(tmp_path / "r.db")
+    assert config["run_dir"] == str(tmp_path / "runs" / "st" / (presets[0].replace("/", "_") + "-s3"))
+    only_lstm, _ = preset_group("quick", "st", "r.db", "runs", cells={"lstm"})
+    assert only_lstm and all(r.work.args[0]["model"]["cell"] == "lstm" for r in only_lstm)
+    assert [r.seed for r in only_lstm] == [r.work.args[0]["train"]["seed"] for r in only_lstm]  # the preset's own

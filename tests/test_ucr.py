@@ -136,7 +136,7 @@ def test_published_numbers_parse_with_their_sources():
     assert len(numbers) >= 128
     assert set(numbers["GunPoint"]) == {"rocket", "inceptiontime"}
     assert all(0 < v <= 1 for row in numbers.values() for v in row.values())
-    sources = " ".join(ucr._published_header())
+    sources = " ".join(ucr.page._published_header())
     assert "github.com/angus924/rocket" in sources and "github.com/hfawaz/InceptionTime" in sources
 
 

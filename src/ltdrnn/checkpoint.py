@@ -3,9 +3,9 @@ model of a checkpoint rebuilt from its saved config (:func:`restore_model`).
 
 A checkpoint is a ``torch.save`` of a mapping with at least ``config`` (the resolved run config) and
 ``model`` (a state dict): ``best.pt`` holds the best validation state, ``last.pt`` everything needed to
-resume (optimiser, scheduler, RNG states, position; see :mod:`ltdrnn.train`). Files are written to a
-temporary file, fsynced and renamed into place, so a crash leaves the old file or the new one, never a
-torn one. They are read with ``weights_only=True``: only tensors, numbers, strings and containers come
+resume (optimiser, scheduler, RNG states (:func:`rng_states`), position; see :mod:`ltdrnn.train`). Files
+are written to a temporary file, fsynced and renamed into place, so a crash leaves the old file or the
+new one, never a torn one. They are read with ``weights_only=True``: only tensors, numbers, strings and containers come
 back, so a crafted file cannot run code. Guarantees and their tests: docs/reliability.md.
 """
 
@@ -14,9 +14,11 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import random
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import numpy as np
 import torch
 
 from .config import ConfigError, RunConfig, load_config
@@ -140,3 +142,26 @@ def _naming(error: Exception, section: str, name: str) -> str:
     if message.split(":")[0] in ("cell", "task") or message.startswith(section):
         return message
     return f"{section} {name!r}: {message}"
+
+
+# ---- the RNG states a checkpoint holds ----------------------------------------------------------
+def rng_states() -> Dict[str, Any]:
+    """Every RNG state, in types a ``weights_only`` load accepts (numpy's key array as a tensor)."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = {
+        "name": name,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(position),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
+    return {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
+
+
+def set_rng_states(states: Dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    n = states["numpy"]
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
+    random.setstate(states["python"])

@@ -514,3 +514,25 @@ def deep_merge(base: Dict[str, Any], top: Dict[str, Any]) -> Dict[str, Any]:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+# settings that change how a run is watched, not what it computes
+_COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads", "train.malloc_tuning"}
+
+
+def comparable_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    """A run config flattened to ``{"section.key": value}`` without the keys that do not change a result
+    (progress, latency, threads, malloc tuning, results, notes): what resuming and ``reproduce``'s
+    stale-row check compare."""
+    flat = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict) and name not in ("model.options", "task.options", "train.loss_weights"):
+                walk(value, name + ".")
+            elif name not in _COSMETIC:
+                flat[name] = value
+
+    walk(config, "")
+    return flat

@@ -23,7 +23,6 @@ import math
 import random
 import sys
 import time
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -42,13 +41,16 @@ from .checkpoint import (
     load_checkpoint,
     remove_stale_temp_files,
     restore_model,
+    rng_states,
+    set_rng_states,
 )
 
 # re-exported: callers imported these from ltdrnn.train before checkpoint.py existed
 from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import checkpoint_file as checkpoint_file
-from .config import ConfigError, RunConfig, load_config, save_config
+from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .memory import tune_malloc
+from .results.stamps import new_run_id, version_info
 
 Callback = Callable[[Dict[str, Any]], None]
 
@@ -539,89 +541,6 @@ def _chunks(items, size: int) -> List[List[int]]:
 def _batch(task, dataset, indices: List[int], device):
     x, y, lengths = task.collate([dataset[i] for i in indices])
     return x.to(device), y.to(device), (lengths.to(device) if lengths is not None else None)
-
-
-def rng_states() -> Dict[str, Any]:
-    """Every RNG state, in types a ``weights_only`` load accepts (numpy's key array as a tensor)."""
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    numpy_state = {
-        "name": name,
-        "keys": torch.from_numpy(keys.astype(np.int64)),
-        "pos": int(position),
-        "has_gauss": int(has_gauss),
-        "cached_gaussian": float(cached_gaussian),
-    }
-    return {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
-
-
-def set_rng_states(states: Dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    n = states["numpy"]
-    np.random.set_state(
-        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
-    )
-    random.setstate(states["python"])
-
-
-def utc_stamp() -> str:
-    """Now in UTC as ``YYYYmmdd-HHMMSS``: the stamp of run ids, run directories and study names, which
-    sorts as it reads."""
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-
-
-def new_run_id(cell: str, task: str) -> str:
-    """A unique run id that sorts by start time and names the cell and the task (or data set)."""
-    return f"{utc_stamp()}-{cell}-{task}-{uuid.uuid4().hex[:8]}"
-
-
-def version_info() -> Dict[str, Any]:
-    """Package, torch and git versions of the code that produced a run."""
-    import subprocess
-
-    from . import __version__
-
-    info: Dict[str, Any] = {"ltdrnn": __version__, "torch": torch.__version__}
-    root = Path(__file__).resolve().parents[2]
-    try:
-        info["git_commit"] = (
-            subprocess.run(
-                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-            or None
-        )
-        info["git_dirty"] = bool(
-            subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-        )
-    except (OSError, subprocess.SubprocessError):
-        info["git_commit"] = None
-    return info
-
-
-# settings that change how a run is watched, not what it computes
-_COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads", "train.malloc_tuning"}
-
-
-def comparable_config(config: Dict[str, Any]) -> Dict[str, Any]:
-    """A run config flattened to ``{"section.key": value}`` without the keys that do not change a result
-    (progress, latency, threads, malloc tuning, results, notes): what resuming and ``reproduce``'s
-    stale-row check compare."""
-    flat = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            name = f"{prefix}{key}"
-            if isinstance(value, dict) and name not in ("model.options", "task.options", "train.loss_weights"):
-                walk(value, name + ".")
-            elif name not in _COSMETIC:
-                flat[name] = value
-
-    walk(config, "")
-    return flat
 
 
 def _progress(total: int, initial: int, enabled: bool, label: str):

@@ -67,6 +67,12 @@ def add_commands(sub) -> None:
         help="Optuna storage of sweep studies (SQLite path or database URL; default: sweeps.db)",
     )
     report.add_argument("--no-plots", action="store_true")
+    report.add_argument(
+        "--export-jsonl",
+        action="store_true",
+        help="instead of the report, write the store's text export beside it (DB.jsonl: one sorted JSON row "
+        "per line, for reviewing a change of results in a diff)",
+    )
     with_command(report, "report", cmd_report)
 
     plot = sub.add_parser("plot", help="analysis plots of a finished run (PNG)")
@@ -153,6 +159,11 @@ def cmd_report(args) -> int:
             f"--store {args.store}: no results database there (train or run something "
             "first, or name the database that holds the results)"
         )
+    if args.export_jsonl:
+        from ..results.export import write_export
+
+        print(f"written: {write_export(args.store)}")
+        return 0
     paths = render_report(args.store, args.out, study=args.study, plots=not args.no_plots)
     print(paths["markdown"].read_text())
     print(f"\nwritten: {paths['markdown']}, {paths['html']}")
@@ -195,9 +206,8 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     """Train the group's presets (skipping unregistered cells/tasks), print the table, write the report."""
     from ..config import list_presets
-    from ..results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise
+    from ..results import ResultStore, markdown_table, marked_comparison_rows, render_report, summarise, utc_stamp
     from ..studies import finished_rows, preset_group, preset_key, run_study
-    from ..train import utc_stamp
 
     started = time.perf_counter()
     if not list_presets(args.group):

@@ -120,10 +120,14 @@ def _cmd_run(args) -> int:
 
 def _cmd_report(args) -> int:
     from ..reproduce import Store, render
+    from ..results.export import refresh_export
 
     path = render(args.store, args.out, args.plots, plots=not args.no_plots, extra=args.extra)
     Store(args.store).results.checkpoint()  # the committed database then holds every row the page shows
     print(f"written: {path}")
+    exported = refresh_export(args.store)  # and its text export, when one lies beside it
+    if exported is not None:
+        print(f"written: {exported}")
     return 0
 
 

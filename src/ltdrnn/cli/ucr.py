@@ -112,6 +112,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_report(args) -> int:
     from ..results import ResultStore, database_exists
+    from ..results.export import refresh_export
     from ..ucr import BenchmarkError, render_page
 
     if not database_exists(args.store):
@@ -121,4 +122,7 @@ def _cmd_report(args) -> int:
     page = render_page(args.store, args.study, Path(args.page), notes=args.notes)
     ResultStore(args.store).checkpoint()  # the committed database then holds every row the page shows
     print(f"written: {page}")
+    exported = refresh_export(args.store)  # and its text export, when one lies beside it
+    if exported is not None:
+        print(f"written: {exported}")
     return 0

@@ -19,14 +19,18 @@ DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_RUNS = "runs/reproduce"
 
 
-def invocation(claim_id: str, budget: str, extra: Sequence[str], seeds: Sequence[int] = DEFAULT_SEEDS) -> str:
+def invocation(
+    claim_id: str, budget: str, extra: Sequence[str], seeds: Sequence[int] = DEFAULT_SEEDS, store: str = DEFAULT_STORE
+) -> str:
     """The command line that runs one claim (kept in each run's notes; ``--seeds`` only if not the
-    default)."""
+    default, ``--store`` only if not the default store)."""
     words = ["ltdrnn", "reproduce", "run", claim_id, "--budget", budget]
     if tuple(seeds) != DEFAULT_SEEDS:  # a list; one seed with a trailing comma (a bare number is a count)
         words += ["--seeds", ",".join(str(s) for s in seeds) + ("," if len(seeds) == 1 else "")]
     for item in extra:
         words += ["--set", item]
+    if store != DEFAULT_STORE:
+        words += ["--store", store]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -47,12 +51,12 @@ def run_config(
 ):
     """The config of one run and seed under ``budget``, stored as ``study = reproduce/<claim>/<budget>``,
     ``name = <label>``, with the command lines that reproduce it in ``notes``."""
-    from ..train import utc_stamp
+    from ..results import utc_stamp
 
     stamp = utc_stamp()
     overrides = claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])
     # the notes keep both command lines as run, so the document shows them even if the table changes
-    notes = f"{invocation(claim.id, budget, extra, (seed,))}\n{train_command(spec, overrides)}"
+    notes = f"{invocation(claim.id, budget, extra, (seed,), store)}\n{train_command(spec, overrides)}"
     bookkeeping = [
         f"study={claim.study(budget)}",
         f"name={spec.label}",

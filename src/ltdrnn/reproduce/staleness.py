@@ -42,7 +42,7 @@ class StaleRow:
 def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
     """The keys of a resolved config (plain data) that change a result, flattened (``optim.lr``; the
     free-form option mappings stay whole)."""
-    from ..train import comparable_config
+    from ..config import comparable_config
 
     return {key: value for key, value in comparable_config(config).items() if key not in NEUTRAL_KEYS}
 

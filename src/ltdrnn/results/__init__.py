@@ -1,6 +1,6 @@
-"""Results: the store (:mod:`.store`, one row per finished run in SQLite or any SQLAlchemy database) and
-the report (:mod:`.report`, tables and plots from the store). The names are re-exported here, where
-callers have always imported them from."""
+"""Results: the store (:mod:`.store`, one row per finished run in SQLite or any SQLAlchemy database), the
+report (:mod:`.report`, tables and plots from the store), and what identifies a run (:mod:`.stamps`). The
+names are re-exported here, where callers have always imported them from."""
 
 from .report import (
     comparison_rows,
@@ -18,6 +18,7 @@ from .report import (
     setting_label,
     summarise,
 )
+from .stamps import new_run_id, utc_stamp, version_info
 from .store import (
     ResultConflict,
     ResultStore,
@@ -52,4 +53,7 @@ __all__ = [
     "setting_label",
     "sqlite_file",
     "summarise",
+    "new_run_id",
+    "utc_stamp",
+    "version_info",
 ]

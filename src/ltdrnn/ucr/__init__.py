@@ -1,0 +1,93 @@
+"""The UCR/UEA benchmark: one recipe, every offline set, every chosen cell, beside MiniRocket.
+
+    ltdrnn ucr sets                                    the classification sets found offline
+    ltdrnn ucr run [--sets A,B] [--cells lstm,srnn] [--seeds 3] [--budget default|quick]
+                   [--set KEY=VALUE ...] [--study NAME] [--store DB] [--no-minirocket]
+    ltdrnn ucr report [--store DB] [--study NAME] [--page benchmarks-ucr.md]
+
+This repository's benchmark keeps its database and page in docs/ (``--store docs/ucr/results.db --page
+docs/benchmarks-ucr.md --notes docs/ucr/notes.md``); the command line is :mod:`ltdrnn.cli.ucr`.
+
+Protocol (fixed): each set's official TRAIN file is split into a stratified 80 % that trains and 20 %
+that validates (``split_seed`` 0); the checkpoint with the best validation accuracy is tested on the
+official TEST file; every (cell, set) runs with seeds 0, 1, 2 and is reported as mean ± std. Every run
+is a normal ``train(cfg)`` run of the preset ``ucr/default`` (plus the budget's and the user's
+overrides), stored in the results database under ``study``. MiniRocket (aeon's ``MiniRocketClassifier``,
+10,000 kernels, ridge classifier) is fitted on the whole official TRAIN file with the same seeds and
+stored in the same study as cell ``minirocket``. A run already in the store is not run again, so an
+interrupted benchmark continues where it stopped.
+
+``report`` reads only the database (and the packaged published numbers,
+``presets/ucr/published.csv``) and writes the page: per-set accuracy, average ranks with aeon's
+critical-difference diagram, parameters and training time, and the goal check.
+
+The package, by concern: :mod:`.benchmark` (the sets, the runs, MiniRocket) and :mod:`.page` (the page).
+"""
+
+from .benchmark import (
+    BUDGETS,
+    DEFAULT_CELLS,
+    DEFAULT_PAGE,
+    DEFAULT_RUNS,
+    PRESET,
+    REFERENCE,
+    SEEDS,
+    SOURCE_CELLS,
+    BenchmarkError,
+    available_sets,
+    benchmark_key,
+    benchmark_runs,
+    default_study,
+    fit_minirocket,
+    minirocket_record,
+    padded_array,
+    published_numbers,
+    run_benchmark,
+    run_config,
+)
+from .page import (
+    accuracy_rows,
+    average_ranks,
+    cd_diagram,
+    collect,
+    complete_sets,
+    cost_rows,
+    goal_lines,
+    mean_std,
+    rank_rows,
+    recipe_rows,
+    render_page,
+)
+
+__all__ = [
+    "BUDGETS",
+    "DEFAULT_CELLS",
+    "DEFAULT_PAGE",
+    "DEFAULT_RUNS",
+    "PRESET",
+    "REFERENCE",
+    "SEEDS",
+    "SOURCE_CELLS",
+    "BenchmarkError",
+    "accuracy_rows",
+    "available_sets",
+    "average_ranks",
+    "benchmark_key",
+    "benchmark_runs",
+    "cd_diagram",
+    "collect",
+    "complete_sets",
+    "cost_rows",
+    "default_study",
+    "fit_minirocket",
+    "goal_lines",
+    "mean_std",
+    "minirocket_record",
+    "padded_array",
+    "published_numbers",
+    "rank_rows",
+    "recipe_rows",
+    "render_page",
+    "run_benchmark",
+    "run_config",
+]

@@ -1,0 +1,246 @@
+"""The UCR/UEA benchmark's runs: the sets found offline, the published numbers, the config of each run,
+the study runs (:mod:`ltdrnn.studies`) and MiniRocket."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..config import DEFAULT_STORE, preset_path
+
+PRESET = "ucr/default"
+SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
+DEFAULT_CELLS = ("lstm",) + SOURCE_CELLS
+REFERENCE = "minirocket"
+BUDGETS = {"default": [], "quick": ["train.steps=100"]}
+SEEDS = 3
+DEFAULT_PAGE = "benchmarks-ucr.md"
+DEFAULT_RUNS = "runs/ucr"
+# aeon's own test fixture (a 48-series cut of Chinatown), not a set of the archive
+NOT_ARCHIVE_SETS = ("UnitTest",)
+
+
+class BenchmarkError(ValueError):
+    """A user mistake in the benchmark's arguments; the message names the argument."""
+
+
+# ---- the sets ------------------------------------------------------------------------------------
+def available_sets(data_dir: Optional[str] = None) -> List[str]:
+    """Names of the classification sets with a ``<Name>_TRAIN.ts`` / ``<Name>_TEST.ts`` pair in the places
+    :func:`~ltdrnn.tasks.uea_ucr.find_ts_pair` searches (the data directory and aeon's folder)."""
+    from ..data import data_dir as resolve_data_dir
+    from ..tasks.uea_ucr import aeon_data_dir
+
+    root = resolve_data_dir(data_dir)
+    folders = [root / "ucr_uea", root, aeon_data_dir()]
+    names = set()
+    for folder in folders:
+        if folder is None or not folder.is_dir():
+            continue
+        for place in folder.iterdir():
+            name = place.name
+            if (
+                name in NOT_ARCHIVE_SETS
+                or not (place / f"{name}_TRAIN.ts").is_file()
+                or not (place / f"{name}_TEST.ts").is_file()
+            ):
+                continue
+            if _is_classification(place / f"{name}_TRAIN.ts"):
+                names.add(name)
+    return sorted(names, key=str.lower)
+
+
+def _is_classification(path: Path) -> bool:
+    with open(path, errors="replace") as handle:
+        for line in handle:
+            text = line.strip().lower()
+            if text.startswith("@classlabel"):
+                return text.split()[1:2] == ["true"]
+            if text.startswith("@data"):
+                return False
+    return False
+
+
+def published_numbers() -> Dict[str, Dict[str, float]]:
+    """``{set: {"rocket": acc, "inceptiontime": acc}}`` from ``presets/ucr/published.csv`` (sources in its
+    header)."""
+    text = preset_path("ucr", "published.csv").read_text()
+    rows = csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
+    return {row["dataset"]: {k: float(v) for k, v in row.items() if k != "dataset" and v} for row in rows}
+
+
+# ---- running -------------------------------------------------------------------------------------
+def default_study(budget: str, overrides: Sequence[str]) -> str:
+    """``ucr/<budget>``, plus the overrides when there are any (a variant of the recipe is its own study)."""
+    return f"ucr/{budget}" + (f"/{','.join(overrides)}" if overrides else "")
+
+
+def run_config(
+    cell: str,
+    dataset: str,
+    seed: int,
+    budget: str,
+    overrides: Sequence[str],
+    study: str,
+    store: str,
+    runs_dir: str,
+    data_dir: Optional[str] = None,
+):
+    """The RunConfig of one benchmark run: the preset, the budget, the user's overrides, then the run's own
+    cell, set and seed (which the overrides cannot change)."""
+    from ..config import load_config
+    from ..results import file_slug
+
+    own = [
+        f"model.cell={cell}",
+        f"task.options.dataset={dataset}",
+        f"train.seed={seed}",
+        f"study={study}",
+        f"name={dataset}",
+        f"results={store}",
+        "train.threads=1",
+        "train.progress=false",
+        f"run_dir={Path(runs_dir) / file_slug(study, keep='-_.') / f'{cell}-{dataset}-s{seed}'}",
+    ]
+    if data_dir is not None:
+        own.append(f"task.options.data_dir={data_dir}")
+    return load_config(PRESET, [*BUDGETS[budget], *overrides, *own])
+
+
+def benchmark_key(row: Dict[str, Any]) -> tuple:
+    """The ``(label, seed)`` of a benchmark row: ``("<cell>/<set>", seed)``."""
+    from ..results import seed_of
+
+    return f"{row['cell']}/{row['name']}", seed_of(row)
+
+
+def benchmark_runs(
+    sets: Sequence[str],
+    cells: Sequence[str],
+    seeds: Sequence[int],
+    budget: str,
+    overrides: Sequence[str],
+    study: str,
+    store: str,
+    runs_dir: str = DEFAULT_RUNS,
+    minirocket: bool = True,
+    data_dir: Optional[str] = None,
+    resume: bool = True,
+) -> list:
+    """The benchmark as study runs (:mod:`ltdrnn.studies`), per set MiniRocket's seeds first, then every
+    (cell, seed); labels ``<cell>/<set>``."""
+    from functools import partial
+
+    from ..studies import StudyRun, training_run
+
+    runs = []
+    for dataset in sets:
+        if minirocket:
+            runs += [
+                StudyRun(f"{REFERENCE}/{dataset}", seed, partial(fit_minirocket, dataset, seed, study, store, data_dir))
+                for seed in seeds
+            ]
+        for cell in cells:
+            for seed in seeds:
+                cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
+                runs.append(training_run(f"{cell}/{dataset}", cfg, resume))
+    return runs
+
+
+def run_benchmark(
+    sets: Sequence[str],
+    cells: Sequence[str],
+    seeds: Sequence[int] = tuple(range(SEEDS)),
+    budget: str = "default",
+    overrides: Sequence[str] = (),
+    study: Optional[str] = None,
+    store: str = DEFAULT_STORE,
+    runs_dir: str = DEFAULT_RUNS,
+    minirocket: bool = True,
+    data_dir: Optional[str] = None,
+    log=print,
+    resume: bool = True,
+    jobs: int = 1,
+) -> List[str]:
+    """Per set, fit MiniRocket, then train every (cell, seed), ``jobs`` at a time, skipping (with ``resume``)
+    what the store already holds; returns the failed runs."""
+    from ..studies import finished_rows, run_study
+
+    study = study or default_study(budget, overrides)
+    runs = benchmark_runs(sets, cells, seeds, budget, overrides, study, store, runs_dir, minirocket, data_dir, resume)
+    outcome = run_study(runs, store, finished_rows(study, benchmark_key), jobs, resume, log)
+    return [f"{label}/seed{seed}: {error}" for label, seed, error in outcome.failures]
+
+
+def fit_minirocket(
+    dataset: str, seed: int, study: str, store: str, data_dir: Optional[str] = None, threads=None, progress=None
+) -> Dict[str, Any]:
+    """The work of a MiniRocket run (:func:`minirocket_record`), stored in ``store``; it runs on one thread
+    whatever ``threads`` says (``n_jobs=1``)."""
+    from ..results import ResultStore
+
+    record = minirocket_record(dataset, seed, study, data_dir)
+    ResultStore(store).add(record)
+    return record
+
+
+def padded_array(series: Sequence[Any], length: int):
+    """``[(T_i, d)] -> (N, d, length)`` float32, zero-padded at the end (aeon's channels-first layout)."""
+    import numpy as np
+
+    out = np.zeros((len(series), series[0].shape[1], length), dtype=np.float32)
+    for i, s in enumerate(series):
+        out[i, :, : len(s)] = s.T
+    return out
+
+
+def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[str] = None) -> Dict[str, Any]:
+    """Fit aeon's MiniRocket on the whole official TRAIN file, test on TEST; a results-store record.
+
+    Unequal-length sets are zero-padded to the longest series (aeon's MiniRocket needs equal lengths).
+    The timed fit is the second of two identical fits: the first compiles aeon's numba kernels (up to a
+    minute and a half, once per process), which is not the method's cost."""
+    from aeon.classification.convolution_based import MiniRocketClassifier
+
+    from ..results import new_run_id, version_info
+    from ..tasks.uea_ucr import UeaUcrTask
+
+    task = UeaUcrTask(dataset, data_dir=data_dir, val_fraction=0.0)
+    (x_train, y_train), (x_test, y_test) = task.splits["train"], task.splits["test"]
+    length = max(len(s) for s in [*x_train, *x_test])
+    classifier = MiniRocketClassifier(random_state=seed, n_jobs=1)
+    classifier.fit(padded_array(x_train, length), y_train)
+    started = time.perf_counter()
+    classifier.fit(padded_array(x_train, length), y_train)
+    train_s = time.perf_counter() - started
+    accuracy = float((classifier.predict(padded_array(x_test, length)) == y_test).mean())
+    return {
+        "id": new_run_id(REFERENCE, dataset),
+        "status": "finished",
+        "created": datetime.now(timezone.utc).isoformat(),
+        "cell": REFERENCE,
+        "task": "uea_ucr",
+        "preset": None,
+        "study": study,
+        "name": dataset,
+        "config": {
+            "model": {"cell": REFERENCE, "n_kernels": 10000},
+            "task": {"name": "uea_ucr", "options": {"dataset": dataset, "val_fraction": 0.0}},
+            "train": {"seed": seed},
+        },
+        "metrics": {
+            "metric_name": "accuracy",
+            "metric": accuracy,
+            "higher_is_better": True,
+            "baseline": task.info.baseline,
+            "params": None,
+        },
+        "timings": {"train_s": train_s},
+        "history": [],
+        "run_dir": None,
+        "version": version_info(),
+    }
