@@ -34,6 +34,7 @@ from torch import nn
 
 from . import distributed as D
 from . import metrics as M
+from .cells.base import apply_constraints_
 from .checkpoint import (
     BEST,
     CHECKPOINT,
@@ -293,6 +294,7 @@ class Run:
         if self.cfg.optim.clip_norm:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
         self.optimizer.step()
+        apply_constraints_(self.model)
         return D.global_loss(loss.detach(), factor, reduction), {k: float(v.detach()) for k, v in terms.items()}
 
     def end_epoch(self) -> None:

@@ -3,9 +3,17 @@ share: the learned step sizes (:class:`EulerSteps`), and their base class :class
 counter in the state, the room left in per-time-step step sizes, and the lean streaming step.
 
 Both papers analyse ``z_i = z_{i-1} + eta_i F(z_{i-1})`` with a step size ``eta > 0``; a negative step
-turns the ODE's damping into anti-damping. A raw learned ``eta`` of 1e-3 under Adam at lr 1e-2 changes
-sign within three optimiser steps (measured; see docs/cells/tarnn.md), so the step sizes are positive
-by construction, ``eta = exp(log_eta)``, unless the literal raw parameter is asked for.
+turns the ODE's damping into anti-damping, so a plain raw ``eta`` can diverge under training
+(docs/cells/tarnn.md, "Step sizes"). Three parametrisations (:data:`ETA_PARAMS`):
+
+- ``"exp"``: ``eta = exp(log_eta)``, positive by construction; Adam moves it by about its learning
+  rate *relative* to ``eta``, so a small ``eta`` stays near its start;
+- ``"raw"``: ``eta`` itself, as printed, unconstrained;
+- ``"projected"``: ``eta`` itself, as in the authors' code, kept in ``[0, 1]``: the forward reads
+  ``clamp(eta, 0, 1)`` (so the cell is sign-safe in any training loop) and
+  :func:`~ltdrnn.cells.base.apply_constraints_`, called after each optimiser step, puts the stored
+  value back into the interval (projected gradient descent: a step size pushed below 0 rests at 0,
+  where the clamp still passes its gradient).
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from torch import Tensor, nn
 
 from .base import Cell, State, check_choice, check_positive_float, check_positive_int
 
-ETA_PARAMS = ("exp", "raw")
+ETA_PARAMS = ("exp", "raw", "projected")
+#: the interval ``eta_param="projected"`` keeps the step sizes in
+ETA_BOUNDS = (0.0, 1.0)
 
 
 class EulerSteps(nn.Module):
@@ -29,8 +39,10 @@ class EulerSteps(nn.Module):
     runs use the row of the true time step.
 
     ``param="exp"`` (default) learns ``log_eta`` and uses ``eta = exp(log_eta) > 0``; ``param="raw"``
-    learns ``eta`` itself, as printed (it can change sign under training). :meth:`values` gives ``eta``
-    either way; :meth:`assign_` sets it.
+    learns ``eta`` itself, as printed (it can change sign under training); ``param="projected"`` learns
+    ``eta`` itself and uses ``clamp(eta, 0, 1)``, with :meth:`apply_constraints_` after each optimiser
+    step.
+    :meth:`values` gives ``eta`` in every case; :meth:`assign_` sets it.
     """
 
     def __init__(
@@ -40,6 +52,8 @@ class EulerSteps(nn.Module):
         self.steps = check_positive_int("K", steps)
         self.init = check_positive_float("eta", init)
         self.param = check_choice("eta_param", param, ETA_PARAMS)
+        if self.param == "projected" and not ETA_BOUNDS[0] < init <= ETA_BOUNDS[1]:
+            raise ValueError(f"eta: expected a value in (0, 1] with eta_param='projected', got {init!r}")
         if not isinstance(per_time_step, bool):
             raise TypeError(f"eta_per_time_step: expected a bool, got {per_time_step!r}")
         self.per_time_step = per_time_step
@@ -69,12 +83,25 @@ class EulerSteps(nn.Module):
 
     def values(self) -> Tensor:
         """``eta``: ``(K,)`` or ``(max_length, K)``, differentiable in the learned tensor."""
-        return self.log_eta.exp() if self.param == "exp" else self.eta
+        if self.param == "exp":
+            return self.log_eta.exp()
+        if self.param == "projected":
+            return self.eta.clamp(*ETA_BOUNDS)
+        return self.eta
+
+    @torch.no_grad()
+    def apply_constraints_(self) -> None:
+        """Put a ``"projected"`` step size back into ``[0, 1]`` (a no-op for the other parametrisations;
+        NaN stays NaN, so that a diverged run still shows as diverged)."""
+        if self.param == "projected":
+            self.eta.clamp_(*ETA_BOUNDS)
 
     @torch.no_grad()
     def assign_(self, eta) -> None:
         """Set ``eta`` (a number or a tensor broadcastable to its shape); positive with ``param="exp"``."""
         eta = torch.as_tensor(eta, dtype=self.parameter.dtype, device=self.parameter.device)
+        if self.param == "projected" and not bool(((eta >= ETA_BOUNDS[0]) & (eta <= ETA_BOUNDS[1])).all()):
+            raise ValueError(f"eta: expected step sizes in [0, 1] with eta_param='projected', got {eta!r}")
         if self.param == "exp":
             if not bool((eta > 0).all()):
                 raise ValueError(
@@ -136,13 +163,19 @@ class EulerCell(Cell):
         a parameter changes."""
         raise NotImplementedError
 
+    @property
+    def has_lean_step(self) -> bool:
+        """Whether :meth:`lean_step` covers this configuration: not with per-time-step step sizes (the
+        counter picks the row, which the sequence path handles); subclasses add their own exclusions."""
+        return not self.per_time_step
+
     def streams(self, x_t, state) -> bool:
         """Whether :meth:`forward` may take the lean streaming path: no autograd, the fused impl, a
         plain tensor state and well-formed input; anything unusual (including input that
         :meth:`Cell.forward` rejects with a clear error) goes the general way."""
         return (
             not torch.is_grad_enabled()
-            and not self.per_time_step
+            and self.has_lean_step
             and isinstance(state, Tensor)
             and isinstance(x_t, Tensor)
             and x_t.dim() == 2
@@ -160,7 +193,7 @@ class EulerCell(Cell):
         return h, h
 
     def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
-        if self.per_time_step:  # the counter picks the step sizes: the sequence path handles it
+        if not self.has_lean_step:
             return None
         h = self.lean_step(x_t, state)
         return h, h

@@ -49,6 +49,10 @@ from .registry import ParamCount, register
 #: "residual": g_0 = 0, h_k = h_{k-1} + g_K.
 READINGS = {"paper": (1.0, 1.0), "state": (2.0, 1.0), "residual": (1.0, 0.0)}
 DEFAULT_RANK = 16
+#: ``gate="outside"``: the authors' update gate after the Euler loop (``iRNN_DualODECell`` in their TARNN
+#: repository): its bias starts at -3 (the gate nearly closed) and its weights at ``N(0, 0.1^2)``.
+GATE_BIAS_INIT = -3.0
+GATE_WEIGHT_STD = 0.1
 
 
 @register(
@@ -65,6 +69,13 @@ DEFAULT_RANK = 16
         "state_reading_K3": {"reading": "state", "K": 3},
         "learn_alpha_tanh_K2": {"learn_alpha": True, "alpha": 1.5, "activation": "tanh", "K": 2},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "K": 2},
+        "gated_projected_eta": {
+            "gate": "outside",
+            "eta_per_time_step": True,
+            "max_length": 1300,
+            "eta_param": "projected",
+        },
+        "gated_K2": {"gate": "outside", "K": 2},
     },
     param_counts=(
         ParamCount(
@@ -94,6 +105,8 @@ class IRNN(EulerCell):
             a   = U (g_{i-1} + h_{k-1}) + W x_k + b
             g_i = g_{i-1} + eta_i * (phi(P a  or  a) - alpha * (g_{i-1} + h_{k-1}))
         h_k = g_K ("paper", "state")  or  h_{k-1} + g_K ("residual")
+        # gate="outside" (the authors' code): u = sigmoid(U_g h_{k-1} + W_g x_k + b_g)
+        #                                      h_k = (1 - u) h_{k-1} + u h_k
 
     ``U = I + V H`` (``V (H, r)``, ``H (r, H)``) when ``rank=r``, a dense ``(H, H)`` matrix when
     ``rank=None``; ``P = U`` applied after the sum (Eq. 8) when ``projection=True``. K = 1 with
@@ -111,15 +124,21 @@ class IRNN(EulerCell):
             by using the leak ``max(alpha, ||M||_2)``, so that no Euler step expands (default False,
             as printed: the guard kept training stable but also removed the memory, see the docs).
         eta: initial Euler step size (paper: 1e-2).
-        eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
+        eta_per_time_step: a separate row of K step sizes for every time step (the paper's ``eta_k^i``;
+            needs ``max_length``).
+        eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
+            (as printed) or ``"projected"`` (raw, kept in ``[0, 1]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
         max_length: number of time steps covered by ``eta_per_time_step``.
         reading: ``"residual"`` (default; docs/cells/irnn.md gives the choice and its measurements),
             ``"paper"`` (Eq. 5/8 as printed) or ``"state"`` (``g_0 = h_{k-1}``; the printed fixed point).
         activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
+        gate: ``"none"`` (default, the paper) or ``"outside"``: the authors' update gate after the Euler
+            loop (not in the paper; their code's default), which the copy task needs (docs/cells/irnn.md).
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+            With the gate or per-time-step step sizes the fused path runs the reference loop.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
-    RNN; ``eta = 1e-2`` (paper).
+    RNN; ``eta = 1e-2`` (paper); the gate as the authors' code: ``U_g, W_g ~ N(0, 0.1^2)``, ``b_g = -3``.
 
     Examples::
 
@@ -158,6 +177,7 @@ class IRNN(EulerCell):
         contractive: bool = False,
         activation: str = "relu",
         eta_param: str = "exp",
+        gate: str = "none",
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -181,6 +201,7 @@ class IRNN(EulerCell):
         self.activation = activation
         self.phi = activation_function(activation)
         self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
+        self.gate = check_choice("gate", gate, ("none", "outside"))
         self._stream_cache = ParameterCache()
         self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
@@ -191,15 +212,27 @@ class IRNN(EulerCell):
             self.weight_h = nn.Parameter(torch.empty(self.rank, hidden_size, **self.factory))
         if learn_alpha:
             self.log_alpha = nn.Parameter(torch.empty((), **self.factory))
+        if self.gated:
+            self.weight_gate_h = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
+            self.weight_gate_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
+            self.bias_gate = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.reset_parameters()
+
+    @property
+    def gated(self) -> bool:
+        return self.gate == "outside"
 
     def reset_parameters(self) -> None:
         bound = 1.0 / math.sqrt(self.hidden_size)
         for name, p in self.named_parameters(recurse=False):
-            if name != "log_alpha":
+            if name != "log_alpha" and "gate" not in name:
                 nn.init.uniform_(p, -bound, bound)
         if self.learn_alpha:
             nn.init.constant_(self.log_alpha, math.log(self.alpha_init))
+        if self.gated:
+            nn.init.normal_(self.weight_gate_h, 0.0, GATE_WEIGHT_STD)
+            nn.init.normal_(self.weight_gate_x, 0.0, GATE_WEIGHT_STD)
+            nn.init.constant_(self.bias_gate, GATE_BIAS_INIT)
         self.steps.reset_parameters()
 
     # ---- the maths, literally ----------------------------------------------------------------------
@@ -224,12 +257,17 @@ class IRNN(EulerCell):
         return y + F.linear(F.linear(y, self.weight_h), self.weight_v)
 
     def precompute(self, x: Tensor) -> Tensor:
-        """``(T, B, d) -> (T, B, H)``: ``W x_t + b``."""
-        return F.linear(x, self.weight_x, self.bias)
+        """``(T, B, d) -> (T, B, H)``: ``W x_t + b``; with the gate ``(T, B, 2H)``: ``[W x_t + b, W_g x_t + b_g]``."""
+        if not self.gated:
+            return F.linear(x, self.weight_x, self.bias)
+        return F.linear(x, torch.cat([self.weight_x, self.weight_gate_x]), torch.cat([self.bias, self.bias_gate]))
 
     def step(self, p_t: Tensor, state: State) -> Tuple[Tensor, State]:
-        """Eq. 5 / Eq. 8 for one time step, exactly as written (U and P applied as matrices)."""
+        """Eq. 5 / Eq. 8 for one time step, exactly as written (U and P applied as matrices), then
+        the authors' update gate when ``gate="outside"``."""
         h, counter = split_counter(self.per_time_step, state)
+        if self.gated:
+            p_t, gate_x = p_t.chunk(2, dim=-1)
         eta = self.steps.at(counter)
         alpha = self.alpha()
         g = h if self.reading == "state" else torch.zeros_like(h)
@@ -240,6 +278,9 @@ class IRNN(EulerCell):
             eta_i = eta[i] if counter is None else eta[:, i : i + 1]
             g = g + eta_i * (drive - alpha * y)
         h_new = h + g if self.reading == "residual" else g
+        if self.gated:
+            u = torch.sigmoid(F.linear(h, self.weight_gate_h) + gate_x)
+            h_new = (1 - u) * h + u * h_new
         return h_new, join_counter(h_new, None if counter is None else counter + 1)
 
     # ---- the fused path ----------------------------------------------------------------------------
@@ -263,6 +304,10 @@ class IRNN(EulerCell):
             return self.apply_u(self.weight_x.t()).t(), self.apply_u(self.bias)
         return self.weight_x, self.bias
 
+    @property
+    def has_lean_step(self) -> bool:
+        return super().has_lean_step and not self.gated
+
     def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         """One step without autograd: a few ops on matrices cached until a parameter changes."""
         operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
@@ -284,9 +329,9 @@ class IRNN(EulerCell):
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`_FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
-        linear map of the input, applied for all steps before the loop. Per-time-step step sizes fall
-        back to the reference loop."""
-        if self.per_time_step:
+        linear map of the input, applied for all steps before the loop. Per-time-step step sizes and
+        the gate fall back to the reference loop."""
+        if self.per_time_step or self.gated:
             return self.scan_reference(x, state, lengths)
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
@@ -303,7 +348,7 @@ class IRNN(EulerCell):
         return (
             f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
             f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
-            f"contractive={self.contractive}, activation={self.activation!r}"
+            f"contractive={self.contractive}, activation={self.activation!r}, gate={self.gate!r}"
         )
 
 

@@ -47,6 +47,8 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
         "coupled_tanh": {"A": "coupled", "activation": "tanh"},
         "gate_outside": {"gate": "outside", "activation": "sigmoid", "K": 3},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300},
+        "projected_eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "eta_param": "projected"},
+        "projected_eta": {"eta_param": "projected"},
         "K1": {"K": 1},
         "code_reading": {"reading": "code"},
         "theorem_reading_raw_eta": {"reading": "theorem", "eta_param": "raw"},
@@ -94,8 +96,11 @@ class TARNN(EulerCell):
         activation: phi, ``"relu"`` (paper default), ``"tanh"`` (paper: copy, PTB) or ``"sigmoid"``.
         gate: ``"inside"`` (paper, beta scales F) or ``"outside"`` (beta mixes after the Euler steps).
         eta: initial Euler step size (authors' code 0.01; paper Table 4 per task, see the docs).
-        eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
+        eta_per_time_step: a separate row of K step sizes for every time step (the paper's ``eta_k^i``
+            and the authors' code; needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
+        eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
+            (as printed) or ``"projected"`` (raw, kept in ``[0, 1]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
@@ -334,23 +339,43 @@ class TARNN(EulerCell):
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`_FusedTARNN`. The first Euler step starts at ``z_0 = s``, so its
         ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
-        Per-time-step step sizes and the authors' gate-outside body (``A - I``) fall back to the
-        reference loop."""
-        if self.per_time_step or self.double_damping:
+        Per-time-step step sizes run there when the compiled loops do and every sequence starts at the
+        same time step (the rows ``eta[c : c + T]``); otherwise, and for the authors' gate-outside body
+        (``A - I``), the reference loop runs."""
+        s, counter = split_counter(self.per_time_step, state)
+        eta = self._sequence_step_sizes(x, counter)
+        if eta is None or self.double_damping:
             return self.scan_reference(x, state, lengths)
         outputs, betas = _FusedTARNN.apply(
             x,
             *self.input_weights(),
-            state,
+            s,
             self.state_weights(),
             self.weight_U,
-            self.steps.values(),
+            eta,
             self.activation,
             self.A_kind,
             self.gate,
         )
         self.aux["beta"] = mask_outputs(betas, lengths)
-        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        final = final_state_at_lengths(outputs, lengths)
+        if counter is not None:
+            final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
+        return mask_outputs(outputs, lengths), final
+
+    def _sequence_step_sizes(self, x: Tensor, counter: Tensor | None) -> Tensor | None:
+        """The step sizes of a whole sequence for :class:`_FusedTARNN`: ``(K,)`` shared, or ``(T, K)``,
+        the rows of its time steps; None where the fused path cannot run them (per-time-step step sizes
+        need the compiled loops and one start for every sequence)."""
+        eta = self.steps.values()
+        if counter is None:
+            return eta
+        if not _compiled_loop_runs(x, self.K, self.gate):
+            return None
+        start = int(counter[0])
+        if not bool((counter == start).all()):
+            return None
+        return eta[start : start + x.shape[0]]
 
     def extra_repr(self) -> str:
         return (
@@ -371,7 +396,8 @@ class _FusedTARNN(torch.autograd.Function):
 
     Inputs: ``x (T, B, d)``, ``weight (3H, d)`` and ``bias (3H,)`` of the input map ``P = weight x +
     bias`` (formed here or inside the compiled K = 1 loop, so its buffer is the Function's own), ``s0 (B,
-    H)``, ``state_weights (3H, H)``, ``U (H, H)``, ``eta (K,)``, activation name, A kind, gate. Outputs
+    H)``, ``state_weights (3H, H)``, ``U (H, H)``, ``eta (K,)`` or, per time step, ``(T, K)`` (compiled
+    loops only), activation name, A kind, gate. Outputs
     ``(T, B, H)`` states and ``(T, B, H)`` betas (no gradient).
 
     Memory traffic, not arithmetic, dominates on CPU: writing a fresh ``(B, H)`` block costs several
@@ -398,10 +424,13 @@ class _FusedTARNN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str):
-        steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[0]
+        steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[-1]
         x, s = x.detach(), s0.detach()
         ctx.config = (scalars(eta), act, a_kind, gate)
+        ctx.eta_shape = eta.shape
         ctx.compiled, ctx.p_is_gradient = _compiled_loop_runs(x, k, gate), False
+        if eta.dim() == 2 and not ctx.compiled:
+            raise ValueError("eta: per-time-step step sizes need the compiled loops; the reference loop runs them")
         # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
         betas, outputs = empty_buffer((steps, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
         ctx.mark_non_differentiable(betas)
@@ -410,11 +439,11 @@ class _FusedTARNN(torch.autograd.Function):
         if ctx.compiled:
             # K = 1 with the gate inside saves nothing per Euler step; otherwise phi of every Euler step
             # (T, K, B, H), from which the backward recomputes G and the increments elementwise
-            keep = any(ctx.needs_input_grad) and not (k == 1 and gate == "inside")
+            keep = any(ctx.needs_input_grad) and not _k1_kernel(ctx.config, k)
             phis = empty_buffer((steps, k, batch, hidden), x) if keep else x.new_empty(0)
             x = x.contiguous()  # the loops read x's rows of each step (batch first: a transposed view)
             ctx.scratch = _compiled_forward(
-                x, weight, bias, s.contiguous(), w_t, u.detach(), ctx.config, outputs, betas, phis
+                x, weight, bias, s.contiguous(), w_t, u.detach(), ctx.config, k, outputs, betas, phis
             )
             ctx.save_for_backward(phis, betas, outputs, x, weight, bias, s0, state_weights, u)
             return outputs, betas
@@ -541,6 +570,13 @@ def _compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
     )
 
 
+def _k1_kernel(config: tuple, k: int) -> bool:
+    """Whether the loops run in the K = 1 operators: one Euler step with the gate inside and one step
+    size for the whole sequence (per-time-step step sizes run in the any-K operators)."""
+    etas, _, _, gate = config
+    return k == 1 and len(etas) == 1 and gate == "inside"
+
+
 def _compiled_forward(
     x: Tensor,
     weight: Tensor,
@@ -549,6 +585,7 @@ def _compiled_forward(
     w_t: Tensor,
     u: Tensor,
     config: tuple,
+    k: int,
     outputs: Tensor,
     betas: Tensor,
     phis: Tensor,
@@ -560,7 +597,7 @@ def _compiled_forward(
     and the loop adds the state products in place. Every operand's shape, dtype and layout is checked
     again in the C++ code."""
     etas, act, a_kind, gate = config
-    if len(etas) == 1 and gate == "inside":
+    if _k1_kernel(config, k):
         steps, batch = x.shape[:2]
         p = empty_buffer((steps, batch, 3 * s0.shape[-1]), x)
         torch.ops.ltdrnn.tarnn_k1_forward(
@@ -574,6 +611,7 @@ def _compiled_forward(
         w_t,
         u.t().contiguous(),
         etas,
+        k,
         _ACTIVATION_CODES[act],
         a_kind == "coupled",
         gate == "inside",
@@ -591,13 +629,14 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     gradcheck) recomputes ``P`` first."""
     phis, betas, outputs, x, weight, bias, s0, state_weights, u = ctx.saved_tensors
     etas, act, a_kind, gate = ctx.config
-    if len(etas) == 1 and gate == "inside":
+    k = ctx.eta_shape[-1]
+    if _k1_kernel(ctx.config, k):
         return _compiled_k1_backward(ctx, grad_outputs)
     p, u = ctx.scratch, u.detach()
     if ctx.p_is_gradient:  # the saved phi are intact: only P's [c, q, r] are needed again
         w_t = state_weights.detach().t().contiguous()
         scratch = torch.empty_like(outputs), torch.empty_like(betas), p.new_empty(0)
-        p = _compiled_forward(x, weight, bias, s0.detach().contiguous(), w_t, u, ctx.config, *scratch)
+        p = _compiled_forward(x, weight, bias, s0.detach().contiguous(), w_t, u, ctx.config, k, *scratch)
     ctx.p_is_gradient = True
     carry = s0.new_empty(s0.shape)
     grad_u = torch.zeros_like(u)
@@ -609,14 +648,16 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
         state_weights.detach(),
         u.contiguous(),
         etas,
+        k,
         _ACTIVATION_CODES[act],
         a_kind == "coupled",
         gate == "inside",
         carry,
         grad_u,
     )
-    grad_u = grad_u if len(etas) > 1 else None
-    return _input_gradients(ctx, p, s0, outputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
+    grad_u = grad_u if k > 1 else None
+    grad_eta = p.new_tensor(grad_etas).view(ctx.eta_shape)
+    return _input_gradients(ctx, p, s0, outputs, x, weight, carry, grad_u, grad_eta)
 
 
 def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
@@ -634,7 +675,8 @@ def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
         _ACTIVATION_CODES[act], carry, grad_x, grad_state_weights, grad_weight, grad_bias,
     )  # fmt: skip
     grad_x = grad_x if ctx.needs_input_grad[0] else None
-    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, p.new_full((1,), grad_eta), None, None, None
+    grad_eta = p.new_full(ctx.eta_shape, grad_eta)
+    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, grad_eta, None, None, None
 
 
 class _EulerChain:
