@@ -34,6 +34,7 @@ from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, fi
 from .base import (
     State,
     check_choice,
+    check_finite_float,
     check_positive_float,
     check_positive_int,
     mask_outputs,
@@ -50,8 +51,7 @@ from .registry import ParamCount, register
 READINGS = {"paper": (1.0, 1.0), "state": (2.0, 1.0), "residual": (1.0, 0.0)}
 DEFAULT_RANK = 16
 #: ``gate="outside"``: the authors' update gate after the Euler loop (``iRNN_DualODECell`` in their TARNN
-#: repository): its bias starts at -3 (the gate nearly closed) and its weights at ``N(0, 0.1^2)``.
-GATE_BIAS_INIT = -3.0
+#: repository) starts its weights at ``N(0, 0.1^2)`` (its bias at ``gate_bias``, -3 there: nearly closed).
 GATE_WEIGHT_STD = 0.1
 
 
@@ -134,11 +134,12 @@ class IRNN(EulerCell):
         activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
         gate: ``"none"`` (default, the paper) or ``"outside"``: the authors' update gate after the Euler
             loop (not in the paper; their code's default), which the copy task needs (docs/cells/irnn.md).
+        gate_bias: the gate's initial bias ``b_g`` (authors' code: -3, the gate nearly closed).
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
             With the gate or per-time-step step sizes the fused path runs the reference loop.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
-    RNN; ``eta = 1e-2`` (paper); the gate as the authors' code: ``U_g, W_g ~ N(0, 0.1^2)``, ``b_g = -3``.
+    RNN; ``eta = 1e-2`` (paper); the gate as the authors' code: ``U_g, W_g ~ N(0, 0.1^2)``, ``b_g = gate_bias``.
 
     Examples::
 
@@ -178,6 +179,7 @@ class IRNN(EulerCell):
         activation: str = "relu",
         eta_param: str = "exp",
         gate: str = "none",
+        gate_bias: float = -3.0,
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -202,6 +204,7 @@ class IRNN(EulerCell):
         self.phi = activation_function(activation)
         self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
         self.gate = check_choice("gate", gate, ("none", "outside"))
+        self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self._stream_cache = ParameterCache()
         self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
@@ -232,7 +235,7 @@ class IRNN(EulerCell):
         if self.gated:
             nn.init.normal_(self.weight_gate_h, 0.0, GATE_WEIGHT_STD)
             nn.init.normal_(self.weight_gate_x, 0.0, GATE_WEIGHT_STD)
-            nn.init.constant_(self.bias_gate, GATE_BIAS_INIT)
+            nn.init.constant_(self.bias_gate, self.gate_bias)
         self.steps.reset_parameters()
 
     # ---- the maths, literally ----------------------------------------------------------------------
