@@ -190,30 +190,36 @@ def test_tarnn_per_time_step_eta_with_uneven_starts_takes_the_reference_loop():
 
 # ---- iRNN's update gate (the authors' convention) ------------------------------------------------------
 def gated_irnn_by_hand(cell, x, h):
-    """The gated iRNN written out: Eq. 8 (residual reading, K Euler steps), then
+    """The gated iRNN written out: Eq. 8 (residual or state reading, K Euler steps), then
     h_k = (1 - u) h_{k-1} + u h_new with u = sigmoid(U_g h_{k-1} + W_g x_k + b_g)."""
     eye = torch.eye(cell.hidden_size, dtype=x.dtype)
     u_mat = eye + cell.weight_v @ cell.weight_h
-    eta = cell.steps.values()
+    eta, alpha = cell.steps.values(), cell.alpha()
     outputs = []
     for t, x_t in enumerate(x):
         eta_t = eta[t] if cell.per_time_step else eta
-        g = torch.zeros_like(h)
+        g = h if cell.reading == "state" else torch.zeros_like(h)
         for i in range(cell.K):
             y = g + h
             pre = (y @ u_mat.T + x_t @ cell.weight_x.T + cell.bias) @ u_mat.T
-            g = g + eta_t[i] * (torch.relu(pre) - y)
+            g = g + eta_t[i] * (torch.relu(pre) - alpha * y)
+        new = h + g if cell.reading == "residual" else g
         u = torch.sigmoid(h @ cell.weight_gate_h.T + x_t @ cell.weight_gate_x.T + cell.bias_gate)
-        h = (1 - u) * h + u * (h + g)
+        h = (1 - u) * h + u * new
         outputs.append(h)
     return torch.stack(outputs)
 
 
 @pytest.mark.parametrize("per_time_step", [False, True])
-def test_irnn_gate_equals_its_equations_in_every_path(per_time_step):
+@pytest.mark.parametrize("reading", ["residual", "state"])
+def test_irnn_gate_equals_its_equations_in_every_path(per_time_step, reading):
+    """The gated iRNN's reference step, its fused PyTorch loop (IRNNLoop) and its streaming step equal the
+    equations written out, and the fused loop's gradients (gate, eta per time step, alpha) the reference's."""
     torch.manual_seed(5)
     options = {"eta_per_time_step": True, "max_length": 9, "eta_param": "projected"} if per_time_step else {}
-    cell = ltdrnn.build("irnn", 3, 6, rank=2, K=2, gate="outside", eta=0.3, dtype=DT, **options)
+    cell = ltdrnn.build(
+        "irnn", 3, 6, rank=2, K=2, gate="outside", eta=0.3, reading=reading, learn_alpha=True, dtype=DT, **options
+    )
     assert float(cell.bias_gate.detach().mean()) == -3.0 and 0.05 < float(cell.weight_gate_h.detach().std()) < 0.15
     x = torch.randn(9, 4, 3, dtype=DT)
     h0 = torch.randn(4, 6, dtype=DT)
@@ -228,7 +234,12 @@ def test_irnn_gate_equals_its_equations_in_every_path(per_time_step):
             h, s = cell(x_t, s)
             stepped.append(h)
     torch.testing.assert_close(torch.stack(stepped), expected)
-    ungated = ltdrnn.build("irnn", 3, 6, rank=2, K=2, eta=0.3, dtype=DT, **options)
+    grads = [scan_with_gradients(cell, x, state, impl) for impl in ("reference", "fused")]
+    torch.testing.assert_close(grads[1][2], grads[0][2])  # the gradient of x
+    assert grads[1][3].keys() == grads[0][3].keys() and "bias_gate" in grads[0][3]
+    for name, grad in grads[0][3].items():
+        torch.testing.assert_close(grads[1][3][name], grad, msg=name)
+    ungated = ltdrnn.build("irnn", 3, 6, rank=2, K=2, eta=0.3, reading=reading, learn_alpha=True, dtype=DT, **options)
     ungated.load_state_dict({k: v for k, v in cell.state_dict().items() if "gate" not in k})
     assert (ungated.scan(x, state)[0] - expected).abs().max() > 1e-3  # the gate changes the result
 
@@ -236,3 +247,21 @@ def test_irnn_gate_equals_its_equations_in_every_path(per_time_step):
 def test_irnn_gate_rejects_unknown_values():
     with pytest.raises(ValueError, match="gate: expected one of 'none', 'outside', got 'inside'"):
         ltdrnn.build("irnn", 2, 4, gate="inside")
+
+
+def test_irnn_per_time_step_eta_without_the_gate_runs_the_fused_loop_from_a_later_start():
+    torch.manual_seed(6)
+    cell = ltdrnn.build("irnn", 2, 5, K=1, rank=None, eta_per_time_step=True, max_length=12, dtype=DT)
+    cell.steps.assign_(torch.rand(12, 1, dtype=DT) * 0.5)
+    x = torch.randn(6, 3, 2, dtype=DT)
+    state = (0.2 * torch.randn(3, 5, dtype=DT), torch.full((3,), 5))
+    lengths = torch.tensor([6, 2, 4])
+    fused = scan_with_gradients(cell, x, state, "fused", lengths)
+    reference = scan_with_gradients(cell, x, state, "reference", lengths)
+    torch.testing.assert_close(fused[0], reference[0])
+    torch.testing.assert_close(fused[1][0], reference[1][0])
+    assert torch.equal(fused[1][1], torch.tensor([11, 7, 9])) and torch.equal(reference[1][1], fused[1][1])
+    for name, grad in reference[3].items():
+        torch.testing.assert_close(fused[3][name], grad, msg=name)
+    eta_grad = reference[3]["steps.log_eta"]
+    assert eta_grad[5:11].abs().min() > 0 and eta_grad[:5].abs().max() == 0 and eta_grad[11:].abs().max() == 0

@@ -158,6 +158,18 @@ class EulerCell(Cell):
         """The tensors the cached streaming operands derive from."""
         return (*self._parameters.values(), self.steps.parameter)
 
+    def sequence_step_sizes(self, steps: int, counter: Tensor | None) -> Tensor | None:
+        """The step sizes of a ``steps``-long sequence for a fused path: ``(K,)`` shared, or ``(T, K)``,
+        the rows ``eta[c : c + T]`` of its time steps when every sequence starts at the same step ``c``;
+        None when they start at different steps (the reference loop then reads each one's row)."""
+        eta = self.steps.values()
+        if counter is None:
+            return eta
+        start = int(counter[0])
+        if not bool((counter == start).all()):
+            return None
+        return eta[start : start + steps]
+
     def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         """``h_t`` of one step without autograd, ``x_t (B, d)``, ``h (B, H)``, on operands cached until
         a parameter changes."""

@@ -43,7 +43,7 @@ from .base import (
     activation as activation_function,
 )
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
-from .fused.irnn import FusedIRNN, dense_operator
+from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -334,19 +334,31 @@ class IRNN(EulerCell):
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
         linear map of the input, applied for all steps before the loop. Per-time-step step sizes and
-        the gate fall back to the reference loop."""
-        if self.per_time_step or self.gated:
+        the gate run in :class:`IRNNLoop` (a PyTorch loop with a hand-written backward) when every
+        sequence starts at the same time step, else in the reference loop."""
+        h, counter = split_counter(self.per_time_step, state)
+        eta = self.sequence_step_sizes(x.shape[0], counter)
+        if eta is None:
             return self.scan_reference(x, state, lengths)
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
-        if second is None:
-            second = first.new_empty(0)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
-        outputs = FusedIRNN.apply(
-            x, weight, bias, state, first, second, self.steps.values(), alpha, self.activation, *READINGS[self.reading]
-        )
-        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        if counter is None and not self.gated:
+            second = first.new_empty(0) if second is None else second
+            outputs = FusedIRNN.apply(
+                x, weight, bias, h, first, second, eta, alpha, self.activation, *READINGS[self.reading]
+            )
+            return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        m = first if second is None else dense_operator(first, second)
+        c = F.linear(x, weight, bias)
+        gate_x = F.linear(x, self.weight_gate_x, self.bias_gate) if self.gated else x.new_empty(0)
+        gate_h = self.weight_gate_h if self.gated else x.new_empty(0)
+        outputs = IRNNLoop.apply(c, gate_x, h, m, eta, alpha, gate_h, self.activation, *READINGS[self.reading])
+        final = final_state_at_lengths(outputs, lengths)
+        if counter is not None:
+            final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
+        return mask_outputs(outputs, lengths), final
 
     def extra_repr(self) -> str:
         return (

@@ -344,7 +344,8 @@ class TARNN(EulerCell):
         same time step (the rows ``eta[c : c + T]``); otherwise, and for the authors' gate-outside body
         (``A - I``), the reference loop runs."""
         s, counter = split_counter(self.per_time_step, state)
-        eta = self._sequence_step_sizes(x, counter)
+        compiled = counter is None or compiled_loop_runs(x, self.K, self.gate)  # per time step: compiled only
+        eta = self.sequence_step_sizes(x.shape[0], counter) if compiled else None
         if eta is None or self.double_damping:
             return self.scan_reference(x, state, lengths)
         outputs, betas = FusedTARNN.apply(
@@ -363,20 +364,6 @@ class TARNN(EulerCell):
         if counter is not None:
             final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
         return mask_outputs(outputs, lengths), final
-
-    def _sequence_step_sizes(self, x: Tensor, counter: Tensor | None) -> Tensor | None:
-        """The step sizes of a whole sequence for :class:`FusedTARNN`: ``(K,)`` shared, or ``(T, K)``,
-        the rows of its time steps; None where the fused path cannot run them (per-time-step step sizes
-        need the compiled loops and one start for every sequence)."""
-        eta = self.steps.values()
-        if counter is None:
-            return eta
-        if not compiled_loop_runs(x, self.K, self.gate):
-            return None
-        start = int(counter[0])
-        if not bool((counter == start).all()):
-            return None
-        return eta[start : start + x.shape[0]]
 
     def extra_repr(self) -> str:
         return (
