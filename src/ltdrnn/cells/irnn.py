@@ -136,11 +136,16 @@ class IRNN(EulerCell):
         gate: ``"none"`` (default, the paper) or ``"outside"``: the authors' update gate after the Euler
             loop (not in the paper; their code's default), which the copy task needs (docs/cells/irnn.md).
         gate_bias: the gate's initial bias ``b_g`` (authors' code: -3, the gate nearly closed).
+        u_init: ``"identity"`` (default): ``U = I`` at init (``V = 0``; a dense ``U`` starts at ``I``), so
+            ``||U|| = alpha`` and no direction of the state grows at init; ``"uniform"``: ``V``, ``H`` (or
+            the dense ``U``) ``U(-1/sqrt(H), 1/sqrt(H))`` like the other weights, where ``||P U||_2`` is
+            about 1.7 and the state grows geometrically with T (docs/cells/irnn.md, "Long inputs").
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
             With the gate or per-time-step step sizes the fused path runs the reference loop.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
-    RNN; ``eta = 1e-2`` (paper); the gate as the authors' code: ``U_g, W_g ~ N(0, 0.1^2)``, ``b_g = gate_bias``.
+    RNN, except ``U = I`` (``u_init="identity"``); ``eta = 1e-2`` (paper); the gate as the authors' code:
+    ``U_g, W_g ~ N(0, 0.1^2)``, ``b_g = gate_bias``.
 
     Examples::
 
@@ -181,6 +186,7 @@ class IRNN(EulerCell):
         eta_param: str = "exp",
         gate: str = "none",
         gate_bias: float = -3.0,
+        u_init: str = "identity",
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -206,6 +212,7 @@ class IRNN(EulerCell):
         self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
         self.gate = check_choice("gate", gate, ("none", "outside"))
         self.gate_bias = check_finite_float("gate_bias", gate_bias)
+        self.u_init = check_choice("u_init", u_init, ("identity", "uniform"))
         self._stream_cache = ParameterCache()
         self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
@@ -231,6 +238,12 @@ class IRNN(EulerCell):
         for name, p in self.named_parameters(recurse=False):
             if name != "log_alpha" and "gate" not in name:
                 nn.init.uniform_(p, -bound, bound)
+        if self.u_init == "identity":  # U = I: ||U|| = alpha = 1, no direction grows at init
+            with torch.no_grad():
+                if self.rank is None:
+                    self.weight_u.copy_(torch.eye(self.hidden_size))
+                else:
+                    self.weight_v.zero_()
         if self.learn_alpha:
             nn.init.constant_(self.log_alpha, math.log(self.alpha_init))
         if self.gated:
