@@ -2,6 +2,8 @@
 literal form kept as an option, the projected raw form of the authors' code, per-time-step step sizes
 in the fused path, and iRNN's update gate."""
 
+import math
+
 import pytest
 import torch
 
@@ -71,15 +73,40 @@ def test_projected_eta_is_read_clamped_and_checked():
         steps.eta.fill_(float("nan"))
     steps.apply_constraints_()
     assert bool(steps.eta.isnan().all())  # a diverged run stays visible
-    with pytest.raises(ValueError, match="eta: expected a value in \\(0, 1\\] with eta_param='projected', got 1.5"):
+    with pytest.raises(ValueError, match="eta: expected a value at most eta_max=1.0, got 1.5"):
         EulerSteps(2, 1.5, False, None, {}, "projected")
-    with pytest.raises(ValueError, match="eta: expected step sizes in \\[0, 1\\]"):
+    with pytest.raises(ValueError, match="eta: expected step sizes >= 0 with eta_param='projected'"):
         EulerSteps(2, 0.5, False, None, {}, "projected").assign_(-0.1)
-    for param in ("exp", "raw"):  # the other parametrisations have no constraint to apply
+    for param in ("exp", "raw"):  # without a bound there is no constraint to apply
         other = EulerSteps(2, 0.5, False, None, {}, param)
         before = other.parameter.detach().clone()
         other.apply_constraints_()
         assert torch.equal(other.parameter.detach(), before)
+
+
+def test_eta_max_bounds_exp_and_projected_step_sizes_and_is_refused_for_raw():
+    """exp(log eta) with eta_max: read clamped, stored log eta projected onto (-inf, log eta_max]; the
+    projected interval follows eta_max; the literal raw parametrisation takes no bound."""
+    bounded = EulerSteps(2, 0.1, False, None, {}, "exp", maximum=0.5)
+    with torch.no_grad():
+        bounded.log_eta.copy_(torch.tensor([0.3, -1.0]))  # eta = 1.35 and 0.37
+    torch.testing.assert_close(bounded.values(), torch.tensor([0.5, math.exp(-1.0)]))
+    bounded.apply_constraints_()
+    torch.testing.assert_close(bounded.log_eta.detach(), torch.tensor([math.log(0.5), -1.0]))
+    bounded.values().sum().backward()  # at the bound the clamp still passes the gradient
+    assert bool((bounded.log_eta.grad > 0).all())
+    wide = EulerSteps(2, 1.5, False, None, {}, "projected", maximum=2.0)
+    with torch.no_grad():
+        wide.eta.fill_(3.0)
+    torch.testing.assert_close(wide.values(), torch.full((2,), 2.0))
+    with pytest.raises(ValueError, match="eta_max: the raw step sizes are unconstrained"):
+        EulerSteps(2, 0.1, False, None, {}, "raw", maximum=1.0)
+    with pytest.raises(ValueError, match="eta_max: expected a positive"):
+        EulerSteps(2, 0.1, False, None, {}, "exp", maximum=-1.0)
+    with pytest.raises(ValueError, match="eta: expected step sizes at most eta_max=0.5"):
+        bounded.assign_(0.7)
+    cell = ltdrnn.build("tarnn", 2, 4, eta_max=0.2)
+    assert cell.steps.maximum == 0.2 and "maximum=0.2" in repr(cell.steps)
 
 
 def test_the_trainer_projects_the_step_sizes_after_each_optimiser_step(tmp_path):

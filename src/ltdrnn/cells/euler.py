@@ -9,11 +9,14 @@ turns the ODE's damping into anti-damping, so a plain raw ``eta`` can diverge un
 - ``"exp"``: ``eta = exp(log_eta)``, positive by construction; Adam moves it by about its learning
   rate *relative* to ``eta``, so a small ``eta`` stays near its start;
 - ``"raw"``: ``eta`` itself, as printed, unconstrained;
-- ``"projected"``: ``eta`` itself, as in the authors' code, kept in ``[0, 1]``: the forward reads
-  ``clamp(eta, 0, 1)`` (so the cell is sign-safe in any training loop) and
-  :func:`~ltdrnn.cells.base.apply_constraints_`, called after each optimiser step, puts the stored
-  value back into the interval (projected gradient descent: a step size pushed below 0 rests at 0,
-  where the clamp still passes its gradient).
+- ``"projected"``: ``eta`` itself, as in the authors' code, kept in ``[0, eta_max]`` (``eta_max`` 1
+  unless given).
+
+An upper bound ``eta_max`` (``"exp"``: optional; ``"projected"``: 1 by default) is kept the same way as
+the projected interval: the forward reads the clamped value (so the cell is safe in any training loop)
+and :func:`~ltdrnn.cells.base.apply_constraints_`, called after each optimiser step, puts the stored
+parameter back into its set (projected gradient descent: a step size pushed onto a bound rests there,
+where the clamp still passes its gradient).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from torch import Tensor, nn
 from .base import Cell, State, check_choice, check_positive_float, check_positive_int
 
 ETA_PARAMS = ("exp", "raw", "projected")
-#: the interval ``eta_param="projected"`` keeps the step sizes in
-ETA_BOUNDS = (0.0, 1.0)
+#: the upper bound of ``eta_param="projected"`` unless ``eta_max`` is given
+PROJECTED_MAX = 1.0
 
 
 class EulerSteps(nn.Module):
@@ -40,20 +43,33 @@ class EulerSteps(nn.Module):
 
     ``param="exp"`` (default) learns ``log_eta`` and uses ``eta = exp(log_eta) > 0``; ``param="raw"``
     learns ``eta`` itself, as printed (it can change sign under training); ``param="projected"`` learns
-    ``eta`` itself and uses ``clamp(eta, 0, 1)``, with :meth:`apply_constraints_` after each optimiser
-    step.
-    :meth:`values` gives ``eta`` in every case; :meth:`assign_` sets it.
+    ``eta`` itself and uses ``clamp(eta, 0, maximum)``. ``maximum`` (``eta_max``; 1 for
+    ``"projected"`` unless given, none for ``"exp"`` unless given, not allowed with ``"raw"``) bounds
+    ``eta`` from above; :meth:`apply_constraints_` after each optimiser step keeps the stored parameter
+    within the bounds. :meth:`values` gives ``eta`` in every case; :meth:`assign_` sets it.
     """
 
     def __init__(
-        self, steps: int, init: float, per_time_step: bool, max_length: int | None, factory: dict, param: str = "exp"
+        self,
+        steps: int,
+        init: float,
+        per_time_step: bool,
+        max_length: int | None,
+        factory: dict,
+        param: str = "exp",
+        maximum: float | None = None,
     ) -> None:
         super().__init__()
         self.steps = check_positive_int("K", steps)
         self.init = check_positive_float("eta", init)
         self.param = check_choice("eta_param", param, ETA_PARAMS)
-        if self.param == "projected" and not ETA_BOUNDS[0] < init <= ETA_BOUNDS[1]:
-            raise ValueError(f"eta: expected a value in (0, 1] with eta_param='projected', got {init!r}")
+        if maximum is not None:
+            maximum = check_positive_float("eta_max", maximum)
+            if self.param == "raw":
+                raise ValueError("eta_max: the raw step sizes are unconstrained; expected None with eta_param='raw'")
+        self.maximum = PROJECTED_MAX if maximum is None and self.param == "projected" else maximum
+        if self.maximum is not None and init > self.maximum:
+            raise ValueError(f"eta: expected a value at most eta_max={self.maximum}, got {init!r}")
         if not isinstance(per_time_step, bool):
             raise TypeError(f"eta_per_time_step: expected a bool, got {per_time_step!r}")
         self.per_time_step = per_time_step
@@ -84,24 +100,30 @@ class EulerSteps(nn.Module):
     def values(self) -> Tensor:
         """``eta``: ``(K,)`` or ``(max_length, K)``, differentiable in the learned tensor."""
         if self.param == "exp":
-            return self.log_eta.exp()
+            eta = self.log_eta.exp()
+            return eta if self.maximum is None else eta.clamp(max=self.maximum)
         if self.param == "projected":
-            return self.eta.clamp(*ETA_BOUNDS)
+            return self.eta.clamp(0.0, self.maximum)
         return self.eta
 
     @torch.no_grad()
     def apply_constraints_(self) -> None:
-        """Put a ``"projected"`` step size back into ``[0, 1]`` (a no-op for the other parametrisations;
-        NaN stays NaN, so that a diverged run still shows as diverged)."""
+        """Put the stored step sizes back within their bounds: ``[0, eta_max]`` for ``"projected"``,
+        ``log_eta <= log(eta_max)`` for a bounded ``"exp"`` (a no-op otherwise; NaN stays NaN, so that a
+        diverged run still shows as diverged)."""
         if self.param == "projected":
-            self.eta.clamp_(*ETA_BOUNDS)
+            self.eta.clamp_(0.0, self.maximum)
+        elif self.maximum is not None:
+            self.log_eta.clamp_(max=math.log(self.maximum))
 
     @torch.no_grad()
     def assign_(self, eta) -> None:
         """Set ``eta`` (a number or a tensor broadcastable to its shape); positive with ``param="exp"``."""
         eta = torch.as_tensor(eta, dtype=self.parameter.dtype, device=self.parameter.device)
-        if self.param == "projected" and not bool(((eta >= ETA_BOUNDS[0]) & (eta <= ETA_BOUNDS[1])).all()):
-            raise ValueError(f"eta: expected step sizes in [0, 1] with eta_param='projected', got {eta!r}")
+        if self.param == "projected" and not bool((eta >= 0).all()):
+            raise ValueError(f"eta: expected step sizes >= 0 with eta_param='projected', got {eta!r}")
+        if self.maximum is not None and not bool((eta <= self.maximum).all()):
+            raise ValueError(f"eta: expected step sizes at most eta_max={self.maximum}, got {eta!r}")
         if self.param == "exp":
             if not bool((eta > 0).all()):
                 raise ValueError(
@@ -129,7 +151,8 @@ class EulerSteps(nn.Module):
 
     def extra_repr(self) -> str:
         extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
-        return f"K={self.steps}, init={self.init}, param={self.param!r}{extra}"
+        bound = f", maximum={self.maximum}" if self.maximum is not None else ""
+        return f"K={self.steps}, init={self.init}, param={self.param!r}{bound}{extra}"
 
 
 class EulerCell(Cell):

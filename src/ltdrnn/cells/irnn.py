@@ -128,7 +128,9 @@ class IRNN(EulerCell):
         eta_per_time_step: a separate row of K step sizes for every time step (the paper's ``eta_k^i``;
             needs ``max_length``).
         eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
-            (as printed) or ``"projected"`` (raw, kept in ``[0, 1]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
+            (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
+        eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
+            ``"exp"``: none unless given; not with ``"raw"``).
         max_length: number of time steps covered by ``eta_per_time_step``.
         reading: ``"residual"`` (default; docs/cells/irnn.md gives the choice and its measurements),
             ``"paper"`` (Eq. 5/8 as printed) or ``"state"`` (``g_0 = h_{k-1}``; the printed fixed point).
@@ -184,6 +186,7 @@ class IRNN(EulerCell):
         contractive: bool = False,
         activation: str = "relu",
         eta_param: str = "exp",
+        eta_max: float | None = None,
         gate: str = "none",
         gate_bias: float = -3.0,
         u_init: str = "identity",
@@ -209,7 +212,7 @@ class IRNN(EulerCell):
         self.reading = check_choice("reading", reading, tuple(READINGS))
         self.activation = activation
         self.phi = activation_function(activation)
-        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param, eta_max)
         self.gate = check_choice("gate", gate, ("none", "outside"))
         self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self.u_init = check_choice("u_init", u_init, ("identity", "uniform"))

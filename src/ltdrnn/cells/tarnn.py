@@ -101,7 +101,9 @@ class TARNN(EulerCell):
             and the authors' code; needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
         eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
-            (as printed) or ``"projected"`` (raw, kept in ``[0, 1]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
+            (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
+        eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
+            ``"exp"``: none unless given; not with ``"raw"``).
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
@@ -146,6 +148,7 @@ class TARNN(EulerCell):
         eta_per_time_step: bool = False,
         max_length: int | None = None,
         eta_param: str = "exp",
+        eta_max: float | None = None,
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -164,7 +167,7 @@ class TARNN(EulerCell):
         self.damping = reading == "code"
         # the authors' gate-outside body, (1 - eta) z + eta (phi(..) - z - s + ..), damps z twice
         self.double_damping = reading == "code" and gate == "outside"
-        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param, eta_max)
         self.K = self.steps.steps
         h, d = hidden_size, input_size
         self.weight_B1 = nn.Parameter(torch.empty(h, d, **self.factory))
