@@ -371,3 +371,30 @@ def test_a_judge_can_prune_the_run_at_a_validation(tmp_path):
     record = train(load_config(tiny_config(tmp_path), ["train.steps=30", "train.eval_every=5"]), on_validation=[judge])
     assert record["status"] == "pruned" and seen == [5, 10] and record["timings"]["steps"] == 10
     assert math.isfinite(record["metrics"]["metric"])
+
+
+def test_lr_scales_give_matching_parameters_their_own_learning_rate(tmp_path):
+    """optim.lr_scales: one Adam step moves a matched parameter by its scaled learning rate (Adam's first
+    step is lr * sign(grad)), every other one by lr; a pattern that matches nothing is refused."""
+    from ltdrnn.config import ConfigError
+    from ltdrnn.models import build_model
+    from ltdrnn.train import build_optimizer
+
+    cfg = load_config(
+        tiny_config(tmp_path),
+        ["model.cell=tarnn", "model.options={K: 1}", "optim.lr=0.01", "optim.lr_scales={'*.steps.*': 5}"],
+    )
+    model = build_model(cfg.model, TinyTask().info)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = build_optimizer(cfg, model)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    moved = {n: (before[n] - p.detach()).abs().max().item() for n, p in model.named_parameters()}
+    steps = [n for n in moved if ".steps." in n]
+    assert steps and all(abs(moved[n] - 0.05) < 1e-6 for n in steps)
+    assert all(abs(moved[n] - 0.01) < 1e-6 for n in moved if n not in steps)
+    with pytest.raises(ConfigError, match="optim.lr_scales: pattern 'nothing.\\*' matches no trainable parameter"):
+        build_optimizer(load_config(tiny_config(tmp_path), ["optim.lr_scales={'nothing.*': 2}"]), model)
+    with pytest.raises(ConfigError, match="optim.lr_scales.x: expected a positive number, got -1"):
+        load_config(tiny_config(tmp_path), ["optim.lr_scales={x: -1}"])

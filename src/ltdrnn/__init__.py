@@ -8,6 +8,7 @@ The core imports only torch and numpy.
 """
 
 from .cells import Cell, ParamCount, build, list_cells
+from .cells.base import apply_constraints_
 from .cells.registry import entry
 from .interop import load_torch_weights, recurrent_from_torch
 from .layers import Recurrent
@@ -17,6 +18,7 @@ __all__ = [
     "Cell",
     "ParamCount",
     "Recurrent",
+    "apply_constraints_",
     "build",
     "entry",
     "list_cells",

@@ -15,8 +15,8 @@ Configs come from YAML/JSON files or packaged presets plus ``key.sub=value`` ove
 
 Every key is checked: an unknown key raises :class:`ConfigError` naming the key and listing the valid
 ones; a value of the wrong type raises naming the key, the expected type and the value given. Free-form
-mappings (``model.options``, ``task.options``, ``train.loss_weights``) accept any key; the cell, the task
-and the trainer validate those.
+mappings (``model.options``, ``task.options``, ``train.loss_weights``, ``optim.lr_scales``) accept any
+key; the cell, the task and the trainer validate those.
 
 Presets are YAML files in ``ltdrnn/presets/<group>/<name>.yaml``, named ``"<group>/<name>"``. A preset
 may start from another with ``extends: <group>/<name>`` (its own keys win, mappings merge, an empty
@@ -88,7 +88,10 @@ class OptimConfig:
     ``halve_every``: halve the learning rate every tau epochs (None: constant; TARNN's tau).
     ``loss_reduction``: ``mean`` averages the task loss over the batch; ``sum`` sums it over the batch
     (MIST; its learning rates assume the sum). Per-step losses are averaged over each sequence's steps
-    in both cases.
+    in both cases. ``lr_scales``: learning-rate multipliers by parameter name, ``{pattern: factor}``
+    with shell-style patterns (``{"*.steps.*": 5}`` trains the Euler step sizes at 5 x ``lr``); a
+    parameter takes the factor of the first pattern it matches, 1 otherwise, and a pattern that
+    matches no parameter is an error.
     """
 
     name: str = "adam"
@@ -99,6 +102,7 @@ class OptimConfig:
     clip_norm: Optional[float] = None
     halve_every: Optional[int] = None
     loss_reduction: str = "mean"
+    lr_scales: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -285,6 +289,9 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
     if not 0 <= cfg.model.dropout < 1:
         raise ConfigError(f"model.dropout: expected a probability in [0, 1), got {cfg.model.dropout!r}")
+    for pattern, factor in cfg.optim.lr_scales.items():
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+            raise ConfigError(f"optim.lr_scales.{pattern}: expected a positive number, got {factor!r}")
     if not 0 < cfg.optim.alpha < 1:
         raise ConfigError(f"optim.alpha: expected a value in (0, 1), got {cfg.optim.alpha!r}")
     if cfg.train.epochs is None and cfg.train.steps is None:
@@ -516,6 +523,8 @@ def deep_merge(base: Dict[str, Any], top: Dict[str, Any]) -> Dict[str, Any]:
     return merged
 
 
+# config mappings whose keys are free-form (options, loss terms, parameter patterns): compared whole
+FREE_FORM_MAPPINGS = ("model.options", "task.options", "train.loss_weights", "optim.lr_scales")
 # settings that change how a run is watched, not what it computes
 _COSMETIC = {"train.progress", "train.latency", "results", "notes", "train.threads", "train.malloc_tuning"}
 
@@ -529,7 +538,7 @@ def comparable_config(config: Dict[str, Any]) -> Dict[str, Any]:
     def walk(node, prefix):
         for key, value in node.items():
             name = f"{prefix}{key}"
-            if isinstance(value, dict) and name not in ("model.options", "task.options", "train.loss_weights"):
+            if isinstance(value, dict) and name not in FREE_FORM_MAPPINGS:
                 walk(value, name + ".")
             elif name not in _COSMETIC:
                 flat[name] = value

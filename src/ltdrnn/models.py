@@ -185,5 +185,18 @@ def build_model(model, info: TaskInfo) -> SequenceModel:
         embedding=model.embedding,
         tie_weights=model.tie_weights,
         pooling=model.pooling,
-        **model.options,
+        **resolve_task_options(model.options, info),
     )
+
+
+def resolve_task_options(options: dict, info: TaskInfo) -> dict:
+    """The cell options with ``max_length: task`` replaced by the task's sequence length (so that one
+    preset with per-time-step step sizes serves every T of its task)."""
+    if options.get("max_length") != "task":
+        return dict(options)
+    if info.seq_len is None:
+        raise ValueError(
+            f"model.options.max_length: 'task' takes the task's sequence length, but task {info.name!r} "
+            f"has sequences of varying length; give a number"
+        )
+    return {**options, "max_length": info.seq_len}

@@ -18,6 +18,7 @@ interrupted run to the same weights and metrics as a run that was never interrup
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import math
 import random
@@ -33,6 +34,7 @@ from torch import nn
 
 from . import distributed as D
 from . import metrics as M
+from .cells.base import apply_constraints_
 from .checkpoint import (
     BEST,
     CHECKPOINT,
@@ -295,6 +297,7 @@ class Run:
         if self.cfg.optim.clip_norm:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
         self.optimizer.step()
+        apply_constraints_(self.model)
         return D.global_loss(loss.detach(), factor, reduction), {k: float(v.detach()) for k, v in terms.items()}
 
     def end_epoch(self) -> None:
@@ -517,14 +520,32 @@ class Run:
 
 # ---- pieces ----------------------------------------------------------------------------------------
 def build_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """Adam, RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``."""
+    """Adam, RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``;
+    parameters matched by ``optim.lr_scales`` form groups with their own learning rate."""
     o = cfg.optim
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = parameter_groups(model, o.lr, o.lr_scales)
     if o.name == "adam":
         return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
     if o.name == "rmsprop":
         return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, momentum=o.momentum, weight_decay=o.weight_decay)
     return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+def parameter_groups(model: nn.Module, lr: float, scales: Dict[str, float]) -> List[Dict[str, Any]]:
+    """The trainable parameters in groups of one learning rate: ``lr`` times the factor of the first
+    pattern of ``scales`` (``fnmatch`` on the parameter's name) that the name matches, 1 otherwise."""
+    groups: Dict[float, List[nn.Parameter]] = {}
+    used = set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        pattern = next((pat for pat in scales if fnmatch.fnmatchcase(name, pat)), None)
+        used.add(pattern)
+        groups.setdefault(lr * scales[pattern] if pattern else lr, []).append(p)
+    unused = [pattern for pattern in scales if pattern not in used]
+    if unused:
+        raise ConfigError(f"optim.lr_scales: pattern {unused[0]!r} matches no trainable parameter of the model")
+    return [{"params": ps, "lr": group_lr} for group_lr, ps in groups.items()]
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:

@@ -779,13 +779,13 @@ def euler_operands(steps=5, batch=2, hidden=4, k=3, dtype=torch.float32):
     zeros = lambda *shape: torch.zeros(*shape, dtype=dtype)  # noqa: E731
     forward = dict(
         p=p, s0=zeros(batch, hidden), w_t=zeros(hidden, 3 * hidden), u_t=zeros(hidden, hidden), etas=[0.1] * k,
-        act=0, coupled=False, inside=True, outputs=zeros(steps, batch, hidden), betas=zeros(steps, batch, hidden),
+        k=k, act=0, coupled=False, inside=True, outputs=zeros(steps, batch, hidden), betas=zeros(steps, batch, hidden),
         phis=zeros(steps, k, batch, hidden),
     )  # fmt: skip
     backward = dict(
         p=p.clone(), phis=zeros(steps, k, batch, hidden), betas=zeros(steps, batch, hidden),
         grad_outputs=torch.ones(steps, batch, hidden, dtype=dtype), state_weights=zeros(3 * hidden, hidden),
-        u=zeros(hidden, hidden), etas=[0.1] * k, act=0, coupled=False, inside=True, carry=zeros(batch, hidden),
+        u=zeros(hidden, hidden), etas=[0.1] * k, k=k, act=0, coupled=False, inside=True, carry=zeros(batch, hidden),
         grad_u=zeros(hidden, hidden),
     )  # fmt: skip
     return forward, backward
@@ -809,7 +809,8 @@ def test_compiled_euler_operators_reject_malformed_operands_with_a_clear_error()
         ({"w_t": torch.zeros(4, 9)}, "w_t must be a contiguous CPU \\[4, 12\\]"),
         ({"u_t": torch.zeros(4, 4).t()[:, :3]}, "u_t must be"),
         ({"u_t": torch.zeros(4, 4, dtype=torch.float64)}, "u_t must be .* of p's dtype"),
-        ({"etas": []}, "etas must hold K >= 1"),
+        ({"etas": []}, "etas must hold K = 3 or T \\* K = 15"),
+        ({"k": 0}, "k must be >= 1"),
         ({"act": 3}, "activation code"),
         ({"coupled": True, "p": torch.zeros(5, 2, 9)}, "(coupled A needs an even H|s0 must be)"),
         ({"outputs": torch.zeros(5, 2, 3)}, "outputs must be"),

@@ -265,6 +265,20 @@ class Cell(nn.Module):
 
 
 # ---- the reference loop ---------------------------------------------------------------------------
+def apply_constraints_(module: nn.Module) -> None:
+    """Put every constrained parameter in ``module`` back into its set: call it after each optimiser
+    step (the trainer does). Each submodule that defines ``apply_constraints_()`` (e.g. the step sizes
+    of TARNN and iRNN with ``eta_param="projected"``) applies its own; equivalent to::
+
+        for m in module.modules():
+            if hasattr(m, "apply_constraints_"):
+                m.apply_constraints_()
+    """
+    for m in module.modules():
+        if hasattr(m, "apply_constraints_"):
+            m.apply_constraints_()
+
+
 def time_slices(p: Any) -> list:
     """The per-step slices of ``p``, a ``(T, ...)`` tensor or a tuple of them (``precompute``'s output).
 

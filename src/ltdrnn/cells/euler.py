@@ -3,9 +3,20 @@ share: the learned step sizes (:class:`EulerSteps`), and their base class :class
 counter in the state, the room left in per-time-step step sizes, and the lean streaming step.
 
 Both papers analyse ``z_i = z_{i-1} + eta_i F(z_{i-1})`` with a step size ``eta > 0``; a negative step
-turns the ODE's damping into anti-damping. A raw learned ``eta`` of 1e-3 under Adam at lr 1e-2 changes
-sign within three optimiser steps (measured; see docs/cells/tarnn.md), so the step sizes are positive
-by construction, ``eta = exp(log_eta)``, unless the literal raw parameter is asked for.
+turns the ODE's damping into anti-damping, so a plain raw ``eta`` can diverge under training
+(docs/cells/tarnn.md, "Step sizes"). Three parametrisations (:data:`ETA_PARAMS`):
+
+- ``"exp"``: ``eta = exp(log_eta)``, positive by construction; Adam moves it by about its learning
+  rate *relative* to ``eta``, so a small ``eta`` stays near its start;
+- ``"raw"``: ``eta`` itself, as printed, unconstrained;
+- ``"projected"``: ``eta`` itself, as in the authors' code, kept in ``[0, eta_max]`` (``eta_max`` 1
+  unless given).
+
+An upper bound ``eta_max`` (``"exp"``: optional; ``"projected"``: 1 by default) is kept the same way as
+the projected interval: the forward reads the clamped value (so the cell is safe in any training loop)
+and :func:`~ltdrnn.cells.base.apply_constraints_`, called after each optimiser step, puts the stored
+parameter back into its set (projected gradient descent: a step size pushed onto a bound rests there,
+where the clamp still passes its gradient).
 """
 
 from __future__ import annotations
@@ -18,7 +29,9 @@ from torch import Tensor, nn
 
 from .base import Cell, State, check_choice, check_positive_float, check_positive_int
 
-ETA_PARAMS = ("exp", "raw")
+ETA_PARAMS = ("exp", "raw", "projected")
+#: the upper bound of ``eta_param="projected"`` unless ``eta_max`` is given
+PROJECTED_MAX = 1.0
 
 
 class EulerSteps(nn.Module):
@@ -29,17 +42,34 @@ class EulerSteps(nn.Module):
     runs use the row of the true time step.
 
     ``param="exp"`` (default) learns ``log_eta`` and uses ``eta = exp(log_eta) > 0``; ``param="raw"``
-    learns ``eta`` itself, as printed (it can change sign under training). :meth:`values` gives ``eta``
-    either way; :meth:`assign_` sets it.
+    learns ``eta`` itself, as printed (it can change sign under training); ``param="projected"`` learns
+    ``eta`` itself and uses ``clamp(eta, 0, maximum)``. ``maximum`` (``eta_max``; 1 for
+    ``"projected"`` unless given, none for ``"exp"`` unless given, not allowed with ``"raw"``) bounds
+    ``eta`` from above; :meth:`apply_constraints_` after each optimiser step keeps the stored parameter
+    within the bounds. :meth:`values` gives ``eta`` in every case; :meth:`assign_` sets it.
     """
 
     def __init__(
-        self, steps: int, init: float, per_time_step: bool, max_length: int | None, factory: dict, param: str = "exp"
+        self,
+        steps: int,
+        init: float,
+        per_time_step: bool,
+        max_length: int | None,
+        factory: dict,
+        param: str = "exp",
+        maximum: float | None = None,
     ) -> None:
         super().__init__()
         self.steps = check_positive_int("K", steps)
         self.init = check_positive_float("eta", init)
         self.param = check_choice("eta_param", param, ETA_PARAMS)
+        if maximum is not None:
+            maximum = check_positive_float("eta_max", maximum)
+            if self.param == "raw":
+                raise ValueError("eta_max: the raw step sizes are unconstrained; expected None with eta_param='raw'")
+        self.maximum = PROJECTED_MAX if maximum is None and self.param == "projected" else maximum
+        if self.maximum is not None and init > self.maximum:
+            raise ValueError(f"eta: expected a value at most eta_max={self.maximum}, got {init!r}")
         if not isinstance(per_time_step, bool):
             raise TypeError(f"eta_per_time_step: expected a bool, got {per_time_step!r}")
         self.per_time_step = per_time_step
@@ -69,12 +99,31 @@ class EulerSteps(nn.Module):
 
     def values(self) -> Tensor:
         """``eta``: ``(K,)`` or ``(max_length, K)``, differentiable in the learned tensor."""
-        return self.log_eta.exp() if self.param == "exp" else self.eta
+        if self.param == "exp":
+            eta = self.log_eta.exp()
+            return eta if self.maximum is None else eta.clamp(max=self.maximum)
+        if self.param == "projected":
+            return self.eta.clamp(0.0, self.maximum)
+        return self.eta
+
+    @torch.no_grad()
+    def apply_constraints_(self) -> None:
+        """Put the stored step sizes back within their bounds: ``[0, eta_max]`` for ``"projected"``,
+        ``log_eta <= log(eta_max)`` for a bounded ``"exp"`` (a no-op otherwise; NaN stays NaN, so that a
+        diverged run still shows as diverged)."""
+        if self.param == "projected":
+            self.eta.clamp_(0.0, self.maximum)
+        elif self.maximum is not None:
+            self.log_eta.clamp_(max=math.log(self.maximum))
 
     @torch.no_grad()
     def assign_(self, eta) -> None:
         """Set ``eta`` (a number or a tensor broadcastable to its shape); positive with ``param="exp"``."""
         eta = torch.as_tensor(eta, dtype=self.parameter.dtype, device=self.parameter.device)
+        if self.param == "projected" and not bool((eta >= 0).all()):
+            raise ValueError(f"eta: expected step sizes >= 0 with eta_param='projected', got {eta!r}")
+        if self.maximum is not None and not bool((eta <= self.maximum).all()):
+            raise ValueError(f"eta: expected step sizes at most eta_max={self.maximum}, got {eta!r}")
         if self.param == "exp":
             if not bool((eta > 0).all()):
                 raise ValueError(
@@ -102,7 +151,8 @@ class EulerSteps(nn.Module):
 
     def extra_repr(self) -> str:
         extra = f", per_time_step=True, max_length={self.max_length}" if self.per_time_step else ""
-        return f"K={self.steps}, init={self.init}, param={self.param!r}{extra}"
+        bound = f", maximum={self.maximum}" if self.maximum is not None else ""
+        return f"K={self.steps}, init={self.init}, param={self.param!r}{bound}{extra}"
 
 
 class EulerCell(Cell):
@@ -131,10 +181,28 @@ class EulerCell(Cell):
         """The tensors the cached streaming operands derive from."""
         return (*self._parameters.values(), self.steps.parameter)
 
+    def sequence_step_sizes(self, steps: int, counter: Tensor | None) -> Tensor | None:
+        """The step sizes of a ``steps``-long sequence for a fused path: ``(K,)`` shared, or ``(T, K)``,
+        the rows ``eta[c : c + T]`` of its time steps when every sequence starts at the same step ``c``;
+        None when they start at different steps (the reference loop then reads each one's row)."""
+        eta = self.steps.values()
+        if counter is None:
+            return eta
+        start = int(counter[0])
+        if not bool((counter == start).all()):
+            return None
+        return eta[start : start + steps]
+
     def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         """``h_t`` of one step without autograd, ``x_t (B, d)``, ``h (B, H)``, on operands cached until
         a parameter changes."""
         raise NotImplementedError
+
+    @property
+    def has_lean_step(self) -> bool:
+        """Whether :meth:`lean_step` covers this configuration: not with per-time-step step sizes (the
+        counter picks the row, which the sequence path handles); subclasses add their own exclusions."""
+        return not self.per_time_step
 
     def streams(self, x_t, state) -> bool:
         """Whether :meth:`forward` may take the lean streaming path: no autograd, the fused impl, a
@@ -142,7 +210,7 @@ class EulerCell(Cell):
         :meth:`Cell.forward` rejects with a clear error) goes the general way."""
         return (
             not torch.is_grad_enabled()
-            and not self.per_time_step
+            and self.has_lean_step
             and isinstance(state, Tensor)
             and isinstance(x_t, Tensor)
             and x_t.dim() == 2
@@ -160,7 +228,7 @@ class EulerCell(Cell):
         return h, h
 
     def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
-        if self.per_time_step:  # the counter picks the step sizes: the sequence path handles it
+        if not self.has_lean_step:
             return None
         h = self.lean_step(x_t, state)
         return h, h

@@ -34,6 +34,7 @@ from ..scan import ParameterCache, final_state_at_lengths, scalars
 from .base import (
     State,
     check_choice,
+    check_finite_float,
     check_positive_float,
     check_positive_int,
     mask_outputs,
@@ -42,7 +43,7 @@ from .base import (
     activation as activation_function,
 )
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
-from .fused.irnn import FusedIRNN, dense_operator
+from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -50,6 +51,9 @@ from .registry import ParamCount, register
 #: "residual": g_0 = 0, h_k = h_{k-1} + g_K.
 READINGS = {"paper": (1.0, 1.0), "state": (2.0, 1.0), "residual": (1.0, 0.0)}
 DEFAULT_RANK = 16
+#: ``gate="outside"``: the authors' update gate after the Euler loop (``iRNN_DualODECell`` in their TARNN
+#: repository) starts its weights at ``N(0, 0.1^2)`` (its bias at ``gate_bias``, -3 there: nearly closed).
+GATE_WEIGHT_STD = 0.1
 
 
 @register(
@@ -66,6 +70,13 @@ DEFAULT_RANK = 16
         "state_reading_K3": {"reading": "state", "K": 3},
         "learn_alpha_tanh_K2": {"learn_alpha": True, "alpha": 1.5, "activation": "tanh", "K": 2},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "K": 2},
+        "gated_projected_eta": {
+            "gate": "outside",
+            "eta_per_time_step": True,
+            "max_length": 1300,
+            "eta_param": "projected",
+        },
+        "gated_K2": {"gate": "outside", "K": 2},
     },
     param_counts=(
         ParamCount(
@@ -95,6 +106,8 @@ class IRNN(EulerCell):
             a   = U (g_{i-1} + h_{k-1}) + W x_k + b
             g_i = g_{i-1} + eta_i * (phi(P a  or  a) - alpha * (g_{i-1} + h_{k-1}))
         h_k = g_K ("paper", "state")  or  h_{k-1} + g_K ("residual")
+        # gate="outside" (the authors' code): u = sigmoid(U_g h_{k-1} + W_g x_k + b_g)
+        #                                      h_k = (1 - u) h_{k-1} + u h_k
 
     ``U = I + V H`` (``V (H, r)``, ``H (r, H)``) when ``rank=r``, a dense ``(H, H)`` matrix when
     ``rank=None``; ``P = U`` applied after the sum (Eq. 8) when ``projection=True``. K = 1 with
@@ -112,15 +125,29 @@ class IRNN(EulerCell):
             by using the leak ``max(alpha, ||M||_2)``, so that no Euler step expands (default False,
             as printed: the guard kept training stable but also removed the memory, see the docs).
         eta: initial Euler step size (paper: 1e-2).
-        eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
+        eta_per_time_step: a separate row of K step sizes for every time step (the paper's ``eta_k^i``;
+            needs ``max_length``).
+        eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
+            (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
+        eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
+            ``"exp"``: none unless given; not with ``"raw"``).
         max_length: number of time steps covered by ``eta_per_time_step``.
         reading: ``"residual"`` (default; docs/cells/irnn.md gives the choice and its measurements),
             ``"paper"`` (Eq. 5/8 as printed) or ``"state"`` (``g_0 = h_{k-1}``; the printed fixed point).
         activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
+        gate: ``"none"`` (default, the paper) or ``"outside"``: the authors' update gate after the Euler
+            loop (not in the paper; their code's default), which the copy task needs (docs/cells/irnn.md).
+        gate_bias: the gate's initial bias ``b_g`` (authors' code: -3, the gate nearly closed).
+        u_init: ``"identity"`` (default): ``U = I`` at init (``V = 0``; a dense ``U`` starts at ``I``), so
+            ``||U|| = alpha`` and no direction of the state grows at init; ``"uniform"``: ``V``, ``H`` (or
+            the dense ``U``) ``U(-1/sqrt(H), 1/sqrt(H))`` like the other weights, where ``||P U||_2`` is
+            about 1.7 and the state grows geometrically with T (docs/cells/irnn.md, "Long inputs").
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+            With the gate or per-time-step step sizes the fused path runs the reference loop.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
-    RNN; ``eta = 1e-2`` (paper).
+    RNN, except ``U = I`` (``u_init="identity"``); ``eta = 1e-2`` (paper); the gate as the authors' code:
+    ``U_g, W_g ~ N(0, 0.1^2)``, ``b_g = gate_bias``.
 
     Examples::
 
@@ -159,6 +186,10 @@ class IRNN(EulerCell):
         contractive: bool = False,
         activation: str = "relu",
         eta_param: str = "exp",
+        eta_max: float | None = None,
+        gate: str = "none",
+        gate_bias: float = -3.0,
+        u_init: str = "identity",
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -181,7 +212,10 @@ class IRNN(EulerCell):
         self.reading = check_choice("reading", reading, tuple(READINGS))
         self.activation = activation
         self.phi = activation_function(activation)
-        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param, eta_max)
+        self.gate = check_choice("gate", gate, ("none", "outside"))
+        self.gate_bias = check_finite_float("gate_bias", gate_bias)
+        self.u_init = check_choice("u_init", u_init, ("identity", "uniform"))
         self._stream_cache = ParameterCache()
         self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
@@ -192,15 +226,33 @@ class IRNN(EulerCell):
             self.weight_h = nn.Parameter(torch.empty(self.rank, hidden_size, **self.factory))
         if learn_alpha:
             self.log_alpha = nn.Parameter(torch.empty((), **self.factory))
+        if self.gated:
+            self.weight_gate_h = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
+            self.weight_gate_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
+            self.bias_gate = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.reset_parameters()
+
+    @property
+    def gated(self) -> bool:
+        return self.gate == "outside"
 
     def reset_parameters(self) -> None:
         bound = 1.0 / math.sqrt(self.hidden_size)
         for name, p in self.named_parameters(recurse=False):
-            if name != "log_alpha":
+            if name != "log_alpha" and "gate" not in name:
                 nn.init.uniform_(p, -bound, bound)
+        if self.u_init == "identity":  # U = I: ||U|| = alpha = 1, no direction grows at init
+            with torch.no_grad():
+                if self.rank is None:
+                    self.weight_u.copy_(torch.eye(self.hidden_size))
+                else:
+                    self.weight_v.zero_()
         if self.learn_alpha:
             nn.init.constant_(self.log_alpha, math.log(self.alpha_init))
+        if self.gated:
+            nn.init.normal_(self.weight_gate_h, 0.0, GATE_WEIGHT_STD)
+            nn.init.normal_(self.weight_gate_x, 0.0, GATE_WEIGHT_STD)
+            nn.init.constant_(self.bias_gate, self.gate_bias)
         self.steps.reset_parameters()
 
     # ---- the maths, literally ----------------------------------------------------------------------
@@ -225,12 +277,17 @@ class IRNN(EulerCell):
         return y + F.linear(F.linear(y, self.weight_h), self.weight_v)
 
     def precompute(self, x: Tensor) -> Tensor:
-        """``(T, B, d) -> (T, B, H)``: ``W x_t + b``."""
-        return F.linear(x, self.weight_x, self.bias)
+        """``(T, B, d) -> (T, B, H)``: ``W x_t + b``; with the gate ``(T, B, 2H)``: ``[W x_t + b, W_g x_t + b_g]``."""
+        if not self.gated:
+            return F.linear(x, self.weight_x, self.bias)
+        return F.linear(x, torch.cat([self.weight_x, self.weight_gate_x]), torch.cat([self.bias, self.bias_gate]))
 
     def step(self, p_t: Tensor, state: State) -> Tuple[Tensor, State]:
-        """Eq. 5 / Eq. 8 for one time step, exactly as written (U and P applied as matrices)."""
+        """Eq. 5 / Eq. 8 for one time step, exactly as written (U and P applied as matrices), then
+        the authors' update gate when ``gate="outside"``."""
         h, counter = split_counter(self.per_time_step, state)
+        if self.gated:
+            p_t, gate_x = p_t.chunk(2, dim=-1)
         eta = self.steps.at(counter)
         alpha = self.alpha()
         g = h if self.reading == "state" else torch.zeros_like(h)
@@ -241,6 +298,9 @@ class IRNN(EulerCell):
             eta_i = eta[i] if counter is None else eta[:, i : i + 1]
             g = g + eta_i * (drive - alpha * y)
         h_new = h + g if self.reading == "residual" else g
+        if self.gated:
+            u = torch.sigmoid(F.linear(h, self.weight_gate_h) + gate_x)
+            h_new = (1 - u) * h + u * h_new
         return h_new, join_counter(h_new, None if counter is None else counter + 1)
 
     # ---- the fused path ----------------------------------------------------------------------------
@@ -264,6 +324,10 @@ class IRNN(EulerCell):
             return self.apply_u(self.weight_x.t()).t(), self.apply_u(self.bias)
         return self.weight_x, self.bias
 
+    @property
+    def has_lean_step(self) -> bool:
+        return super().has_lean_step and not self.gated
+
     def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         """One step without autograd: a few ops on matrices cached until a parameter changes."""
         operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
@@ -285,24 +349,36 @@ class IRNN(EulerCell):
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
-        linear map of the input, applied for all steps before the loop. Per-time-step step sizes fall
-        back to the reference loop."""
-        if self.per_time_step:
+        linear map of the input, applied for all steps before the loop. Per-time-step step sizes and
+        the gate run in :class:`IRNNLoop` (a PyTorch loop with a hand-written backward) when every
+        sequence starts at the same time step, else in the reference loop."""
+        h, counter = split_counter(self.per_time_step, state)
+        eta = self.sequence_step_sizes(x.shape[0], counter)
+        if eta is None:
             return self.scan_reference(x, state, lengths)
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
-        if second is None:
-            second = first.new_empty(0)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
-        outputs = FusedIRNN.apply(
-            x, weight, bias, state, first, second, self.steps.values(), alpha, self.activation, *READINGS[self.reading]
-        )
-        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        if counter is None and not self.gated:
+            second = first.new_empty(0) if second is None else second
+            outputs = FusedIRNN.apply(
+                x, weight, bias, h, first, second, eta, alpha, self.activation, *READINGS[self.reading]
+            )
+            return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        m = first if second is None else dense_operator(first, second)
+        c = F.linear(x, weight, bias)
+        gate_x = F.linear(x, self.weight_gate_x, self.bias_gate) if self.gated else x.new_empty(0)
+        gate_h = self.weight_gate_h if self.gated else x.new_empty(0)
+        outputs = IRNNLoop.apply(c, gate_x, h, m, eta, alpha, gate_h, self.activation, *READINGS[self.reading])
+        final = final_state_at_lengths(outputs, lengths)
+        if counter is not None:
+            final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
+        return mask_outputs(outputs, lengths), final
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, K={self.K}, rank={self.rank}, projection={self.projection}, "
             f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
-            f"contractive={self.contractive}, activation={self.activation!r}"
+            f"contractive={self.contractive}, activation={self.activation!r}, gate={self.gate!r}"
         )

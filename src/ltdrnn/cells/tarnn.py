@@ -32,7 +32,7 @@ from ..scan import ParameterCache, final_state_at_lengths, scalars
 from .base import State, check_choice, loop_scan, mask_outputs
 from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
-from .fused.tarnn import ACTIVATION_CODES, EulerChain, FusedTARNN
+from .fused.tarnn import ACTIVATION_CODES, EulerChain, FusedTARNN, compiled_loop_runs
 from .registry import ParamCount, register
 
 READINGS = ("paper", "code", "theorem")
@@ -48,6 +48,8 @@ _T1 = "TARNN paper Table 1 ({task}, H=128): {count} incl. a 10-class linear head
         "coupled_tanh": {"A": "coupled", "activation": "tanh"},
         "gate_outside": {"gate": "outside", "activation": "sigmoid", "K": 3},
         "eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300},
+        "projected_eta_per_time_step": {"eta_per_time_step": True, "max_length": 1300, "eta_param": "projected"},
+        "projected_eta": {"eta_param": "projected"},
         "K1": {"K": 1},
         "code_reading": {"reading": "code"},
         "theorem_reading_raw_eta": {"reading": "theorem", "eta_param": "raw"},
@@ -95,8 +97,13 @@ class TARNN(EulerCell):
         activation: phi, ``"relu"`` (paper default), ``"tanh"`` (paper: copy, PTB) or ``"sigmoid"``.
         gate: ``"inside"`` (paper, beta scales F) or ``"outside"`` (beta mixes after the Euler steps).
         eta: initial Euler step size (authors' code 0.01; paper Table 4 per task, see the docs).
-        eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
+        eta_per_time_step: a separate row of K step sizes for every time step (the paper's ``eta_k^i``
+            and the authors' code; needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
+        eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
+            (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
+        eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
+            ``"exp"``: none unless given; not with ``"raw"``).
         impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
@@ -141,6 +148,7 @@ class TARNN(EulerCell):
         eta_per_time_step: bool = False,
         max_length: int | None = None,
         eta_param: str = "exp",
+        eta_max: float | None = None,
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -159,7 +167,7 @@ class TARNN(EulerCell):
         self.damping = reading == "code"
         # the authors' gate-outside body, (1 - eta) z + eta (phi(..) - z - s + ..), damps z twice
         self.double_damping = reading == "code" and gate == "outside"
-        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param)
+        self.steps = EulerSteps(K, eta, eta_per_time_step, max_length, self.factory, eta_param, eta_max)
         self.K = self.steps.steps
         h, d = hidden_size, input_size
         self.weight_B1 = nn.Parameter(torch.empty(h, d, **self.factory))
@@ -335,23 +343,30 @@ class TARNN(EulerCell):
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         """Whole sequence in :class:`FusedTARNN`. The first Euler step starts at ``z_0 = s``, so its
         ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
-        Per-time-step step sizes and the authors' gate-outside body (``A - I``) fall back to the
-        reference loop."""
-        if self.per_time_step or self.double_damping:
+        Per-time-step step sizes run there when the compiled loops do and every sequence starts at the
+        same time step (the rows ``eta[c : c + T]``); otherwise, and for the authors' gate-outside body
+        (``A - I``), the reference loop runs."""
+        s, counter = split_counter(self.per_time_step, state)
+        compiled = counter is None or compiled_loop_runs(x, self.K, self.gate)  # per time step: compiled only
+        eta = self.sequence_step_sizes(x.shape[0], counter) if compiled else None
+        if eta is None or self.double_damping:
             return self.scan_reference(x, state, lengths)
         outputs, betas = FusedTARNN.apply(
             x,
             *self.input_weights(),
-            state,
+            s,
             self.state_weights(),
             self.weight_U,
-            self.steps.values(),
+            eta,
             self.activation,
             self.A_kind,
             self.gate,
         )
         self.aux["beta"] = mask_outputs(betas, lengths)
-        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        final = final_state_at_lengths(outputs, lengths)
+        if counter is not None:
+            final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
+        return mask_outputs(outputs, lengths), final
 
     def extra_repr(self) -> str:
         return (

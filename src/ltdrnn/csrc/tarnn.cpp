@@ -323,8 +323,9 @@ double tarnn_k1_backward(const at::Tensor& p, const at::Tensor& betas, const at:
 
 // ---- any K >= 1, the gate inside or outside (tarnn_euler_forward / _backward) ------------------------
 // Layouts as above, plus:
-//   u_t (H, H) = U^T (forward), u (H, H) = U (backward); etas: the K step sizes (positive: the caller
-//       passes exp(log eta)); coupled: A's upper-right (H/2, H/2) block of +I (H even); inside: the gate.
+//   u_t (H, H) = U^T (forward), u (H, H) = U (backward); etas: the K step sizes of every time step, or
+//       per time step (T, K) flattened (T * K values; eta_per_time_step); k: K; coupled: A's upper-right
+//       (H/2, H/2) block of +I (H even); inside: the gate.
 //   phis (T, K, B, H): phi of every Euler step, written by the forward for the backward, or an empty
 //       tensor (no autograd: nothing is saved).
 // Per step, in the increment delta = z - s_{m-1} (delta_0 = 0), with [c | q | r] = P_m + s_{m-1} w_t:
@@ -342,10 +343,15 @@ double tarnn_k1_backward(const at::Tensor& p, const at::Tensor& betas, const at:
 // gradients of U and eta are shared; each block keeps its own and they are added at the end, in block
 // order (the result does not depend on the timing, only on the thread count).
 
-void check_euler(const at::Tensor& p, at::ArrayRef<double> etas, bool coupled) {
-  TORCH_CHECK(!etas.empty(), "tarnn: etas must hold K >= 1 step sizes");
+// Returns whether the step sizes are per time step (T * K of them) rather than shared (K).
+bool check_euler(const at::Tensor& p, at::ArrayRef<double> etas, int64_t k, bool coupled) {
+  TORCH_CHECK(k >= 1, "tarnn: k must be >= 1, got ", k);
+  const int64_t n = static_cast<int64_t>(etas.size());
+  TORCH_CHECK(n == k || n == p.size(0) * k, "tarnn: etas must hold K = ", k, " or T * K = ", p.size(0) * k,
+              " step sizes, got ", n);
   TORCH_CHECK(!coupled || (p.size(2) / 3) % 2 == 0, "tarnn: the coupled A needs an even H, got ",
               p.size(2) / 3);
+  return n != k;
 }
 
 // Calls body(std::bool_constant<inside>{}).
@@ -423,11 +429,11 @@ void euler_forward_rows(const T* pt, const T* qu, T* delta, const T* s, T* beta,
 // The forward over all T steps: p gets each step's [c | q | r] in place; outputs, betas and (when not
 // empty) phis are written.
 void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w_t, const at::Tensor& u_t,
-                         at::ArrayRef<double> etas, int64_t act, bool coupled, bool inside, at::Tensor outputs,
-                         at::Tensor betas, at::Tensor phis) {
+                         at::ArrayRef<double> etas, int64_t k, int64_t act, bool coupled, bool inside,
+                         at::Tensor outputs, at::Tensor betas, at::Tensor phis) {
   check_sequence(p, s0, act);
-  check_euler(p, etas, coupled);
-  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3, k = etas.size();
+  const bool per_step = check_euler(p, etas, k, coupled);
+  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
   TORCH_CHECK(s0.device().is_cpu(), "tarnn: s0 must be on the CPU, got ", s0.device());
   check_operand(w_t, {hidden, 3 * hidden}, p, "w_t");
   check_operand(u_t, {hidden, hidden}, p, "u_t");
@@ -451,13 +457,14 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
             const int64_t row = t * batch + begin;
             scalar_t *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden, *beta = beta_data + row * hidden;
             product(s, weights, pt, rows, 3 * hidden, hidden, scalar_t(1));  // + s_{t-1} w_t
+            const double* eta_t = etas.data() + (per_step ? t * k : 0);
             for (int64_t i = 0; i < k; ++i) {
               if (i > 0) product(delta, u, qu, rows, hidden, hidden, scalar_t(0));
               scalar_t* phi_out = store ? phi_data + ((t * k + i) * batch + begin) * hidden : phi_scratch;
               with_ends(i == 0, i == k - 1, [&](auto first, auto last) {
                 euler_forward_rows<decltype(kind)::value, decltype(gate)::value, decltype(first)::value,
                                    decltype(last)::value, scalar_t>(pt, qu, delta, s, beta, phi_out, out, rows, hidden,
-                                                                    static_cast<scalar_t>(etas[i]), coupled);
+                                                                    static_cast<scalar_t>(eta_t[i]), coupled);
               });
             }
             s = out;
@@ -570,14 +577,15 @@ double euler_backward_rows(T* pt, const T* phi, const T* big_g, const T* beta, c
 
 // The backward over all T steps, last to first: p (the forward's [c | q | r]) becomes the gradient of
 // p, carry the gradient of s0, grad_u the gradient of U (added to: zero it first). Returns the
-// gradients of the K step sizes.
+// gradients of the step sizes, in the layout of etas.
 std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, const at::Tensor& betas,
                                          const at::Tensor& grad_outputs, const at::Tensor& state_weights,
-                                         const at::Tensor& u, at::ArrayRef<double> etas, int64_t act, bool coupled,
-                                         bool inside, at::Tensor carry, at::Tensor grad_u) {
+                                         const at::Tensor& u, at::ArrayRef<double> etas, int64_t k, int64_t act,
+                                         bool coupled, bool inside, at::Tensor carry, at::Tensor grad_u) {
   check_sequence(p, carry, act);
-  check_euler(p, etas, coupled);
-  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3, k = etas.size();
+  const bool per_step = check_euler(p, etas, k, coupled);
+  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
+  const int64_t n_etas = static_cast<int64_t>(etas.size());
   TORCH_CHECK(carry.device().is_cpu(), "tarnn: carry must be on the CPU, got ", carry.device());
   check_operand(phis, {steps, k, batch, hidden}, p, "phis");
   check_operand(betas, {steps, batch, hidden}, p, "betas");
@@ -592,7 +600,7 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
   const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
   // each block of rows adds its part of the gradients of U and eta here; summed in block order after
   at::Tensor u_parts = at::zeros({blocks, hidden, hidden}, p.options());
-  std::vector<double> eta_parts(blocks * k, 0.0), grad_eta(k, 0.0);
+  std::vector<double> eta_parts(blocks * n_etas, 0.0), grad_eta(n_etas, 0.0);
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_backward", [&] {
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
@@ -610,7 +618,7 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
           scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
           scalar_t* own_u = u_parts.data_ptr<scalar_t>() + part * hidden * hidden;
           std::fill(own_carry, own_carry + own, scalar_t(0));
-          double* own_eta = eta_parts.data() + part * k;
+          double* own_etas = eta_parts.data() + part * n_etas;
           const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
           scalar_t* p_data = p.data_ptr<scalar_t>();
           const scalar_t *phi_data = phis.data_ptr<scalar_t>(), *beta_data = betas.data_ptr<scalar_t>();
@@ -618,9 +626,12 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
             scalar_t* pt = p_data + (t * batch + begin) * 3 * hidden;
             const scalar_t* phi_t = phi_data + t * k * block + begin * hidden;
             const scalar_t* beta = beta_data + t * block + begin * hidden;
+            const int64_t offset = per_step ? t * k : 0;
+            const at::ArrayRef<double> eta_t = etas.slice(offset, k);
+            double* own_eta = own_etas + offset;
             // own_carry becomes g, the gradient of s_t
             euler_recompute_rows<kInside, scalar_t>(pt, phi_t, block, beta, grad_base + t * grad_step, grad_strides,
-                                                    own_carry, gs, deltas, gd_a, d_beta, rows, hidden, etas, coupled);
+                                                    own_carry, gs, deltas, gd_a, d_beta, rows, hidden, eta_t, coupled);
             scalar_t *gd = gd_a, *gd_next = gd_b;
             for (int64_t i = k - 1; i >= 0; --i) {
               scalar_t* darg = dargs + std::max<int64_t>(i - 1, 0) * own;  // not written at i = 0
@@ -628,7 +639,7 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
                 own_eta[i] += euler_backward_rows<decltype(kind)::value, kInside, decltype(first)::value,
                                                   decltype(last)::value, scalar_t>(
                     pt, phi_t + i * block, gs + i * own, beta, gd, d_beta, darg, gd_next, rows, hidden,
-                    static_cast<scalar_t>(etas[i]), coupled);
+                    static_cast<scalar_t>(eta_t[i]), coupled);
               });
               if (i > 0) {
                 // the gradient of delta_i: + d arg_i U
@@ -648,7 +659,7 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
     });
   });
   for (int64_t part = 0; part < blocks; ++part) {
-    for (int64_t i = 0; i < k; ++i) grad_eta[i] += eta_parts[part * k + i];
+    for (int64_t i = 0; i < n_etas; ++i) grad_eta[i] += eta_parts[part * n_etas + i];
   }
   if (k > 1) grad_u.add_(blocks == 1 ? u_parts.select(0, 0) : u_parts.sum(0));
   return grad_eta;
@@ -662,10 +673,11 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: later libraries may add to t
   m.def("tarnn_k1_backward(Tensor p, Tensor betas, Tensor grad_outputs, Tensor outputs, Tensor s0, Tensor x, "
         "Tensor weight, Tensor state_weights, float eta, int act, Tensor(a!) carry, Tensor(b!) grad_x, "
         "Tensor(c!) grad_state_weights, Tensor(d!) grad_weight, Tensor(e!) grad_bias) -> float");
-  m.def("tarnn_euler_forward(Tensor(a!) p, Tensor s0, Tensor w_t, Tensor u_t, float[] etas, int act, bool coupled, "
-        "bool inside, Tensor(b!) outputs, Tensor(c!) betas, Tensor(d!) phis) -> ()");
+  m.def("tarnn_euler_forward(Tensor(a!) p, Tensor s0, Tensor w_t, Tensor u_t, float[] etas, int k, int act, "
+        "bool coupled, bool inside, Tensor(b!) outputs, Tensor(c!) betas, Tensor(d!) phis) -> ()");
   m.def("tarnn_euler_backward(Tensor(a!) p, Tensor phis, Tensor betas, Tensor grad_outputs, Tensor state_weights, "
-        "Tensor u, float[] etas, int act, bool coupled, bool inside, Tensor(b!) carry, Tensor(c!) grad_u) -> float[]");
+        "Tensor u, float[] etas, int k, int act, bool coupled, bool inside, Tensor(b!) carry, Tensor(c!) grad_u) "
+        "-> float[]");
 }
 
 TORCH_LIBRARY_IMPL(ltdrnn, CPU, m) {

@@ -221,3 +221,92 @@ def _euler_update(y: Tensor, phi: Tensor, eta: float, alpha: float, out: Tensor)
     else:
         torch.mul(y, 1 - eta * alpha, out=out)
         out.add_(phi, alpha=eta)
+
+
+class IRNNLoop(torch.autograd.Function):
+    """The iRNN recursion with the options :class:`FusedIRNN` has no compiled loop for, per-time-step
+    step sizes and the update gate, as a PyTorch loop with a hand-written backward (a few operators per
+    Euler step instead of the reference loop's autograd graph).
+
+    Per step, in ``y_i = g_i + h_{t-1}`` with the reading's ``(s, r)``::
+
+        y_0 = s h_{t-1};  y_{i+1} = y_i + eta_{t,i} (phi(M y_i + c_t) - alpha y_i);  n_t = y_K - r h_{t-1}
+        h_t = n_t,  or with the gate:  u_t = sigmoid(U_g h_{t-1} + a_t),  h_t = h_{t-1} + u_t (n_t - h_{t-1})
+
+    Inputs: ``c (T, B, H)`` the input map ``P (W x + b)`` and ``a (T, B, H)`` the gate's ``W_g x + b_g``
+    (both formed outside, so autograd maps their gradients onto the weights), ``h0 (B, H)``, the dense
+    ``M (H, H)``, ``eta`` ``(K,)`` or ``(T, K)``, ``alpha ()``, ``U_g (H, H)`` (empty and ``a`` empty
+    without the gate), activation name, ``s``, ``r``. Output ``(T, B, H)``. Saved: ``phi`` and ``y_i``
+    ``(K, T, B, H)``, and with the gate ``u`` and ``n`` ``(T, B, H)``.
+    """
+
+    @staticmethod
+    def forward(ctx, c, a, h0, m, eta, alpha, gate_weight, act: str, s: float, r: float):
+        steps, batch, hidden = c.shape
+        k = eta.shape[-1]
+        etas = torch.as_tensor(eta.detach(), dtype=torch.float64).reshape(-1, k).tolist()
+        gated, al = gate_weight.numel() > 0, float(alpha)
+        phi_into = ACTIVATION_INTO[act]
+        c, a, h = c.detach(), a.detach(), h0.detach()
+        m_t, g_t = m.detach().t().contiguous(), gate_weight.detach().t().contiguous()
+        phis, ys = (c.new_empty(k, steps, batch, hidden) for _ in range(2))
+        us, news = (c.new_empty(steps, batch, hidden) if gated else c.new_empty(0) for _ in range(2))
+        outputs = c.new_empty(steps, batch, hidden)
+        for t in range(steps):
+            eta_t = etas[t if len(etas) > 1 else 0]
+            y = h if s == 1.0 else torch.mul(h, s)
+            for i in range(k):
+                ys[i, t] = y
+                phi = phi_into(torch.addmm(c[t], y, m_t), out=phis[i, t])
+                y = y + eta_t[i] * (phi - al * y)
+            new = y - h if r == 1.0 else y
+            if gated:
+                u = torch.sigmoid(torch.addmm(a[t], h, g_t), out=us[t])
+                news[t] = new
+                torch.addcmul(h, u, new - h, out=outputs[t])
+            else:
+                outputs[t] = new
+            h = outputs[t]
+        ctx.config = (etas, al, act, s, r, gated)
+        ctx.eta_shape = eta.shape
+        ctx.save_for_backward(phis, ys, us, news, outputs, h0, m, gate_weight)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_outputs):
+        phis, ys, us, news, outputs, h0, m, gate_weight = ctx.saved_tensors
+        etas, al, act, s, r, gated = ctx.config
+        k, steps, batch, hidden = phis.shape
+        through_phi = ACTIVATION_BACKWARD_INTO[act]
+        m, gate_weight = m.detach(), gate_weight.detach()
+        dpre = torch.empty_like(phis)  # [i, t]: gradient of M y_i + c_t
+        grad_a = torch.empty_like(us) if gated else None
+        grad_eta = phis.new_zeros(len(etas), k)
+        grad_alpha = phis.new_zeros(())
+        carry = torch.zeros_like(h0)
+        inputs = torch.cat([h0.detach().unsqueeze(0), outputs[:-1]])
+        for t in range(steps - 1, -1, -1):
+            eta_t, row = etas[t if len(etas) > 1 else 0], t if len(etas) > 1 else 0
+            g = grad_outputs[t] + carry
+            h = inputs[t]
+            if gated:  # h_t = h + u (n - h)
+                u = us[t]
+                grad_new = g * u
+                torch.mul(g * (news[t] - h), u * (1 - u), out=grad_a[t])
+                carry = g - grad_new + grad_a[t] @ gate_weight
+            else:
+                grad_new, carry = g, torch.zeros_like(g)
+            grad_y = grad_new
+            for i in range(k - 1, -1, -1):
+                y = ys[i, t]
+                grad_eta[row, i] += torch.dot(grad_y.reshape(-1), (phis[i, t] - al * y).reshape(-1))
+                grad_alpha -= eta_t[i] * torch.dot(grad_y.reshape(-1), y.reshape(-1))
+                d = through_phi(grad_y * eta_t[i], phis[i, t], dpre[i, t])
+                grad_y = grad_y * (1 - eta_t[i] * al) + d @ m
+            carry = carry + s * grad_y - (r * grad_new if r != 0.0 else 0)
+        flat = dpre.reshape(k, -1, hidden)
+        grad_m = sum(flat[i].t() @ ys[i].reshape(-1, hidden) for i in range(k))
+        grad_c = dpre.sum(0)
+        grad_gate = grad_a.reshape(-1, hidden).t() @ inputs.reshape(-1, hidden) if gated else None
+        grad_eta = grad_eta.view(ctx.eta_shape)
+        return grad_c, grad_a, carry, grad_m, grad_eta, grad_alpha, grad_gate, None, None, None

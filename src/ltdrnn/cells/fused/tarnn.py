@@ -30,7 +30,8 @@ class FusedTARNN(torch.autograd.Function):
 
     Inputs: ``x (T, B, d)``, ``weight (3H, d)`` and ``bias (3H,)`` of the input map ``P = weight x +
     bias`` (formed here or inside the compiled K = 1 loop, so its buffer is the Function's own), ``s0 (B,
-    H)``, ``state_weights (3H, H)``, ``U (H, H)``, ``eta (K,)``, activation name, A kind, gate. Outputs
+    H)``, ``state_weights (3H, H)``, ``U (H, H)``, ``eta (K,)`` or, per time step, ``(T, K)`` (compiled
+    loops only), activation name, A kind, gate. Outputs
     ``(T, B, H)`` states and ``(T, B, H)`` betas (no gradient).
 
     Memory traffic, not arithmetic, dominates on CPU: writing a fresh ``(B, H)`` block costs several
@@ -41,7 +42,7 @@ class FusedTARNN(torch.autograd.Function):
     as it goes; only the gradient of ``P`` is written per step.
 
     On CPU in float32/64, each time loop (forward, backward) is one call of ``csrc/tarnn.cpp`` when
-    it builds here (:func:`_compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
+    it builds here (:func:`compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
     (``tarnn_k1_*``) nothing is saved but beta and the states (the backward recomputes ``phi`` and ``G``
     from ``P``, which keeps each step's ``[c, q, r]``). Its forward forms each step's input map ``x_t
     weight^T + bias`` inside the loop (no pass over the ``(T, B, 3H)`` buffer before it), and its backward
@@ -57,10 +58,13 @@ class FusedTARNN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str):
-        steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[0]
+        steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[-1]
         x, s = x.detach(), s0.detach()
         ctx.config = (scalars(eta), act, a_kind, gate)
-        ctx.compiled, ctx.p_is_gradient = _compiled_loop_runs(x, k, gate), False
+        ctx.eta_shape = eta.shape
+        ctx.compiled, ctx.p_is_gradient = compiled_loop_runs(x, k, gate), False
+        if eta.dim() == 2 and not ctx.compiled:
+            raise ValueError("eta: per-time-step step sizes need the compiled loops; the reference loop runs them")
         # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
         betas, outputs = empty_buffer((steps, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
         ctx.mark_non_differentiable(betas)
@@ -69,11 +73,11 @@ class FusedTARNN(torch.autograd.Function):
         if ctx.compiled:
             # K = 1 with the gate inside saves nothing per Euler step; otherwise phi of every Euler step
             # (T, K, B, H), from which the backward recomputes G and the increments elementwise
-            keep = any(ctx.needs_input_grad) and not (k == 1 and gate == "inside")
+            keep = any(ctx.needs_input_grad) and not _k1_kernel(ctx.config, k)
             phis = empty_buffer((steps, k, batch, hidden), x) if keep else x.new_empty(0)
             x = x.contiguous()  # the loops read x's rows of each step (batch first: a transposed view)
             ctx.scratch = _compiled_forward(
-                x, weight, bias, s.contiguous(), w_t, u.detach(), ctx.config, outputs, betas, phis
+                x, weight, bias, s.contiguous(), w_t, u.detach(), ctx.config, k, outputs, betas, phis
             )
             ctx.save_for_backward(phis, betas, outputs, x, weight, bias, s0, state_weights, u)
             return outputs, betas
@@ -187,7 +191,7 @@ def _input_gradients(ctx, grad_p, s0, outputs, x, weight, grad_s0, grad_u, grad_
 
 
 # ---- the whole time loop in compiled code (csrc/tarnn.cpp) ----------------------------------------
-def _compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
+def compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
     """Whether the time loop runs in ``csrc/tarnn.cpp``: any K, either gate, any A, reading or
     activation that reaches :class:`FusedTARNN` (the authors' gate-outside body and per-time-step η do
     not), on CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
@@ -200,6 +204,13 @@ def _compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
     )
 
 
+def _k1_kernel(config: tuple, k: int) -> bool:
+    """Whether the loops run in the K = 1 operators: one Euler step with the gate inside and one step
+    size for the whole sequence (per-time-step step sizes run in the any-K operators)."""
+    etas, _, _, gate = config
+    return k == 1 and len(etas) == 1 and gate == "inside"
+
+
 def _compiled_forward(
     x: Tensor,
     weight: Tensor,
@@ -208,6 +219,7 @@ def _compiled_forward(
     w_t: Tensor,
     u: Tensor,
     config: tuple,
+    k: int,
     outputs: Tensor,
     betas: Tensor,
     phis: Tensor,
@@ -219,7 +231,7 @@ def _compiled_forward(
     and the loop adds the state products in place. Every operand's shape, dtype and layout is checked
     again in the C++ code."""
     etas, act, a_kind, gate = config
-    if len(etas) == 1 and gate == "inside":
+    if _k1_kernel(config, k):
         steps, batch = x.shape[:2]
         p = empty_buffer((steps, batch, 3 * s0.shape[-1]), x)
         torch.ops.ltdrnn.tarnn_k1_forward(
@@ -233,6 +245,7 @@ def _compiled_forward(
         w_t,
         u.t().contiguous(),
         etas,
+        k,
         ACTIVATION_CODES[act],
         a_kind == "coupled",
         gate == "inside",
@@ -250,13 +263,14 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     gradcheck) recomputes ``P`` first."""
     phis, betas, outputs, x, weight, bias, s0, state_weights, u = ctx.saved_tensors
     etas, act, a_kind, gate = ctx.config
-    if len(etas) == 1 and gate == "inside":
+    k = ctx.eta_shape[-1]
+    if _k1_kernel(ctx.config, k):
         return _compiled_k1_backward(ctx, grad_outputs)
     p, u = ctx.scratch, u.detach()
     if ctx.p_is_gradient:  # the saved phi are intact: only P's [c, q, r] are needed again
         w_t = state_weights.detach().t().contiguous()
         scratch = torch.empty_like(outputs), torch.empty_like(betas), p.new_empty(0)
-        p = _compiled_forward(x, weight, bias, s0.detach().contiguous(), w_t, u, ctx.config, *scratch)
+        p = _compiled_forward(x, weight, bias, s0.detach().contiguous(), w_t, u, ctx.config, k, *scratch)
     ctx.p_is_gradient = True
     carry = s0.new_empty(s0.shape)
     grad_u = torch.zeros_like(u)
@@ -268,14 +282,16 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
         state_weights.detach(),
         u.contiguous(),
         etas,
+        k,
         ACTIVATION_CODES[act],
         a_kind == "coupled",
         gate == "inside",
         carry,
         grad_u,
     )
-    grad_u = grad_u if len(etas) > 1 else None
-    return _input_gradients(ctx, p, s0, outputs, x, weight, carry, grad_u, p.new_tensor(grad_etas))
+    grad_u = grad_u if k > 1 else None
+    grad_eta = p.new_tensor(grad_etas).view(ctx.eta_shape)
+    return _input_gradients(ctx, p, s0, outputs, x, weight, carry, grad_u, grad_eta)
 
 
 def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
@@ -293,7 +309,8 @@ def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
         ACTIVATION_CODES[act], carry, grad_x, grad_state_weights, grad_weight, grad_bias,
     )  # fmt: skip
     grad_x = grad_x if ctx.needs_input_grad[0] else None
-    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, p.new_full((1,), grad_eta), None, None, None
+    grad_eta = p.new_full(ctx.eta_shape, grad_eta)
+    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, grad_eta, None, None, None
 
 
 class EulerChain:
