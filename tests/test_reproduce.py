@@ -869,7 +869,7 @@ def test_new_rows_of_a_changed_copy_preset_are_judged_and_the_old_ones_listed_st
     copy = claim("copy-200")
     changed = [
         R.RunSpec(
-            s.label, s.preset, [*s.overrides, "model.options.eta_per_time_step=true", "model.options.max_length=220"]
+            s.label, s.preset, [*s.overrides, "model.options.eta=0.02", "train.steps=5000"]
         )
         if s.label == "tarnn"
         else s
@@ -886,5 +886,5 @@ def test_new_rows_of_a_changed_copy_preset_are_judged_and_the_old_ones_listed_st
     found = store.measurements(today, "paper")
     assert [r["metric"] for r in found.seeds["tarnn"]] == [0.004] * 3
     assert {row.differences for row in found.stale} == {
-        ("model.options.eta_per_time_step unset -> True", "model.options.max_length unset -> 220")
+        ("model.options.eta 0.01 -> 0.02", "train.steps 4000 -> 5000")
     }
