@@ -266,9 +266,10 @@ STREAM_MAX_BATCH = 8
 
 def can_stream_in_kernel(x_t, state, dtype: torch.dtype, input_size: int, state_tail: tuple) -> bool:
     """Whether one step of ``x_t (B, d)`` from the tensor ``state (B, *state_tail)`` may use the
-    compiled streaming step: no autograd, CPU, the shapes the kernel expects, matching float dtypes,
-    batch at most :data:`STREAM_MAX_BATCH`. Anything else takes the cell's general path (which also
-    raises the clear errors for bad input)."""
+    compiled streaming step: no autograd, CPU, the shapes the kernel expects, matching dtypes the kernels
+    are built for (:data:`KERNEL_DTYPES`: float16 and bfloat16 layers take the general path), batch at
+    most :data:`STREAM_MAX_BATCH`. Anything else takes the cell's general path (which also raises the
+    clear errors for bad input)."""
     return (
         not torch.is_grad_enabled()
         and isinstance(x_t, Tensor)
@@ -280,6 +281,7 @@ def can_stream_in_kernel(x_t, state, dtype: torch.dtype, input_size: int, state_
         and x_t.device.type == "cpu"
         and state.device.type == "cpu"
         and x_t.dtype == state.dtype == dtype
+        and dtype in KERNEL_DTYPES
     )
 
 
