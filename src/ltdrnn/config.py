@@ -118,7 +118,8 @@ class TrainConfig:
     lambda); terms without a weight are not added. ``checkpoint_every``: steps between checkpoints
     (0: only at evaluations). ``track_gradients``: record ||dh_T/dh_1|| at every evaluation.
     ``select_on``: the validation quantity that picks the checkpoint used for the test: the task's
-    ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy).
+    ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy); ``last`` tests the
+    final weights (no selection; needed when the validation split is empty, which is refused otherwise).
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     """
@@ -170,7 +171,7 @@ CHOICES = {
     "optim.loss_reduction": ("mean", "sum"),
     "model.head": ("auto", "classifier", "regressor", "tagger", "lm"),
     "model.pooling": ("last", "mean", "max"),
-    "train.select_on": ("metric", "loss"),
+    "train.select_on": ("metric", "loss", "last"),
 }
 
 

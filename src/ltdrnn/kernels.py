@@ -16,9 +16,11 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from importlib import resources
 from pathlib import Path
@@ -63,7 +65,7 @@ def load_torch_ops(cell: str) -> bool:
         return False
     if cell not in _TORCH_OPS:
         try:
-            torch.ops.load_library(str(_build(cell)))
+            _load_verified(_build(cell))
             _TORCH_OPS[cell] = True
         except Exception as error:  # any failure means: use the PyTorch fallback
             warnings.warn(
@@ -102,26 +104,91 @@ def _sources(cell: str) -> dict[str, bytes]:
     return {name: csrc.joinpath(name).read_bytes() for name in (f"{cell}.cpp", COMMON_HEADER)}
 
 
+class KernelCacheError(RuntimeError):
+    """The kernel cache cannot be trusted (another user could write to it); nothing is built or loaded
+    from it."""
+
+
 def _build(cell: str) -> Path:
     """The shared object of ``csrc/<cell>.cpp``: from the cache when an intact build of the same
-    sources, flags, CPU, compiler and torch version is there, else built now."""
+    sources, flags, CPU, compiler and torch version is there, else built now.
+
+    Raises :class:`KernelCacheError` before anything is built when the cache directory, or a directory
+    above it, could be written by another user (see :func:`check_private_directory`): a library built
+    or cached there could be replaced before it is loaded.
+    """
     sources = _sources(cell)
     compiler, compile_flags, link_flags = _toolchain()
     parts = [*sources.values(), " ".join(compile_flags), _cpu_signature(), compiler, torch.__version__]
     key = hashlib.sha256(b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)).hexdigest()[:16]
     cache = kernel_cache_dir()
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache = cache.resolve()  # the directories checked are the ones used, whatever links led there
+    check_private_directory(cache)
     for cached in sorted(cache.glob(f"{cell}-{key}-*.so")):
         if _is_intact(cached):
             return cached
-    cache.mkdir(mode=0o755, parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as work:
+    # a private directory (mkdtemp: mode 0700) inside a cache no one else can write to
+    with tempfile.TemporaryDirectory(dir=cache, prefix=_BUILD_PREFIX) as work:
         for name, text in sources.items():  # side by side: #include "common.h" finds the header
             (Path(work) / name).write_bytes(text)
         built = Path(work) / f"{cell}.so"
         _compile(compiler, compile_flags, link_flags, Path(work) / f"{cell}.cpp", built)
         target = cache / f"{cell}-{key}-{_digest(built)}.so"
         os.replace(built, target)  # atomic: concurrent builders never see a half-written library
+    prune_cache(cache, keep=target)
     return target
+
+
+def check_private_directory(directory: Path) -> None:
+    """Raise :class:`KernelCacheError` unless no other user can change what ``directory`` (a resolved
+    path) holds: it belongs to this user and neither its group nor others may write to it, and each
+    directory above it belongs to this user or root and is not writable by others unless it is sticky
+    (as ``/tmp`` is, where no one may rename another's entry)."""
+    me = os.getuid()
+    status = directory.stat()
+    if status.st_uid != me or status.st_mode & 0o022:
+        raise KernelCacheError(
+            f"kernel cache {directory} is not private (owner uid {status.st_uid}, mode "
+            f"{stat.S_IMODE(status.st_mode):o}; expected owner uid {me} and no write permission for group "
+            "or others): a library built there could be replaced before it is loaded. Set LTDRNN_CACHE to a "
+            "directory only you can write to, or run chmod go-w on it"
+        )
+    for parent in directory.parents:
+        status = parent.stat()
+        sticky = status.st_mode & stat.S_ISVTX
+        if status.st_uid not in (me, 0) or (status.st_mode & 0o002 and not sticky):
+            raise KernelCacheError(
+                f"kernel cache {directory}: the directory above it, {parent}, can be changed by other "
+                f"users (owner uid {status.st_uid}, mode {stat.S_IMODE(status.st_mode):o}), who could replace "
+                "the cache. Set LTDRNN_CACHE to a directory inside one only you and root control"
+            )
+
+
+#: Name prefix of the temporary build directories inside the cache.
+_BUILD_PREFIX = "build-"
+#: Libraries built for other sources, flags or torch versions are removed once unused this long (their
+#: modification time is refreshed at every load), as are build directories left by killed builds.
+STALE_AFTER_S = 30 * 24 * 3600
+ABANDONED_BUILD_AFTER_S = 24 * 3600
+
+
+def prune_cache(cache: Path, keep: Path) -> None:
+    """Remove what the cache holds to no use: libraries that fail :func:`_is_intact` (truncated,
+    replaced, or writable by others), libraries of other keys unused for :data:`STALE_AFTER_S`, and
+    build directories older than :data:`ABANDONED_BUILD_AFTER_S`. Libraries of other keys that are in
+    recent use stay: another environment (another torch) may share the cache."""
+    now = time.time()
+    for entry in cache.iterdir():
+        try:
+            age = now - entry.lstat().st_mtime
+            if entry.name.startswith((_BUILD_PREFIX, "tmp")) and entry.is_dir() and not entry.is_symlink():
+                if age > ABANDONED_BUILD_AFTER_S:
+                    shutil.rmtree(entry, ignore_errors=True)
+            elif entry.suffix == ".so" and entry != keep and (not _is_intact(entry) or age > STALE_AFTER_S):
+                entry.unlink()
+        except OSError:  # removed meanwhile by a concurrent builder
+            continue
 
 
 def _compile(compiler: str, compile_flags: list[str], link_flags: list[str], source: Path, target: Path) -> None:
@@ -142,16 +209,39 @@ def _digest(path: Path) -> str:
 
 def _is_intact(path: Path) -> bool:
     """Whether a cached library is the one that was built: its content hash is the one in its name
-    (a truncated or replaced file fails), and no other user could have written it (the file and its
-    directory are owned by this user and not writable by others)."""
+    (a truncated or replaced file fails), and no other user could have written it (the file belongs to
+    this user and is not writable by group or others; the directory is checked by
+    :func:`check_private_directory`)."""
     try:
-        for item in (path, path.parent):
-            status = item.stat()
-            if status.st_uid != os.getuid() or status.st_mode & 0o002:
-                return False
+        status = path.lstat()
+        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o022:
+            return False
         return path.stem.rsplit("-", 1)[-1] == _digest(path)
     except OSError:
         return False
+
+
+def _load_verified(path: Path) -> None:
+    """Registers the library at ``path`` with ``torch.ops.load_library``, loading exactly the bytes that
+    were checked: the file is opened once, its owner, mode and content hash are read from that open
+    file, and the loader is given the open file (``/proc/self/fd/N``), so a file put at ``path`` after
+    the check is never the one loaded."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o022:
+            raise KernelCacheError(f"{path}: not a regular file of this user that only it may write to")
+        digest = hashlib.sha256()
+        with os.fdopen(os.dup(fd), "rb") as library:
+            for block in iter(lambda: library.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest()[:16] != path.stem.rsplit("-", 1)[-1]:
+            raise KernelCacheError(f"{path}: content does not match the hash in its name")
+        via_fd = f"/proc/self/fd/{fd}"
+        torch.ops.load_library(via_fd if os.path.exists(via_fd) else str(path))
+        os.utime(fd)  # marks it in use for prune_cache
+    finally:
+        os.close(fd)
 
 
 def _cpu_signature() -> str:
@@ -176,9 +266,10 @@ STREAM_MAX_BATCH = 8
 
 def can_stream_in_kernel(x_t, state, dtype: torch.dtype, input_size: int, state_tail: tuple) -> bool:
     """Whether one step of ``x_t (B, d)`` from the tensor ``state (B, *state_tail)`` may use the
-    compiled streaming step: no autograd, CPU, the shapes the kernel expects, matching float dtypes,
-    batch at most :data:`STREAM_MAX_BATCH`. Anything else takes the cell's general path (which also
-    raises the clear errors for bad input)."""
+    compiled streaming step: no autograd, CPU, the shapes the kernel expects, matching dtypes the kernels
+    are built for (:data:`KERNEL_DTYPES`: float16 and bfloat16 layers take the general path), batch at
+    most :data:`STREAM_MAX_BATCH`. Anything else takes the cell's general path (which also raises the
+    clear errors for bad input)."""
     return (
         not torch.is_grad_enabled()
         and isinstance(x_t, Tensor)
@@ -190,6 +281,7 @@ def can_stream_in_kernel(x_t, state, dtype: torch.dtype, input_size: int, state_
         and x_t.device.type == "cpu"
         and state.device.type == "cpu"
         and x_t.dtype == state.dtype == dtype
+        and dtype in KERNEL_DTYPES
     )
 
 
@@ -203,10 +295,15 @@ class StreamOperands:
         self.dtype = self.tensors[0].dtype
 
 
-def run_stream_kernel(cell: str, operands: StreamOperands, x_t: Tensor, state: Tensor) -> List[Tensor]:
-    """``torch.ops.ltdrnn.<cell>_stream`` on contiguous inputs; its outputs as a list."""
+def run_stream_kernel(cell: str, operands: StreamOperands, x_t: Tensor, state: Tensor) -> List[Tensor] | None:
+    """``torch.ops.ltdrnn.<cell>_stream`` on contiguous inputs; its outputs as a list, or None when
+    ``x_t`` or ``state`` holds NaN or an infinity: the operator declines those (its sums run in
+    another order than the reference's), and the caller's general path gives the reference's values."""
     op = getattr(torch.ops.ltdrnn, f"{cell}_stream")
-    outputs = op(operands.tensors, operands.options, x_t.contiguous(), state.contiguous())
+    try:
+        outputs = op(operands.tensors, operands.options, x_t.contiguous(), state.contiguous())
+    except NotImplementedError:
+        return None
     return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
 
 

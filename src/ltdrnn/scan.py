@@ -29,19 +29,41 @@ ACTIVATION_BACKWARD_INTO = {
 class ParameterCache:
     """Values derived from some parameters, recomputed only when one of them changes.
 
-    The key is every given tensor's storage and version counter, so in-place optimiser updates,
-    ``load_state_dict`` and ``module.to(...)`` invalidate it.
+    The key is every given tensor's storage and version counter, and the number of optimiser steps
+    taken in this process: in-place updates (``with torch.no_grad(): p.add_(...)``, ``load_state_dict``,
+    optimisers with or without ``foreach``), new tensors (``module.to(...)``, ``load_state_dict(...,
+    assign=True)``) and fused optimisers (``torch.optim.Adam(..., fused=True)``, which write the
+    parameters without bumping their version counters) all invalidate it. Edits through ``p.data``
+    are invisible to version counters by torch's design; docs/reliability.md gives the remedy.
     """
 
     def __init__(self) -> None:
         self.key, self.value = None, None
+        _count_optimiser_steps()
 
     def get(self, tensors, compute, extra=None):
         """The cached ``compute()``, recomputed when a tensor or the hashable ``extra`` changes."""
-        key = (tuple((p.data_ptr(), p._version) for p in tensors), extra)
+        key = (_OPTIMISER_STEPS[0], tuple((p.data_ptr(), p._version) for p in tensors), extra)
         if key != self.key:
             self.key, self.value = key, compute()
         return self.value
+
+
+#: Optimiser steps taken in this process (``[count]``), counted by a global post-step hook of
+#: ``torch.optim`` registered when the first :class:`ParameterCache` is made.
+_OPTIMISER_STEPS = [0]
+_COUNTING: list = []
+
+
+def _count_optimiser_steps() -> None:
+    """Registers, once, the hook that counts every ``torch.optim.Optimizer.step`` of the process."""
+    if not _COUNTING:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        def count(optimizer, args, kwargs) -> None:
+            _OPTIMISER_STEPS[0] += 1
+
+        _COUNTING.append(register_optimizer_step_post_hook(count))
 
 
 def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:

@@ -161,9 +161,13 @@ def evaluate(
     """``(summary, skip_fraction)`` of ``model`` on ``split``; ``max_batches`` caps the work."""
     evaluator = M.Evaluator(task.info)
     kept = total = 0.0
+    dataset = task.dataset(split)
+    if len(dataset) == 0:  # a metric of nothing would be an invented number (a loss of 0.0)
+        raise ConfigError(
+            f"split: the {split!r} split of task {task.info.name!r} is empty; there is nothing to evaluate"
+        )
     was_training = model.training
     model.eval()
-    dataset = task.dataset(split)
     with torch.no_grad():
         for i, indices in enumerate(_chunks(range(len(dataset)), batch_size)):
             if max_batches is not None and i >= max_batches:
@@ -213,6 +217,7 @@ class Run:
             else None
         )
         self.train_set = self.task.dataset("train")
+        self.validates = validation_size(cfg, self.task) > 0
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
         self.step = 0
         self.epoch = 0
@@ -311,6 +316,8 @@ class Run:
 
     def validate(self, terms: Dict[str, float]) -> None:
         cfg = self.cfg.train
+        if not self.validates:  # an empty validation split (select_on=last): nothing to record
+            return
         summary, skip = evaluate(
             self.model, self.task, "val", cfg.eval_batch_size or cfg.batch_size, cfg.eval_batches, self.device
         )
@@ -336,6 +343,8 @@ class Run:
         # every judge sees every entry; rank 0 judges and every rank follows
         if D.broadcast_object(any([judge(entry) for judge in self.judges]) if D.is_main() else None):
             self.status = "pruned"
+        if self.cfg.train.select_on == "last":
+            return
         score = summary[self.cfg.train.select_on]
         if self.best is None or self.better(score, self.best["score"]):
             self.best = {
@@ -384,7 +393,8 @@ class Run:
             "beats_baseline": M.beats_baseline(test["metric"], self.info),
             "test": test,
             "val_best": self.best["metric"] if self.best else None,
-            "best_step": self.best["step"] if self.best else None,
+            "best_step": self.best["step"] if self.best else self.step,
+            "checkpoint": "last" if self.best is None else f"best validation {cfg.select_on}",
             "params": M.parameter_count(self.model),
             "size_kb": M.model_size_kb(self.model),
             "skip_fraction": skip,
@@ -519,6 +529,23 @@ class Run:
 
 
 # ---- pieces ----------------------------------------------------------------------------------------
+def validation_size(cfg: RunConfig, task) -> int:
+    """Items in the task's validation split. An empty one is refused here, before any training, unless
+    ``train.select_on`` is ``last``: selecting a checkpoint on nothing kept the first one evaluated (its
+    "loss" of 0.0 was never beaten), and the reported test came from it."""
+    size = len(task.dataset("val"))
+    if size == 0 and cfg.train.select_on != "last":
+        options = cfg.task.options
+        why = f" (val_fraction {options['val_fraction']})" if "val_fraction" in options else ""
+        raise ConfigError(
+            f"train.select_on: the validation split of task {cfg.task.name!r} is empty{why}, so no checkpoint "
+            f"can be selected on its {cfg.train.select_on}; expected train.select_on=last (test the final "
+            "weights) or a task with a validation split (UCR sets: a class needs 3 training series for one "
+            "to validate at val_fraction 0.2)"
+        )
+    return size
+
+
 def build_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
     """Adam, RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``;
     parameters matched by ``optim.lr_scales`` form groups with their own learning rate."""

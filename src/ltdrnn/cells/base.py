@@ -176,6 +176,8 @@ class Cell(nn.Module):
             stepped = self.stream_step(x[0], state, impl)
             if stepped is not None:
                 return stepped[0].unsqueeze(0), stepped[1]
+        if holds_non_finite(x, state):
+            return self.scan_reference(x, state, lengths)
         return self.scan_fast(x, state, lengths, impl)
 
     def check_room(self, state: State, steps: int) -> None:
@@ -342,6 +344,18 @@ def mask_outputs(outputs: Tensor, lengths: Tensor | None) -> Tensor:
         return outputs
     # ``where``, not a product: a NaN or Inf computed past a sequence's end must not survive as NaN*0
     return torch.where(valid_steps(outputs, lengths), outputs, 0)
+
+
+def holds_non_finite(x: Tensor, state: State) -> bool:
+    """Whether ``x`` or a floating tensor of ``state`` holds NaN or an infinity.
+
+    Fast paths reorder the reference's sums (``(P W) x`` for ``P (W x)``, stacked weights, closed
+    forms) and compiled code is built with ``-ffast-math``: on finite values they agree to rounding,
+    but an infinity can meet another in one order and not in the other. :meth:`Cell.scan` gives such
+    input to the reference, so every path returns its NaN and Inf exactly (one pass over the input).
+    """
+    tensors = (x, *state) if isinstance(state, tuple) else (x, state)
+    return not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
 
 
 def zero_padding(x: Tensor, lengths: Tensor | None) -> Tensor:

@@ -193,9 +193,10 @@ class EulerCell(Cell):
             return None
         return eta[start : start + steps]
 
-    def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
+    def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor | None:
         """``h_t`` of one step without autograd, ``x_t (B, d)``, ``h (B, H)``, on operands cached until
-        a parameter changes."""
+        a parameter changes; None where the lean path does not give the reference's values (NaN or an
+        infinity in ``x_t`` or ``h``, see :func:`~ltdrnn.cells.base.holds_non_finite`)."""
         raise NotImplementedError
 
     @property
@@ -222,16 +223,14 @@ class EulerCell(Cell):
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
         and with the fused implementation, :meth:`lean_step`."""
-        if not self.streams(x_t, state):
-            return super().forward(x_t, state)
-        h = self.lean_step(x_t, state)
-        return h, h
+        h = self.lean_step(x_t, state) if self.streams(x_t, state) else None
+        return super().forward(x_t, state) if h is None else (h, h)
 
     def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
         if not self.has_lean_step:
             return None
         h = self.lean_step(x_t, state)
-        return h, h
+        return None if h is None else (h, h)
 
 
 def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
 from ..kernels import StreamOperands, stream_in_kernel
 from ..scan import ParameterCache
-from .base import State, check_choice, check_positive_float, mask_outputs
+from .base import State, check_choice, check_positive_float, holds_non_finite, mask_outputs
 from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
 from .masked import (
     MaskedCell,
@@ -267,7 +267,8 @@ class SARNN(MaskedCell):
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters())
         )
-        if impl == "sparse" and not needs_grad:
+        # the sparse loop keeps a skipped unit's h as is, so a NaN gate (from NaN weights) would vanish there
+        if impl == "sparse" and not needs_grad and not holds_non_finite(coord_in, self.coord_weight_hh):
             with torch.no_grad():
                 outputs, probs, masks = sparse_sarnn_gru(
                     gi, coord_in, state, self.weight_hh, self.bias_hh, self.scaled_coord_weight()

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import StreamOperands, stream_in_kernel
+from ..kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
 from ..scan import ParameterCache, final_state_at_lengths, scalars
-from .base import State, check_choice, loop_scan, mask_outputs
+from .base import State, check_choice, holds_non_finite, loop_scan, mask_outputs
 from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .fused.tarnn import ACTIVATION_CODES, EulerChain, FusedTARNN, compiled_loop_runs
@@ -291,10 +291,10 @@ class TARNN(EulerCell):
         """The compiled streaming step knows ``A = -I`` only: the doubly damped body takes the general way."""
         return not self.double_damping and super().streams(x_t, state)
 
-    def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor:
+    def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor | None:
         """``s_m`` of one step without autograd (recording ``aux``): at batch up to
         :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few PyTorch
-        ops on matrices cached until a parameter changes."""
+        ops on matrices cached until a parameter changes; None for NaN or an infinity in ``x_t`` or ``s``."""
         outputs = stream_in_kernel(
             "tarnn",
             lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
@@ -305,6 +305,8 @@ class TARNN(EulerCell):
         )
         if outputs is not None:
             out, beta = outputs
+        elif x_t.shape[0] <= STREAM_MAX_BATCH and holds_non_finite(x_t, s):
+            return None  # the kernel declined it (or is unavailable): the general path is exact
         else:
             out, beta = self._torch_step(x_t, s)
         self.aux["beta"] = beta[None]

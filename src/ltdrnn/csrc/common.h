@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -37,22 +38,52 @@ extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
 
 namespace ltdrnn {
 
+// Whether v is NaN, read from its bits: -ffast-math lets the compiler assume no operand is NaN, so
+// comparisons (q > 0, min, max) may drop one and v != v may fold to false; integer tests stay exact.
+// The activations below use it to propagate NaN as torch's do (a relu that maps NaN to 0 hid
+// diverged runs behind finite outputs).
+template <typename T>
+using Bits = std::conditional_t<std::is_same_v<T, float>, uint32_t, uint64_t>;
+template <typename T>
+constexpr Bits<T> kMagnitude = ~(Bits<T>(1) << (8 * sizeof(T) - 1));
+template <typename T>
+constexpr Bits<T> kInfinity = std::is_same_v<T, float> ? Bits<T>(0x7f800000) : Bits<T>(0x7ff0000000000000);
+
+template <typename T>
+inline bool is_nan(T v) {
+  return (std::bit_cast<Bits<T>>(v) & kMagnitude<T>) > kInfinity<T>;
+}
+
+// Whether none of p[0..n) is NaN or infinite (from the bits, as is_nan).
+template <typename T>
+inline bool all_finite(const T* p, int64_t n) {
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) finite &= (std::bit_cast<Bits<T>>(p[i]) & kMagnitude<T>) < kInfinity<T>;
+  return finite;
+}
+
 // Clamped where exp(-v) would overflow: under -ffast-math the vectorised 1 / (1 + inf) is NaN, not 0
 // (a TARNN gate with r < -88 in float32 turned a whole UCR run into NaN). Below the clamp the value is
 // 0, as torch.sigmoid gives: the clamped quotient would be a denormal (6e-39 in float32), and a gate of
-// exactly 0 is what freezes a TARNN unit exactly (a select, so the loop still vectorises).
+// exactly 0 is what freezes a TARNN unit exactly (a select, so the loop still vectorises). NaN stays NaN.
 template <typename T>
 inline T sigmoid(T v) {
   constexpr T limit = std::is_same_v<T, float> ? T(88) : T(708);
   const T s = T(1) / (T(1) + std::exp(-std::min(std::max(v, -limit), limit)));
-  return v < -limit ? T(0) : s;
+  return is_nan(v) ? v : v < -limit ? T(0) : s;
+}
+
+// relu that keeps NaN, as torch.relu does
+template <typename T>
+inline T relu_keeping_nan(T q) {
+  return q > T(0) || is_nan(q) ? q : T(0);
 }
 
 // The activation is a template argument so that each inner loop has no branch on it and vectorises.
 template <int Act, typename T>
 inline T activate(T q) {
-  if constexpr (Act == 0) return q > T(0) ? q : T(0);
-  if constexpr (Act == 1) return std::tanh(q);
+  if constexpr (Act == 0) return relu_keeping_nan(q);
+  if constexpr (Act == 1) return is_nan(q) ? q : std::tanh(q);
   return sigmoid(q);
 }
 
@@ -136,6 +167,14 @@ inline void check_stream_input(const at::Tensor& x, const at::Tensor& state, at:
   std::vector<int64_t> shape{x.size(0)};
   shape.insert(shape.end(), state_tail.begin(), state_tail.end());
   check_tensor(state, x, shape, op, "state");
+  // A streaming step is exact for finite input only: its sums run in another order than the reference's
+  // and -ffast-math may drop a NaN. NotImplementedError tells the caller to take its general path.
+  const auto finite_as = [&](auto zero) {
+    using T = decltype(zero);
+    return all_finite(x.data_ptr<T>(), x.numel()) && all_finite(state.data_ptr<T>(), state.numel());
+  };
+  const bool finite = x.scalar_type() == at::kFloat ? finite_as(0.0f) : finite_as(0.0);
+  TORCH_CHECK_NOT_IMPLEMENTED(finite, op, ": x or state holds NaN or an infinity; use the general path");
 }
 
 // The number of weights a streaming step expects, before they are indexed.

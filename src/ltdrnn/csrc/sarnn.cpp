@@ -88,7 +88,7 @@ void forward_rows(const T* __restrict gi, const T* __restrict bias, const T* __r
       const T u = pre > T(0.5) ? T(1) : T(0);
       pre_out[row + j] = pre;
       mask_out[row + j] = u;
-      out[row + j] = hj + u * (n + z * (hj - n) - hj);
+      out[row + j] = is_nan(pre) ? pre : hj + u * (n + z * (hj - n) - hj);  // a NaN gate is NaN, as in torch
     }
   }
 }
@@ -247,7 +247,7 @@ void stream_rows(at::TensorList w, const T* x, const T* h, T* out, T* prob, T* m
       pb[j] = pre < T(0) ? T(0) : pre > T(1) ? T(1) : pre;
       mb[j] = update ? T(1) : T(0);
       if (!update) {
-        ob[j] = hb[j];
+        ob[j] = is_nan(pre) ? pre : hb[j];  // a NaN gate is NaN, as in torch
         continue;
       }
       T gi[3], gh[3] = {0, 0, 0};

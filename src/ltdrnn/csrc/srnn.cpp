@@ -169,7 +169,7 @@ inline void add_shifted_and_activate(T* out, const T* prev, int64_t hidden, bool
   out[0] += prev[hidden - 1];
   for (int64_t i = 1; i < hidden; ++i) out[i] += prev[i - 1];
   if (relu) {
-    for (int64_t i = 0; i < hidden; ++i) out[i] = out[i] > 0 ? out[i] : T(0);
+    for (int64_t i = 0; i < hidden; ++i) out[i] = activate<0>(out[i]);
   } else {
     for (int64_t i = 0; i < hidden; ++i) out[i] = std::tanh(out[i]);
   }
@@ -722,7 +722,7 @@ void stream_rows(at::TensorList w, int64_t layers, bool gated, bool relu, const 
       const T* bias = w[2 * l + 1].data_ptr<T>();
       std::copy(bias, bias + k, next);
       add_matvec(next, w[2 * l].data_ptr<T>(), feat, k, cols);
-      for (int64_t i = 0; i < k; ++i) next[i] = next[i] > 0 ? next[i] : T(0);
+      for (int64_t i = 0; i < k; ++i) next[i] = activate<0>(next[i]);
       feat = next;
       cols = k;
     }
@@ -736,7 +736,7 @@ void stream_rows(at::TensorList w, int64_t layers, bool gated, bool relu, const 
     T* ob = out + b * hidden;
     ob[0] = f[0] + hb[hidden - 1];
     for (int64_t i = 1; i < hidden; ++i) ob[i] = f[i] + hb[i - 1];
-    for (int64_t i = 0; i < hidden; ++i) ob[i] = relu ? (ob[i] > 0 ? ob[i] : T(0)) : std::tanh(ob[i]);
+    for (int64_t i = 0; i < hidden; ++i) ob[i] = relu ? activate<0>(ob[i]) : activate<1>(ob[i]);
   }
 }
 
