@@ -145,6 +145,24 @@ def test_a_steeper_slope_moves_probabilities_away_from_one_half():
     assert torch.all(steep >= shallow - 1e-7) and torch.any(steep > shallow)
 
 
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_the_slope_changes_the_gradient_and_never_the_forward_pass(impl):
+    # u = [clamp((alpha a + 1) / 2) > 1/2] = [a > 0] for every alpha > 0: annealing cannot move a decision
+    # (docs/notes/sarnn.md, issue 39), only the straight-through gradient and the budget's value
+    x = torch.randn(40, 4, 3, dtype=torch.float64)
+    runs = []
+    for slope in (1.0, 1.04, 5.0):
+        cell = make(slope=slope, anneal_slope=False, impl=impl, dtype=torch.float64)
+        out, _ = cell.scan(x)
+        out.sum().backward()
+        runs.append((out.detach(), cell.aux["update_mask"], cell.coord_bias.grad.clone()))
+    (out, mask, grad), others = runs[0], runs[1:]
+    assert 0 < mask.mean() < 1
+    for other_out, other_mask, other_grad in others:
+        assert torch.equal(other_mask, mask) and torch.equal(other_out, out)
+        assert not torch.allclose(other_grad, grad)
+
+
 def test_budget_is_the_sum_over_time_of_the_mean_update_probability():
     cell = make()
     x = torch.randn(6, 3, 3)
