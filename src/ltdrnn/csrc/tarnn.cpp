@@ -51,13 +51,6 @@ void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor&
               "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
 }
 
-// c (m x n) = beta c + a (m x k) b, b (k x n), row-major (common.h, gemm). Every operand is checked contiguous,
-// so its row stride is its width.
-template <typename T>
-void product(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
-  gemm(false, false, m, n, k, T(1), a, k, b, n, beta, c, n);
-}
-
 // g += one row of grad_outputs, its entries `stride` apart (0 when a mean's gradient arrives expanded).
 // The common unit stride gets a loop of its own, which vectorises.
 template <typename T>
@@ -89,13 +82,6 @@ int64_t check_input_map(const at::Tensor& x, const at::Tensor& weight, const at:
   check_tensor(x, p, {p.size(0), p.size(1), x.size(2)}, op, "x");
   check_tensor(weight, p, {p.size(2), x.size(2)}, op, "weight");
   return x.size(2);
-}
-
-// pt (rows x cols) = b_in + x_t W_in^T, x_t (rows x d): the input part of one step's pre-activations.
-template <typename T>
-void input_map(const T* x_t, const T* weight, const T* bias, T* pt, int64_t rows, int64_t cols, int64_t dim) {
-  for (int64_t b = 0; b < rows; ++b) std::copy_n(bias, cols, pt + b * cols);
-  gemm(false, true, rows, cols, dim, T(1), x_t, dim, weight, dim, T(1), pt, cols);
 }
 
 // Over `rows` rows of one step: beta = sigmoid(r) and s_t = s_{t-1} + eta beta (phi(q) + c).
@@ -131,18 +117,19 @@ void tarnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::T
   check_operand(w_t, {hidden, 3 * hidden}, p, "w_t");
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), kK1Forward, [&] {
     using T = scalar_t;
+    // p_t = b_in + s_{t-1} w_t + x_t W_in^T: one product of the state and the input together (products.h)
+    const StepProduct<T> step(3 * hidden, {w_t.data_ptr<T>(), 3 * hidden, 1}, hidden, {weight.data_ptr<T>(), 1, dim},
+                              dim);
     with_activation(act, [&](auto kind) {
       over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
         const int64_t rows = end - begin;
-        const T *weights = w_t.data_ptr<T>(), *x_data = x.data_ptr<T>();
-        const T *w_in = weight.data_ptr<T>(), *b_in = bias.data_ptr<T>();
+        const T *x_data = x.data_ptr<T>(), *b_in = bias.data_ptr<T>();
         const T* s = s0.data_ptr<T>() + begin * hidden;
         T *p_data = p.data_ptr<T>(), *out_data = outputs.data_ptr<T>(), *beta_data = betas.data_ptr<T>();
         for (int64_t t = 0; t < steps; ++t) {
           const int64_t row = t * batch + begin;
           T *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden;
-          input_map(x_data + row * dim, w_in, b_in, pt, rows, 3 * hidden, dim);
-          product(s, weights, pt, rows, 3 * hidden, hidden, T(1));  // + s_{t-1} w_t
+          step.run(rows, s, hidden, x_data + row * dim, dim, pt, 3 * hidden, Start::bias, b_in);
           forward_rows<decltype(kind)::value, T>(pt, s, out, beta_data + row * hidden, rows, hidden,
                                                  static_cast<T>(eta));
           s = out;
@@ -152,43 +139,49 @@ void tarnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::T
   });
 }
 
-// Over `rows` rows of one step: carry becomes g = grad_out + carry; with dG = eta beta g, the gradient of
-// p_t, [dc | dq | dr] = [dG | dG phi'(q) | eta g G beta (1 - beta)], goes into dp (rows x 3H) and its column
-// sums are added to bias_sums (3H, the block's gradient of b_in). Returns sum(g beta G), these rows' part
-// of d eta.
+// One row of one step, with g its gradient of s_t: with dG = eta beta g, the gradient of p_t, [dc | dq | dr] =
+// [dG | dG phi'(q) | eta g G beta (1 - beta)], goes into dc, dq, dr and is added to the column sums (the
+// block's gradient of b_in). Returns sum(g beta G), the row's part of d eta. Every pointer restrict and a
+// parameter: gcc vectorised this loop only so (with restrict pointers derived inside the caller it ran scalar,
+// 7 % of a training step).
+template <int Act, typename T>
+T backward_row(const T* __restrict c, const T* __restrict q, const T* __restrict beta, const T* __restrict g,
+               T* __restrict dc, T* __restrict dq, T* __restrict dr, T* __restrict c_sums, T* __restrict q_sums,
+               T* __restrict r_sums, int64_t hidden, T eta) {
+  T sum = T(0);
+  for (int64_t j = 0; j < hidden; ++j) {
+    const T phi = activate<Act>(q[j]);
+    const T big_g = phi + c[j];
+    const T bj = beta[j];
+    const T d_g = eta * bj * g[j];
+    const T d_q = d_g * activation_slope<Act>(phi);
+    const T d_r = eta * g[j] * big_g * bj * (T(1) - bj);
+    sum += g[j] * bj * big_g;
+    dc[j] = d_g;
+    dq[j] = d_q;
+    dr[j] = d_r;
+    c_sums[j] += d_g;
+    q_sums[j] += d_q;
+    r_sums[j] += d_r;
+  }
+  return sum;
+}
+
+// Over `rows` rows of one step: carry becomes g = grad_out + carry, then backward_row: the gradient of p_t
+// into dp (rows x 3H), its column sums into bias_sums (3H). Returns these rows' part of d eta.
 template <int Act, typename T>
 double backward_rows(const T* pt, T* dp, const T* beta, const T* grad_out, const int64_t* grad_strides, T* carry,
                      T* bias_sums, int64_t rows, int64_t hidden, T eta) {
-  T* __restrict c_sums = bias_sums;
-  T* __restrict q_sums = c_sums + hidden;
-  T* __restrict r_sums = q_sums + hidden;
+  const int64_t width = 3 * hidden;
   double total = 0.0;
   for (int64_t b = 0; b < rows; ++b) {
-    const T* __restrict c = pt + b * 3 * hidden;
-    const T* __restrict q = c + hidden;
-    T* __restrict dc = dp + b * 3 * hidden;
-    T* __restrict dq = dc + hidden;
-    T* __restrict dr = dq + hidden;
-    const T* __restrict beta_b = beta + b * hidden;
-    T* __restrict g = carry + b * hidden;
+    const T* c = pt + b * width;
+    T* dc = dp + b * width;
+    T* g = carry + b * hidden;
     add_gradient_row(g, grad_out + b * grad_strides[0], grad_strides[1], hidden);
-    T sum = T(0);
-    for (int64_t j = 0; j < hidden; ++j) {
-      const T phi = activate<Act>(q[j]);
-      const T big_g = phi + c[j];
-      const T bj = beta_b[j];
-      const T d_g = eta * bj * g[j];
-      const T d_q = d_g * activation_slope<Act>(phi);
-      const T d_r = eta * g[j] * big_g * bj * (T(1) - bj);
-      sum += g[j] * bj * big_g;
-      dc[j] = d_g;
-      dq[j] = d_q;
-      dr[j] = d_r;
-      c_sums[j] += d_g;
-      q_sums[j] += d_q;
-      r_sums[j] += d_r;
-    }
-    total += static_cast<double>(sum);
+    total += static_cast<double>(backward_row<Act, T>(c, c + hidden, beta + b * hidden, g, dc, dc + hidden,
+                                                      dc + 2 * hidden, bias_sums, bias_sums + hidden,
+                                                      bias_sums + 2 * hidden, hidden, eta));
   }
   return total;
 }
@@ -215,14 +208,15 @@ void add_step_gradients(const K1Backward<T>& in, const K1Sums<T>& sums, const T*
                         int64_t rows) {
   const int64_t three_h = 3 * in.hidden, dim = in.dim;
   const T* x_t = in.x + row * dim;
-  gemm(true, false, three_h, in.hidden, rows, T(1), dp, three_h, prev, in.hidden, T(1), sums.state, in.hidden);
-  gemm(true, false, three_h, dim, rows, T(1), dp, three_h, x_t, dim, T(1), sums.weight, dim);
+  add_at_b(three_h, in.hidden, rows, dp, three_h, prev, in.hidden, sums.state, in.hidden);
+  add_at_b(three_h, dim, rows, dp, three_h, x_t, dim, sums.weight, dim);
   if (in.grad_x) gemm(false, false, rows, dim, three_h, T(1), dp, three_h, in.weight, dim, T(0), in.grad_x + row * dim, dim);
 }
 
 // One block's rows over all T steps, last to first; returns its part of d eta.
 template <int Act, typename T>
-double backward_block(const K1Backward<T>& in, const K1Sums<T>& sums, int64_t begin, int64_t rows, T eta) {
+double backward_block(const K1Backward<T>& in, const K1Sums<T>& sums, const StepProduct<T>& to_state, int64_t begin,
+                      int64_t rows, T eta) {
   const int64_t hidden = in.hidden, batch = in.batch;
   std::vector<T> dp(rows * 3 * hidden);  // the step's gradient of p; allocated by the thread that uses it
   T* carry = in.carry + begin * hidden;
@@ -235,7 +229,7 @@ double backward_block(const K1Backward<T>& in, const K1Sums<T>& sums, int64_t be
     eta_part += backward_rows<Act, T>(in.p + row * 3 * hidden, dp.data(), in.betas + row * hidden,
                                       grad_base + t * in.grad_step, in.grad_strides, carry, sums.bias, rows,
                                       hidden, eta);
-    product(dp.data(), in.state_weights, carry, rows, hidden, 3 * hidden, T(1));  // d s_{t-1} = g + dp [..]
+    to_state.run(rows, dp.data(), 3 * hidden, nullptr, 0, carry, hidden, Start::add);  // d s_{t-1} = g + dp [..]
     add_step_gradients(in, sums, dp.data(), prev, row, rows);
   }
   return eta_part;
@@ -303,12 +297,13 @@ double tarnn_k1_backward(const at::Tensor& p, const at::Tensor& betas, const at:
                            dim,
                            grad_outputs.stride(0),
                            {grad_outputs.stride(1), grad_outputs.stride(2)}};
+    const StepProduct<T> to_state(hidden, {in.state_weights, hidden, 1}, 3 * hidden);
     with_activation(act, [&](auto kind) {
       over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
         T* block = parts.data_ptr<T>() + part * per_block;
         const K1Sums<T> sums{block, block + state_size, block + state_size + weight_size};
-        eta_parts[part] =
-            backward_block<decltype(kind)::value, T>(in, sums, begin, end - begin, static_cast<T>(eta));
+        eta_parts[part] = backward_block<decltype(kind)::value, T>(in, sums, to_state, begin, end - begin,
+                                                                   static_cast<T>(eta));
       });
     });
     add_blocks<T>(grad_state_weights, parts, 0);
@@ -435,6 +430,9 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
   const bool store = phis.numel() > 0;
   if (store) check_operand(phis, {steps, k, batch, hidden}, p, "phis");
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_forward", [&] {
+    // the weights of the step's products, packed once for all T steps (products.h)
+    const StepProduct<scalar_t> to_p(3 * hidden, {w_t.data_ptr<scalar_t>(), 3 * hidden, 1}, hidden);
+    const StepProduct<scalar_t> to_qu(hidden, {u_t.data_ptr<scalar_t>(), hidden, 1}, hidden);
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
         over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
@@ -442,16 +440,15 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
           // this block's work buffers: qu = delta U^T, delta, and phi when it is not saved
           std::vector<scalar_t> work((store ? 2 : 3) * own);
           scalar_t *qu = work.data(), *delta = qu + own, *phi_scratch = delta + own;
-          const scalar_t *weights = w_t.data_ptr<scalar_t>(), *u = u_t.data_ptr<scalar_t>();
           const scalar_t* s = s0.data_ptr<scalar_t>() + begin * hidden;
           scalar_t *p_data = p.data_ptr<scalar_t>(), *out_data = outputs.data_ptr<scalar_t>();
           scalar_t *beta_data = betas.data_ptr<scalar_t>(), *phi_data = store ? phis.data_ptr<scalar_t>() : nullptr;
           for (int64_t t = 0; t < steps; ++t) {
             const int64_t row = t * batch + begin;
             scalar_t *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden, *beta = beta_data + row * hidden;
-            product(s, weights, pt, rows, 3 * hidden, hidden, scalar_t(1));  // + s_{t-1} w_t
+            to_p.run(rows, s, hidden, nullptr, 0, pt, 3 * hidden, Start::add);  // + s_{t-1} w_t
             for (int64_t i = 0; i < k; ++i) {
-              if (i > 0) product(delta, u, qu, rows, hidden, hidden, scalar_t(0));
+              if (i > 0) to_qu.run(rows, delta, hidden, nullptr, 0, qu, hidden, Start::zero);
               scalar_t* phi_out = store ? phi_data + ((t * k + i) * batch + begin) * hidden : phi_scratch;
               with_ends(i == 0, i == k - 1, [&](auto first, auto last) {
                 euler_forward_rows<decltype(kind)::value, decltype(gate)::value, decltype(first)::value,
@@ -593,6 +590,8 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
   at::Tensor u_parts = at::zeros({blocks, hidden, hidden}, p.options());
   std::vector<double> eta_parts(blocks * k, 0.0), grad_eta(k, 0.0);
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_backward", [&] {
+    const StepProduct<scalar_t> to_state(hidden, {state_weights.data_ptr<scalar_t>(), hidden, 1}, 3 * hidden);
+    const StepProduct<scalar_t> through_u(hidden, {u.data_ptr<scalar_t>(), hidden, 1}, hidden);
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
         constexpr bool kInside = decltype(gate)::value;
@@ -605,7 +604,6 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
           std::vector<scalar_t> work((2 * k + arg_blocks + 3) * own);
           scalar_t *gs = work.data(), *deltas = gs + k * own, *dargs = deltas + k * own;
           scalar_t *d_beta = dargs + arg_blocks * own, *gd_a = d_beta + own, *gd_b = gd_a + own;
-          const scalar_t *weights = state_weights.data_ptr<scalar_t>(), *u_data = u.data_ptr<scalar_t>();
           scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
           scalar_t* own_u = u_parts.data_ptr<scalar_t>() + part * hidden * hidden;
           std::fill(own_carry, own_carry + own, scalar_t(0));
@@ -631,16 +629,15 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
               });
               if (i > 0) {
                 // the gradient of delta_i: + d arg_i U
-                product(darg, u_data, gd_next, rows, hidden, hidden, scalar_t(1));
+                through_u.run(rows, darg, hidden, nullptr, 0, gd_next, hidden, Start::add);
                 std::swap(gd, gd_next);
               }
             }
             if (k > 1) {  // d U += sum_i d arg_i^T delta_i, i = 1..K-1, in one product
-              gemm(true, false, hidden, hidden, (k - 1) * rows, scalar_t(1), dargs, hidden, deltas, hidden, scalar_t(1),
-                   own_u, hidden);
+              add_at_b(hidden, hidden, (k - 1) * rows, dargs, hidden, deltas, hidden, own_u, hidden);
             }
             // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
-            product(pt, weights, own_carry, rows, hidden, 3 * hidden, scalar_t(1));
+            to_state.run(rows, pt, 3 * hidden, nullptr, 0, own_carry, hidden, Start::add);
           }
         });
       });
