@@ -29,13 +29,14 @@ from .cli import SCHEMA, SECTIONS, main, parse_options, parse_shapes, run, setti
 from .probes import run_probe, subject_spec, timing_probe
 from .report import evaluate_targets, render_markdown, target_verdict
 from .sections import loglog_slope
-from .subjects import SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
+from .subjects import RATE_TARGETS, SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
 from .timing import interleaved_samples
 
 __all__ = [
     "SCHEMA",
     "SECTIONS",
     "SHAPES",
+    "RATE_TARGETS",
     "TRAIN_TARGETS",
     "VARIANTS",
     "Shape",

@@ -16,12 +16,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from .host import assess
 from .probes import measure_malloc, measure_memory, memory_probe, timing_probe
 from .profile import measure_profile
 from .report import evaluate_targets, render_markdown
 from .sections import flops_records, measure_scaling, measure_sequences, measure_skip, measure_stream
 from .subjects import SHAPES, VARIANTS, Shape, Subject, registry_subjects
-from .timing import Settings, machine_description, matmul_peak, prepare_process
+from .timing import Settings, machine_description, matmul_peak, prepare_process, progress
 
 SCHEMA = "ltdrnn.bench/1"
 SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip", "profile", "malloc")
@@ -245,6 +246,9 @@ def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[s
         if subject.error is not None:
             errors.append({"subject": subject.name, "section": "all", "shape": "-", "error": subject.error})
     result["targets"] = evaluate_targets(result)
+    result["health"] = assess(result, subjects, settings, errors)  # bench/host.py: quiet? nn.LSTM as usual?
+    for warning in result["health"]["warnings"]:
+        progress(f"WARNING: {warning}")
     return result
 
 
