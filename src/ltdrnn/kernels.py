@@ -36,6 +36,8 @@ from torch import Tensor
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC")
 #: The header every ``csrc/<cell>.cpp`` includes; its bytes are part of each build's cache key.
 COMMON_HEADER = "common.h"
+#: Every header of ``csrc/`` (common.h includes the others); all are copied beside a build and keyed.
+HEADERS = (COMMON_HEADER, "products.h")
 KERNEL_DTYPES = (torch.float32, torch.float64)
 _TORCH_OPS: dict[str, bool] = {}  # registered operators stay for the life of the process
 
@@ -99,9 +101,9 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
 
 
 def _sources(cell: str) -> dict[str, bytes]:
-    """The files a build of ``csrc/<cell>.cpp`` reads, by name: the file and :data:`COMMON_HEADER`."""
+    """The files a build of ``csrc/<cell>.cpp`` reads, by name: the file and the :data:`HEADERS`."""
     csrc = resources.files("ltdrnn").joinpath("csrc")
-    return {name: csrc.joinpath(name).read_bytes() for name in (f"{cell}.cpp", COMMON_HEADER)}
+    return {name: csrc.joinpath(name).read_bytes() for name in (f"{cell}.cpp", *HEADERS)}
 
 
 class KernelCacheError(RuntimeError):

@@ -508,24 +508,24 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     forward = torch.ops.ltdrnn.tarnn_k1_forward
     x, weight, bias = torch.zeros(5, 2, 3), torch.zeros(12, 3), torch.zeros(12)
-    p, s0, w_t = torch.zeros(5, 2, 12), torch.zeros(2, 4), torch.zeros(4, 12)
+    saved, s0, w_t = torch.zeros(5, 2, 8), torch.zeros(2, 4), torch.zeros(4, 12)  # saved: each step's [G | phi]
     out, beta = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4)
-    forward(x, weight, bias, p, s0, w_t, 0.1, 0, out, beta)  # well-formed: runs
+    forward(x, weight, bias, saved, s0, w_t, 0.1, 0, out, beta)  # well-formed: runs
     for args, message in (
-        ((x, weight, bias, p, torch.zeros(3, 4), w_t, 0.1, 0, out, beta), "s0 must be a contiguous \\(B, H\\)"),
-        ((x, weight, bias, p, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be a contiguous CPU \\[4, 12\\]"),
-        ((x, weight, bias, p, s0, w_t, 0.1, 3, out, beta), "activation code"),
-        ((x, weight, bias, p, s0, w_t, 0.1, 0, torch.zeros(5, 2, 3), beta), "outputs must be"),
-        ((x, weight, bias, p.double(), s0, w_t, 0.1, 0, out, beta), "s0 must be"),
-        ((x, weight, bias, p.transpose(0, 1), s0, w_t, 0.1, 0, out, beta), "p must be a contiguous CPU"),
-        ((x[:4], weight, bias, p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: x must be a contiguous"),
+        ((x, weight, bias, saved, torch.zeros(3, 4), w_t, 0.1, 0, out, beta), "s0 must be a contiguous \\[2, 4\\]"),
+        ((x, weight, bias, saved, s0, torch.zeros(4, 9), 0.1, 0, out, beta), "w_t must be a contiguous \\[4, 12\\]"),
+        ((x, weight, bias, saved, s0, w_t, 0.1, 3, out, beta), "activation code"),
+        ((x, weight, bias, saved, s0, w_t, 0.1, 0, torch.zeros(5, 2, 3), beta), "outputs must be"),
+        ((x, weight, bias, saved.double(), s0, w_t, 0.1, 0, out, beta), "s0 must be"),
+        ((x, weight, bias, saved.transpose(0, 1), s0, w_t, 0.1, 0, out, beta), "saved must be a contiguous \\(T, B"),
+        ((x[:4], weight, bias, saved, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: x must be a contiguous"),
         (
-            (x.transpose(0, 1).contiguous().transpose(0, 1), weight, bias, p, s0, w_t, 0.1, 0, out, beta),
+            (x.transpose(0, 1).contiguous().transpose(0, 1), weight, bias, saved, s0, w_t, 0.1, 0, out, beta),
             "tarnn_k1_forward: x must be a contiguous",
         ),  # fmt: skip
-        ((x.double(), weight, bias, p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: x must be a CPU tensor of"),
-        ((x, weight[:, :2], bias, p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: weight must be a contiguous"),
-        ((x, weight, bias[:11], p, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: bias must be a contiguous"),
+        ((x.double(), weight, bias, saved, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: x must be a CPU tensor of"),
+        ((x, weight[:, :2], bias, saved, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: weight must be a contiguous"),
+        ((x, weight, bias[:11], saved, s0, w_t, 0.1, 0, out, beta), "tarnn_k1_forward: bias must be a contiguous"),
     ):
         with pytest.raises(RuntimeError, match=message):
             forward(*args)
@@ -536,13 +536,13 @@ def k1_operands(batch=2, steps=5, hidden=4, dim=3):
     results in fresh, unfilled tensors)."""
     x = torch.randn(steps, batch, dim, dtype=DT)
     weight, bias = 0.5 * torch.randn(3 * hidden, dim, dtype=DT), 0.1 * torch.randn(3 * hidden, dtype=DT)
-    p = torch.empty(steps, batch, 3 * hidden, dtype=DT)
+    saved = torch.empty(steps, batch, 2 * hidden, dtype=DT)
     state_weights = 0.3 * torch.randn(3 * hidden, hidden, dtype=DT)
     out, beta = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
     s0 = 0.1 * torch.randn(batch, hidden, dtype=DT)
-    torch.ops.ltdrnn.tarnn_k1_forward(x, weight, bias, p, s0, state_weights.t().contiguous(), 0.2, 1, out, beta)
+    torch.ops.ltdrnn.tarnn_k1_forward(x, weight, bias, saved, s0, state_weights.t().contiguous(), 0.2, 1, out, beta)
     return dict(
-        p=p, betas=beta, grad_outputs=torch.randn(steps, batch, hidden, dtype=DT), outputs=out, s0=s0, x=x,
+        saved=saved, betas=beta, grad_outputs=torch.randn(steps, batch, hidden, dtype=DT), outputs=out, s0=s0, x=x,
         weight=weight, state_weights=state_weights, eta=0.2, act=1, carry=torch.empty_like(s0),
         grad_x=torch.empty_like(x), grad_state_weights=torch.empty_like(state_weights),
         grad_weight=torch.empty_like(weight), grad_bias=torch.empty_like(bias),
@@ -565,9 +565,9 @@ def test_compiled_k1_backward_rejects_malformed_operands_and_runs_an_empty_batch
     torch.manual_seed(11)
     backward = torch.ops.ltdrnn.tarnn_k1_backward
     operands = k1_operands()
-    p = operands["p"].clone()
-    backward(**operands)  # well-formed: runs, and leaves p as the forward wrote it
-    assert torch.equal(operands["p"], p)
+    saved = operands["saved"].clone()
+    backward(**operands)  # well-formed: runs, and leaves saved as the forward wrote it
+    assert torch.equal(operands["saved"], saved)
     empty = k1_operands(batch=0)
     assert backward(**empty) == 0.0 and empty["carry"].shape == (0, 4)
     for name in ("grad_state_weights", "grad_weight", "grad_bias"):

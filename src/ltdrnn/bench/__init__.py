@@ -30,13 +30,14 @@ from .probes import run_probe, subject_spec, timing_probe
 from .report import evaluate_targets, render_markdown, target_verdict
 from .runner import SCHEMA, SECTIONS, parse_options, parse_shapes, run, settings_from, split_names
 from .sections import loglog_slope
-from .subjects import SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
+from .subjects import RATE_TARGETS, SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
 from .timing import interleaved_samples
 
 __all__ = [
     "SCHEMA",
     "SECTIONS",
     "SHAPES",
+    "RATE_TARGETS",
     "TRAIN_TARGETS",
     "VARIANTS",
     "Shape",

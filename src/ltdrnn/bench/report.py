@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ..results import markdown_table
-from .subjects import TRAIN_TARGETS, stream_targets
+from .subjects import RATE_TARGETS, TRAIN_TARGETS, stream_targets
 
 
 def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -14,9 +14,8 @@ def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
     sources = [name for name, info in subjects.items() if info["family"] == "source" and info["cell"] == name]
     alias = {a: name for name, info in subjects.items() for a in info["aliases"]}
     rows = []
-    for target in TRAIN_TARGETS + stream_targets(sources):
+    for target in TRAIN_TARGETS + RATE_TARGETS + stream_targets(sources):
         measured_as = alias.get(target.subject, target.subject)
-        key = "cell_median" if target.section == "stream" else "median"
         records = {(r["subject"], r["shape"]): r for r in result.get(target.section, [])}
         for shape in result["settings"]["shapes"]:
             row = {
@@ -27,6 +26,7 @@ def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
                 "baseline": target.baseline,
                 "shape": shape,
                 "limit": target.limit,
+                "at_least": target.at_least,
                 "measured": None,
                 "passed": None,
                 "miss_percent": None,
@@ -38,11 +38,13 @@ def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
             elif mine is None or base is None:
                 missing = measured_as if mine is None else target.baseline
                 row["note"] = f"{missing} not measured: " + subject_problem(result, missing, shape)
+            elif not mine.get(target.key) or not base.get(target.baseline_key or target.key):
+                row["note"] = f"no {target.key} measured"
             else:
-                row["measured"] = mine[key] / base[key]
-                row["passed"] = row["measured"] <= target.limit
+                row["measured"] = mine[target.key] / base[target.baseline_key or target.key]
+                row["passed"] = target.passes(row["measured"])
                 if not row["passed"]:
-                    row["miss_percent"] = 100.0 * (row["measured"] / target.limit - 1.0)
+                    row["miss_percent"] = 100.0 * abs(row["measured"] / target.limit - 1.0)
             rows.append(row)
     return rows
 
@@ -101,6 +103,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
         f"after {settings['warmup']} warm-up run(s), subjects interleaved.",
         "",
     ]
+    lines += health_lines(result)
     lines += ["## Targets", ""]
     lines += table(
         ["target", "shape", "measured", "limit", "result"],
@@ -109,7 +112,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
                 r["target"] + ("" if r["subject"] == r["measured_as"] else f" ({r['measured_as']})"),
                 r["shape"],
                 fmt(r["measured"]),
-                f"<= {r['limit']:g} x {r['baseline']}" + ("Cell" if r["section"] == "stream" else ""),
+                target_limit(r),
                 target_verdict(r),
             ]
             for r in result["targets"]
@@ -259,12 +262,44 @@ def render_markdown(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def target_limit(row: Dict[str, Any]) -> str:
+    if row.get("at_least"):
+        return f">= {row['limit']:g} x {row['baseline']}'s GFLOP/s"
+    return f"<= {row['limit']:g} x {row['baseline']}" + ("Cell" if row["section"] == "stream" else "")
+
+
 def target_verdict(row: Dict[str, Any]) -> str:
     if row["passed"] is None:
         return f"not measured ({row['note']})"
     if row["passed"]:
         return "pass"
     return f"**miss** by {row['miss_percent']:.0f}% ({row['measured'] / row['limit']:.2f}x the limit)"
+
+
+def health_lines(result: Dict[str, Any]) -> List[str]:
+    """The host line and the run's warnings (bench/host.py); nothing for a JSON from before them."""
+    machine, health = result["machine"], result.get("health")
+    if health is None:
+        return []
+    lstm = ", ".join(
+        f"{r['shape']} {percent(r['train_peak_fraction'])}"
+        + (f" (usual {percent(r['usual_peak_fraction'])})" if r["usual_peak_fraction"] else "")
+        for r in health["lstm"]
+    )
+    lines = [
+        f"Host: {machine.get('isa', '?')} ({' '.join(machine.get('isa_flags', []))}); BLAS "
+        f"{machine.get('blas_version') or machine.get('blas')}; oneDNN {machine.get('onednn')}; load average "
+        f"{fmt_load(machine.get('load_average'))} at the start, {fmt_load(machine.get('load_average_end'))} at the end "
+        f"(quiet up to {health['quiet_load_limit']:g}); nn.LSTM's training step at {lstm or '-'} of the sgemm peak.",
+        "",
+    ]
+    if health["warnings"]:
+        lines += ["## Warnings", ""] + [f"- **{w}**" for w in health["warnings"]] + [""]
+    return lines
+
+
+def fmt_load(values: Optional[Sequence[float]]) -> str:
+    return "-" if not values else "/".join(f"{v:.1f}" for v in values)
 
 
 def percent(fraction: Optional[float]) -> str:

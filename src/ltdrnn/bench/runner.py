@@ -11,12 +11,13 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Sequence
 
+from .host import assess
 from .probes import measure_malloc, measure_memory
 from .profile import measure_profile
 from .report import evaluate_targets
 from .sections import flops_records, measure_scaling, measure_sequences, measure_skip, measure_stream
 from .subjects import SHAPES, Shape, Subject
-from .timing import Settings, machine_description, matmul_peak, prepare_process
+from .timing import Settings, machine_description, matmul_peak, prepare_process, progress
 
 SCHEMA = "ltdrnn.bench/1"
 SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip", "profile", "malloc")
@@ -174,6 +175,9 @@ def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[s
         if subject.error is not None:
             errors.append({"subject": subject.name, "section": "all", "shape": "-", "error": subject.error})
     result["targets"] = evaluate_targets(result)
+    result["health"] = assess(result, subjects, settings, errors)  # bench/host.py: quiet? nn.LSTM as usual?
+    for warning in result["health"]["warnings"]:
+        progress(f"WARNING: {warning}")
     return result
 
 

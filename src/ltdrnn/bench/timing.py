@@ -144,8 +144,11 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def machine_description(threads: int, peak: Dict[str, Any], malloc_active: bool) -> Dict[str, Any]:
+    from .host import host_description  # the ISA flags and library versions (bench/host.py)
+
     return {
         "cpu": cpu_model(),
+        **host_description(),
         "logical_cpus": os.cpu_count(),
         "torch_threads": threads,
         "torch": torch.__version__,

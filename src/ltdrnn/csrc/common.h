@@ -294,3 +294,5 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   if (beta == T(0)) out.zero_();  // addmm_out reads C even at beta 0 (0 * NaN)
   at::addmm_out(out, out, left, right, beta, alpha);
 }
+
+#include "products.h"  // the per-step products of the time loops, on top of gemm

@@ -102,18 +102,26 @@ class StepPointer {
   int64_t stride_ = 0;
 };
 
-// pre += s M h for `rows` rows (as rows: pre += s h M^T). Low rank through z = h H^T, which the backward
-// keeps: pre += s z V'^T; the identity's s h is added by forward_span. first and second contiguous.
+// The forward's products per step, their weights packed once for all T steps (products.h): pre = b' + x_t W'^T
+// + s h_{t-1} M^T, dense; low rank through z = h_{t-1} H^T (kept for the backward), pre = b' + x_t W'^T + s z
+// V'^T (the identity's s h is added by forward_span). first = M or V', second = H, weight = W', contiguous.
 template <typename T>
-void add_operator(T* pre, const T* h, T* z, const T* first, const T* second, int64_t rows, int64_t hidden,
-                  int64_t rank, T s) {
-  if (rank == 0) {
-    gemm(false, true, rows, hidden, hidden, s, h, hidden, first, hidden, T(1), pre, hidden);
-    return;
+struct ForwardProducts {
+  StepProduct<T> z, pre;
+  ForwardProducts(const T* first, const T* second, const T* weight, int64_t hidden, int64_t rank, int64_t dim, T s)
+      : z(rank, {second, 1, hidden}, rank > 0 ? hidden : 0),
+        pre(hidden, {first, 1, rank > 0 ? rank : hidden}, rank > 0 ? rank : hidden, {weight, 1, dim}, dim, s) {}
+
+  void run(T* pre_rows, const T* h, T* z_rows, const T* x, const T* bias, int64_t rows, int64_t hidden,
+           int64_t rank, int64_t dim) const {
+    if (rank == 0) {
+      pre.run(rows, h, hidden, x, dim, pre_rows, hidden, Start::bias, bias);
+      return;
+    }
+    z.run(rows, h, hidden, nullptr, 0, z_rows, rank, Start::zero);
+    pre.run(rows, z_rows, rank, x, dim, pre_rows, hidden, Start::bias, bias);
   }
-  gemm(false, true, rows, rank, hidden, T(1), h, hidden, second, hidden, T(0), z, rank);
-  gemm(false, true, rows, hidden, rank, s, z, rank, first, rank, T(1), pre, hidden);
-}
+};
 
 // Forward, one step over n = rows * H entries: phi = phi(pre (+ y_0 for low rank)), h_t from h_{t-1}.
 template <int Act, bool LowRank, typename T>
@@ -125,15 +133,6 @@ void forward_span(const T* __restrict pre, const T* __restrict h, T* __restrict 
     phi_out[i] = phi;
     out[i] = y + eta * (phi - alpha * y) - r * h[i];
   }
-}
-
-// pre = W' x_t + b' for `rows` rows (W' (H, d) and b' contiguous): the input map of one step, formed in a
-// block's scratch rows instead of a (T, B, H) buffer before the loop (whose bias copy and product wrote
-// and re-read 51 MB at pixel-MNIST shape; measured in docs/notes/irnn-speed.md).
-template <typename T>
-void input_map(T* pre, const T* x, const T* weight, const T* bias, int64_t rows, int64_t hidden, int64_t dim) {
-  for (int64_t b = 0; b < rows; ++b) std::copy_n(bias, hidden, pre + b * hidden);
-  gemm(false, true, rows, hidden, dim, T(1), x, dim, weight, dim, T(1), pre, hidden);
 }
 
 // x (T, B, d) contiguous and the input map's weight (H, d) (any strides), T, B, H and the dtype those of
@@ -166,6 +165,7 @@ void irnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Te
     const auto sv = static_cast<scalar_t>(s), rv = static_cast<scalar_t>(r);
     const scalar_t *m_first = first_c.data_ptr<scalar_t>(), *m_second = second_c.data_ptr<scalar_t>();
     const scalar_t *input_weight = weight_c.data_ptr<scalar_t>(), *input_bias = bias_c.data_ptr<scalar_t>();
+    const ForwardProducts<scalar_t> products(m_first, m_second, input_weight, hidden, rank, dim, sv);
     with_activation(act, [&](auto kind) {
       constexpr int Act = decltype(kind)::value;
       over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
@@ -176,8 +176,7 @@ void irnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Te
         const scalar_t* first_h = h0.data_ptr<scalar_t>() + begin * hidden;
         for (int64_t t = 0; t < steps && rows > 0; ++t) {
           const scalar_t* h = t == 0 ? first_h : outs.at(t - 1);
-          input_map(pre.data(), x_rows.at(t), input_weight, input_bias, rows, hidden, dim);
-          add_operator(pre.data(), h, z_rows.at(t), m_first, m_second, rows, hidden, rank, sv);
+          products.run(pre.data(), h, z_rows.at(t), x_rows.at(t), input_bias, rows, hidden, rank, dim);
           if (rank > 0) {
             forward_span<Act, true>(pre.data(), h, phi_rows.at(t), outs.at(t), rows * hidden, e, a, sv, rv);
           } else {
@@ -247,18 +246,25 @@ void backward_rows(T* __restrict d, const T* __restrict phi, const T* __restrict
   }
 }
 
-// carry += s eta d M for `rows` rows. Low rank through w = d V': carry += s eta w H; the identity's part is in
-// backward_rows. first and second contiguous.
+// The backward's products through M per step, packed once (products.h): carry += s eta d M, dense; low rank
+// through w = d V' (for the gradient of H too): carry += s eta w H (the identity's part is in backward_rows).
 template <typename T>
-void add_operator_gradient(T* carry, const T* d, T* w, const T* first, const T* second, int64_t rows,
-                           int64_t hidden, int64_t rank, T s_eta) {
-  if (rank == 0) {
-    gemm(false, false, rows, hidden, hidden, s_eta, d, hidden, first, hidden, T(1), carry, hidden);
-    return;
+struct BackwardProducts {
+  StepProduct<T> w, carry;
+  BackwardProducts(const T* first, const T* second, int64_t hidden, int64_t rank, T s_eta)
+      : w(rank, {first, rank, 1}, rank > 0 ? hidden : 0),
+        carry(hidden, rank > 0 ? Strided<T>{second, hidden, 1} : Strided<T>{first, hidden, 1},
+              rank > 0 ? rank : hidden, {}, 0, s_eta) {}
+
+  void run(T* carry_rows, const T* d, T* w_rows, int64_t rows, int64_t hidden, int64_t rank) const {
+    if (rank == 0) {
+      carry.run(rows, d, hidden, nullptr, 0, carry_rows, hidden, Start::add);
+      return;
+    }
+    w.run(rows, d, hidden, nullptr, 0, w_rows, rank, Start::zero);
+    carry.run(rows, w_rows, rank, nullptr, 0, carry_rows, hidden, Start::add);
   }
-  gemm(false, false, rows, rank, hidden, T(1), d, hidden, first, rank, T(0), w, rank);
-  gemm(false, false, rows, hidden, rank, s_eta, w, rank, second, hidden, T(1), carry, hidden);
-}
+};
 
 // The step's share of the gradients of M's factors: low rank first += d^T z, second += w^T h_{t-1}; dense
 // first += d^T h_{t-1} (y_0 = s h_{t-1}: the factor s is applied with eta at the end).
@@ -266,11 +272,11 @@ template <typename T>
 void add_operator_factor_sums(BlockSums<T>& sums, const T* d, const T* w, const T* z, const T* prev, int64_t rows,
                               int64_t hidden, int64_t rank) {
   if (rank == 0) {
-    gemm(true, false, hidden, hidden, rows, T(1), d, hidden, prev, hidden, T(1), sums.first.data(), hidden);
+    add_at_b(hidden, hidden, rows, d, hidden, prev, hidden, sums.first.data(), hidden);
     return;
   }
-  gemm(true, false, hidden, rank, rows, T(1), d, hidden, z, rank, T(1), sums.first.data(), rank);
-  gemm(true, false, rank, hidden, rows, T(1), w, rank, prev, hidden, T(1), sums.second.data(), hidden);
+  add_at_b(hidden, rank, rows, d, hidden, z, rank, sums.first.data(), rank);
+  add_at_b(rank, hidden, rows, w, rank, prev, hidden, sums.second.data(), hidden);
 }
 
 // The step's share of the input map's weight gradient (weight += d^T x_t) and, when wanted, the gradient of
@@ -278,7 +284,7 @@ void add_operator_factor_sums(BlockSums<T>& sums, const T* d, const T* w, const 
 template <typename T>
 void add_input_gradients(BlockSums<T>& sums, T* grad_x, const T* d, const T* x, const T* weight, int64_t rows,
                          int64_t hidden, int64_t dim, T eta) {
-  gemm(true, false, hidden, dim, rows, T(1), d, hidden, x, dim, T(1), sums.weight.data(), dim);
+  add_at_b(hidden, dim, rows, d, hidden, x, dim, sums.weight.data(), dim);
   if (grad_x) gemm(false, false, rows, dim, hidden, eta, d, hidden, weight, dim, T(0), grad_x, dim);
 }
 
@@ -348,6 +354,7 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& phis, const at::Te
     const scalar_t* input_weight = weight_c.data_ptr<scalar_t>();
     std::vector<BlockSums<scalar_t>> parts;
     for (int64_t part = 0; part < blocks; ++part) parts.emplace_back(0, 0, 0, 0);
+    const BackwardProducts<scalar_t> products(m_first, m_second, hidden, rank, s_eta);
     with_activation(act, [&](auto kind) {
       constexpr int Act = decltype(kind)::value;
       with_grad_row(grad_strides[1], [&](auto layout) {
@@ -375,7 +382,7 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& phis, const at::Te
               backward_rows<Act, false, Layout>(d.data(), phi_rows.at(t), prev, grad_t, grad_strides, own_carry,
                                                 rows, hidden, sv, keep, s_eta, sums);
             }
-            add_operator_gradient(own_carry, d.data(), w.data(), m_first, m_second, rows, hidden, rank, s_eta);
+            products.run(own_carry, d.data(), w.data(), rows, hidden, rank);
             add_operator_factor_sums(sums, d.data(), w.data(), z_rows.at(t), prev, rows, hidden, rank);
             add_input_gradients(sums, grad_x_rows.at(t), d.data(), x_rows.at(t), input_weight, rows, hidden, dim, e);
           }

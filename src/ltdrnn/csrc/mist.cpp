@@ -54,14 +54,8 @@ ScanSizes check_scan(const at::Tensor& gates, const at::Tensor& states, const at
   return {steps, past, batch, hidden, delays};
 }
 
-// Row-major products on contiguous operands (common.h, gemm).
-// c (m x n) = beta c + a (m x k) b^T, b (n x k)
-template <typename T>
-void product_bt(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
-  gemm(false, true, m, n, k, T(1), a, k, b, k, beta, c, n);
-}
-
-// c (m x n) = beta c + a (m x k) b, b (k x n)
+// c (m x n) = beta c + a (m x k) b, b (k x n), row-major and contiguous (common.h, gemm): the input's
+// gradient, whose few columns are no work for the packed products
 template <typename T>
 void product(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
   gemm(false, false, m, n, k, T(1), a, k, b, n, beta, c, n);
@@ -103,14 +97,6 @@ struct ForwardInputs {
   int64_t inputs, history_strides[3];
 };
 
-// out (rows x cols) = bias + x_t W^T for x_t (rows x d), W (cols x d): the input part of a step's
-// pre-activations, formed per step while the rows are hot instead of in one pass over (T, B, .) before.
-template <typename T>
-void input_map(const T* x_t, const T* w, const T* bias, T* out, int64_t rows, int64_t cols, int64_t d) {
-  for (int64_t b = 0; b < rows; ++b) std::copy(bias, bias + cols, out + b * cols);
-  product_bt(x_t, w, out, rows, cols, d, T(1));
-}
-
 // The block's rows of the initial history into states' rows 0 .. N - 1.
 template <typename T>
 void read_history(const ScanSizes& s, const ForwardInputs<T>& in, T* states, int64_t begin, int64_t rows) {
@@ -124,9 +110,19 @@ void read_history(const ScanSizes& s, const ForwardInputs<T>& in, T* states, int
   }
 }
 
+// The forward's two products per step, their weights packed once for all T steps (products.h):
+// gates = bias_g + h_{t-1} W_hh^T + x_t W_ih[:G]^T and h_t = tanh(bias_h + rm_t W_mix^T + x_t W_ih[G:]^T).
 template <typename T>
-void forward_rows(const ScanSizes& s, const ForwardInputs<T>& in, T* gates, T* states, T* reset_mixed, const T* w_hh,
-                  const T* w_mix, int64_t begin, int64_t rows) {
+struct ForwardProducts {
+  StepProduct<T> gates, state;
+  ForwardProducts(const ScanSizes& s, const T* w_hh, const T* w_mix, const T* w_ih, int64_t d)
+      : gates(s.delays + s.hidden, {w_hh, 1, s.hidden}, s.hidden, {w_ih, 1, d}, d),
+        state(s.hidden, {w_mix, 1, s.hidden}, s.hidden, {w_ih + (s.delays + s.hidden) * d, 1, d}, d) {}
+};
+
+template <typename T>
+void forward_rows(const ScanSizes& s, const ForwardInputs<T>& in, const ForwardProducts<T>& products, T* gates,
+                  T* states, T* reset_mixed, int64_t begin, int64_t rows) {
   const int64_t G = s.delays + s.hidden, H = s.hidden, stride = s.batch * H, d = in.inputs;
   read_history(s, in, states, begin, rows);
   for (int64_t t = 0; t < s.steps; ++t) {
@@ -134,11 +130,9 @@ void forward_rows(const ScanSizes& s, const ForwardInputs<T>& in, T* gates, T* s
     T* g = gates + (t * s.batch + begin) * G;
     T* h = states + ((s.past + t) * s.batch + begin) * H;
     T* rm = reset_mixed + (t * s.batch + begin) * H;
-    input_map(x_t, in.w_ih, in.bias, g, rows, G, d);
-    product_bt(h - stride, w_hh, g, rows, G, H, T(1));  // + W_hh h_{t-1}
+    products.gates.run(rows, h - stride, H, x_t, d, g, G, Start::bias, in.bias);
     for (int64_t b = 0; b < rows; ++b) forward_row(g + b * G, h + b * H, rm + b * H, s.delays, H, stride);
-    input_map(x_t, in.w_ih + G * d, in.bias + G, h, rows, H, d);
-    product_bt(rm, w_mix, h, rows, H, H, T(1));  // + W_mix rm_t
+    products.state.run(rows, rm, H, x_t, d, h, H, Start::bias, in.bias + G);
     for (int64_t j = 0; j < rows * H; ++j) h[j] = std::tanh(h[j]);
   }
 }
@@ -163,9 +157,10 @@ void mist_forward(at::Tensor gates, at::Tensor states, at::Tensor reset_mixed, c
                               history0.data_ptr<T>(),
                               x.size(2),
                               {history0.stride(0), history0.stride(1), history0.stride(2)}};
+    const ForwardProducts<T> products(sizes, w_hh.data_ptr<T>(), w_mix.data_ptr<T>(), in.w_ih, in.inputs);
     over_batch_blocks(sizes.batch, rows_per_thread(sizes.batch), [&](int64_t begin, int64_t end, int64_t) {
-      forward_rows<T>(sizes, in, gates.data_ptr<T>(), states.data_ptr<T>(), reset_mixed.data_ptr<T>(),
-                      w_hh.data_ptr<T>(), w_mix.data_ptr<T>(), begin, end - begin);
+      forward_rows<T>(sizes, in, products, gates.data_ptr<T>(), states.data_ptr<T>(), reset_mixed.data_ptr<T>(),
+                      begin, end - begin);
     });
   });
 }
@@ -221,7 +216,7 @@ struct BackwardData {
 // c (m x n) += a^T b for a (k x m), b (k x n): a parameter gradient summed over a step's k batch rows.
 template <typename T>
 void add_product_at(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k) {
-  gemm(true, false, m, n, k, T(1), a, m, b, n, T(1), c, n);
+  add_at_b(m, n, k, a, m, b, n, c, n);
 }
 
 // sums[c] += sum over rows of a[row, c], a (rows x cols): a bias gradient.
@@ -280,11 +275,20 @@ void add_step_gradients(const ScanSizes& s, const BackwardData<T>& d, const Para
   }
 }
 
+// The backward's per-step products through the weights, packed once (products.h): d rm_t = dz_t W_mix and
+// d h_{t-1} += d gates_t W_hh.
+template <typename T>
+struct BackwardProducts {
+  StepProduct<T> mix, state;
+  BackwardProducts(const ScanSizes& s, const T* w_hh, const T* w_mix)
+      : mix(s.hidden, {w_mix, s.hidden, 1}, s.hidden), state(s.hidden, {w_hh, s.hidden, 1}, s.delays + s.hidden) {}
+};
+
 // Work buffers (this block's, one step each): da (rows x G) the gradient of the logits [a | r], dz
 // (rows x H) of the tanh argument, d_rm (rows x H) of rm_t, then of the mix.
 template <typename T>
-void backward_rows(const ScanSizes& s, const BackwardData<T>& d, const ParameterGradients<T>& p, T* da, T* dz,
-                   T* d_rm, int64_t begin, int64_t rows) {
+void backward_rows(const ScanSizes& s, const BackwardData<T>& d, const ParameterGradients<T>& p,
+                   const BackwardProducts<T>& products, T* da, T* dz, T* d_rm, int64_t begin, int64_t rows) {
   const int64_t G = s.delays + s.hidden, H = s.hidden, stride = s.batch * H;
   const int64_t longest = int64_t(1) << (s.delays - 1);
   int64_t started = s.past + s.steps;  // grad's rows from here on hold their outside gradient
@@ -296,11 +300,11 @@ void backward_rows(const ScanSizes& s, const BackwardData<T>& d, const Parameter
     const T* a = d.gates + (t * s.batch + begin) * G;
     const T* rm = d.reset_mixed + (t * s.batch + begin) * H;
     for (int64_t j = 0; j < rows * H; ++j) dz[j] = gh[j] * (T(1) - h[j] * h[j]);
-    product(dz, d.w_mix, d_rm, rows, H, H, T(0));  // d rm_t = dz_t W_mix
+    products.mix.run(rows, dz, H, nullptr, 0, d_rm, H, Start::zero);  // d rm_t = dz_t W_mix
     for (int64_t b = 0; b < rows; ++b) {
       backward_row(a + b * G, rm + b * H, d_rm + b * H, h + b * H, gh + b * H, da + b * G, s.delays, H, stride);
     }
-    product(da, d.w_hh, gh - stride, rows, H, G, T(1));  // d h_{t-1} += d_gates_t W_hh
+    products.state.run(rows, da, G, nullptr, 0, gh - stride, H, Start::add);  // d h_{t-1} += d_gates_t W_hh
     add_step_gradients(s, d, p, da, dz, t, begin, rows);
   }
   while (started > 0) start_state_gradient(s, d, --started, begin, rows);  // rows no step reads
@@ -342,6 +346,7 @@ void mist_backward(const at::Tensor& gates, const at::Tensor& states, const at::
                                w_mix.data_ptr<T>(),     d_outside.data_ptr<T>(), grad.data_ptr<T>(),
                                d_x ? d_x->data_ptr<T>() : nullptr, d_history0.data_ptr<T>(), x.size(2),
                                d_outside.size(0)};
+    const BackwardProducts<T> products(sizes, data.w_hh, data.w_mix);
     over_batch_blocks(sizes.batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
       T* block = parts.data_ptr<T>() + part * per_block;
       T* w_hh_part = block + d_w_ih.numel() + d_bias.numel();
@@ -349,7 +354,7 @@ void mist_backward(const at::Tensor& gates, const at::Tensor& states, const at::
       const int64_t rows = end - begin;
       at::Tensor work = at::empty({rows * (G + 2 * H)}, states.options());
       T* da = work.data_ptr<T>();
-      backward_rows<T>(sizes, data, mine, da, da + rows * G, da + rows * (G + H), begin, rows);
+      backward_rows<T>(sizes, data, mine, products, da, da + rows * G, da + rows * (G + H), begin, rows);
     });
   });
   at::Tensor total = parts[0];

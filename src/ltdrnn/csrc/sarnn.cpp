@@ -153,7 +153,9 @@ void sarnn_gru_forward(const at::Tensor& gi, const at::Tensor& coord_in, const a
   AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "sarnn_gru_forward", [&] {
     const scalar_t *w = weight.data_ptr<scalar_t>(), *bias = bias_hh.data_ptr<scalar_t>();
     const scalar_t* c_w = coord_weight.data_ptr<scalar_t>();
-    const int64_t ld = weight.size(1);
+    // gh = h W_hh^T: W_hh (3H, H) itself, or w_t (H, 3H), packed once for all T steps (products.h)
+    const StepProduct<scalar_t> to_gates(3 * hidden, transposed ? Strided<scalar_t>{w, 1, hidden}
+                                                                 : Strided<scalar_t>{w, 3 * hidden, 1}, hidden);
     over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
       const int64_t rows = end - begin, offset = begin * hidden;  // of this block's first row in a (B, H) step
       const scalar_t* h = h0.data_ptr<scalar_t>() + offset;
@@ -164,7 +166,7 @@ void sarnn_gru_forward(const at::Tensor& gi, const at::Tensor& coord_in, const a
       for (int64_t t = 0; t < steps; ++t) {
         const int64_t step = t * batch * hidden + offset, saved = t * saved_step * hidden + offset;
         scalar_t* gh = gates_p + 3 * saved;
-        gemm(false, transposed, rows, 3 * hidden, hidden, scalar_t(1), h, hidden, w, ld, scalar_t(0), gh, 3 * hidden);
+        to_gates.run(rows, h, hidden, nullptr, 0, gh, 3 * hidden, Start::zero);
         forward_rows(gi_p + 3 * step, bias, coord_p + step, h, c_w, gh, news_p + saved, out_p + step, pres_p + step,
                      masks_p + step, rows, hidden);
         h = out_p + step;
@@ -196,7 +198,7 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
   check_shape(carry, d_gi, {batch, hidden}, true, "carry");
   const at::Tensor weight = weight_hh.contiguous();  // a copy only if strided
   AT_DISPATCH_FLOATING_TYPES(d_gi.scalar_type(), "sarnn_gru_backward", [&] {
-    const scalar_t* w = weight.data_ptr<scalar_t>();
+    const StepProduct<scalar_t> to_state(hidden, {weight.data_ptr<scalar_t>(), hidden, 1}, 3 * hidden);
     over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
       const int64_t rows = end - begin, offset = begin * hidden;  // of this block's first row in a (B, H) step
       scalar_t* own_carry = carry.data_ptr<scalar_t>() + offset;
@@ -218,8 +220,7 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
                              d_out_p + step, d_prob_p + step, c_w, d_gi_p + 3 * step, d_gh_n_p + step,
                              d_coord_p + step, own_d_coord_weight, own_d_gh, own_carry, rows, hidden);
         // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh
-        gemm(false, false, rows, hidden, 3 * hidden, scalar_t(1), own_d_gh, 3 * hidden, w, hidden, scalar_t(1),
-             own_carry, hidden);
+        to_state.run(rows, own_d_gh, 3 * hidden, nullptr, 0, own_carry, hidden, Start::add);
       }
     });
   });

@@ -1,16 +1,19 @@
 // TARNN's compiled kernels (ltdrnn.cells.tarnn): the whole training recurrence, forward and backward,
 // each time loop in one call, for K = 1 with the gate inside (tarnn_k1_*, below) and for any K with either
 // gate (tarnn_euler_*, further down); and the one-call streaming step (tarnn_stream, at the end). Inside a
-// time loop each product is one call of BLAS on raw pointers (common.h, gemm) and the elementwise work one
-// pass per step: no tensor, view or ATen operator per step, whose dispatch (a few microseconds each) was
+// time loop each product is one call of the packed products on raw pointers (products.h) and the elementwise
+// work one pass per step: no tensor, view or ATen operator per step, whose dispatch (a few microseconds each) was
 // most of a step at batch 1. Built and cached by ltdrnn.kernels.load_torch_ops("tarnn").
 //
 // Layouts (time-major, contiguous unless said otherwise):
-//   p (T, B, 3H): each step's [c | q | r] = P + s_{t-1} [B2 + A; W2 + U; U_s]^T, with the input map
-//       P = [B1 x + b_lin | W1 x + b | W_x x + b_beta] = x W_in^T + b_in. The K = 1 forward forms P itself
-//       and writes p; its backward only reads p. The any-K operators take p holding P, the forward adds
-//       the state product in place, and the backward overwrites it with the gradient of p (the forward's
-//       values of a step are read before its gradient is written).
+//   p (T, B, 3H), any K: each step's [c | q | r] = P + s_{t-1} [B2 + A; W2 + U; U_s]^T, with the input map
+//       P = [B1 x + b_lin | W1 x + b | W_x x + b_beta] = x W_in^T + b_in. The operators take p holding P, the
+//       forward adds the state product in place, and the backward overwrites it with the gradient of p (the
+//       forward's values of a step are read before its gradient is written).
+//   saved (T, B, 2H), K = 1: each step's [G | phi(q)], written by the forward, only read by the backward. The
+//       step's [c | q | r] live in the block's scratch rows: r is needed only as beta (in betas already), so
+//       the forward writes 4H numbers per row to memory instead of 5H and the backward reads 5H instead of 6H,
+//       and it does not evaluate phi again.
 //   x (T, B, d), W_in (3H, d) = [B1; W1; W_x], b_in (3H) = [b_lin; b; b_beta]: K = 1 only.
 //   s0 (B, H); w_t (H, 3H) = [B2 + A; W2 + U; U_s]^T; state_weights (3H, H) its transpose.
 //   outputs, betas (T, B, H): s_t and beta_t = sigmoid(r_t).
@@ -39,23 +42,10 @@ void check_sequence(const at::Tensor& p, const at::Tensor& s0, int64_t act) {
               act);
 }
 
-void check_like(const at::Tensor& t, const at::Tensor& p, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.sizes() == at::IntArrayRef({p.size(0), p.size(1), p.size(2) / 3}) &&
-                  t.is_contiguous() && t.scalar_type() == p.scalar_type(),
-              "tarnn: ", name, " must be a contiguous CPU (T, B, H) tensor of p's dtype, got ", t.sizes());
-}
-
 void check_operand(const at::Tensor& t, at::IntArrayRef sizes, const at::Tensor& p, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.sizes() == sizes && t.is_contiguous() && t.scalar_type() == p.scalar_type(),
               "tarnn: ", name, " must be a contiguous CPU ", sizes, " tensor of p's dtype (", p.scalar_type(),
               "), got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
-}
-
-// c (m x n) = beta c + a (m x k) b, b (k x n), row-major (common.h, gemm). Every operand is checked contiguous,
-// so its row stride is its width.
-template <typename T>
-void product(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, T beta) {
-  gemm(false, false, m, n, k, T(1), a, k, b, n, beta, c, n);
 }
 
 // g += one row of grad_outputs, its entries `stride` apart (0 when a mean's gradient arrives expanded).
@@ -70,82 +60,90 @@ inline void add_gradient_row(T* __restrict g, const T* __restrict grad, int64_t 
 }
 
 // ---- K = 1, the gate inside (tarnn_k1_forward / _backward) ---------------------------------------------
-// The forward forms each step's input map itself: the block's rows of p_t start as b_in + x_t W_in^T before
-// the state product adds in, so p is written once, by the loop (not by an addmm over the whole (T, B, 3H)
-// buffer before it; measured in docs/notes/tarnn-speed.md, "input map and parameter gradients inside the
-// K = 1 loops"). The backward reads p
-// and leaves it intact; each step's gradient of p lives only in the block's scratch rows, from which the
-// block adds the step's share of the parameter gradients while they are in cache: dp^T s_{t-1} (the stacked
-// state weights), dp^T x_t (W_in) and the column sums of dp (b_in), and writes the gradient of x, dp W_in,
-// when it is wanted. Before, the gradient of p went to memory and one product after the loop read it again
-// with a copy of the outputs (the same note has the cost).
+// The forward forms each step's [c | q | r] = b_in + x_t W_in^T + s_{t-1} w_t in one product into the block's
+// scratch rows (not by an addmm over a whole (T, B, 3H) buffer before the loop; measured in
+// docs/notes/tarnn-speed.md, "input map and parameter gradients inside the K = 1 loops") and keeps of it only
+// [G | phi] (saved) and beta. The backward reads saved and leaves it intact; each step's gradient of p lives
+// only in the block's scratch rows, from which the block adds the step's share of the parameter gradients
+// while they are in cache: dp^T s_{t-1} (the stacked state weights), dp^T x_t (W_in) and the column sums of
+// dp (b_in), and writes the gradient of x, dp W_in, when it is wanted. Before, the gradient of p went to
+// memory and one product after the loop read it again with a copy of the outputs (the same note has the cost).
 
 constexpr const char* kK1Forward = "tarnn_k1_forward";
 constexpr const char* kK1Backward = "tarnn_k1_backward";
 
-// x (T, B, d) and the input map's weight W_in (3H, d), contiguous CPU tensors of p's dtype with p's T and B;
+// saved: a contiguous CPU (T, B, 2H) float tensor, s0 (B, H) of its dtype; returns H.
+int64_t check_saved(const at::Tensor& saved, const at::Tensor& s0, int64_t act, const char* op) {
+  check_floating(saved, op, "saved");
+  TORCH_CHECK(saved.dim() == 3 && saved.is_contiguous() && saved.size(2) % 2 == 0 && saved.size(2) > 0, op,
+              ": saved must be a contiguous (T, B, 2H) tensor, got ", saved.sizes());
+  const int64_t hidden = saved.size(2) / 2;
+  check_tensor(s0, saved, {saved.size(1), hidden}, op, "s0");
+  TORCH_CHECK(act >= 0 && act <= 2, op, ": activation code must be 0 (relu), 1 (tanh) or 2 (sigmoid), got ", act);
+  return hidden;
+}
+
+// x (T, B, d) and the input map's weight W_in (3H, d), contiguous CPU tensors of saved's dtype with its T and B;
 // returns d.
-int64_t check_input_map(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& p, const char* op) {
+int64_t check_input_map(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& saved, int64_t hidden,
+                        const char* op) {
   TORCH_CHECK(x.dim() == 3, op, ": x must be a (T, B, d) tensor, got ", x.sizes());
-  check_tensor(x, p, {p.size(0), p.size(1), x.size(2)}, op, "x");
-  check_tensor(weight, p, {p.size(2), x.size(2)}, op, "weight");
+  check_tensor(x, saved, {saved.size(0), saved.size(1), x.size(2)}, op, "x");
+  check_tensor(weight, saved, {3 * hidden, x.size(2)}, op, "weight");
   return x.size(2);
 }
 
-// pt (rows x cols) = b_in + x_t W_in^T, x_t (rows x d): the input part of one step's pre-activations.
-template <typename T>
-void input_map(const T* x_t, const T* weight, const T* bias, T* pt, int64_t rows, int64_t cols, int64_t dim) {
-  for (int64_t b = 0; b < rows; ++b) std::copy_n(bias, cols, pt + b * cols);
-  gemm(false, true, rows, cols, dim, T(1), x_t, dim, weight, dim, T(1), pt, cols);
-}
-
-// Over `rows` rows of one step: beta = sigmoid(r) and s_t = s_{t-1} + eta beta (phi(q) + c).
+// One row of one step from its [c | q | r]: beta = sigmoid(r), phi = phi(q), G = phi + c, s_t = s_{t-1} + eta
+// beta G. Every pointer a restrict parameter, so that gcc vectorises the loop.
 template <int Act, typename T>
-void forward_rows(const T* pt, const T* s, T* out, T* beta_out, int64_t rows, int64_t hidden, T eta) {
-  for (int64_t b = 0; b < rows; ++b) {
-    const T* __restrict c = pt + b * 3 * hidden;
-    const T* __restrict q = c + hidden;
-    const T* __restrict r = q + hidden;
-    const T* __restrict s_b = s + b * hidden;
-    T* __restrict out_b = out + b * hidden;
-    T* __restrict beta_b = beta_out + b * hidden;
-    for (int64_t j = 0; j < hidden; ++j) {
-      const T beta = sigmoid(r[j]);
-      beta_b[j] = beta;
-      out_b[j] = s_b[j] + eta * beta * (activate<Act>(q[j]) + c[j]);
-    }
+void forward_row(const T* __restrict c, const T* __restrict q, const T* __restrict r, const T* __restrict s,
+                 T* __restrict out, T* __restrict beta, T* __restrict big_g, T* __restrict phi_out, int64_t hidden,
+                 T eta) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    const T b = sigmoid(r[j]);
+    const T phi = activate<Act>(q[j]);
+    const T g = phi + c[j];
+    beta[j] = b;
+    phi_out[j] = phi;
+    big_g[j] = g;
+    out[j] = s[j] + eta * b * g;
   }
 }
 
-// Runs the forward over all T steps: writes p (each step's [c | q | r], kept for the backward), outputs and
-// betas; none is read first. One block of batch rows per thread, as the any-K loop below ("Threads").
-void tarnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor p,
+// Runs the forward over all T steps: writes saved, outputs and betas; none is read first. One block of batch
+// rows per thread, as the any-K loop below ("Threads").
+void tarnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor saved,
                       const at::Tensor& s0, const at::Tensor& w_t, double eta, int64_t act, at::Tensor outputs,
                       at::Tensor betas) {
-  check_sequence(p, s0, act);
-  check_like(outputs, p, "outputs");
-  check_like(betas, p, "betas");
-  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
-  const int64_t dim = check_input_map(x, weight, p, kK1Forward);
-  check_tensor(bias, p, {p.size(2)}, kK1Forward, "bias");
-  TORCH_CHECK(s0.device().is_cpu(), "tarnn: s0 must be on the CPU, got ", s0.device());
-  check_operand(w_t, {hidden, 3 * hidden}, p, "w_t");
-  AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), kK1Forward, [&] {
+  const int64_t hidden = check_saved(saved, s0, act, kK1Forward);
+  const int64_t steps = saved.size(0), batch = saved.size(1), width = 3 * hidden;
+  check_tensor(outputs, saved, {steps, batch, hidden}, kK1Forward, "outputs");
+  check_tensor(betas, saved, {steps, batch, hidden}, kK1Forward, "betas");
+  const int64_t dim = check_input_map(x, weight, saved, hidden, kK1Forward);
+  check_tensor(bias, saved, {width}, kK1Forward, "bias");
+  check_tensor(w_t, saved, {hidden, width}, kK1Forward, "w_t");
+  AT_DISPATCH_FLOATING_TYPES(saved.scalar_type(), kK1Forward, [&] {
     using T = scalar_t;
+    // p_t = b_in + s_{t-1} w_t + x_t W_in^T: one product of the state and the input together (products.h)
+    const StepProduct<T> step(width, {w_t.data_ptr<T>(), width, 1}, hidden, {weight.data_ptr<T>(), 1, dim}, dim);
+    const auto e = static_cast<T>(eta);
     with_activation(act, [&](auto kind) {
       over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
         const int64_t rows = end - begin;
-        const T *weights = w_t.data_ptr<T>(), *x_data = x.data_ptr<T>();
-        const T *w_in = weight.data_ptr<T>(), *b_in = bias.data_ptr<T>();
+        std::vector<T> pt(rows * width);  // the step's [c | q | r], in cache
+        const T *x_data = x.data_ptr<T>(), *b_in = bias.data_ptr<T>();
         const T* s = s0.data_ptr<T>() + begin * hidden;
-        T *p_data = p.data_ptr<T>(), *out_data = outputs.data_ptr<T>(), *beta_data = betas.data_ptr<T>();
+        T *saved_data = saved.data_ptr<T>(), *out_data = outputs.data_ptr<T>(), *beta_data = betas.data_ptr<T>();
         for (int64_t t = 0; t < steps; ++t) {
           const int64_t row = t * batch + begin;
-          T *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden;
-          input_map(x_data + row * dim, w_in, b_in, pt, rows, 3 * hidden, dim);
-          product(s, weights, pt, rows, 3 * hidden, hidden, T(1));  // + s_{t-1} w_t
-          forward_rows<decltype(kind)::value, T>(pt, s, out, beta_data + row * hidden, rows, hidden,
-                                                 static_cast<T>(eta));
+          T *out = out_data + row * hidden, *beta = beta_data + row * hidden, *keep = saved_data + row * 2 * hidden;
+          step.run(rows, s, hidden, x_data + row * dim, dim, pt.data(), width, Start::bias, b_in);
+          for (int64_t b = 0; b < rows; ++b) {
+            const T* c = pt.data() + b * width;
+            T* kept = keep + b * 2 * hidden;
+            forward_row<decltype(kind)::value, T>(c, c + hidden, c + 2 * hidden, s + b * hidden, out + b * hidden,
+                                                  beta + b * hidden, kept, kept + hidden, hidden, e);
+          }
           s = out;
         }
       });
@@ -153,43 +151,45 @@ void tarnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::T
   });
 }
 
-// Over `rows` rows of one step: carry becomes g = grad_out + carry; with dG = eta beta g, the gradient of
-// p_t, [dc | dq | dr] = [dG | dG phi'(q) | eta g G beta (1 - beta)], goes into dp (rows x 3H) and its column
-// sums are added to bias_sums (3H, the block's gradient of b_in). Returns sum(g beta G), these rows' part
-// of d eta.
+// One row of one step, with g its gradient of s_t: with dG = eta beta g, the gradient of p_t, [dc | dq | dr] =
+// [dG | dG phi'(q) | eta g G beta (1 - beta)], goes into dc, dq, dr and is added to the column sums (the
+// block's gradient of b_in). Returns sum(g beta G), the row's part of d eta. Every pointer restrict and a
+// parameter: gcc vectorised this loop only so (with restrict pointers derived inside the caller it ran scalar).
 template <int Act, typename T>
-double backward_rows(const T* pt, T* dp, const T* beta, const T* grad_out, const int64_t* grad_strides, T* carry,
+T backward_row(const T* __restrict big_g, const T* __restrict phi, const T* __restrict beta, const T* __restrict g,
+               T* __restrict dc, T* __restrict dq, T* __restrict dr, T* __restrict c_sums, T* __restrict q_sums,
+               T* __restrict r_sums, int64_t hidden, T eta) {
+  T sum = T(0);
+  for (int64_t j = 0; j < hidden; ++j) {
+    const T bj = beta[j];
+    const T d_g = eta * bj * g[j];
+    const T d_q = d_g * activation_slope<Act>(phi[j]);
+    const T d_r = eta * g[j] * big_g[j] * bj * (T(1) - bj);
+    sum += g[j] * bj * big_g[j];
+    dc[j] = d_g;
+    dq[j] = d_q;
+    dr[j] = d_r;
+    c_sums[j] += d_g;
+    q_sums[j] += d_q;
+    r_sums[j] += d_r;
+  }
+  return sum;
+}
+
+// Over `rows` rows of one step: carry becomes g = grad_out + carry, then backward_row: the gradient of p_t
+// into dp (rows x 3H), its column sums into bias_sums (3H). Returns these rows' part of d eta.
+template <int Act, typename T>
+double backward_rows(const T* kept, T* dp, const T* beta, const T* grad_out, const int64_t* grad_strides, T* carry,
                      T* bias_sums, int64_t rows, int64_t hidden, T eta) {
-  T* __restrict c_sums = bias_sums;
-  T* __restrict q_sums = c_sums + hidden;
-  T* __restrict r_sums = q_sums + hidden;
   double total = 0.0;
   for (int64_t b = 0; b < rows; ++b) {
-    const T* __restrict c = pt + b * 3 * hidden;
-    const T* __restrict q = c + hidden;
-    T* __restrict dc = dp + b * 3 * hidden;
-    T* __restrict dq = dc + hidden;
-    T* __restrict dr = dq + hidden;
-    const T* __restrict beta_b = beta + b * hidden;
-    T* __restrict g = carry + b * hidden;
+    const T* big_g = kept + b * 2 * hidden;
+    T* dc = dp + b * 3 * hidden;
+    T* g = carry + b * hidden;
     add_gradient_row(g, grad_out + b * grad_strides[0], grad_strides[1], hidden);
-    T sum = T(0);
-    for (int64_t j = 0; j < hidden; ++j) {
-      const T phi = activate<Act>(q[j]);
-      const T big_g = phi + c[j];
-      const T bj = beta_b[j];
-      const T d_g = eta * bj * g[j];
-      const T d_q = d_g * activation_slope<Act>(phi);
-      const T d_r = eta * g[j] * big_g * bj * (T(1) - bj);
-      sum += g[j] * bj * big_g;
-      dc[j] = d_g;
-      dq[j] = d_q;
-      dr[j] = d_r;
-      c_sums[j] += d_g;
-      q_sums[j] += d_q;
-      r_sums[j] += d_r;
-    }
-    total += static_cast<double>(sum);
+    total += static_cast<double>(backward_row<Act, T>(big_g, big_g + hidden, beta + b * hidden, g, dc, dc + hidden,
+                                                      dc + 2 * hidden, bias_sums, bias_sums + hidden,
+                                                      bias_sums + 2 * hidden, hidden, eta));
   }
   return total;
 }
@@ -204,7 +204,7 @@ struct K1Sums {
 // The backward's inputs as raw pointers; grad_x is null when x needs no gradient.
 template <typename T>
 struct K1Backward {
-  const T *p, *betas, *grad_outputs, *outputs, *s0, *x, *weight, *state_weights;
+  const T *saved, *betas, *grad_outputs, *outputs, *s0, *x, *weight, *state_weights;
   T *carry, *grad_x;
   int64_t steps, batch, hidden, dim, grad_step, grad_strides[2];
 };
@@ -216,14 +216,15 @@ void add_step_gradients(const K1Backward<T>& in, const K1Sums<T>& sums, const T*
                         int64_t rows) {
   const int64_t three_h = 3 * in.hidden, dim = in.dim;
   const T* x_t = in.x + row * dim;
-  gemm(true, false, three_h, in.hidden, rows, T(1), dp, three_h, prev, in.hidden, T(1), sums.state, in.hidden);
-  gemm(true, false, three_h, dim, rows, T(1), dp, three_h, x_t, dim, T(1), sums.weight, dim);
+  add_at_b(three_h, in.hidden, rows, dp, three_h, prev, in.hidden, sums.state, in.hidden);
+  add_at_b(three_h, dim, rows, dp, three_h, x_t, dim, sums.weight, dim);
   if (in.grad_x) gemm(false, false, rows, dim, three_h, T(1), dp, three_h, in.weight, dim, T(0), in.grad_x + row * dim, dim);
 }
 
 // One block's rows over all T steps, last to first; returns its part of d eta.
 template <int Act, typename T>
-double backward_block(const K1Backward<T>& in, const K1Sums<T>& sums, int64_t begin, int64_t rows, T eta) {
+double backward_block(const K1Backward<T>& in, const K1Sums<T>& sums, const StepProduct<T>& to_state, int64_t begin,
+                      int64_t rows, T eta) {
   const int64_t hidden = in.hidden, batch = in.batch;
   std::vector<T> dp(rows * 3 * hidden);  // the step's gradient of p; allocated by the thread that uses it
   T* carry = in.carry + begin * hidden;
@@ -233,10 +234,10 @@ double backward_block(const K1Backward<T>& in, const K1Sums<T>& sums, int64_t be
   for (int64_t t = in.steps - 1; t >= 0; --t) {
     const int64_t row = t * batch + begin;
     const T* prev = t == 0 ? in.s0 + begin * hidden : in.outputs + (row - batch) * hidden;  // s_{t-1}
-    eta_part += backward_rows<Act, T>(in.p + row * 3 * hidden, dp.data(), in.betas + row * hidden,
+    eta_part += backward_rows<Act, T>(in.saved + row * 2 * hidden, dp.data(), in.betas + row * hidden,
                                       grad_base + t * in.grad_step, in.grad_strides, carry, sums.bias, rows,
                                       hidden, eta);
-    product(dp.data(), in.state_weights, carry, rows, hidden, 3 * hidden, T(1));  // d s_{t-1} = g + dp [..]
+    to_state.run(rows, dp.data(), 3 * hidden, nullptr, 0, carry, hidden, Start::add);  // d s_{t-1} = g + dp [..]
     add_step_gradients(in, sums, dp.data(), prev, row, rows);
   }
   return eta_part;
@@ -257,38 +258,37 @@ void add_blocks(at::Tensor& out, const at::Tensor& parts, int64_t offset) {
 
 // Runs the backward over all T steps, last to first: carry becomes the gradient of s0, grad_x (unless an
 // empty tensor) that of x, grad_state_weights, grad_weight and grad_bias those of the stacked state weights
-// and of the input map (none is read first). p, the forward's [c | q | r], is left as it is. Returns the
+// and of the input map (none is read first). saved, the forward's [G | phi], is left as it is. Returns the
 // gradient of eta. Blocks of rows as the forward; their sums are added in block order.
-double tarnn_k1_backward(const at::Tensor& p, const at::Tensor& betas, const at::Tensor& grad_outputs,
+double tarnn_k1_backward(const at::Tensor& saved, const at::Tensor& betas, const at::Tensor& grad_outputs,
                          const at::Tensor& outputs, const at::Tensor& s0, const at::Tensor& x,
                          const at::Tensor& weight, const at::Tensor& state_weights, double eta, int64_t act,
                          at::Tensor carry, at::Tensor grad_x, at::Tensor grad_state_weights, at::Tensor grad_weight,
                          at::Tensor grad_bias) {
-  check_sequence(p, s0, act);
-  check_like(betas, p, "betas");
-  check_like(outputs, p, "outputs");
-  TORCH_CHECK(s0.device().is_cpu(), "tarnn: s0 must be on the CPU, got ", s0.device());
-  const int64_t steps = p.size(0), batch = p.size(1), hidden = p.size(2) / 3;
-  const int64_t dim = check_input_map(x, weight, p, kK1Backward);
+  const int64_t hidden = check_saved(saved, s0, act, kK1Backward);
+  const int64_t steps = saved.size(0), batch = saved.size(1);
+  check_tensor(betas, saved, {steps, batch, hidden}, kK1Backward, "betas");
+  check_tensor(outputs, saved, {steps, batch, hidden}, kK1Backward, "outputs");
+  const int64_t dim = check_input_map(x, weight, saved, hidden, kK1Backward);
   TORCH_CHECK(grad_outputs.device().is_cpu() && grad_outputs.sizes() == betas.sizes() &&
-                  grad_outputs.scalar_type() == p.scalar_type(),
-              "tarnn: grad_outputs must be a CPU (T, B, H) tensor of p's dtype, got ", grad_outputs.sizes());
-  check_operand(state_weights, {3 * hidden, hidden}, p, "state_weights");
-  check_tensor(carry, p, s0.sizes(), kK1Backward, "carry");
+                  grad_outputs.scalar_type() == saved.scalar_type(),
+              kK1Backward, ": grad_outputs must be a CPU (T, B, H) tensor of saved's dtype, got ", grad_outputs.sizes());
+  check_tensor(state_weights, saved, {3 * hidden, hidden}, kK1Backward, "state_weights");
+  check_tensor(carry, saved, s0.sizes(), kK1Backward, "carry");
   const bool input_gradient = !(grad_x.dim() == 1 && grad_x.numel() == 0);
-  if (input_gradient) check_tensor(grad_x, p, x.sizes(), kK1Backward, "grad_x");
-  check_tensor(grad_state_weights, p, state_weights.sizes(), kK1Backward, "grad_state_weights");
-  check_tensor(grad_weight, p, weight.sizes(), kK1Backward, "grad_weight");
-  check_tensor(grad_bias, p, {p.size(2)}, kK1Backward, "grad_bias");
+  if (input_gradient) check_tensor(grad_x, saved, x.sizes(), kK1Backward, "grad_x");
+  check_tensor(grad_state_weights, saved, state_weights.sizes(), kK1Backward, "grad_state_weights");
+  check_tensor(grad_weight, saved, weight.sizes(), kK1Backward, "grad_weight");
+  check_tensor(grad_bias, saved, {3 * hidden}, kK1Backward, "grad_bias");
   const int64_t chunk = rows_per_thread(batch), blocks = batch_blocks(batch, chunk);
   const int64_t state_size = 3 * hidden * hidden, weight_size = 3 * hidden * dim;
   // each block's sums a whole number of cache lines apart (16 entries): two blocks never write into one
   const int64_t per_block = (state_size + weight_size + 3 * hidden + 15) / 16 * 16;
-  at::Tensor parts = at::zeros({blocks, per_block}, p.options());
+  at::Tensor parts = at::zeros({blocks, per_block}, saved.options());
   std::vector<double> eta_parts(blocks, 0.0);
-  AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), kK1Backward, [&] {
+  AT_DISPATCH_FLOATING_TYPES(saved.scalar_type(), kK1Backward, [&] {
     using T = scalar_t;
-    const K1Backward<T> in{p.data_ptr<T>(),
+    const K1Backward<T> in{saved.data_ptr<T>(),
                            betas.data_ptr<T>(),
                            grad_outputs.data_ptr<T>(),
                            outputs.data_ptr<T>(),
@@ -304,12 +304,13 @@ double tarnn_k1_backward(const at::Tensor& p, const at::Tensor& betas, const at:
                            dim,
                            grad_outputs.stride(0),
                            {grad_outputs.stride(1), grad_outputs.stride(2)}};
+    const StepProduct<T> to_state(hidden, {in.state_weights, hidden, 1}, 3 * hidden);
     with_activation(act, [&](auto kind) {
       over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
         T* block = parts.data_ptr<T>() + part * per_block;
         const K1Sums<T> sums{block, block + state_size, block + state_size + weight_size};
-        eta_parts[part] =
-            backward_block<decltype(kind)::value, T>(in, sums, begin, end - begin, static_cast<T>(eta));
+        eta_parts[part] = backward_block<decltype(kind)::value, T>(in, sums, to_state, begin, end - begin,
+                                                                   static_cast<T>(eta));
       });
     });
     add_blocks<T>(grad_state_weights, parts, 0);
@@ -442,6 +443,9 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
   const bool store = phis.numel() > 0;
   if (store) check_operand(phis, {steps, k, batch, hidden}, p, "phis");
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_forward", [&] {
+    // the weights of the step's products, packed once for all T steps (products.h)
+    const StepProduct<scalar_t> to_p(3 * hidden, {w_t.data_ptr<scalar_t>(), 3 * hidden, 1}, hidden);
+    const StepProduct<scalar_t> to_qu(hidden, {u_t.data_ptr<scalar_t>(), hidden, 1}, hidden);
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
         over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
@@ -449,17 +453,16 @@ void tarnn_euler_forward(at::Tensor p, const at::Tensor& s0, const at::Tensor& w
           // this block's work buffers: qu = delta U^T, delta, and phi when it is not saved
           std::vector<scalar_t> work((store ? 2 : 3) * own);
           scalar_t *qu = work.data(), *delta = qu + own, *phi_scratch = delta + own;
-          const scalar_t *weights = w_t.data_ptr<scalar_t>(), *u = u_t.data_ptr<scalar_t>();
           const scalar_t* s = s0.data_ptr<scalar_t>() + begin * hidden;
           scalar_t *p_data = p.data_ptr<scalar_t>(), *out_data = outputs.data_ptr<scalar_t>();
           scalar_t *beta_data = betas.data_ptr<scalar_t>(), *phi_data = store ? phis.data_ptr<scalar_t>() : nullptr;
           for (int64_t t = 0; t < steps; ++t) {
             const int64_t row = t * batch + begin;
             scalar_t *pt = p_data + row * 3 * hidden, *out = out_data + row * hidden, *beta = beta_data + row * hidden;
-            product(s, weights, pt, rows, 3 * hidden, hidden, scalar_t(1));  // + s_{t-1} w_t
+            to_p.run(rows, s, hidden, nullptr, 0, pt, 3 * hidden, Start::add);  // + s_{t-1} w_t
             const double* eta_t = etas.data() + (per_step ? t * k : 0);
             for (int64_t i = 0; i < k; ++i) {
-              if (i > 0) product(delta, u, qu, rows, hidden, hidden, scalar_t(0));
+              if (i > 0) to_qu.run(rows, delta, hidden, nullptr, 0, qu, hidden, Start::zero);
               scalar_t* phi_out = store ? phi_data + ((t * k + i) * batch + begin) * hidden : phi_scratch;
               with_ends(i == 0, i == k - 1, [&](auto first, auto last) {
                 euler_forward_rows<decltype(kind)::value, decltype(gate)::value, decltype(first)::value,
@@ -602,6 +605,8 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
   at::Tensor u_parts = at::zeros({blocks, hidden, hidden}, p.options());
   std::vector<double> eta_parts(blocks * n_etas, 0.0), grad_eta(n_etas, 0.0);
   AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "tarnn_euler_backward", [&] {
+    const StepProduct<scalar_t> to_state(hidden, {state_weights.data_ptr<scalar_t>(), hidden, 1}, 3 * hidden);
+    const StepProduct<scalar_t> through_u(hidden, {u.data_ptr<scalar_t>(), hidden, 1}, hidden);
     with_activation(act, [&](auto kind) {
       with_gate(inside, [&](auto gate) {
         constexpr bool kInside = decltype(gate)::value;
@@ -614,7 +619,6 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
           std::vector<scalar_t> work((2 * k + arg_blocks + 3) * own);
           scalar_t *gs = work.data(), *deltas = gs + k * own, *dargs = deltas + k * own;
           scalar_t *d_beta = dargs + arg_blocks * own, *gd_a = d_beta + own, *gd_b = gd_a + own;
-          const scalar_t *weights = state_weights.data_ptr<scalar_t>(), *u_data = u.data_ptr<scalar_t>();
           scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
           scalar_t* own_u = u_parts.data_ptr<scalar_t>() + part * hidden * hidden;
           std::fill(own_carry, own_carry + own, scalar_t(0));
@@ -643,16 +647,15 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
               });
               if (i > 0) {
                 // the gradient of delta_i: + d arg_i U
-                product(darg, u_data, gd_next, rows, hidden, hidden, scalar_t(1));
+                through_u.run(rows, darg, hidden, nullptr, 0, gd_next, hidden, Start::add);
                 std::swap(gd, gd_next);
               }
             }
             if (k > 1) {  // d U += sum_i d arg_i^T delta_i, i = 1..K-1, in one product
-              gemm(true, false, hidden, hidden, (k - 1) * rows, scalar_t(1), dargs, hidden, deltas, hidden, scalar_t(1),
-                   own_u, hidden);
+              add_at_b(hidden, hidden, (k - 1) * rows, dargs, hidden, deltas, hidden, own_u, hidden);
             }
             // d s_{t-1} = g + dp_t [B2 + A; W2 + U; U_s]
-            product(pt, weights, own_carry, rows, hidden, 3 * hidden, scalar_t(1));
+            to_state.run(rows, pt, 3 * hidden, nullptr, 0, own_carry, hidden, Start::add);
           }
         });
       });
@@ -668,9 +671,9 @@ std::vector<double> tarnn_euler_backward(at::Tensor p, const at::Tensor& phis, c
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: later libraries may add to the namespace
-  m.def("tarnn_k1_forward(Tensor x, Tensor weight, Tensor bias, Tensor(a!) p, Tensor s0, Tensor w_t, float eta, "
+  m.def("tarnn_k1_forward(Tensor x, Tensor weight, Tensor bias, Tensor(a!) saved, Tensor s0, Tensor w_t, float eta, "
         "int act, Tensor(b!) outputs, Tensor(c!) betas) -> ()");
-  m.def("tarnn_k1_backward(Tensor p, Tensor betas, Tensor grad_outputs, Tensor outputs, Tensor s0, Tensor x, "
+  m.def("tarnn_k1_backward(Tensor saved, Tensor betas, Tensor grad_outputs, Tensor outputs, Tensor s0, Tensor x, "
         "Tensor weight, Tensor state_weights, float eta, int act, Tensor(a!) carry, Tensor(b!) grad_x, "
         "Tensor(c!) grad_state_weights, Tensor(d!) grad_weight, Tensor(e!) grad_bias) -> float");
   m.def("tarnn_euler_forward(Tensor(a!) p, Tensor s0, Tensor w_t, Tensor u_t, float[] etas, int k, int act, "

@@ -43,12 +43,12 @@ class FusedTARNN(torch.autograd.Function):
 
     On CPU in float32/64, each time loop (forward, backward) is one call of ``csrc/tarnn.cpp`` when
     it builds here (:func:`compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
-    (``tarnn_k1_*``) nothing is saved but beta and the states (the backward recomputes ``phi`` and ``G``
-    from ``P``, which keeps each step's ``[c, q, r]``). Its forward forms each step's input map ``x_t
-    weight^T + bias`` inside the loop (no pass over the ``(T, B, 3H)`` buffer before it), and its backward
-    keeps each step's gradient of ``P`` in per-thread scratch rows and adds the step's share of the
-    gradients of ``state_weights``, ``weight`` and ``bias`` (and writes that of ``x``, when wanted) while
-    they are in cache, one sum per block of batch rows, added in block order; ``P`` is left intact.
+    (``tarnn_k1_*``) the forward forms each step's ``[c, q, r]`` (input map, state product and bias in one
+    product) in per-thread scratch rows and keeps of it only ``[G | phi]`` ``(T, B, 2H)``, besides beta and
+    the states; its backward keeps each step's gradient of ``P`` in per-thread scratch rows and adds the
+    step's share of the gradients of ``state_weights``, ``weight`` and ``bias`` (and writes that of ``x``,
+    when wanted) while they are in cache, one sum per block of batch rows, added in block order; ``[G |
+    phi]`` is left intact.
     Otherwise (``tarnn_euler_*``) the forward also saves ``phi`` of every Euler step ``(T, K, B, H)`` and
     the backward recomputes ``G`` and the increments from it elementwise, writes the gradient of ``P``
     over ``P``, and the parameter gradients are products over it after the loop
@@ -225,19 +225,19 @@ def _compiled_forward(
     phis: Tensor,
 ) -> Tensor:
     """The forward time loop in one call from ``x (T, B, d)`` (contiguous) and the input map's weight and
-    bias; returns ``P``, each step's ``[c, q, r]``, and writes ``outputs``, ``betas`` and, unless empty,
-    ``phis (T, K, B, H)``. K = 1 with the gate inside has its own operator, which forms each step's input
-    map inside the loop and saves nothing but ``P``; otherwise ``P`` starts as the input map of all steps
-    and the loop adds the state products in place. Every operand's shape, dtype and layout is checked
-    again in the C++ code."""
+    bias; writes ``outputs``, ``betas`` and, unless empty, ``phis (T, K, B, H)``. K = 1 with the gate inside
+    has its own operator, which forms each step's ``[c, q, r]`` inside the loop and returns each step's
+    ``[G | phi]`` ``(T, B, 2H)``, all its backward needs; otherwise the result is ``P``, each step's ``[c,
+    q, r]``: it starts as the input map of all steps and the loop adds the state products in place. Every
+    operand's shape, dtype and layout is checked again in the C++ code."""
     etas, act, a_kind, gate = config
     if _k1_kernel(config, k):
         steps, batch = x.shape[:2]
-        p = empty_buffer((steps, batch, 3 * s0.shape[-1]), x)
+        saved = empty_buffer((steps, batch, 2 * s0.shape[-1]), x)
         torch.ops.ltdrnn.tarnn_k1_forward(
-            x, weight.detach(), bias.detach(), p, s0, w_t, etas[0], ACTIVATION_CODES[act], outputs, betas
+            x, weight.detach(), bias.detach(), saved, s0, w_t, etas[0], ACTIVATION_CODES[act], outputs, betas
         )
-        return p
+        return saved
     p = _input_map(x, weight, bias)
     torch.ops.ltdrnn.tarnn_euler_forward(
         p,
@@ -297,19 +297,19 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
 def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
     """K = 1 with the gate inside: one call forms the gradients of ``s0``, of the stacked state weights, of
     the input map's weight and bias and, when ``x`` requires grad, of ``x``, summing each step's share inside
-    the loop; ``P`` is only read (a second backward needs nothing recomputed)."""
+    the loop; the forward's ``[G | phi]`` is only read (a second backward needs nothing recomputed)."""
     _, betas, outputs, x, weight, bias, s0, state_weights, _ = ctx.saved_tensors
     etas, act, _, _ = ctx.config
-    p, s0 = ctx.scratch, s0.detach().contiguous()
+    saved, s0 = ctx.scratch, s0.detach().contiguous()
     grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else x.new_empty(0)
     carry, grad_state_weights = torch.empty_like(s0), torch.empty_like(state_weights)
     grad_weight, grad_bias = torch.empty_like(weight), torch.empty_like(bias)
     grad_eta = torch.ops.ltdrnn.tarnn_k1_backward(
-        p, betas, grad_outputs, outputs, s0, x, weight.detach(), state_weights.detach(), etas[0],
+        saved, betas, grad_outputs, outputs, s0, x, weight.detach(), state_weights.detach(), etas[0],
         ACTIVATION_CODES[act], carry, grad_x, grad_state_weights, grad_weight, grad_bias,
     )  # fmt: skip
     grad_x = grad_x if ctx.needs_input_grad[0] else None
-    grad_eta = p.new_full(ctx.eta_shape, grad_eta)
+    grad_eta = saved.new_full(ctx.eta_shape, grad_eta)
     return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, grad_eta, None, None, None
 
 
