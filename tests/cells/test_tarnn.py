@@ -831,7 +831,8 @@ def test_compiled_euler_operators_reject_malformed_operands_with_a_clear_error()
         ({"u": torch.zeros(3, 3)}, "u must be"),
         ({"grad_u": torch.zeros(4, 4, dtype=torch.float64)}, "grad_u must be"),
         ({"carry": torch.zeros(2, 5)}, "s0 must be a contiguous"),
-        ({"etas": [0.1, 0.1]}, "phis must be"),
+        ({"k": 2, "etas": [0.1, 0.1]}, "phis must be"),
+        ({"etas": [0.1, 0.1]}, "etas must hold K = 3"),
     ):
         with pytest.raises(RuntimeError, match=message):
             torch.ops.ltdrnn.tarnn_euler_backward(**{**backward, **change})
