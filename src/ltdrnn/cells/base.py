@@ -87,10 +87,18 @@ class Cell(nn.Module):
         check_choice("impl", value, ("auto",) + tuple(self.impls))
         self._impl = value
 
-    def resolved_impl(self, override: str | None = None) -> str:
-        """The implementation a call to ``scan`` uses: ``override``, else ``impl`` with auto resolved."""
+    def resolved_impl(self, override: str | None = None, like: Tensor | None = None) -> str:
+        """The implementation a call to ``scan`` uses: ``override``, else ``impl`` with auto resolved. For
+        tensors ``like`` on a CUDA device, auto is ``"triton"`` where the cell has it and Triton runs."""
         name = self.impl if override is None else check_choice("impl", override, ("auto",) + tuple(self.impls))
-        return self.default_impl if name == "auto" else name
+        if name != "auto":
+            return name
+        if like is not None and like.device.type == "cuda" and "triton" in self.impls:
+            from .fused.triton_support import triton_is_default
+
+            if triton_is_default(like):
+                return "triton"
+        return self.default_impl
 
     # ---- the contract ------------------------------------------------------------------------
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
@@ -169,7 +177,7 @@ class Cell(nn.Module):
                 GradientGrowthWarning,
                 stacklevel=2,
             )
-        impl = self.resolved_impl(impl)
+        impl = self.resolved_impl(impl, like=x)
         if impl == "reference":
             return self.scan_reference(x, state, lengths)
         if x.shape[0] == 1 and not torch.is_grad_enabled():  # one step, as the layer streams it

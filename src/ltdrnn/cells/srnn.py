@@ -21,6 +21,7 @@ from ..kernels import StreamOperands, kernel_runs_on, stream_in_kernel
 from ..memory import empty_buffer, release, scratch_buffer
 from ..scan import ParameterCache, final_state_at_lengths
 from .base import Cell, check_choice, check_nonnegative_int, check_positive_int, mask_outputs
+from .fused.triton_support import triton_runs_on
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
@@ -76,7 +77,9 @@ class SRNNCell(Cell):
             falls back to ``"fused"`` when it cannot be built or for non-CPU/non-float32/64 tensors;
             with ``input_size=1`` and ``fr_layers=1``, ``f_r`` is read from a table of its linear
             pieces: :class:`PiecewiseLinearScan`),
-            ``"closed_form"`` (relu only: cumsum/cummin, no time loop), or ``"auto"``.
+            ``"closed_form"`` (relu only: cumsum/cummin, no time loop), ``"triton"`` (the recurrence in
+            one Triton launch per direction, :mod:`ltdrnn.cells.fused.srnn_triton`; the default for CUDA
+            tensors when Triton is installed; runs ``"fused"`` where Triton cannot run), or ``"auto"``.
 
     Parameters are initialised like ``torch.nn.Linear`` (the authors' code). The shift ``W_p`` is
     fixed and has no parameters.
@@ -99,7 +102,7 @@ class SRNNCell(Cell):
         True
     """
 
-    impls = ("reference", "fused", "kernel", "closed_form")
+    impls = ("reference", "fused", "kernel", "closed_form", "triton")
     default_impl = "kernel"
 
     def __init__(
@@ -116,7 +119,7 @@ class SRNNCell(Cell):
     ) -> None:
         self.activation = check_choice("activation", activation, ("relu", "tanh"))
         if activation != "relu":  # the closed form exists for relu only
-            self.impls = ("reference", "fused", "kernel")
+            self.impls = ("reference", "fused", "kernel", "triton")
         super().__init__(input_size, hidden_size, impl, device, dtype)
         self.hyper_size = check_positive_int("hyper_size", hyper_size)
         self.fr_layers = check_nonnegative_int("fr_layers", fr_layers)
@@ -192,6 +195,11 @@ class SRNNCell(Cell):
         return None if h is None else (h, h)
 
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
+        if impl == "triton" and triton_runs_on(x):
+            from .fused.srnn_triton import srnn_scan
+
+            outputs = srnn_scan(self.precompute(x), state, lengths, self.activation)
+            return outputs, final_state_at_lengths(outputs, lengths)
         if impl == "closed_form":
             outputs = shift_relu_closed_form(self.precompute(x), state)
         elif impl == "kernel" and kernel_supports(x):

@@ -1,0 +1,107 @@
+"""Triton building blocks of the source cells' kernels: the chunked product of state rows with a matrix,
+and the activations (written with ``exp`` and ``where`` so that they behave the same compiled and in the
+interpreter, and propagate NaN as PyTorch's do). Imports Triton: only the ``*_triton`` modules import it."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_support import BLOCK_B, dot_precision, hidden_block, k_block, num_warps
+
+#: Activation codes of the kernels' ``ACT`` argument.
+ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}
+
+__all__ = ["ACTIVATION_CODES", "BLOCK_B", "dot_precision", "hidden_block", "k_block", "num_warps", "compute_type"]
+
+
+def compute_type(dtype):
+    """The Triton dtype of a kernel's state and sums: float64 for float64 tensors, else float32."""
+    import torch
+
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def dot_type(dtype):
+    """The Triton dtype of a product's operands, from the weights' torch dtype."""
+    import torch
+
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float64: tl.float64}.get(dtype, tl.float32)
+
+
+@triton.jit
+def rows_times_matrix(
+    src_ptr,
+    src_stride,
+    rows,
+    row_mask,
+    K,
+    m_ptr,
+    stride_k,
+    stride_n,
+    N,
+    BB: tl.constexpr,
+    NP: tl.constexpr,
+    BK: tl.constexpr,
+    DOT: tl.constexpr,
+    PREC: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """``acc[r, n] = sum_k src[rows[r], k] * M[k, n]`` for ``n < N``, ``(BB, NP)`` in ``ACC``.
+
+    ``src`` rows are ``src_stride`` apart (K columns each, read in chunks of BK: the state the previous step
+    wrote); ``M[k, n]`` lies at ``m_ptr + k * stride_k + n * stride_n`` (a weight or its transpose)."""
+    cols = tl.arange(0, NP)
+    col_mask = cols < N
+    acc = tl.zeros((BB, NP), dtype=ACC)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        k_mask = ks < K
+        a = tl.load(
+            src_ptr + rows[:, None] * src_stride + ks[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0
+        )
+        w_mask = k_mask[:, None] & col_mask[None, :]
+        w = tl.load(m_ptr + ks[:, None] * stride_k + cols[None, :] * stride_n, mask=w_mask, other=0.0)
+        acc = tl.dot(a.to(DOT), w.to(DOT), acc=acc, input_precision=PREC, out_dtype=ACC)
+    return acc
+
+
+@triton.jit
+def sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def tanh(x):
+    # 2 sigmoid(2x) - 1 written so that large |x| gives exactly +-1 and NaN stays NaN
+    return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+
+
+@triton.jit
+def relu(x):
+    # where(x < 0, 0, x), not maximum: a NaN input stays NaN, as torch.relu keeps it
+    return tl.where(x < 0, 0.0, x)
+
+
+@triton.jit
+def activate(x, ACT: tl.constexpr):
+    """relu (0), tanh (1) or sigmoid (2) of ``x``."""
+    if ACT == 0:
+        y = relu(x)
+    elif ACT == 1:
+        y = tanh(x)
+    else:
+        y = sigmoid(x)
+    return y
+
+
+@triton.jit
+def activation_slope(y, ACT: tl.constexpr):
+    """The activation's derivative from its output ``y`` (relu: 1 where y > 0, as torch's threshold_backward)."""
+    if ACT == 0:
+        d = tl.where(y > 0, 1.0, 0.0)
+    elif ACT == 1:
+        d = 1.0 - y * y
+    else:
+        d = y * (1.0 - y)
+    return d
