@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from triton_helpers import DEVICE, DTYPE, assert_triton_matches_reference, build, requires_triton, sequence
 
 pytestmark = requires_triton

@@ -42,6 +42,7 @@ from .base import (
     activation as activation_function,
 )
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
+from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -116,7 +117,10 @@ class IRNN(EulerCell):
         reading: ``"residual"`` (default; docs/cells/irnn.md gives the choice and its measurements),
             ``"paper"`` (Eq. 5/8 as printed) or ``"state"`` (``g_0 = h_{k-1}``; the printed fixed point).
         activation: phi, ``"relu"`` (paper), ``"tanh"`` or ``"sigmoid"``.
-        impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+        impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
+            ``"triton"`` (K = 1: the time loop in one Triton launch per direction,
+            :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors when Triton is installed;
+            K > 1, per-time-step step sizes, or where Triton cannot run: ``"fused"``).
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
     RNN; ``eta = 1e-2`` (paper).
@@ -139,7 +143,7 @@ class IRNN(EulerCell):
         True
     """
 
-    impls = ("reference", "fused")
+    impls = ("reference", "fused", "triton")
     default_impl = "fused"
 
     def __init__(
@@ -289,6 +293,8 @@ class IRNN(EulerCell):
         if self.per_time_step:
             return self.scan_reference(x, state, lengths)
         weight, bias = self.input_map()
+        if impl == "triton" and self.K == 1 and triton_runs_on(x):
+            return self._triton_scan(x, state, lengths, weight, bias)
         first, second = self.recurrent_operator()
         if second is None:
             second = first.new_empty(0)
@@ -298,6 +304,19 @@ class IRNN(EulerCell):
             x, weight, bias, state, first, second, self.steps.values(), alpha, self.activation, *READINGS[self.reading]
         )
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+
+    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None, weight: Tensor, bias: Tensor):
+        """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`): the input map
+        is one GEMM here, ``M`` is formed dense (its gradient reaches the low-rank factors through autograd)."""
+        from .fused.irnn_triton import irnn_scan
+
+        first, second = self.recurrent_operator()
+        m = autocast_weight(first if second is None else _dense_operator(first, second), x.device.type)
+        alpha = self.alpha()
+        alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
+        c = F.linear(x, weight, bias)
+        outputs = irnn_scan(c, state, m, self.steps.values(), alpha, lengths, self.activation, *READINGS[self.reading])
+        return outputs, final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
         return (

@@ -41,7 +41,7 @@ def _forward_kernel(beta_ptr, h0_ptr, len_ptr, out_ptr, B, T, H, HAS_LENGTHS: tl
     else:
         length = T
     for t in range(T):
-        offset = (t * B + row).to(tl.int64) * H + (unit + t + 1) % H
+        offset = tl.cast(t * B + row, tl.int64) * H + (unit + t + 1) % H
         g = activate(g + tl.load(beta_ptr + offset, mask=valid, other=0.0).to(COMPUTE), ACT)
         out = tl.where(t < length, g, 0.0)
         tl.store(out_ptr + offset, out.to(out_ptr.dtype.element_ty), mask=valid)
@@ -61,7 +61,7 @@ def _backward_kernel(grad_ptr, out_ptr, len_ptr, dbeta_ptr, dh0_ptr, B, T, H, HA
     carry = tl.zeros((LANES,), dtype=COMPUTE)
     for step in range(T):
         t = T - 1 - step
-        offset = (t * B + row).to(tl.int64) * H + (unit + t + 1) % H
+        offset = tl.cast(t * B + row, tl.int64) * H + (unit + t + 1) % H
         h = tl.load(out_ptr + offset, mask=valid, other=0.0).to(COMPUTE)
         grad = tl.load(grad_ptr + offset, mask=valid, other=0.0).to(COMPUTE)
         dz = tl.where(t < length, (grad + carry) * activation_slope(h, ACT), 0.0)
