@@ -31,6 +31,7 @@ from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, fi
 from .base import State, check_choice, loop_scan, mask_outputs
 from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
+from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 _ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/tarnn.cpp numbers them
@@ -96,7 +97,10 @@ class TARNN(EulerCell):
         eta: initial Euler step size (authors' code 0.01; paper Table 4 per task, see the docs).
         eta_per_time_step: a separate row of K step sizes for every time step (needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
-        impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+        impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
+            ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A, activation:
+            :mod:`ltdrnn.cells.fused.tarnn_triton`; the default for CUDA tensors when Triton is installed;
+            where Triton cannot run, ``"fused"``).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
 
@@ -124,7 +128,7 @@ class TARNN(EulerCell):
         ['omega_A', 'omega_U']
     """
 
-    impls = ("reference", "fused")
+    impls = ("reference", "fused", "triton")
     default_impl = "fused"
 
     def __init__(
@@ -336,6 +340,8 @@ class TARNN(EulerCell):
         ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
         Per-time-step step sizes and the authors' gate-outside body (``A - I``) fall back to the
         reference loop."""
+        if impl == "triton" and not self.per_time_step and triton_runs_on(x):
+            return self._triton_scan(x, state, lengths)
         if self.per_time_step or self.double_damping:
             return self.scan_reference(x, state, lengths)
         outputs, betas = _FusedTARNN.apply(
@@ -351,6 +357,27 @@ class TARNN(EulerCell):
         )
         self.aux["beta"] = mask_outputs(betas, lengths)
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+
+    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+        """The whole sequence in one Triton launch per direction (:mod:`ltdrnn.cells.fused.tarnn_triton`), the
+        input map one GEMM before it; records ``aux["beta"]``."""
+        from .fused.tarnn_triton import tarnn_scan
+
+        device = x.device.type
+        outputs, betas = tarnn_scan(
+            F.linear(x, *self.input_weights()),
+            state,
+            autocast_weight(self.state_weights(), device),
+            autocast_weight(self.weight_U, device),
+            self.steps.values(),
+            lengths,
+            self.activation,
+            self.A_kind == "coupled",
+            -2.0 if self.double_damping else -1.0,
+            self.gate == "inside",
+        )
+        self.aux["beta"] = betas.detach()
+        return outputs, final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
         return (
