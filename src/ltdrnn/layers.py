@@ -20,6 +20,7 @@ from .cells.base import (
     check_positive_int,
     check_state_like,
     describe,
+    from_autocast,
     map_state,
     state_layout,
 )
@@ -114,9 +115,10 @@ class Recurrent(nn.Module):
             if lengths is not None:
                 raise ValueError("lengths: must be None when the input is a PackedSequence (the lengths are inside it)")
             x, lengths = pad_packed_sequence(input, batch_first=False)
+            x = self._from_autocast(x)
             unbatched = False
         else:
-            x, unbatched = self._time_major(input)
+            x, unbatched = self._time_major(self._from_autocast(input))
         batch, steps = x.shape[1], x.shape[0]
         lengths = check_lengths(lengths, batch, steps, x.device)
         states = self._split_state(state, batch, x, unbatched)
@@ -157,6 +159,7 @@ class Recurrent(nn.Module):
             )
         if x_t.shape[-1] != self.input_size:
             self._check_features(x_t, "x_t")
+        x_t = self._from_autocast(x_t)
         unbatched = x_t.dim() == 1
         x = x_t.unsqueeze(0) if unbatched else x_t
         parts = self._step_state(state, x, unbatched)
@@ -229,6 +232,11 @@ class Recurrent(nn.Module):
         order = _reversal_index(x.shape[0], x.shape[1], lengths, x.device)
         out, final = cell.scan(_gather_time(x, order), state, lengths)
         return _gather_time(out, order), final
+
+    def _from_autocast(self, x: Any) -> Any:
+        """Under torch.autocast, an input in the autocast dtype is taken as the parameters' dtype (the state
+        stays in it): :func:`~ltdrnn.cells.base.from_autocast`."""
+        return from_autocast(x, self.cells[0]._any_parameter(required=False)) if isinstance(x, Tensor) else x
 
     def _time_major(self, input: Tensor) -> Tuple[Tensor, bool]:
         if not isinstance(input, Tensor):

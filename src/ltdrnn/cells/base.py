@@ -126,6 +126,10 @@ class Cell(nn.Module):
         lean streaming paths (compiled kernels, fused ops) that would read a wrongly sized state past
         its end; this way every one of them only ever sees input that fits.
         """
+        if isinstance(x_t, Tensor) and autocast_dtype(x_t.device.type) is not None:
+            # streaming steps have no autocast-aware path: they run in the parameters' dtype
+            with torch.autocast(x_t.device.type, enabled=False):
+                return self.__call__(from_autocast(x_t, self._any_parameter(required=False)), state)
         self.check_input(x_t, expected_dims=2, name="x_t")
         if state is not None:
             self.check_state(state, x_t.shape[0], x_t)
@@ -159,7 +163,18 @@ class Cell(nn.Module):
 
         ``x``, ``state`` and ``lengths`` are checked here, once per call, before any fused or compiled
         path runs.
+
+        Under ``torch.autocast`` the state stays in its dtype (float32). The ``"triton"`` path runs its
+        products in the autocast dtype; every other path runs with autocast off in the parameters' dtype
+        (the compiled CPU kernels have float32/64 variants only). An input in the autocast dtype is taken
+        as the parameters' dtype, as autocast's own operators take it.
         """
+        amp = autocast_dtype(x.device.type) if isinstance(x, Tensor) else None
+        if amp is not None:
+            x = from_autocast(x, self._any_parameter(required=False))
+            if not self._autocast_aware(x, impl):
+                with torch.autocast(x.device.type, enabled=False):
+                    return self.scan(x, state, lengths, impl)
         self.check_input(x, expected_dims=3, name="x")
         lengths = check_lengths(lengths, x.shape[1], x.shape[0], x.device)
         if state is None:
@@ -180,11 +195,19 @@ class Cell(nn.Module):
         impl = self.resolved_impl(impl, like=x)
         if impl == "reference":
             return self.scan_reference(x, state, lengths)
-        if x.shape[0] == 1 and not torch.is_grad_enabled():  # one step, as the layer streams it
+        if x.shape[0] == 1 and not torch.is_grad_enabled() and amp is None:  # one step, as the layer streams it
             stepped = self.stream_step(x[0], state, impl)
             if stepped is not None:
                 return stepped[0].unsqueeze(0), stepped[1]
         return self.scan_fast(x, state, lengths, impl)
+
+    def _autocast_aware(self, x: Tensor, impl: str | None) -> bool:
+        """Whether the path ``scan`` takes for ``x`` runs under autocast as it is: the ``"triton"`` path."""
+        if self.resolved_impl(impl, like=x) != "triton":
+            return False
+        from .fused.triton_support import triton_runs_on
+
+        return triton_runs_on(x)
 
     def check_room(self, state: State, steps: int) -> None:
         """Raise unless ``steps`` more time steps can run from ``state``: a limit of cells with
@@ -365,6 +388,28 @@ def map_state(fn, state: State) -> State:
     if isinstance(state, Tensor):
         return fn(state)
     return tuple(map_state(fn, s) for s in state)
+
+
+# ---- mixed precision -----------------------------------------------------------------------------
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype of ``torch.autocast`` when it is on for ``device_type``, else None."""
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+
+
+def from_autocast(x: Tensor, parameter: Tensor | None) -> Tensor:
+    """``x`` in the parameters' dtype when autocast made it (it is in the autocast dtype and the parameters
+    are not): what autocast's own operators do with such an input. Anything else unchanged."""
+    amp = autocast_dtype(x.device.type)
+    if amp is None or parameter is None or x.dtype != amp or parameter.dtype == amp:
+        return x
+    return x.to(parameter.dtype) if x.is_floating_point() and parameter.is_floating_point() else x
 
 
 # ---- validation ----------------------------------------------------------------------------------

@@ -292,9 +292,9 @@ class IRNN(EulerCell):
         back to the reference loop."""
         if self.per_time_step:
             return self.scan_reference(x, state, lengths)
-        weight, bias = self.input_map()
         if impl == "triton" and self.K == 1 and triton_runs_on(x):
-            return self._triton_scan(x, state, lengths, weight, bias)
+            return self._triton_scan(x, state, lengths)
+        weight, bias = self.input_map()
         first, second = self.recurrent_operator()
         if second is None:
             second = first.new_empty(0)
@@ -305,14 +305,19 @@ class IRNN(EulerCell):
         )
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
 
-    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None, weight: Tensor, bias: Tensor):
+    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None):
         """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`): the input map
-        is one GEMM here, ``M`` is formed dense (its gradient reaches the low-rank factors through autograd)."""
+        is one GEMM here, ``M`` is formed dense (its gradient reaches the low-rank factors through autograd).
+        The operators are formed in the parameters' dtype even under autocast; only the products take it."""
         from .fused.irnn_triton import irnn_scan
 
-        first, second = self.recurrent_operator()
-        m = autocast_weight(first if second is None else _dense_operator(first, second), x.device.type)
-        alpha = self.alpha()
+        device = x.device.type
+        with torch.autocast(device, enabled=False):
+            weight, bias = self.input_map()
+            first, second = self.recurrent_operator()
+            m = first if second is None else _dense_operator(first, second)
+            alpha = self.alpha()
+        m = autocast_weight(m, device)
         alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
         c = F.linear(x, weight, bias)
         outputs = irnn_scan(c, state, m, self.steps.values(), alpha, lengths, self.activation, *READINGS[self.reading])

@@ -76,10 +76,11 @@ def _launch_grid(batch: int, hidden: int) -> tuple:
 
 @torch.library.custom_op("ltdrnn::srnn_triton_forward", mutates_args=())
 def srnn_forward(beta: Tensor, h0: Tensor, lengths: Optional[Tensor], activation: int) -> Tensor:
-    """``beta (T, B, H)`` (any float dtype), ``h0 (B, H)`` -> ``h (T, B, H)`` in h0's dtype, 0 past lengths."""
+    """``beta (T, B, H)`` (any float dtype), ``h0 (B, H)`` -> ``h (T, B, H)``, 0 past lengths, in float32
+    (float64 for a float64 h0)."""
     steps, batch, hidden = beta.shape
     beta, h0 = beta.contiguous(), h0.contiguous()
-    out = torch.empty(beta.shape, dtype=h0.dtype, device=beta.device)
+    out = torch.empty(beta.shape, dtype=_state_dtype(h0), device=beta.device)
     _forward_kernel[_launch_grid(batch, hidden)](
         beta, h0, lengths_operand(lengths, beta), out, batch, steps, hidden,
         HAS_LENGTHS=lengths is not None, ACT=activation, LANES=LANES, COMPUTE=compute_type(h0.dtype),
@@ -89,14 +90,18 @@ def srnn_forward(beta: Tensor, h0: Tensor, lengths: Optional[Tensor], activation
 
 @srnn_forward.register_fake
 def _(beta, h0, lengths, activation):
-    return beta.new_empty(beta.shape, dtype=h0.dtype)
+    return beta.new_empty(beta.shape, dtype=_state_dtype(h0))
+
+
+def _state_dtype(h0: Tensor) -> torch.dtype:
+    return torch.float64 if h0.dtype == torch.float64 else torch.float32
 
 
 @torch.library.custom_op("ltdrnn::srnn_triton_backward", mutates_args=())
 def srnn_backward(grad: Tensor, out: Tensor, lengths: Optional[Tensor], activation: int) -> Tuple[Tensor, Tensor]:
     """``dL/dh (T, B, H)`` and the forward's ``h`` -> ``(dL/dbeta (T, B, H), dL/dh0 (B, H))``, in h's dtype."""
     steps, batch, hidden = out.shape
-    grad = grad.contiguous()
+    grad = grad.to(out.dtype).contiguous()
     dbeta, dh0 = torch.empty_like(out), out.new_empty(batch, hidden)
     _backward_kernel[_launch_grid(batch, hidden)](
         grad, out, lengths_operand(lengths, out), dbeta, dh0, batch, steps, hidden,
@@ -111,15 +116,15 @@ def _(grad, out, lengths, activation):
 
 
 def _setup(ctx, inputs, output):
-    beta, _, lengths, activation = inputs
+    beta, h0, lengths, activation = inputs
     ctx.save_for_backward(output, lengths)
-    ctx.activation, ctx.beta_dtype = activation, beta.dtype
+    ctx.activation, ctx.dtypes = activation, (beta.dtype, h0.dtype)
 
 
 def _backward(ctx, grad):
     out, lengths = ctx.saved_tensors
     dbeta, dh0 = srnn_backward(grad, out, lengths, ctx.activation)
-    return dbeta.to(ctx.beta_dtype), dh0, None, None
+    return dbeta.to(ctx.dtypes[0]), dh0.to(ctx.dtypes[1]), None, None
 
 
 srnn_forward.register_autograd(_backward, setup_context=_setup)
@@ -127,4 +132,4 @@ srnn_forward.register_autograd(_backward, setup_context=_setup)
 
 def srnn_scan(beta: Tensor, h0: Tensor, lengths: Tensor | None, activation: str) -> Tensor:
     """The cell's entry: outputs ``(T, B, H)`` (0 past each length) in h0's dtype."""
-    return srnn_forward(beta, h0, lengths, 0 if activation == "relu" else 1)
+    return srnn_forward(beta, h0, lengths, 0 if activation == "relu" else 1).to(h0.dtype)

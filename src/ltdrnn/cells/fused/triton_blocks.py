@@ -7,7 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_support import BLOCK_B, dot_precision, hidden_block, k_block, num_warps
+from .triton_support import BLOCK_B, dot_precision, hidden_block, interpreting, k_block, num_warps
 
 #: Activation codes of the kernels' ``ACT`` argument.
 ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}
@@ -23,10 +23,16 @@ def compute_type(dtype):
 
 
 def dot_type(dtype):
-    """The Triton dtype of a product's operands, from the weights' torch dtype."""
+    """The Triton dtype of a product's operands, from the weights' torch dtype. Triton's interpreter gets
+    half-precision products wrong (3.9: bf16 dots off by orders of magnitude), so there the operands are
+    widened to float32: the weights keep their half-precision values, the state is not rounded to them."""
     import torch
 
-    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float64: tl.float64}.get(dtype, tl.float32)
+    if dtype == torch.float64:
+        return tl.float64
+    if interpreting():
+        return tl.float32
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}.get(dtype, tl.float32)
 
 
 @triton.jit

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ...kernels import kernels_enabled
+from ..base import autocast_dtype
 
 #: Batch rows per program: the smallest M of a tensor-core product.
 BLOCK_B = 16
@@ -109,9 +110,8 @@ def autocast_weight(weight: Tensor, device_type: str) -> Tensor:
     """``weight`` in the autocast dtype when autocast is on for ``device_type`` (the products then run in
     it; the state stays in its own dtype), else unchanged. Differentiable: the gradient comes back in the
     weight's dtype."""
-    if torch.is_autocast_enabled(device_type) and weight.dtype == torch.float32:
-        return weight.to(torch.get_autocast_dtype(device_type))
-    return weight
+    amp = autocast_dtype(device_type)
+    return weight.to(amp) if amp is not None and weight.dtype == torch.float32 else weight
 
 
 def state_dtype_of(state: Tensor) -> torch.dtype:
