@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from .gpu import add_arguments as add_gpu_arguments
+from .gpu import main_gpu
 from .probes import measure_malloc, measure_memory, memory_probe, timing_probe
 from .profile import measure_profile
 from .report import evaluate_targets, render_markdown
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep glibc's default malloc settings (default: apply MALLOC_MMAP_MAX_=0 and a "
         "large MALLOC_TRIM_THRESHOLD_ through mallopt at start-up)",
     )
+    add_gpu_arguments(parser)
     parser.add_argument("--out", default="bench.json", help="JSON output path (default bench.json)")
     parser.add_argument("--markdown", help="markdown output path (default: printed only)")
     parser.add_argument(
@@ -265,6 +268,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     enable_crash_traceback()
+    if args.device == "cuda" and not args.render:
+        return main_gpu(args, parser, argv)
     if args.render:
         with open(args.render) as handle:
             result = json.load(handle)
