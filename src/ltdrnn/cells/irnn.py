@@ -16,7 +16,7 @@ folds ``P U`` into one matrix ``M`` and ``P (W x + b)`` into the precomputed inp
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/irnn.cpp (time loop, K=1)
+Kernel: src/ltdrnn/csrc/irnn.cpp (CPU); src/ltdrnn/cells/fused/irnn_triton.py (GPU)
 """
 
 from __future__ import annotations

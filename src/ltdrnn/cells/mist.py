@@ -7,7 +7,7 @@ from the distant past survive. See ``docs/cells/mist.md``.
 
 Doc: docs/cells/mist.md
 Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/mist.cpp (the "kernel" path and the streaming step)
+Kernel: src/ltdrnn/csrc/mist.cpp (CPU); src/ltdrnn/cells/fused/mist_triton.py (GPU)
 """
 
 from __future__ import annotations

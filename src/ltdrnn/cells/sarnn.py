@@ -6,7 +6,7 @@ update-mask tools they share).
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/sarnn.cpp (time loop with the GRU, and the streaming step)
+Kernel: src/ltdrnn/csrc/sarnn.cpp (CPU); src/ltdrnn/cells/fused/sarnn_triton.py (GPU)
 """
 
 from __future__ import annotations

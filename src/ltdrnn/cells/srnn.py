@@ -7,7 +7,7 @@ step at once in ``precompute``; only a shift, an add and ``act`` remain sequenti
 
 Doc: docs/cells/srnn.md
 Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/srnn.cpp (the "kernel" path and the streaming step)
+Kernel: src/ltdrnn/csrc/srnn.cpp (CPU); src/ltdrnn/cells/fused/srnn_triton.py (GPU)
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ reaches it); without one, the same path runs in PyTorch.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/tarnn.cpp (the whole time loop for any K, and the streaming step)
+Kernel: src/ltdrnn/csrc/tarnn.cpp (CPU); src/ltdrnn/cells/fused/tarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
