@@ -24,7 +24,8 @@ from typing import Callable, List, Tuple
 import torch
 from torch import Tensor
 
-from .cells.base import State, autocast_dtype, map_state, state_layout
+from .cells.base import State, map_state, state_layout
+from .scan import autocast_dtype
 
 #: layer -> (key, GraphedStep); outside the layer, so that copying or pickling a layer never meets a graph
 _GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -20,12 +20,12 @@ from .cells.base import (
     check_positive_int,
     check_state_like,
     describe,
-    from_autocast,
     map_state,
     state_layout,
 )
 from .cells.registry import build
 from .graphs import graphed_step, graphs_apply
+from .scan import from_autocast
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
 

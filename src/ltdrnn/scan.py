@@ -55,3 +55,25 @@ def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
 def scalars(values: Tensor) -> list:
     """Python floats of a small parameter, for the fused loops (no graph, no per-step tensor ops)."""
     return [float(v) for v in values.detach().reshape(-1).tolist()]
+
+
+# ---- mixed precision: torch.autocast around the cells --------------------------------------------
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype of ``torch.autocast`` when it is on for ``device_type``, else None."""
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+
+
+def from_autocast(x: Tensor, parameter: Tensor | None) -> Tensor:
+    """``x`` in the parameters' dtype when autocast made it (it is in the autocast dtype and the parameters
+    are not): what autocast's own operators do with such an input. Anything else unchanged."""
+    amp = autocast_dtype(x.device.type)
+    if amp is None or parameter is None or x.dtype != amp or parameter.dtype == amp:
+        return x
+    return x.to(parameter.dtype) if x.is_floating_point() and parameter.is_floating_point() else x

@@ -21,7 +21,6 @@ SRNN, iRNN, MIST, TARNN K = 1 and SA-RNN, at H = 128.
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
@@ -32,6 +31,7 @@ import torch
 from torch import nn
 
 from ..results import markdown_table
+from .runner import int_list, parse_shapes, split_names
 
 SCHEMA = "ltdrnn.bench.gpu/1"
 #: (subject name, registry cell, options): the configurations the issue's targets name
@@ -55,44 +55,15 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def add_arguments(parser) -> None:
-    """The flags of the GPU run (the CPU run ignores them)."""
-    parser.add_argument(
-        "--device", default="cpu", choices=("cpu", "cuda"), help="cpu (default): the CPU benchmark; cuda: the GPU one"
-    )
-    parser.add_argument(
-        "--hidden-sizes", default="128,256,512", help="--device cuda: hidden sizes (default 128,256,512)"
-    )
-    parser.add_argument(
-        "--loop-hidden-sizes", default="128", help="--device cuda: hidden sizes that also time each cell's PyTorch loop"
-    )
-    parser.add_argument(
-        "--time-budget", type=float, default=300.0, help="--device cuda: seconds after which no new measurement starts"
-    )
-
-
-def int_list(flag: str, text: str) -> List[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise ValueError(f"{flag}: expected positive integers, got {text!r}")
-    return values
-
-
-def gpu_settings(args) -> Dict[str, Any]:
-    """The GPU run's settings from the parsed flags; ValueError names the flag at fault."""
+def gpu_settings(args: Any) -> Dict[str, Any]:
+    """The GPU run's settings from the command's options (``ltdrnn bench --device cuda``); ValueError names
+    the option at fault."""
     if DEVICE == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible to torch (torch.cuda.is_available() is False)")
-    from .cli import parse_shapes
-
     shape = parse_shapes(args.shapes or "pixel_mnist")[0]
     if args.batch <= 0:
         raise ValueError(f"--batch: expected a positive integer, got {args.batch}")
     if args.cells:
-        from .cli import split_names
-
         wanted = split_names(args.cells)
         unknown = [n for n in wanted if n not in {name for name, _, _ in CELLS}]
         if unknown:
@@ -383,21 +354,3 @@ def render(result: Dict[str, Any]) -> str:
         lines.append("**errors**: " + "; ".join(f"{e.get('subject')} {e.get('impl', '')} H={e.get('hidden')}: "
                                                f"{e['error'][:200]}" for e in result["errors"]))  # fmt: skip
     return "\n".join(lines)
-
-
-def main_gpu(args, parser, argv: List[str]) -> int:
-    import shlex
-
-    try:
-        settings = gpu_settings(args)
-    except ValueError as error:
-        parser.error(str(error))
-    result = run_gpu(settings, "ltdrnn bench " + shlex.join(argv))
-    with open(args.out, "w") as handle:
-        json.dump(result, handle, indent=1)
-    markdown = render(result)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(markdown + "\n")
-    print(markdown)
-    return 0

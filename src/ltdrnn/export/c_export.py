@@ -386,7 +386,7 @@ def _tarnn(p: Program, cell, pre: str, x: str, s: str):
         if cell.A_kind == "coupled"
         else None
     )
-    # the fused formulation (TARNN._FusedTARNN): [c, q, r] = P + s [B2 + A; W2 + U; U_s]^T, delta_0 = 0,
+    # the fused formulation (cells/fused/tarnn.py, FusedTARNN): [c, q, r] = P + s [B2 + A; W2 + U; U_s]^T, delta_0 = 0,
     # G_k = phi(q + U delta_k) + c + A delta_k, delta_{k+1} = delta_k + eta_k (beta) G_k
     lines = p.buffers(qa=3 * hidden, beta=hidden, delta=hidden, arg=hidden, g=hidden) + [
         _init_from("qa", b_in, 3 * hidden),
@@ -407,12 +407,12 @@ def _tarnn(p: Program, cell, pre: str, x: str, s: str):
 
 @emitter("irnn")
 def _irnn(p: Program, cell, pre: str, x: str, s: str):
-    from ..cells.irnn import _dense_operator
+    from ..cells.fused.irnn import dense_operator
 
     hidden = cell.hidden_size
     weight, bias = cell.input_map()
     first, second = cell.recurrent_operator()
-    m = first if second is None else _dense_operator(first, second)
+    m = first if second is None else dense_operator(first, second)
     w_in, b_in, m_op = p.matrix(pre + "w_in", weight), p.vector(pre + "b_in", bias), p.matrix(pre + "m", m)
     eta = p.vector(pre + "eta", cell.steps.values())
     with torch.no_grad():

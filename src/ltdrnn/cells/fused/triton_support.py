@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from ...kernels import kernels_enabled
-from ..base import autocast_dtype
+from ...scan import autocast_dtype
 
 #: Batch rows per program: the smallest M of a tensor-core product.
 BLOCK_B = 16
