@@ -31,6 +31,7 @@ workers=()
 timeout 200 "$PYTHON" -m pytest -q -p no:cacheprovider "${workers[@]}" \
   tests/cells/test_triton_srnn.py tests/cells/test_triton_irnn.py tests/cells/test_triton_tarnn.py \
   tests/cells/test_triton_sarnn.py tests/cells/test_triton_mist.py tests/cells/test_triton_autocast.py \
+  tests/cells/test_triton_compile.py \
   tests/test_cuda_graph_step.py "tests/cells/test_autocast.py::test_every_cell_runs_under_autocast_with_a_float32_state" \
   -k "not cpu" 2>&1 | tee "$OUT/gpu_tests.log"
 tests_status=${PIPESTATUS[0]}

@@ -74,9 +74,12 @@ def _forward_kernel(gi_ptr, ci_ptr, w_ptr, b_ptr, cw_ptr, len_ptr, states_ptr, p
         pre = tl.load(ci_ptr + step + block, mask=mask, other=0.0).to(ACC) + cw * h
         update = pre > 0.5
         alive = (t < length)[:, None]
-        h = tl.where(alive, tl.where(update, cand, h), 0.0)
+        prob = tl.where(pre < 0.0, 0.0, tl.where(pre > 1.0, 1.0, pre))  # clamp that keeps NaN, as torch.clamp
+        # the reference's straight-through term (prob - prob) (cand - h): exactly 0 for finite values, NaN where
+        # the reference's value is NaN
+        h = tl.where(alive, tl.where(update, cand, h) + (prob - prob) * (cand - h), 0.0)
         tl.store(states_ptr + step + B * H + block, h, mask=mask)
-        tl.store(probs_ptr + step + block, tl.where(alive, tl.minimum(tl.maximum(pre, 0.0), 1.0), 0.0), mask=mask)
+        tl.store(probs_ptr + step + block, tl.where(alive, prob, 0.0), mask=mask)
         tl.store(masks_ptr + step + block, tl.where(alive & update, 1.0, 0.0), mask=mask)
         gates_t = gates_ptr + 3 * step + g_block
         tl.store(gates_t, r, mask=mask)
