@@ -62,3 +62,29 @@ def test_nan_input_propagates_as_in_the_reference(name):
         out, _ = cell.scan(x, state, impl="triton")
         ref, _ = cell.scan(x, state, impl="reference")
     assert torch.equal(out.isnan(), ref.isnan()) and out[1, 0].isnan().any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tarnn", "mist"])
+def test_the_layer_with_a_packed_sequence_both_directions_equals_the_reference(name):
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from triton_helpers import DEVICE, DTYPE, TOLERANCE
+
+    results = []
+    for impl in ("triton", "reference"):
+        torch.manual_seed(0)
+        rnn = ltdrnn.Recurrent(name, 3, 16, num_layers=2, bidirectional=True, impl=impl, **CELLS[name])
+        rnn = rnn.to(device=DEVICE, dtype=DTYPE)
+        torch.manual_seed(1)
+        x = torch.randn(4, 6, 3, dtype=DTYPE, device=DEVICE, requires_grad=True)
+        packed = pack_padded_sequence(x, torch.tensor([6, 2, 5, 1]), batch_first=True, enforce_sorted=False)
+        out, final = rnn(packed)
+        loss = out.data.square().sum() + final.square().sum()
+        grads = torch.autograd.grad(loss, [x, *rnn.parameters()])
+        results.append((out.data.detach(), final.detach(), grads))
+    (out, final, grads), (ref, ref_final, ref_grads) = results
+    torch.testing.assert_close(out, ref, **TOLERANCE)
+    torch.testing.assert_close(final, ref_final, **TOLERANCE)
+    for grad, ref_grad in zip(grads, ref_grads):
+        torch.testing.assert_close(grad, ref_grad, **TOLERANCE)
