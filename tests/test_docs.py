@@ -93,3 +93,77 @@ def test_ci_and_the_pytest_config_run_the_slow_tests_too():
     runs = [line.split("-m pytest", 1)[1] for line in ci.splitlines() if "-m pytest" in line]
     assert runs and not any(" -m " in f"{args} " or "slow" in args for args in runs)
     assert pytest_config["pythonpath"] == ["tests"]
+
+
+# The README's two commands: the first sets up and runs the main job, the second is what CI runs.
+def _readme_command(number: int) -> str:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    lines = [line for block in blocks for line in block.splitlines()]
+    for index, line in enumerate(lines):
+        if line.startswith(f"# {number}. "):
+            return lines[index + 1]
+    raise AssertionError(f"README.md: expected a bash line after '# {number}. ...'")
+
+
+def test_the_readmes_second_command_is_what_ci_runs():
+    ci_steps = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
+    assert _readme_command(2).split(" && ") == ci_steps
+
+
+def test_the_readmes_first_command_installs_the_pinned_setup_and_runs_the_main_job():
+    steps = _readme_command(1).split(" && ")
+    assert steps[0] == "python3 -m venv .venv"
+    assert steps[1].startswith(".venv/bin/pip install -c constraints.txt -e ")
+    assert steps[-1] == ".venv/bin/ltdrnn run"
+
+
+def test_the_readme_gives_no_clock_times_of_single_runs():
+    readme = (ROOT / "README.md").read_text()
+    assert not re.search(r"\bUTC\b|\d+ min \d+ s\b|\d{2}:\d{2}", readme)
+
+
+SOURCE_CELLS = ["tarnn", "srnn", "mist", "irnn", "sarnn"]
+REQUIRED_SECTIONS = {
+    "equations": r"^## Equations",
+    "options": r"^## (Options|Parameters) and defaults",
+    "the paper's settings": r"^## (Paper settings|Per-task settings in the paper)",
+    "deviations": r"^## Choices and deviations",
+    "measured results": r"^## Measured",
+}
+
+
+@pytest.mark.parametrize("cell", SOURCE_CELLS)
+def test_each_source_cell_page_is_a_short_reference_with_its_measured_results_linked(cell):
+    page = (ROOT / "docs" / "cells" / f"{cell}.md").read_text()
+    missing = [name for name, heading in REQUIRED_SECTIONS.items() if not re.search(heading, page, flags=re.M)]
+    assert not missing, f"docs/cells/{cell}.md lacks a section for: {', '.join(missing)}"
+    measured = page[re.search(r"^## Measured", page, flags=re.M).start() :]
+    assert "REPRODUCTION.md#" in measured and "| task |" in measured
+    assert "sample std" in page, f"docs/cells/{cell}.md: say once that ± is the sample std"
+    assert f"../notes/{cell}" in page, f"docs/cells/{cell}.md: link its dated notes in docs/notes/"
+    assert len(page.split()) <= 3000, f"docs/cells/{cell}.md has {len(page.split())} words; move history to docs/notes/"
+
+
+def test_each_notes_file_is_dated():
+    notes = sorted((ROOT / "docs" / "notes").glob("*.md"))
+    assert notes
+    dated = re.compile(r"^## \d{4}-\d{2}-\d{2}", re.M)
+    undated = [p.name for p in notes if p.name != "README.md" and not dated.search(p.read_text())]
+    assert not undated, f"notes without a dated heading: {undated}"
+
+
+def test_relative_links_in_the_docs_point_to_files_that_exist():
+    pages = [ROOT / "README.md", ROOT / "REPRODUCTION.md", *(ROOT / "docs").rglob("*.md")]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, "\n".join(broken)

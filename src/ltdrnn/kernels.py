@@ -169,8 +169,8 @@ def _cpu_signature() -> str:
 
 # ---- one-call streaming steps (torch.ops.ltdrnn.<cell>_stream) ------------------------------------------
 #: Largest batch for which the cells' lean ``forward`` uses the compiled streaming step. Its products
-#: are plain loops: at batch 1 they beat BLAS plus op dispatch (2-8x at H=128); at large batch BLAS
-#: wins. Measured crossover at H=128: batch 16 for TARNN, beyond 32 for SRNN, MIST and SA-RNN.
+#: are plain loops: at batch 1 they beat BLAS plus op dispatch; at large batch BLAS wins (the measured
+#: crossover: docs/architecture.md, "Compiled kernels").
 STREAM_MAX_BATCH = 8
 
 

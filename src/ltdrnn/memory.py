@@ -20,9 +20,9 @@ def empty_buffer(shape, like: Tensor) -> Tensor:
     """``torch.empty(shape)`` with the dtype and device of ``like``, for a large work buffer.
 
     On Linux CPUs the buffer's whole 2 MB pages are marked for transparent huge pages before first
-    use (``madvise(MADV_HUGEPAGE)``; a hint the kernel may ignore). A fresh ``(784, 128, 128)`` float32
-    buffer then costs about 60 ms less to fill here, because the first write faults 2 MB pages in
-    instead of 4 KB ones; whole-sequence scans allocate several such buffers per call.
+    use (``madvise(MADV_HUGEPAGE)``; a hint the kernel may ignore), so the first write faults 2 MB
+    pages in instead of 4 KB ones; whole-sequence scans allocate several such buffers per call
+    (measured: docs/notes/srnn-speed.md, "The fast paths in detail").
     """
     buffer = torch.empty(shape, dtype=like.dtype, device=like.device)
     nbytes = buffer.numel() * buffer.element_size()
@@ -50,7 +50,7 @@ _SCRATCH = _Scratch()
 def scratch_buffer(shape, like: Tensor) -> Tensor:
     """A work buffer like :func:`empty_buffer`, reusing one given back by :func:`release` if it fits.
 
-    Reuse spares the page faults of fresh memory (tens of ms per 51 MB buffer here). Only for buffers
+    Reuse spares the page faults of fresh memory (docs/notes/srnn-speed.md). Only for buffers
     that live inside one call and of which no view escapes it: the caller must :func:`release` them.
     """
     count = 1
@@ -108,9 +108,10 @@ def tune_malloc() -> bool:
 
     Why: with glibc's defaults every large block is mmap-ed and returned on free, so each training
     step of a long sequence writes its big buffers into fresh zeroed pages (page faults at a few GB/s).
-    With the tuning, freed blocks are reused: measured 1.2-1.3x faster training steps for our cells and
-    1.5-1.9x for nn.LSTM/nn.GRU (docs/benchmarks.md). The cost: memory freed after a peak stays with
-    the process. It changes the whole process and cannot be undone, so callers make it optional.
+    With the tuning, freed blocks are reused: faster training steps for our cells and more so for
+    nn.LSTM/nn.GRU (measured: docs/benchmarks.md, "glibc malloc settings"). The cost: memory freed
+    after a peak stays with the process. It changes the whole process and cannot be undone, so callers
+    make it optional.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -89,8 +89,8 @@ class TorchRNNCell(Cell):
 
         With ``lengths``, ``"fused"`` runs the kernel once per stretch between consecutive distinct
         lengths, carrying the state and keeping each sequence's state at its own end (same arithmetic
-        as one unpacked call; torch's PackedSequence kernel was about 10x slower in our CPU
-        measurements, see docs/cells/gated.md). ``"fused_packed"`` packs the batch and runs torch's
+        as one unpacked call; torch's PackedSequence kernel is much slower on CPU, measured in
+        docs/cells/gated.md). ``"fused_packed"`` packs the batch and runs torch's
         packed kernel, bit-identical to ``nn.LSTM`` on a PackedSequence.
         """
         if lengths is None:

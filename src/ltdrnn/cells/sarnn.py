@@ -110,8 +110,8 @@ class SARNN(MaskedCell):
         (True, ['budget'])
     """
 
-    # The straight-through surrogate lets gradients grow with T: over 3 seeds (H=64) the largest
-    # parameter-gradient norm stays below 1e5 up to T=2000 and passes 1e6 at T=3000 (docs/reliability.md).
+    # The straight-through surrogate lets gradients grow with T; measured up to which T they stay usable:
+    # docs/reliability.md, "SA-RNN's gradients grow with T".
     gradient_length_limit = 2000
 
     def __init__(

@@ -153,11 +153,11 @@ inline int64_t option(at::IntArrayRef options, size_t expected, size_t i, const 
 // A recurrence's batch rows are independent through the whole sequence, so a time loop can split the
 // batch once into one block per thread and run all T steps of a block on one thread with single-threaded
 // BLAS: no thread hand-off per step (a per-step at::parallel_for would be one per product and per
-// elementwise pass, each waiting for the slowest thread on a shared machine).
+// elementwise pass, each waiting for the slowest thread on a loaded machine).
 
 // Keeps the BLAS calls of the current thread single-threaded while it lives (MKL would otherwise start
-// an OpenMP team for every product, whose threads spin-wait for each other: on this shared 2-core
-// machine under load that made the K = 5 forward 2-35 s of CPU at 2 threads against 0.3 s at 1), and
+// an OpenMP team for every product, whose threads spin-wait for each other: under load that made the
+// K = 5 forward many times slower at 2 threads than at 1, docs/notes/tarnn-speed.md), and
 // marks the thread as inside a parallel region, so ATen's own at::parallel_for runs inline.
 class SequentialBlock {
  public:

@@ -19,8 +19,8 @@
 //   x (T, B, d) and weight (H, d), backward only: the input and the input map's weight W' (any strides), for
 //       the gradients of W' (eta sum_t dpre_t^T x_t) and of x (eta dpre_t W').
 // The backward keeps no (T, B, H) gradient: each thread adds its rows' share of every parameter gradient
-// step by step, while the step's dpre is in cache (the products over all steps after the loop, which
-// re-read dpre and the outputs, were 16 ms of a 71 ms training step at pixel-MNIST shape and 2 threads).
+// step by step, while the step's dpre is in cache (not by products over all steps after the loop, which
+// re-read dpre and the outputs: measured in docs/notes/irnn-speed.md).
 // Per step, with the reading's (s, r) (ltdrnn.cells.irnn.READINGS):
 //   y_0 = s h_{t-1};  pre = M y_0 + c_t;  y_1 = y_0 + eta (phi(pre) - alpha y_0);  h_t = y_1 - r h_{t-1}
 //
@@ -129,7 +129,7 @@ void forward_span(const T* __restrict pre, const T* __restrict h, T* __restrict 
 
 // pre = W' x_t + b' for `rows` rows (W' (H, d) and b' contiguous): the input map of one step, formed in a
 // block's scratch rows instead of a (T, B, H) buffer before the loop (whose bias copy and product wrote
-// and re-read 51 MB at pixel-MNIST shape, 5 ms of a 71 ms training step at 2 threads).
+// and re-read 51 MB at pixel-MNIST shape; measured in docs/notes/irnn-speed.md).
 template <typename T>
 void input_map(T* pre, const T* x, const T* weight, const T* bias, int64_t rows, int64_t hidden, int64_t dim) {
   for (int64_t b = 0; b < rows; ++b) std::copy_n(bias, hidden, pre + b * hidden);

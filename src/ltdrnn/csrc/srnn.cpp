@@ -548,9 +548,8 @@ int64_t piece_sums_per_block(int64_t segments, int64_t hidden, bool gated) {
 }
 
 // Rows summed in the data's type before the running sums move into double. Double accumulators cost a
-// conversion and twice the vector operations for each of the four sums per element (gated backward at the
-// benchmark shape, one thread: 50 ms against 39 ms); a run of 256 float32 terms is off by ~1e-6 relative
-// typically (1.5e-5 at worst), before the double sum over runs.
+// conversion and twice the vector operations for each of the four sums per element; a run of 256 float32
+// terms stays accurate before the double sum over runs (both measured: docs/notes/srnn-speed.md).
 constexpr int64_t kRowsPerFlush = 256;
 
 // For gz = dL/dz of row `row` (pre-activation): adds df and df x into its segment's m0, m1, the gate's
@@ -586,9 +585,8 @@ inline T piece_row_gradient(const Pieces<T>& p, const T* __restrict__ gz, int64_
 
 // A batch-first output gradient's rows of one step lie T H elements apart, at the pixel-MNIST shape
 // 784 * 512 bytes = 98 pages: every row of a step maps to the same 8 sets of the L1 cache, so fetching a whole
-// step ahead (prefetch_previous_step) evicts itself (gated backward at the benchmark shape, one thread: 62-75 ms
-// batch-first against 40-43 ms contiguous). Two rows ahead keeps a few lines in those sets and is still ~1000
-// cycles of work early: 40-43 ms either way.
+// step ahead (prefetch_previous_step) evicts itself. Two rows ahead keeps a few lines in those sets and is
+// still ~1000 cycles of work early, as fast as a contiguous gradient (measured: docs/notes/srnn-speed.md).
 constexpr int64_t kPrefetchRowsAhead = 2;
 
 // Fetches the row at d_h (hidden values) into the cache.

@@ -71,13 +71,14 @@ inline void add_gradient_row(T* __restrict g, const T* __restrict grad, int64_t 
 
 // ---- K = 1, the gate inside (tarnn_k1_forward / _backward) ---------------------------------------------
 // The forward forms each step's input map itself: the block's rows of p_t start as b_in + x_t W_in^T before
-// the state product adds in, so p is written once, by the loop (an addmm over the whole (T, B, 3H) buffer
-// before the loop cost 10.5 ms of a 242 ms pixel-MNIST training step at 2 threads). The backward reads p
+// the state product adds in, so p is written once, by the loop (not by an addmm over the whole (T, B, 3H)
+// buffer before it; measured in docs/notes/tarnn-speed.md, "input map and parameter gradients inside the
+// K = 1 loops"). The backward reads p
 // and leaves it intact; each step's gradient of p lives only in the block's scratch rows, from which the
 // block adds the step's share of the parameter gradients while they are in cache: dp^T s_{t-1} (the stacked
 // state weights), dp^T x_t (W_in) and the column sums of dp (b_in), and writes the gradient of x, dp W_in,
-// when it is wanted. Before, the gradient of p went to memory (154 MB) and one product after the loop read
-// it again with a copy of the outputs (72 ms of products and an 8 ms copy in that step).
+// when it is wanted. Before, the gradient of p went to memory and one product after the loop read it again
+// with a copy of the outputs (the same note has the cost).
 
 constexpr const char* kK1Forward = "tarnn_k1_forward";
 constexpr const char* kK1Backward = "tarnn_k1_backward";

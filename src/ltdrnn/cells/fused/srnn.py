@@ -167,7 +167,7 @@ class PiecewiseLinearScan(torch.autograd.Function):
     ``x_j = -a_j / A_j`` (:func:`segment_tables`): on each of the k + 1 segments between the sorted
     knots the active units are fixed, so ``f(x) = slope[s] x + offset[s]``. The forward kernel finds
     each ``(t, b)``'s segment (the number of knots below x: ``searchsorted(knots, x)``, kept for the
-    backward; torch's own starts an OpenMP team, ~8 ms at 2 threads on a loaded machine) and forms ``f``
+    backward; torch's own starts an OpenMP team, which costs more than the search) and forms ``f``
     with one multiply-add per element
     instead of k (3 x 0.8 GFLOP of ``(T B, k) x (k, H)`` products less per training step at the
     pixel-MNIST shape). The backward kernel sums ``df = dL/df`` per segment, ``m0[s] = sum df``,
@@ -234,8 +234,8 @@ def segment_tables(w_in: Tensor, b_in: Tensor, w_f: Tensor, b_f: Tensor) -> Tupl
                                         offset[s] = b_f + sum_{j active on s} a_j W_f[:, j]
 
     Each sum is a prefix sum over s of the units' entries at their first and past their last segment
-    (no matrix product: at 2 threads MKL's thread team for these tiny products cost ~27 ms each on a
-    loaded machine). Formed in float64 and rounded once.
+    (no matrix product: at 2 threads MKL's thread team for these tiny products costs more than the
+    arithmetic; measured in docs/notes/srnn-speed.md). Formed in float64 and rounded once.
     """
     slope_in, bias_in = w_in.detach().reshape(-1).double(), b_in.detach().double()
     width, dtype = slope_in.shape[0], w_in.dtype
@@ -288,15 +288,14 @@ def _sum_over_active_segments(active: Tensor, sums: Tensor) -> Tensor:
     """``out[:, j] = sum_{active[0, j] <= s < active[1, j]} sums[s]``: ``active (2, k)``, ``sums (k + 1, H)``
     -> ``(H, k)``, as a difference of prefix sums."""
     prefix = torch.cat([sums.new_zeros(1, sums.shape[1]), sums.cumsum(0)])
-    # index_select, not prefix[active]: advanced indexing starts an OpenMP team (~8 ms at 2 threads under load)
+    # index_select, not prefix[active]: advanced indexing starts an OpenMP team (docs/notes/srnn-speed.md)
     return (prefix.index_select(0, active[1]) - prefix.index_select(0, active[0])).t()
 
 
 #: Fewest rows (T B) for which a scan with ``input_size=1``, ``fr_layers=1`` reads f_r from its table of
 #: linear pieces (:class:`PiecewiseLinearScan`). Building the tables and assembling the gradients are ~30
-#: small PyTorch ops (~0.35 ms per call) that the k multiply-adds saved per element repay from ~800 rows:
-#: forward + backward at H = 128, k = 32, one thread, 512 rows 648 us against KernelScan's 581, 1280 rows
-#: 876 against 1197; a one-step scan (Recurrent.step with autograd) 539 against 186 us.
+#: small PyTorch ops per call, which the k multiply-adds saved per element repay from ~800 rows (measured
+#: against KernelScan: docs/notes/srnn-speed.md, "The fast paths in detail").
 PIECEWISE_LINEAR_MIN_ROWS = 1024
 
 #: Widest f_r features (k) for which, with the gate, the kernel forms f_r's last layer ``f_t`` itself.
