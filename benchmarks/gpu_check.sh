@@ -2,7 +2,8 @@
 # The GPU check of issue 35, in one run (about 6 minutes on one H100, Triton's compilation included):
 #   1. the Triton, CUDA-graph and autocast tests on the real GPU (LTDRNN_TEST_DEVICE=cuda: the compiled
 #      kernels, float32, against the reference loops);
-#   2. `ltdrnn bench --device cuda`: the source cells' Triton paths against cuDNN nn.LSTM / nn.GRU and against
+#   2. `ltdrnn bench --device cuda --tf32` (float32 products on TF32 tensor cores, as cuDNN's RNNs use them by
+#      default; the amp section runs bf16): the source cells' Triton paths against cuDNN nn.LSTM / nn.GRU and against
 #      their own PyTorch loops at the pixel-MNIST shape (T=784, d=1, B=128), H = 128, 256, 512.
 # Run from the repository root. It needs a python3 that has torch with CUDA, triton, numpy and pytest (the
 # workplace's GPU image has them: python3 3.12, torch 2.11+cu130, triton 3.6, pytest, pytest-xdist); the
@@ -38,7 +39,7 @@ tests_status=${PIPESTATUS[0]}
 
 # 2. the benchmark; --time-budget stops starting new measurements after that many seconds
 timeout 330 "$PYTHON" -m ltdrnn.cli bench --device cuda --hidden-sizes 128,256,512 --loop-hidden-sizes 128 \
-  --repeats 3 --warmup 1 --stream-steps 200 --time-budget 240 \
+  --tf32 --repeats 3 --warmup 1 --stream-steps 200 --time-budget 240 \
   --out "$OUT/bench_gpu.json" --markdown "$OUT/bench_gpu.md" 2>&1 | tee "$OUT/bench_gpu.log"
 bench_status=${PIPESTATUS[0]}
 

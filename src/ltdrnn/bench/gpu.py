@@ -80,6 +80,7 @@ def gpu_settings(args: Any) -> Dict[str, Any]:
         "stream_steps": args.stream_steps,
         "time_budget": args.time_budget,
         "cells": wanted,
+        "tf32": bool(getattr(args, "tf32", False)),
     }
 
 
@@ -224,6 +225,8 @@ def measure(result, section, subject, impl, hidden, budget, errors, make_run, re
 
 def run_gpu(settings: Dict[str, Any], command: str) -> Dict[str, Any]:
     torch.manual_seed(0)
+    if settings["tf32"]:  # float32 products on TF32 tensor cores, as cuDNN's RNNs use them by default
+        torch.backends.cuda.matmul.allow_tf32 = True
     budget, errors = Budget(settings["time_budget"]), []  # type: ignore[var-annotated]
     result: Dict[str, Any] = {
         "schema": SCHEMA,

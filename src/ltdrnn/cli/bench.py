@@ -82,6 +82,12 @@ def add_commands(sub) -> None:
         "--loop-hidden-sizes", default="128", help="--device cuda: hidden sizes that also time each cell's PyTorch loop"
     )
     parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="--device cuda: float32 products on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32, which the "
+        "Triton kernels follow; cuDNN's RNNs use TF32 by default)",
+    )
+    parser.add_argument(
         "--time-budget", type=float, default=300.0, help="--device cuda: seconds after which no measurement starts"
     )
     parser.add_argument("--out", default="bench.json", help="JSON output path (default bench.json)")
