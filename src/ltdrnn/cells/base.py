@@ -37,7 +37,7 @@ from typing import Any, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from ..scan import autocast_dtype, from_autocast
+from ..scan import autocast_dtype_for, from_autocast
 
 State = Union[Tensor, Tuple[Tensor, ...]]
 
@@ -128,7 +128,7 @@ class Cell(nn.Module):
         lean streaming paths (compiled kernels, fused ops) that would read a wrongly sized state past
         its end; this way every one of them only ever sees input that fits.
         """
-        if isinstance(x_t, Tensor) and autocast_dtype(x_t.device.type) is not None:
+        if autocast_dtype_for(x_t) is not None:
             # streaming steps have no autocast-aware path: they run in the parameters' dtype
             with torch.autocast(x_t.device.type, enabled=False):
                 return self.__call__(from_autocast(x_t, self._any_parameter(required=False)), state)
@@ -171,7 +171,7 @@ class Cell(nn.Module):
         (the compiled CPU kernels have float32/64 variants only). An input in the autocast dtype is taken
         as the parameters' dtype, as autocast's own operators take it.
         """
-        amp = autocast_dtype(x.device.type) if isinstance(x, Tensor) else None
+        amp = autocast_dtype_for(x)
         if amp is not None:
             x = from_autocast(x, self._any_parameter(required=False))
             if not self._autocast_aware(x, impl):
