@@ -12,6 +12,7 @@ from .triton_support import BLOCK_B, dot_precision, hidden_block, interpreting, 
 #: Activation codes of the kernels' ``ACT`` argument.
 ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}
 
+# re-exported for the *_triton modules: the block sizes and precision the kernels are launched with
 __all__ = ["ACTIVATION_CODES", "BLOCK_B", "dot_precision", "hidden_block", "k_block", "num_warps", "compute_type"]
 
 

@@ -11,11 +11,11 @@ The layout every matrix-recurrent kernel follows (docs/architecture.md, "Triton 
 - one program per block of ``BLOCK_B`` batch rows, all ``H`` units of those rows, running every time step
   (a persistent kernel: one launch per direction);
 - the input projection ``P`` is one GEMM in PyTorch before the launch (with PyTorch's autograd on it);
-- each step's product of the state with the recurrent weights is :func:`rows_times_matrix`: the state rows
-  are read back from the ``states`` buffer the step before wrote (a barrier between the two), in chunks of
-  ``BLOCK_K`` columns, against the weights, which every step reads again from the on-chip L1/L2 caches (up
-  to H = 256 the weights of one cell fit in L2 many times over; above it they are re-read the same way,
-  which is the documented fallback: more warps, the same code);
+- each step's product of the state with the recurrent weights is ``triton_blocks.rows_times_matrix``: the
+  state rows are read back from the ``states`` buffer the step before wrote (a barrier between the two), in
+  chunks of :func:`k_block` (64) columns, against the weights, which every step reads again from the on-chip
+  L1/L2 caches (up to H = 256 the weights of one cell fit in L2 many times over; above it they are re-read the
+  same way, which is the documented fallback: more warps, the same code);
 - state, accumulation and every elementwise function in float32 (float64 for float64 tensors); the products
   take the weights' dtype (bf16/fp16 weights: tensor cores), float32 products use TF32 only when
   ``torch.backends.cuda.matmul.allow_tf32`` allows it, as PyTorch's own matmuls do;
@@ -92,11 +92,7 @@ def dot_precision(weight: Tensor) -> str:
 
 def grid(batch: int) -> tuple:
     """One program per block of :data:`BLOCK_B` batch rows."""
-    return (triton_cdiv(batch, BLOCK_B),)
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return (-(-batch // BLOCK_B),)
 
 
 def lengths_operand(lengths: Tensor | None, like: Tensor) -> Tensor:
@@ -112,8 +108,3 @@ def autocast_weight(weight: Tensor, device_type: str) -> Tensor:
     weight's dtype."""
     amp = autocast_dtype(device_type)
     return weight.to(amp) if amp is not None and weight.dtype == torch.float32 else weight
-
-
-def state_dtype_of(state: Tensor) -> torch.dtype:
-    """The dtype of the state and outputs: the given state's, never below float32 inside the kernels."""
-    return state.dtype
