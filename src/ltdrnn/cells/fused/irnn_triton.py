@@ -25,15 +25,10 @@ from torch import Tensor
 
 from .triton_blocks import (
     ACTIVATION_CODES,
-    BLOCK_B,
     activate,
     activation_slope,
-    compute_type,
-    dot_precision,
-    dot_type,
-    hidden_block,
-    k_block,
-    num_warps,
+    kernel_state_dtype,
+    launch_options,
     rows_times_matrix,
 )
 from .triton_support import grid, lengths_operand
@@ -108,16 +103,6 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, m_ptr, eta_ptr, alpha_ptr, 
     tl.store(sums_ptr + 2 * pid + 1, -eta * tl.sum(tl.sum(alpha_sum, axis=1), axis=0))
 
 
-def _meta(hidden: int, weight: Tensor, state_dtype: torch.dtype) -> dict:
-    padded = hidden_block(hidden)
-    return dict(BB=BLOCK_B, HP=padded, BK=k_block(padded), DOT=dot_type(weight.dtype), PREC=dot_precision(weight),
-                ACC=compute_type(state_dtype), num_warps=num_warps(padded))  # fmt: skip
-
-
-def _state_dtype(h0: Tensor) -> torch.dtype:
-    return torch.float64 if h0.dtype == torch.float64 else torch.float32
-
-
 @torch.library.custom_op("ltdrnn::irnn_triton_forward", mutates_args=())
 def irnn_forward(
     c: Tensor, h0: Tensor, m: Tensor, eta: Tensor, alpha: Tensor, lengths: Optional[Tensor], activation: int,
@@ -126,21 +111,21 @@ def irnn_forward(
     """``c (T, B, H)``, ``h0 (B, H)``, ``M (H, H)``, ``eta (1,)``, ``alpha (1,)`` -> ``states (T + 1, B, H)``
     (row 0 ``h0``, then ``h_t``, 0 past lengths) and ``phi (T, B, H)``, in float32 (float64 for float64 h0)."""
     steps, batch, hidden = c.shape
-    dtype = _state_dtype(h0)
+    dtype = kernel_state_dtype(h0)
     states = c.new_empty((steps + 1, batch, hidden), dtype=dtype)
     states[0] = h0
     phis = c.new_empty((steps, batch, hidden), dtype=dtype)
     _forward_kernel[grid(batch)](
         c.contiguous(), m.contiguous(), eta.to(dtype).contiguous(), alpha.to(dtype).reshape(1),
         lengths_operand(lengths, c), states, phis, batch, steps, hidden, S=s, R=r,
-        HAS_LENGTHS=lengths is not None, ACT=activation, **_meta(hidden, m, dtype),
+        HAS_LENGTHS=lengths is not None, ACT=activation, **launch_options(hidden, m, dtype),
     )  # fmt: skip
     return states, phis
 
 
 @irnn_forward.register_fake
 def _(c, h0, m, eta, alpha, lengths, activation, s, r):
-    dtype = _state_dtype(h0)
+    dtype = kernel_state_dtype(h0)
     return c.new_empty((c.shape[0] + 1, *c.shape[1:]), dtype=dtype), c.new_empty(c.shape, dtype=dtype)
 
 
@@ -156,7 +141,7 @@ def irnn_backward(
     _backward_kernel[grid(batch)](
         grad.to(phis.dtype).contiguous(), states, phis, m.contiguous(), eta.to(phis.dtype).contiguous(),
         alpha.to(phis.dtype).reshape(1), lengths_operand(lengths, phis), dpre, dh0, sums, batch, steps, hidden,
-        S=s, R=r, HAS_LENGTHS=lengths is not None, ACT=activation, **_meta(hidden, m, phis.dtype),
+        S=s, R=r, HAS_LENGTHS=lengths is not None, ACT=activation, **launch_options(hidden, m, phis.dtype),
     )  # fmt: skip
     return dpre, dh0, sums.sum(0)
 

@@ -27,13 +27,9 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_blocks import (
-    BLOCK_B,
-    compute_type,
-    dot_precision,
-    dot_type,
     hidden_block,
-    k_block,
-    num_warps,
+    kernel_state_dtype,
+    launch_options,
     rows_times_matrix,
     sigmoid,
     tanh,
@@ -145,17 +141,6 @@ def _backward_kernel(grad_ptr, states_ptr, gates_ptr, rm_ptr, whh_ptr, wmix_ptr,
         tl.debug_barrier()  # the step before reads its row of dL/dh
 
 
-def _meta(hidden: int, delays: int, weight: Tensor, state_dtype: torch.dtype) -> dict:
-    padded = hidden_block(hidden)
-    return dict(ND=delays, NDP=hidden_block(delays), BB=BLOCK_B, HP=padded, BK=k_block(padded),
-                DOT=dot_type(weight.dtype), PREC=dot_precision(weight), ACC=compute_type(state_dtype),
-                num_warps=num_warps(padded))  # fmt: skip
-
-
-def _state_dtype(history0: Tensor) -> torch.dtype:
-    return torch.float64 if history0.dtype == torch.float64 else torch.float32
-
-
 @torch.library.custom_op("ltdrnn::mist_triton_forward", mutates_args=())
 def mist_forward(
     p: Tensor, history0: Tensor, w_hh: Tensor, w_mix: Tensor, lengths: Optional[Tensor]
@@ -166,7 +151,7 @@ def mist_forward(
     steps, batch = p.shape[:2]
     past, hidden = history0.shape[1], history0.shape[2]
     delays = w_hh.shape[0] - hidden
-    dtype = _state_dtype(history0)
+    dtype = kernel_state_dtype(history0)
     states = p.new_empty((past + steps, batch, hidden), dtype=dtype)
     states[:past] = history0.transpose(0, 1)
     gates = p.new_empty((steps, batch, delays + hidden), dtype=dtype)
@@ -174,7 +159,7 @@ def mist_forward(
     _forward_kernel[grid(batch)](
         p.contiguous(), w_hh.contiguous(), w_mix.contiguous(), lengths_operand(lengths, p), states, gates,
         reset_mixed, batch, steps, hidden, past, HAS_LENGTHS=lengths is not None,
-        **_meta(hidden, delays, w_hh, dtype),
+        ND=delays, NDP=hidden_block(delays), **launch_options(hidden, w_hh, dtype),
     )  # fmt: skip
     return states, gates, reset_mixed
 
@@ -183,7 +168,7 @@ def mist_forward(
 def _(p, history0, w_hh, w_mix, lengths):
     steps, batch = p.shape[:2]
     past, hidden = history0.shape[1], history0.shape[2]
-    dtype = _state_dtype(history0)
+    dtype = kernel_state_dtype(history0)
     states = p.new_empty((past + steps, batch, hidden), dtype=dtype)
     gates = p.new_empty((steps, batch, w_hh.shape[0]), dtype=dtype)
     return states, gates, p.new_empty((steps, batch, hidden), dtype=dtype)
@@ -204,7 +189,7 @@ def mist_backward(
     _backward_kernel[grid(batch)](
         total, states, gates, reset_mixed, w_hh.contiguous(), w_mix.contiguous(), lengths_operand(lengths, states),
         d_gates, d_s, batch, steps, hidden, past, HAS_LENGTHS=lengths is not None,
-        **_meta(hidden, delays, w_hh, states.dtype),
+        ND=delays, NDP=hidden_block(delays), **launch_options(hidden, w_hh, states.dtype),
     )  # fmt: skip
     return total, d_gates, d_s
 

@@ -25,13 +25,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_blocks import (
-    BLOCK_B,
-    compute_type,
-    dot_precision,
-    dot_type,
-    hidden_block,
-    k_block,
-    num_warps,
+    kernel_state_dtype,
+    launch_options,
     rows_times_matrix,
     sigmoid,
     tanh,
@@ -148,16 +143,6 @@ def _backward_kernel(grad_ptr, gprob_ptr, states_ptr, probs_ptr, masks_ptr, gate
     tl.store(dcw_ptr + pid * H + cols, tl.sum(cw_sum, axis=0), mask=col_mask)
 
 
-def _meta(hidden: int, weight: Tensor, state_dtype: torch.dtype) -> dict:
-    padded = hidden_block(hidden)
-    return dict(BB=BLOCK_B, HP=padded, BK=k_block(padded), DOT=dot_type(weight.dtype), PREC=dot_precision(weight),
-                ACC=compute_type(state_dtype), num_warps=num_warps(padded))  # fmt: skip
-
-
-def _state_dtype(h0: Tensor) -> torch.dtype:
-    return torch.float64 if h0.dtype == torch.float64 else torch.float32
-
-
 @torch.library.custom_op("ltdrnn::sarnn_triton_forward", mutates_args=())
 def sarnn_forward(
     gi: Tensor, coord_in: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor, coord_weight: Tensor,
@@ -167,7 +152,7 @@ def sarnn_forward(
     ``states (T + 1, B, H)`` (row 0 ``h0``), ``prob``, ``u`` ``(T, B, H)`` (0 past lengths), and the saved
     ``[r, z, gh_n]`` ``(T, B, 3H)`` and ``n`` ``(T, B, H)``; float32 (float64 for a float64 h0)."""
     steps, batch, hidden = coord_in.shape
-    dtype = _state_dtype(h0)
+    dtype = kernel_state_dtype(h0)
     states = gi.new_empty((steps + 1, batch, hidden), dtype=dtype)
     states[0] = h0
     probs, masks, news = (gi.new_empty((steps, batch, hidden), dtype=dtype) for _ in range(3))
@@ -175,14 +160,14 @@ def sarnn_forward(
     _forward_kernel[grid(batch)](
         gi.contiguous(), coord_in.contiguous(), w_hh.contiguous(), b_hh.contiguous(), coord_weight.contiguous(),
         lengths_operand(lengths, gi), states, probs, masks, gates, news, batch, steps, hidden,
-        HAS_LENGTHS=lengths is not None, **_meta(hidden, w_hh, dtype),
+        HAS_LENGTHS=lengths is not None, **launch_options(hidden, w_hh, dtype),
     )  # fmt: skip
     return states, probs, masks, gates, news
 
 
 @sarnn_forward.register_fake
 def _(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths):
-    dtype = _state_dtype(h0)
+    dtype = kernel_state_dtype(h0)
     steps, batch, hidden = coord_in.shape
     states = gi.new_empty((steps + 1, batch, hidden), dtype=dtype)
     probs, masks, news = (gi.new_empty((steps, batch, hidden), dtype=dtype) for _ in range(3))
@@ -203,7 +188,7 @@ def sarnn_backward(
     _backward_kernel[grid(batch)](
         grad.to(news.dtype).contiguous(), grad_probs.to(news.dtype).contiguous(), states, probs, masks, gates, news,
         w_hh.contiguous(), coord_weight.contiguous(), lengths_operand(lengths, news), dgh, dn, dci, dh0, dcw, batch,
-        steps, hidden, HAS_LENGTHS=lengths is not None, **_meta(hidden, w_hh, news.dtype),
+        steps, hidden, HAS_LENGTHS=lengths is not None, **launch_options(hidden, w_hh, news.dtype),
     )  # fmt: skip
     return dgh, dn, dci, dh0, dcw
 

@@ -21,7 +21,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_blocks import activate, activation_slope, compute_type
+from .triton_blocks import (
+    activate,
+    activation_slope,
+    compute_type,
+    kernel_state_dtype,
+)
 from .triton_support import lengths_operand
 
 #: Lanes (elements of the flattened (B, H) state) per program.
@@ -80,7 +85,7 @@ def srnn_forward(beta: Tensor, h0: Tensor, lengths: Optional[Tensor], activation
     (float64 for a float64 h0)."""
     steps, batch, hidden = beta.shape
     beta, h0 = beta.contiguous(), h0.contiguous()
-    out = torch.empty(beta.shape, dtype=_state_dtype(h0), device=beta.device)
+    out = torch.empty(beta.shape, dtype=kernel_state_dtype(h0), device=beta.device)
     _forward_kernel[_launch_grid(batch, hidden)](
         beta, h0, lengths_operand(lengths, beta), out, batch, steps, hidden,
         HAS_LENGTHS=lengths is not None, ACT=activation, LANES=LANES, COMPUTE=compute_type(h0.dtype),
@@ -90,11 +95,7 @@ def srnn_forward(beta: Tensor, h0: Tensor, lengths: Optional[Tensor], activation
 
 @srnn_forward.register_fake
 def _(beta, h0, lengths, activation):
-    return beta.new_empty(beta.shape, dtype=_state_dtype(h0))
-
-
-def _state_dtype(h0: Tensor) -> torch.dtype:
-    return torch.float64 if h0.dtype == torch.float64 else torch.float32
+    return beta.new_empty(beta.shape, dtype=kernel_state_dtype(h0))
 
 
 @torch.library.custom_op("ltdrnn::srnn_triton_backward", mutates_args=())

@@ -29,15 +29,10 @@ from torch import Tensor
 
 from .triton_blocks import (
     ACTIVATION_CODES,
-    BLOCK_B,
     activate,
     activation_slope,
-    compute_type,
-    dot_precision,
-    dot_type,
-    hidden_block,
-    k_block,
-    num_warps,
+    kernel_state_dtype,
+    launch_options,
     rows_times_matrix,
     sigmoid,
 )
@@ -208,16 +203,6 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
     tl.store(ds0_ptr + block, ds0, mask=mask)
 
 
-def _meta(hidden: int, weight: Tensor, state_dtype: torch.dtype) -> dict:
-    padded = hidden_block(hidden)
-    return dict(BB=BLOCK_B, HP=padded, BK=k_block(padded), DOT=dot_type(weight.dtype), PREC=dot_precision(weight),
-                ACC=compute_type(state_dtype), num_warps=num_warps(padded))  # fmt: skip
-
-
-def _state_dtype(s0: Tensor) -> torch.dtype:
-    return torch.float64 if s0.dtype == torch.float64 else torch.float32
-
-
 def _euler_shape(p: Tensor, k: int) -> tuple:
     return (p.shape[0], k, p.shape[1], p.shape[2] // 3)
 
@@ -232,7 +217,7 @@ def tarnn_forward(
     in float32 (float64 for a float64 s0)."""
     steps, batch, three_h = p.shape
     hidden, k = three_h // 3, eta.shape[0]
-    dtype = _state_dtype(s0)
+    dtype = kernel_state_dtype(s0)
     states = p.new_empty((steps + 1, batch, hidden), dtype=dtype)
     states[0] = s0
     betas, cs = (p.new_empty((steps, batch, hidden), dtype=dtype) for _ in range(2))
@@ -240,14 +225,14 @@ def tarnn_forward(
     _forward_kernel[grid(batch)](
         p.contiguous(), sw.contiguous(), u.contiguous(), eta.to(dtype).contiguous(), lengths_operand(lengths, p),
         states, betas, cs, args, deltas, batch, steps, hidden, k, HAS_LENGTHS=lengths is not None, ACT=activation,
-        COUPLED=coupled, A_DIAG=a_diag, INSIDE=inside, **_meta(hidden, sw, dtype),
+        COUPLED=coupled, A_DIAG=a_diag, INSIDE=inside, **launch_options(hidden, sw, dtype),
     )  # fmt: skip
     return states, betas, cs, args, deltas
 
 
 @tarnn_forward.register_fake
 def _(p, s0, sw, u, eta, lengths, activation, coupled, a_diag, inside):
-    dtype = _state_dtype(s0)
+    dtype = kernel_state_dtype(s0)
     steps, batch, three_h = p.shape
     states = p.new_empty((steps + 1, batch, three_h // 3), dtype=dtype)
     betas, cs = (p.new_empty((steps, batch, three_h // 3), dtype=dtype) for _ in range(2))
@@ -270,7 +255,7 @@ def tarnn_backward(
         grad.to(args.dtype).contiguous(), states, betas, cs, args, deltas, sw.contiguous(), u.contiguous(),
         eta.to(args.dtype).contiguous(), lengths_operand(lengths, args), dp, dargs, dg, ds0, eta_sums, batch, steps,
         hidden, k, HAS_LENGTHS=lengths is not None, ACT=activation, COUPLED=coupled, A_DIAG=a_diag, INSIDE=inside,
-        **_meta(hidden, sw, args.dtype),
+        **launch_options(hidden, sw, args.dtype),
     )  # fmt: skip
     return dp, ds0, dargs, eta_sums
 

@@ -12,15 +12,30 @@ from .triton_support import BLOCK_B, dot_precision, hidden_block, interpreting, 
 #: Activation codes of the kernels' ``ACT`` argument.
 ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}
 
-# re-exported for the *_triton modules: the block sizes and precision the kernels are launched with
-__all__ = ["ACTIVATION_CODES", "BLOCK_B", "dot_precision", "hidden_block", "k_block", "num_warps", "compute_type"]
-
 
 def compute_type(dtype):
     """The Triton dtype of a kernel's state and sums: float64 for float64 tensors, else float32."""
     import torch
 
     return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def kernel_state_dtype(state):
+    """The torch dtype of a kernel's state buffers for the given state tensor: float64 for a float64 state,
+    else float32 (a bf16 or fp16 state is carried in float32 inside the kernels)."""
+    import torch
+
+    return torch.float64 if state.dtype == torch.float64 else torch.float32
+
+
+def launch_options(hidden: int, weight, state_dtype) -> dict:
+    """The block sizes, dtypes and launch options of a matrix kernel over hidden size ``hidden`` with
+    recurrent weights like ``weight`` and state buffers of ``state_dtype``. ``num_stages=1``: the chunk loop of
+    a product is not software-pipelined, so its shared memory stays one chunk of the weights (a (64, HP)
+    float32 chunk is 128 KB at HP = 512; three pipeline stages of it would not fit an H100's 228 KB)."""
+    padded = hidden_block(hidden)
+    return dict(BB=BLOCK_B, HP=padded, BK=k_block(padded), DOT=dot_type(weight.dtype), PREC=dot_precision(weight),
+                ACC=compute_type(state_dtype), num_warps=num_warps(padded), num_stages=1)  # fmt: skip
 
 
 def dot_type(dtype):
