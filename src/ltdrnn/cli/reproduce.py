@@ -45,7 +45,7 @@ def add_commands(sub) -> None:
     run.add_argument("--progress", action="store_true", help="show a progress bar per run")
     with_command(run, "reproduce run", _cmd_run)
 
-    report = sub.add_parser("report", help="write REPRODUCTION.md and its plots from the store")
+    report = sub.add_parser("report", help="write REPRODUCTION.md, the per-claim notes and the plots from the store")
     add_store(report)
     report.add_argument("--out", default=DEFAULT_DOC, help=f"the document (default: {DEFAULT_DOC})")
     report.add_argument("--plots", default=DEFAULT_PLOTS, help=f"its plots' directory (default: {DEFAULT_PLOTS})")
@@ -67,6 +67,7 @@ def _judged_with(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_list(args) -> int:
     from ..reproduce import Store, judge, load_claims
+    from ..reproduce.notes import budget_label
     from ..reproduce.store import pick_budget
     from ..results import database_exists
 
@@ -79,7 +80,8 @@ def _cmd_list(args) -> int:
             budget, measurements = pick_budget(claim, found)
             verdict = judge(claim, measurements, budget)
             stale = sum(len(m.stale) for m in found.values())
-            status = verdict.status + (f" ({budget})" if budget else "") + (f", {stale} stale" if stale else "")
+            shown = f" ({budget_label(claim, budget)})" if budget and verdict.status != "proxy" else ""
+            status = verdict.status + shown + (f", {stale} stale" if stale else "")
         print(f"{claim.id:24s} {claim.paper:26s} {len(claim.runs)} runs  {status:28s} {claim.title}")
     return 0
 

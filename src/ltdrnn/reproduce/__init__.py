@@ -4,32 +4,34 @@
     ltdrnn reproduce run CLAIM [CLAIM ...] | all [--budget quick|paper] [--seeds 1,2,3] [--set KEY=VALUE ...]
                          [--store DB] [--resume]
                                                            train the claim's runs into the store, analyse
-    ltdrnn reproduce report [--set KEY=VALUE ...]          REPRODUCTION.md + plots from the store
+    ltdrnn reproduce report [--set KEY=VALUE ...]          REPRODUCTION.md, the per-claim notes and the plots
     ltdrnn reproduce check                                 validate the claims table
 
 The claims table is packaged data, ``ltdrnn/presets/reproduce/_claims.yaml``. A claim names the paper's
 numbers and their sources, the runs that measure ours (a label, a preset, overrides, analyses), two
 budgets (``quick``: what a small CPU carries; ``paper``: the paper's protocol), the full-data run and
 ``checks``: expressions over the means over seeds such as ``metric(tarnn) >= 0.99`` or
-``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``. The machinery refuses a check that would pass at
-chance (:func:`evaluate_check`). All checks true -> reproduced, a check about one of the papers' cells
-true -> partly, else not reproduced; a claim with a judged run missing is "not run yet".
+``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``, each yes, no or undecided. The machinery refuses a
+check that would pass on a run that learned nothing (:func:`evaluate_check`: a subject at chance fails,
+a competitor at chance, a censored speed comparison or a derived measure of an unsolved run leaves it
+undecided). All checks yes -> reproduced, a check about one of the claim's own cells yes -> partly,
+else not reproduced; a claim on proxy data is "proxy"; a claim with a judged run missing "not run yet".
 
 Every run is a normal ``train(cfg)`` run stored in the results store (``--store``; this repository's is
 ``reproduction/results.db``) with
 ``study = "reproduce/<claim>/<budget>"``, ``name = <label>`` and its seed in ``train.seed``; the command
 that produced it is kept in the run's ``notes``. A stored row counts only while its config is the one the
-claim trains today (:mod:`.staleness`); stale rows are listed on the page, never judged. Analyses
+claim trains today (:mod:`.staleness`); stale rows are listed in the notes, never judged. Analyses
 (gradient norm versus lag, MIST Fig. 2; ||dh_T/dh_1|| / ||dh_T/dh_{T-1}||, iRNN Fig. 3) go to the table
 ``reproduce_analyses`` of the same database. ``report`` reads only the database, so the document can be
 regenerated anywhere the database is.
 
 The package, by concern: :mod:`.expressions` (the rule language), :mod:`.claims` (the table's schema,
 checked by the typed config machinery, and its validation), :mod:`.measurements` (the numbers over
-seeds), :mod:`.verdicts` (rules refused at chance, the verdict), :mod:`.staleness` (which stored rows
-are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64),
-:mod:`.running` (training a claim), :mod:`.page` and :mod:`.plots` (the document). The command line is
-:mod:`ltdrnn.cli.reproduce`.
+seeds, censored steps), :mod:`.verdicts` (rule outcomes, the verdict), :mod:`.staleness` (which stored
+rows are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64),
+:mod:`.running` (training a claim), :mod:`.page` (the summary), :mod:`.notes` (the per-claim notes) and
+:mod:`.plots`. The command line is :mod:`ltdrnn.cli.reproduce`.
 """
 
 from .analyses import AnalysisWatcher as AnalysisWatcher
@@ -49,12 +51,13 @@ from .expressions import ClaimError as ClaimError
 from .expressions import Expression as Expression
 from .measurements import CHANCE_MARGIN as CHANCE_MARGIN
 from .measurements import Measurements as Measurements
+from .measurements import Summary as Summary
 from .measurements import format_number as format_number
 from .measurements import mean_text as mean_text
 from .measurements import steps_to as steps_to
-from .page import cpu_minutes as cpu_minutes
+from .notes import cpu_minutes as cpu_minutes
+from .notes import readings_text as readings_text
 from .page import ours_text as ours_text
-from .page import readings_text as readings_text
 from .page import render as render
 from .plots import make_plots as make_plots
 from .running import run_claim as run_claim

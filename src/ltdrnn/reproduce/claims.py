@@ -17,15 +17,23 @@ from .expressions import ClaimError, Expression
 
 BUDGETS = ("quick", "paper")
 ANALYSES = ("gradient_vs_lag", "jacobian_ratio")
+# the source papers and the cell each one introduces: a rule of a paper is about that paper's cell
+PAPER_CELLS = {"TARNN": "tarnn", "SRNN": "srnn", "iRNN": "irnn", "MIST": "mist", "SA-RNN": "sarnn"}
+DATA = ("full", "proxy")
+# measures derived from a trained model (how much it skips, how long it trained): they say something
+# only about a run that solved the task, so a rule reading one needs the claim's success threshold
+DERIVED_MEASURES = ("skip", "train_s")
 
 
 @dataclass(frozen=True)
 class PaperNumber:
-    """One number the paper reports: what it measures, its value as printed, and where (table or figure)."""
+    """One number the paper reports: what it measures, its value as printed, and where (table or figure).
+    ``not_tested``: why no rule of the claim tests it (empty: a rule does)."""
 
     what: str
     value: str
     source: str
+    not_tested: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,27 +52,52 @@ class RunSpec:
 @dataclass(frozen=True)
 class Budget:
     """Overrides applied to every run (``overrides``) and to single runs (``runs``: label -> overrides),
-    and what they mean (``note``)."""
+    what they mean (``note``) and who chose the training length (``given_by``: "paper" only where the
+    paper gives it; "ours" where it does not; "paper; SRNN ours" and the like where it is mixed)."""
 
     overrides: List[str]
     note: str
     runs: Dict[str, List[str]] = field(default_factory=dict)
+    given_by: str = "ours"
 
 
 @dataclass(frozen=True)
 class Check:
     """A verdict rule: an expression over measured numbers and the sentence it stands for.
-    ``may_fail``: labels the rule lets sit at chance (the baseline it says fails, the competitor it
-    beats); ``if_fails``: the claim's own explanation when the rule does not hold."""
+
+    ``paper``: the paper(s) whose claim the rule tests ("TARNN", or "TARNN, iRNN"; by default the
+    claim's one paper); the runs of those papers' cells are the rule's subjects. ``versus``: the runs a
+    subject is compared with ("X beats Y": Y); a comparison counts only if they learned. ``may_fail``:
+    label -> where the paper itself reports that run at chance (it may then sit at chance here too); never
+    a run of one of the claim's own cells. ``structural``: why the rule holds by construction, before any
+    training (the page says so; no run need have learned); structural rules hold ``per_seed``: in every
+    seed, not only in the mean. ``brief``: one or two sentences on the page when the rule fails or is
+    undecided, ``docs``: the cell's docs page with the lab notes, ``if_fails``: the long explanation,
+    with its evidence, for the claim's notes."""
 
     expr: str
     says: str
-    may_fail: List[str] = field(default_factory=list)
+    paper: str = ""
+    versus: List[str] = field(default_factory=list)
+    may_fail: Dict[str, str] = field(default_factory=dict)
+    structural: str = ""
+    per_seed: bool = False
+    brief: str = ""
+    docs: str = ""
     if_fails: str = ""
 
     @property
     def expression(self) -> Expression:
         return Expression(self.expr)
+
+    @property
+    def papers(self) -> List[str]:
+        return split_papers(self.paper)
+
+
+def split_papers(text: str) -> List[str]:
+    """``"TARNN, iRNN"`` -> ``["TARNN", "iRNN"]``."""
+    return [p.strip() for p in text.split(",") if p.strip()]
 
 
 @dataclass(frozen=True)
@@ -94,6 +127,22 @@ class Claim:
     readings: str = ""
     deviation: str = ""
     full_run: Optional[FullRun] = None
+    data: str = "full"
+    reading_used: str = "default"
+    success: Optional[float] = None
+
+    @property
+    def papers(self) -> List[str]:
+        return split_papers(self.paper)
+
+    @property
+    def own_cells(self) -> List[str]:
+        """The cells the claim's papers introduce."""
+        return [PAPER_CELLS[p] for p in self.papers if p in PAPER_CELLS]
+
+    def rule_papers(self, check: Check) -> List[str]:
+        """The papers a rule tests: its own ``paper``, else the claim's."""
+        return check.papers or self.papers
 
     @property
     def labels(self) -> List[str]:
@@ -161,28 +210,53 @@ def check_claim(claim: Claim) -> None:
             )
     if not claim.checks:
         raise ClaimError(f"claim {cid!r}: checks: expected at least one check")
+    unknown_papers = [p for p in claim.papers if p not in PAPER_CELLS]
+    if not claim.papers or unknown_papers:
+        raise ClaimError(f"claim {cid!r}: paper: expected papers among {', '.join(PAPER_CELLS)}, got {claim.paper!r}")
+    if claim.data not in DATA:
+        raise ClaimError(f"claim {cid!r}: data: expected one of {', '.join(DATA)}, got {claim.data!r}")
     for i, check in enumerate(claim.checks):
-        _check_rule(check, judged, f"claim {cid!r}: checks[{i}]")
+        _check_rule(claim, check, judged, f"claim {cid!r}: checks[{i}]")
     if claim.full_run is not None and not claim.full_run.hours > 0:
         raise ClaimError(
             f"claim {cid!r}: full_run.hours: expected a positive number of hours, got {claim.full_run.hours!r}"
         )
 
 
-def _check_rule(check: Check, judged: List[str], where: str) -> None:
+def _check_rule(claim: Claim, check: Check, judged: List[str], where: str) -> None:
     try:
         expression = check.expression
     except ClaimError as error:
         raise ClaimError(f"{where}: {error}") from None
-    unknown = sorted(expression.labels() - set(judged))
+    read = expression.labels()
+    unknown = sorted(read - set(judged))
     if unknown:
         raise ClaimError(
             f"{where}: unknown run label {unknown[0]!r} in {check.expr!r} (runs of "
             f"another reading are not judged); labels: {', '.join(judged)}"
         )
-    stray = sorted(set(check.may_fail) - expression.labels())
+    for key, labels in (("may_fail", check.may_fail), ("versus", check.versus)):
+        stray = sorted(set(labels) - read)
+        if stray:
+            raise ClaimError(f"{where}.{key}: expected labels that {check.expr!r} reads, got {stray[0]!r}")
+    silent = sorted(label for label, source in check.may_fail.items() if not str(source).strip())
+    if silent:
+        raise ClaimError(
+            f"{where}.may_fail.{silent[0]}: expected where the paper reports {silent[0]} at chance, got nothing"
+        )
+    if len(claim.papers) > 1 and not check.paper:
+        raise ClaimError(f"{where}.paper: the claim bundles {claim.paper}; expected the paper(s) this rule tests")
+    stray = [p for p in check.papers if p not in claim.papers]
     if stray:
-        raise ClaimError(f"{where}.may_fail: expected labels that {check.expr!r} reads, got {stray[0]!r}")
+        raise ClaimError(f"{where}.paper: expected papers of the claim ({claim.paper}), got {stray[0]!r}")
+    if check.structural and not check.per_seed:
+        raise ClaimError(f"{where}.per_seed: a structural rule must hold in every seed (per_seed: true)")
+    derived = sorted(name for name, _ in expression.reads() if name in DERIVED_MEASURES)
+    if derived and claim.success is None:
+        raise ClaimError(
+            f"{where}: {derived[0]} counts only for runs that solve the task; "
+            "expected the claim's success threshold (success)"
+        )
 
 
 def load_claims(text: Optional[str] = None) -> List[Claim]:
@@ -210,7 +284,8 @@ def find_claim(claims: Sequence[Claim], cid: str) -> Claim:
 def validate(claims: Sequence[Claim]) -> List[str]:
     """Problems of the table that parsing cannot see: every preset loads under every budget, with a
     registered cell and task, and a run of another reading trains the cell of the run it re-reads.
-    Returns one message per problem (empty: valid)."""
+    No rule may let a run of one of the claim's own cells fail (``may_fail``). Returns one message per
+    problem (empty: valid)."""
     from ..cells.registry import list_cells
     from ..tasks import list_tasks
 
@@ -231,6 +306,13 @@ def validate(claims: Sequence[Claim]) -> List[str]:
                 if cfg.task.name not in tasks:
                     problems.append(f"{where}: task {cfg.task.name!r} is not registered")
                 cell_of[spec.label] = cfg.model.cell
+        for i, check in enumerate(claim.checks):
+            own = [label for label in check.may_fail if cell_of.get(label) in claim.own_cells]
+            if own:
+                problems.append(
+                    f"{claim.id}: checks[{i}].may_fail: {own[0]} trains {cell_of[own[0]]}, a cell of the claim's "
+                    f"own papers ({claim.paper}); a rule may not let its own subject fail"
+                )
         for spec in claim.runs:
             if spec.reading_of and cell_of.get(spec.label) != cell_of.get(spec.reading_of):
                 problems.append(

@@ -2,6 +2,11 @@
 
     Expression("metric(tarnn) >= 0.99 and steps_to(lstm, 0.05) > 300").evaluate(measure)
 
+Every number is an interval ``(lo, hi)`` (a measured number has equal bounds; a censored one, such as
+the steps to a threshold of a run stopped before it got there, has no upper bound), arithmetic is
+interval arithmetic, and a comparison is True or False where it holds or fails for every value in the
+intervals and None (undecided) where it depends on them; and/or/not follow three-valued logic.
+
 Only numbers, ``inf``, arithmetic, comparisons, and/or/not, the measures of :data:`MEASURES` (each
 on a run label) and the functions of :data:`AGGREGATES` are allowed; anything else is refused when the
 expression is parsed, so a rule in the claims table can never run code.
@@ -11,7 +16,9 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
+
+Bounds = Tuple[float, float]
 
 
 class ClaimError(ValueError):
@@ -90,6 +97,10 @@ class Expression:
             raise ClaimError(f"expr {text!r}: not an expression ({error.msg})") from None
         self.text = text
         self._check(self.tree)
+        if not isinstance(self.tree.body, (ast.Compare, ast.BoolOp)) and not (
+            isinstance(self.tree.body, ast.UnaryOp) and isinstance(self.tree.body.op, ast.Not)
+        ):
+            raise ClaimError(f"expr {text!r}: a rule must be a comparison (or and/or/not of comparisons)")
 
     def _check(self, tree: ast.AST) -> None:
         for node in ast.walk(tree):
@@ -127,8 +138,8 @@ class Expression:
                     + (f" and {MEASURES[name]} number(s)" if MEASURES[name] else "")
                     + f", got {ast.unparse(node)!r}"
                 )
-        elif not node.args:
-            raise ClaimError(f"expr {self.text!r}: {name} needs arguments")
+        elif not node.args or (name == "abs" and len(node.args) != 1):
+            raise ClaimError(f"expr {self.text!r}: {name} needs " + ("one argument" if name == "abs" else "arguments"))
 
     def _measure_calls(self) -> List[ast.Call]:
         return [
@@ -150,51 +161,103 @@ class Expression:
         """``{(measure, label), ...}`` the expression reads."""
         return {(call.func.id, call.args[0].id) for call in self._measure_calls()}
 
-    def evaluate(self, measure: Callable[[str, str, Tuple[float, ...]], float]):
-        """``(value, [(call text, number), ...])``; ``measure(name, label, args)`` gives each number and
-        may raise :class:`Unmeasured`."""
-        seen: List[Tuple[str, float]] = []
+    def evaluate(self, measure: Callable[[str, str, Tuple[float, ...]], Bounds]):
+        """``(outcome, [(call text, (lo, hi)), ...])``: the outcome is True, False or None (undecided:
+        the intervals overlap, e.g. a censored ``steps_to`` against a run that needed more steps than the
+        censored one was given). ``measure(name, label, args)`` gives each number as an interval
+        ``(lo, hi)`` and may raise :class:`Unmeasured`."""
+        seen: List[Tuple[str, Bounds]] = []
         return self._eval(self.tree.body, measure, seen), seen
 
     def _eval(self, node, measure, seen):
         ev = lambda n: self._eval(n, measure, seen)  # noqa: E731
         if isinstance(node, ast.Constant):
-            return float(node.value)
+            return float(node.value), float(node.value)
         if isinstance(node, ast.Name):
-            return math.inf
+            return math.inf, math.inf
         if isinstance(node, ast.UnaryOp):
-            return -ev(node.operand) if isinstance(node.op, ast.USub) else not ev(node.operand)
+            if isinstance(node.op, ast.Not):
+                value = ev(node.operand)
+                return None if value is None else not value
+            lo, hi = ev(node.operand)
+            return -hi, -lo
         if isinstance(node, ast.BinOp):
-            a, b = ev(node.left), ev(node.right)
-            ops = {
-                ast.Add: lambda: a + b,
-                ast.Sub: lambda: a - b,
-                ast.Mult: lambda: a * b,
-                ast.Div: lambda: a / b if b else math.copysign(math.inf, a) if a else math.nan,
-            }
-            return ops[type(node.op)]()
+            return _arithmetic(type(node.op), ev(node.left), ev(node.right))
         if isinstance(node, ast.BoolOp):
-            values = [bool(ev(v)) for v in node.values]
-            return all(values) if isinstance(node.op, ast.And) else any(values)
+            return _kleene(isinstance(node.op, ast.And), [ev(v) for v in node.values])
         if isinstance(node, ast.Compare):
-            left, result = ev(node.left), True
+            left, results = ev(node.left), []
             for op, right_node in zip(node.ops, node.comparators):
                 right = ev(right_node)
-                ok = {
-                    ast.Lt: left < right,
-                    ast.LtE: left <= right,
-                    ast.Gt: left > right,
-                    ast.GtE: left >= right,
-                    ast.Eq: left == right,
-                    ast.NotEq: left != right,
-                }[type(op)]
-                result = result and ok
+                results.append(_compare(type(op), left, right))
                 left = right
-            return result
+            return _kleene(True, results)
         name = node.func.id
         if name in AGGREGATES:
-            return AGGREGATES[name](*[ev(a) for a in node.args])
-        args = tuple(ev(a) for a in node.args[1:])
-        value = float(measure(name, node.args[0].id, args))
-        seen.append((ast.unparse(node), value))
-        return value
+            return _aggregate(name, [ev(a) for a in node.args])
+        args = tuple(ev(a)[0] for a in node.args[1:])
+        lo, hi = measure(name, node.args[0].id, args)
+        seen.append((ast.unparse(node), (float(lo), float(hi))))
+        return float(lo), float(hi)
+
+
+def _kleene(conjunction: bool, values: List[Optional[bool]]) -> Optional[bool]:
+    """Three-valued and/or: a decided False (and) or True (or) wins over an undecided None."""
+    decisive = not conjunction
+    if any(v is decisive for v in values):
+        return decisive
+    return None if any(v is None for v in values) else conjunction
+
+
+def _compare(op, a: Bounds, b: Bounds) -> Optional[bool]:
+    """``a op b`` for intervals: True (False) if it holds (fails) for every pair of values in them,
+    None if it depends on where in them the values are. A nan never compares true."""
+    if any(math.isnan(v) for v in (*a, *b)):
+        return op is ast.NotEq
+    if op in (ast.Gt, ast.GtE):
+        return _compare(ast.Lt if op is ast.Gt else ast.LtE, b, a)
+    if op is ast.Lt:
+        return True if a[1] < b[0] else False if a[0] >= b[1] else None
+    if op is ast.LtE:
+        return True if a[1] <= b[0] else False if a[0] > b[1] else None
+    equal = True if a[0] == a[1] == b[0] == b[1] else False if a[1] < b[0] or b[1] < a[0] else None
+    return equal if op is ast.Eq else (None if equal is None else not equal)
+
+
+def _arithmetic(op, a: Bounds, b: Bounds) -> Bounds:
+    if op is ast.Add:
+        return a[0] + b[0], a[1] + b[1]
+    if op is ast.Sub:
+        return a[0] - b[1], a[1] - b[0]
+    if op is ast.Div:
+        if b[0] == b[1]:  # a number: as before, x / 0 is +-inf and 0 / 0 nan
+            d = b[0]
+            point = lambda x: x / d if d else math.copysign(math.inf, x) if x else math.nan  # noqa: E731
+            return _hull(point(a[0]), point(a[1]))
+        if b[0] <= 0 <= b[1]:
+            return -math.inf, math.inf
+        b = (1 / b[1], 1 / b[0])
+    # 0 x inf is 0 in interval arithmetic (a bound that is exactly 0 stays 0)
+    products = [x * y if x and y else 0.0 for x in a for y in b]
+    return min(products), max(products)
+
+
+def _hull(x: float, y: float) -> Bounds:
+    if math.isnan(x) or math.isnan(y):
+        return math.nan, math.nan
+    return min(x, y), max(x, y)
+
+
+def _aggregate(name: str, values: List[Bounds]) -> Bounds:
+    if any(math.isnan(v) for bounds in values for v in bounds):
+        return math.nan, math.nan
+    if name == "min":
+        return min(v[0] for v in values), min(v[1] for v in values)
+    if name == "max":
+        return max(v[0] for v in values), max(v[1] for v in values)
+    (lo, hi), *_ = values
+    if lo >= 0:
+        return lo, hi
+    if hi <= 0:
+        return -hi, -lo
+    return 0.0, max(-lo, hi)

@@ -1,10 +1,17 @@
 """The numbers a claim's checks read: per run label the stored rows of each seed, their analyses, and
-the measures over them (mean and spread over seeds, steps to a threshold, whether a run is at chance).
+the measures over them (mean and spread over seeds, steps to a threshold, whether a run is at chance or
+solved the task).
+
+A measure is an interval ``(lo, hi)``: equal bounds for a number that was measured, and a lower bound
+only for a ``steps_to`` that a run never reached within the steps it was evaluated at (it is censored:
+"never" means "more than the run's last evaluated step", :func:`steps_to_bounds`). The mean over seeds
+is the interval of the means, so one censored seed leaves the mean censored too.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .expressions import Underflow, Unmeasured
@@ -13,6 +20,44 @@ from .expressions import Underflow, Unmeasured
 # task's trivial baseline and a perfect score (accuracy 1, loss 0); see ``Measurements.at_chance``.
 CHANCE_MARGIN = 0.2
 RATIOS = {"lag_ratio": "gradient_vs_lag", "jac_ratio": "jacobian_ratio"}
+Bounds = Tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A measure of one run label over its seeds: the mean as an interval ``(lo, hi)`` (equal unless a
+    seed is censored), the sample std (0 when every seed gave the same number, nan when censored), the
+    number of seeds, and per seed ``(seed, lo, hi)``."""
+
+    lo: float
+    hi: float
+    std: float
+    n: int
+    seeds: Tuple[Tuple[Any, float, float], ...] = ()
+
+    @property
+    def bounds(self) -> Bounds:
+        return self.lo, self.hi
+
+    def text(self, accuracy: bool = False, steps: bool = False) -> str:
+        """``"0.0019 ± 0.0014 (n=3)"``; a ``steps_to`` some seed never reached says which and how:
+        ``"never within 1000 steps (n=3)"``, ``"≥ 767 (seed 2 not within 1000 steps; seed 1 at 600; ...)"``,
+        ``"never (seed 1 diverged first; seed 2 at 650)"``."""
+        never = [(seed, lo) for seed, lo, hi in self.seeds if hi == math.inf]
+        if not never or not steps:
+            return mean_text(self.lo, self.std, self.n, accuracy)
+        horizons = sorted({lo - 1 for _, lo in never if lo != math.inf})
+        if len(never) == self.n and len(horizons) == 1 and all(lo != math.inf for _, lo in never):
+            return f"never within {format_number(horizons[0])} steps (n={self.n})"
+        parts = [
+            f"seed {seed} " + ("diverged first" if lo == math.inf else f"not within {format_number(lo - 1)} steps")
+            for seed, lo in never
+        ]
+        reached = [(seed, lo) for seed, lo, hi in self.seeds if hi != math.inf]
+        if reached:
+            parts.append("; ".join(f"seed {seed} at {format_number(lo)}" for seed, lo in reached))
+        head = "never" if self.lo == math.inf else f"≥ {format_number(self.lo)}"
+        return f"{head} ({'; '.join(parts)})"
 
 
 class Measurements:
@@ -40,15 +85,13 @@ class Measurements:
     def analyses(self) -> Dict[str, Dict[str, Any]]:
         return {label: found[-1] for label, found in self.analyses_of.items() if found}
 
-    def __call__(self, name: str, label: str, args: Tuple[float, ...]) -> float:
-        return self.spread(name, label, args)[0]
-
-    def spread(self, name: str, label: str, args: Tuple[float, ...]) -> Tuple[float, float, int]:
-        """``(mean, std, n)`` of a measure over the seeds of ``label`` (sample std; 0 for n = 1)."""
+    def summary(self, name: str, label: str, args: Tuple[float, ...] = ()) -> Summary:
+        """The measure ``name`` of ``label`` over its seeds (:class:`Summary`); a gradient ratio that is
+        exactly 0 or not finite in any seed raises :class:`Underflow`."""
         values = self.per_seed(name, label, args)
-        if name in RATIOS and not all(v > 0 and math.isfinite(v) for v in values):
-            per_seed = ", ".join(format_number(v) for v in values)
-            if 0.0 in values:
+        if name in RATIOS and not all(lo > 0 and math.isfinite(lo) for _, lo, _ in values):
+            per_seed = ", ".join(format_number(lo) for _, lo, _ in values)
+            if any(lo == 0.0 for _, lo, _ in values):
                 raise Underflow(
                     f"{name}({label})",
                     "underflow",
@@ -61,18 +104,54 @@ class Measurements:
                 f"{name}({label}) is not finite (per seed: "
                 f"{per_seed}; did the run diverge?): it cannot be compared with",
             )
-        return _mean_std(values) + (len(values),)
+        los, his = [lo for _, lo, _ in values], [hi for _, _, hi in values]
+        lo, std = mean_std(los)
+        hi = lo if los == his else _mean_std_bounds(his)
+        return Summary(lo, hi, std if los == his else math.nan, len(values), tuple(values))
 
-    def per_seed(self, name: str, label: str, args: Tuple[float, ...]) -> List[float]:
+    def spread(self, name: str, label: str, args: Tuple[float, ...] = ()) -> Tuple[float, float, int]:
+        """``(mean, std, n)`` of a measure over the seeds of ``label`` (sample std; 0 for n = 1 or equal
+        values); a censored mean is its lower bound with a nan std."""
+        found = self.summary(name, label, args)
+        return found.lo, found.std, found.n
+
+    def per_seed(self, name: str, label: str, args: Tuple[float, ...] = ()) -> List[Tuple[Any, float, float]]:
+        """``[(seed, lo, hi), ...]`` of a measure, one per stored seed of ``label``."""
+        from ..results import seed_of
+
         rows = self.seeds.get(label)
         if not rows:
             raise Unmeasured(f"run {label!r} has no stored result")
         if name in RATIOS:
-            found = [a[RATIOS[name]] for a in self.analyses_of.get(label, []) if RATIOS[name] in a]
+            analyses = self.analyses_of.get(label, [])
+            found = [(seed_of(row), a[RATIOS[name]]) for row, a in zip(rows, analyses) if RATIOS[name] in a]
             if not found:
                 raise Unmeasured(f"run {label!r} has no {RATIOS[name]} analysis")
-            return [float(data["ratio"]) for data in found]
-        return [_row_measure(row, name, label, args) for row in rows]
+            return [(seed, float(data["ratio"]), float(data["ratio"])) for seed, data in found]
+        return [(seed_of(row), *_row_bounds(row, name, label, args)) for row in rows]
+
+    def seed_ids(self, labels: Iterable[str]) -> List[Any]:
+        """The seeds every one of ``labels`` has a row of, in the order of the first label's rows."""
+        from ..results import seed_of
+
+        labels = [label for label in labels if label in self.seeds]
+        if not labels:
+            return []
+        common = set.intersection(*({seed_of(r) for r in self.seeds[label]} for label in labels))
+        return [seed_of(r) for r in self.seeds[labels[0]] if seed_of(r) in common]
+
+    def for_seed(self, seed: Any) -> "Measurements":
+        """The rows (and analyses) of one seed only, for the labels that have it."""
+        from ..results import seed_of
+
+        rows, analyses = {}, {}
+        for label, found in self.seeds.items():
+            kept = [i for i, row in enumerate(found) if seed_of(row) == seed]
+            if kept:
+                rows[label] = [found[i] for i in kept]
+                of = self.analyses_of.get(label, [])
+                analyses[label] = [of[i] if i < len(of) else {} for i in kept]
+        return Measurements(rows, analyses)
 
     def at_chance(self, label: str) -> Optional[str]:
         """Why run ``label`` counts as at chance, or None if its mean test metric is clearly better
@@ -81,30 +160,58 @@ class Measurements:
         rows = self.seeds.get(label)
         if not rows:
             return f"{label} has no stored result"
-        mean, std, n = self.spread("metric", label, ())
+        found = self.summary("metric", label)
         metrics = rows[-1].get("metrics") or {}
         baseline, higher = metrics.get("baseline"), bool(metrics.get("higher_is_better"))
-        shown = f"{label} {mean_text(mean, std, n)}"
+        shown = f"{label} {found.text(accuracy=higher and _is_accuracy(rows[-1]))}"
         if baseline is None:
             return f"{shown}, no trivial baseline stored"
+        base = f"{format_number(100 * baseline)}%" if higher and _is_accuracy(rows[-1]) else format_number(baseline)
+        mean = found.lo
         gap = (mean - baseline) / (1 - baseline) if higher else (baseline - mean) / baseline
         if not math.isfinite(mean) or not gap >= CHANCE_MARGIN:
-            return f"{shown} vs trivial baseline {format_number(baseline)}"
+            return f"{shown} vs trivial baseline {base}"
         return None
+
+    def unsolved(self, label: str, threshold: float) -> Optional[str]:
+        """Why run ``label`` does not meet the success threshold (its mean test metric ``<= threshold``
+        for errors, ``>= threshold`` for accuracies), or None if it does."""
+        rows = self.seeds.get(label)
+        if not rows:
+            return f"{label} has no stored result"
+        found = self.summary("metric", label)
+        higher = bool((rows[-1].get("metrics") or {}).get("higher_is_better"))
+        ok = found.lo >= threshold if higher else found.lo <= threshold
+        if math.isfinite(found.lo) and ok:
+            return None
+        accuracy = higher and _is_accuracy(rows[-1])
+        shown = f"{format_number(100 * threshold)}%" if accuracy else format_number(threshold)
+        return (
+            f"{label} {found.text(accuracy=accuracy)} misses the success threshold {'>=' if higher else '<='} {shown}"
+        )
+
+    def cells_of(self, labels: Iterable[str]) -> Dict[str, str]:
+        """The stored cell of each of ``labels`` that has a row."""
+        return {label: self.seeds[label][-1].get("cell") for label in labels if label in self.seeds}
 
     def source_labels(self, labels: Iterable[str]) -> List[str]:
         """The labels among ``labels`` whose stored cell is one of the papers' five cells (not a baseline)."""
         from ..cells.registry import list_cells
 
         source = set(list_cells("source"))
-        return [label for label in labels if label in self.seeds and self.seeds[label][-1].get("cell") in source]
+        return [label for label, cell in self.cells_of(labels).items() if cell in source]
 
 
-def _row_measure(row: Dict[str, Any], name: str, label: str, args: Tuple[float, ...]) -> float:
+def _is_accuracy(row: Dict[str, Any]) -> bool:
+    return ((row.get("metrics") or {}).get("metric_name") or row.get("metric_name")) == "accuracy"
+
+
+def _row_bounds(row: Dict[str, Any], name: str, label: str, args: Tuple[float, ...]) -> Bounds:
     if name == "metric":
-        return math.nan if row.get("metric") is None else float(row["metric"])
+        value = math.nan if row.get("metric") is None else float(row["metric"])
+        return value, value
     if name == "steps_to":
-        return steps_to(row, args[0])
+        return steps_to_bounds(row, args[0])
     metrics = row.get("metrics") or {}
     value = {
         "baseline": metrics.get("baseline"),
@@ -115,25 +222,51 @@ def _row_measure(row: Dict[str, Any], name: str, label: str, args: Tuple[float, 
     }[name]
     if value is None:
         raise Unmeasured(f"run {label!r} has no {name}")
-    return float(value)
+    return float(value), float(value)
 
 
-def _mean_std(values: Sequence[float]) -> Tuple[float, float]:
+def mean_std(values: Sequence[float]) -> Tuple[float, float]:
+    """The mean and the sample std (n - 1 in the denominator) of ``values``: exactly the value and 0
+    when they are all equal (no rounding residue such as 1e-16), std 0 for one value, nan with a nan, and
+    for an infinite value the infinite mean with a nan std."""
     if any(math.isnan(v) for v in values):
         return math.nan, math.nan
-    if any(math.isinf(v) for v in values):  # "never" in one seed: the mean never gets there either
-        return max(values) if any(v == math.inf for v in values) else min(values), math.nan
+    if any(math.isinf(v) for v in values):
+        return _mean_std_bounds(values), math.nan
+    if all(v == values[0] for v in values):
+        return float(values[0]), 0.0
     mean = math.fsum(values) / len(values)
-    if len(values) == 1:
-        return mean, 0.0
     return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+def _mean_std_bounds(values: Sequence[float]) -> float:
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    if any(v == math.inf for v in values):
+        return math.inf
+    if any(v == -math.inf for v in values):
+        return -math.inf
+    return math.fsum(values) / len(values)
+
+
 def mean_text(mean: float, std: float, n: int, accuracy: bool = False) -> str:
+    """``"0.0019 ± 0.0014 (n=3)"``: the std to two significant digits and the mean to the same decimal
+    place; accuracies in percent; an exact-zero std as 0."""
     scale, unit = (100, "%") if accuracy else (1, "")
-    if n == 1 or not math.isfinite(std):
+    if n == 1 or not math.isfinite(std) or not math.isfinite(mean):
         return f"{format_number(scale * mean)}{unit} (n={n})"
-    return f"{format_number(scale * mean)}{unit} ± {format_number(scale * std)}{unit} (n={n})"
+    return f"{mean_std_text(scale * mean, scale * std, unit)} (n={n})"
+
+
+def mean_std_text(mean: float, std: float, unit: str = "") -> str:
+    if std == 0:
+        return f"{format_number(mean)}{unit} ± 0{unit}"
+    if abs(mean) < 1e-3 and mean != 0:
+        return f"{mean:#.2g}{unit} ± {std:#.2g}{unit}"
+    decimals = 1 - math.floor(math.log10(std))
+    if decimals < 0:  # two significant digits of the std, the mean rounded at the same place
+        mean, std, decimals = round(mean, decimals), round(std, decimals), 0
+    return f"{mean:,.{decimals}f}{unit} ± {std:,.{decimals}f}{unit}"
 
 
 def steps_to(row: Dict[str, Any], threshold: float) -> float:
@@ -149,11 +282,24 @@ def steps_to(row: Dict[str, Any], threshold: float) -> float:
     return math.inf
 
 
+def steps_to_bounds(row: Dict[str, Any], threshold: float) -> Bounds:
+    """:func:`steps_to` as an interval: the step itself if the run got there; if not, more than its last
+    evaluated step ``H`` (``(H + 1, inf)``: censored, the run was stopped before it could) for a run that
+    finished, and ``(inf, inf)`` for one that did not (it diverged: no later step will get there)."""
+    step = steps_to(row, threshold)
+    if step != math.inf:
+        return step, step
+    if row.get("status", "finished") != "finished":
+        return math.inf, math.inf
+    evaluated = [e["step"] for e in row.get("history") or [] if e.get("val_metric") is not None]
+    return float(max(evaluated, default=0)) + 1, math.inf
+
+
 def format_number(value: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     if value == int(value) and abs(value) < 1e6:
-        return str(int(value))
+        return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
     return f"{value:.4g}"

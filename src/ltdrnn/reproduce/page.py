@@ -1,202 +1,28 @@
-"""The reproduction document: REPRODUCTION.md from the store, with per claim the paper's numbers, our
-runs (mean ± std over seeds), the verdict and its reason, the stale rows left out, and the plots."""
+"""The reproduction page: REPRODUCTION.md from the store, made to be read in two minutes. At the top the
+counts, one line per paper, one row per claim (what, the paper's tested numbers, ours, each rule's mark
+and the seeds it holds in, the reading, the data, the budget, the verdict) and the rules that did not hold,
+each in a sentence or two with links; below, per claim, its rules with their numbers and its plots. The
+long texts go to the per-claim notes (:mod:`.notes`), generated beside it."""
 
 from __future__ import annotations
 
-import math
 import os
-import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-from ..results import markdown_table, seed_of
-from .claims import Check, Claim, load_claims
+from ..results import markdown_table
+from .claims import PAPER_CELLS, Claim, load_claims
 from .expressions import Underflow, Unmeasured
-from .measurements import CHANCE_MARGIN, Measurements, format_number, mean_text
+from .measurements import CHANCE_MARGIN
+from .notes import ClaimReport, budget_label, cpu_minutes, metric_name, note_page, seed_counts, spread_text
 from .plots import make_plots
-from .staleness import StaleRow
 from .store import DEFAULT_STORE, Store, pick_budget
-from .verdicts import STATUSES, Verdict, call_value, judge, unique
+from .verdicts import MARKS, STATUSES, CheckResult, judge
 
 DEFAULT_DOC = "REPRODUCTION.md"
 DEFAULT_PLOTS = "reproduction"
-
-
-def _metric_text(value: Optional[float], name: Optional[str]) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{100 * value:.1f}%" if name == "accuracy" else f"{value:.4g}"
-
-
-def _setting(config: Dict[str, Any]) -> str:
-    task = config.get("task", {})
-    options = task.get("options", {})
-    shown = {k: v for k, v in options.items() if k in ("T", "perm_seed", "crop", "n", "source")}
-    return task.get("name", "?") + (f"({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
-
-
-def _budget_text(row: Dict[str, Any]) -> str:
-    config, timings = row.get("config") or {}, row.get("timings") or {}
-    options = config.get("task", {}).get("options", {})
-    data = options.get("n_train") or options.get("n")
-    parts = [
-        f"{timings.get('steps')} steps",
-        f"{timings.get('epochs', 0):.2g} epochs",
-        f"batch {config.get('train', {}).get('batch_size')}",
-    ]
-    if data:
-        parts.append(f"{data:,} train seqs")
-    elif options.get("source"):
-        parts.append(f"data {options['source']}")
-    return ", ".join(parts)
-
-
-def _analysis_text(measurements: Measurements, label: str) -> str:
-    parts = []
-    for name, what in (("lag_ratio", "grad at the largest lag / peak"), ("jac_ratio", "‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖")):
-        try:
-            mean, std, n = measurements.spread(name, label, ())
-        except Underflow as error:
-            parts.append(f"{what} = {error.shown}")
-        except Unmeasured:
-            continue
-        else:
-            parts.append(f"{what} = {mean_text(mean, std, n)}")
-    return "; ".join(parts)
-
-
-def _quality_text(measurements: Measurements, label: str) -> str:
-    """``"accuracy 83.4% ± 1.2% (n=3)"``, marked when at chance or when a seed did not finish."""
-    rows = measurements.seeds[label]
-    name = (rows[-1].get("metrics") or {}).get("metric_name") or rows[-1].get("metric_name")
-    mean, std, n = measurements.spread("metric", label, ())
-    text = f"{name} {mean_text(mean, std, n, accuracy=name == 'accuracy')}"
-    unfinished = sum(1 for row in rows if row.get("status") != "finished")
-    if unfinished:
-        text += f", {unfinished} of {n} did not finish"
-    return text + (", **at chance**" if measurements.at_chance(label) else "")
-
-
-def cpu_minutes(measurements: Measurements) -> float:
-    """Training minutes of every row shown (all labels, all seeds; evaluation excluded)."""
-    return sum(row.get("train_time_s") or 0.0 for rows in measurements.seeds.values() for row in rows) / 60
-
-
-def run_rows(claim: Claim, measurements: Measurements) -> List[List[str]]:
-    header = [
-        "run",
-        "cell",
-        "task",
-        "budget used (latest seed)",
-        "test metric, mean ± std over seeds",
-        "trivial baseline",
-        "params",
-        "train s (all seeds)",
-        "skip %",
-        "analysis (mean over seeds)",
-        "seeds",
-        "command (latest seed)",
-    ]
-    out = [header]
-    for spec in claim.runs:
-        label = spec.label + (f" (other reading of {spec.reading_of})" if spec.reading_of else "")
-        rows = measurements.seeds.get(spec.label)
-        if not rows:
-            out.append([label, "", "", "", "not run yet", "", "", "", "", "", "", ""])
-            continue
-        row = rows[-1]
-        m, config = row.get("metrics") or {}, row.get("config") or {}
-        skips = [
-            r["metrics"]["skip_fraction"] for r in rows if (r.get("metrics") or {}).get("skip_fraction") is not None
-        ]
-        out.append(
-            [
-                label,
-                row["cell"],
-                _setting(config),
-                _budget_text(row),
-                _quality_text(measurements, spec.label),
-                _metric_text(m.get("baseline"), m.get("metric_name")),
-                str(row.get("params")),
-                f"{sum(r.get('train_time_s') or 0 for r in rows):.1f}",
-                f"{100 * math.fsum(skips) / len(skips):.1f}" if skips else "-",
-                _analysis_text(measurements, spec.label),
-                ", ".join(str(seed_of(r)) for r in rows),
-                f"`{_notes(row)[1]}`",
-            ]
-        )
-    return out
-
-
-def readings_text(claim: Claim, measurements: Measurements) -> str:
-    """The runs of another reading beside their default, and which of them leaves chance."""
-    pairs = [(spec.reading_of, spec.label) for spec in claim.runs if spec.reading_of]
-    if not pairs:
-        return ""
-    lines = []
-    for default, other in pairs:
-        shown = [
-            f"`{label}` " + (_quality_text(measurements, label) if label in measurements.seeds else "not run yet")
-            for label in (default, other)
-        ]
-        learned = [
-            label for label in (default, other) if label in measurements.seeds and measurements.at_chance(label) is None
-        ]
-        if len(learned) == 1:
-            verdict = f"only `{learned[0]}` is clearly better than the trivial baseline, as the paper's numbers are"
-        elif learned:
-            verdict = "both are clearly better than the trivial baseline"
-        else:
-            verdict = "neither is clearly better than the trivial baseline (or one is not run yet)"
-        lines.append(f"{shown[0]} (default reading) vs {shown[1]}: {verdict}.")
-    return " ".join(lines)
-
-
-def _notes(row: Dict[str, Any]) -> Tuple[str, str]:
-    """``(reproduce command, train command)`` as kept in a run's notes by :func:`run_config`."""
-    lines = ((row.get("config") or {}).get("notes") or "").splitlines()
-    return (lines[0] if lines else "?"), (lines[1] if len(lines) > 1 else "?")
-
-
-def _commands(measurements: Measurements) -> List[str]:
-    seen: List[str] = []
-    for rows in measurements.seeds.values():
-        for row in rows:
-            command = _notes(row)[0]
-            if command not in seen:
-                seen.append(command)
-    return seen
-
-
-def ours_text(verdict: Verdict) -> str:
-    values = unique(
-        [
-            (call, call_value(call, value, spread))
-            for r in verdict.checks
-            for (call, value), spread in zip(r.values, r.spreads)
-        ]
-        + [r.underflow for r in verdict.checks if r.underflow]
-    )
-    return "; ".join(f"{call} = {shown}" for call, shown in values) or "-"
-
-
-def full_run_command(claim: Claim) -> str:
-    words = ["ltdrnn", "reproduce", "run", claim.id, "--budget", "paper"]
-    for item in claim.full_run.set if claim.full_run else ():
-        words += ["--set", item]
-    return " ".join(shlex.quote(w) for w in words)
-
-
-SUMMARY_HEADER = [
-    "claim",
-    "paper",
-    "paper's numbers",
-    "ours (mean ± std over seeds)",
-    "verdict",
-    "budget",
-    "CPU min",
-    "stale rows",
-]
+NOTES_DIR = "docs/notes/reproduction"  # beside the page: <page's folder>/docs/notes/reproduction
+JUDGED = ("reproduced", "partly", "not reproduced")
 
 
 def render(
@@ -206,181 +32,278 @@ def render(
     claims: Optional[Sequence[Claim]] = None,
     plots: bool = True,
     extra: Sequence[str] = (),
+    notes_dir: Optional[str] = None,
 ) -> Path:
-    """Write the reproduction document (and its plots) from the store; returns its path. Only the rows
+    """Write the reproduction page, its plots and the per-claim notes (``notes_dir``, by default
+    ``docs/notes/reproduction`` beside the page) from the store; returns the page's path. Without
+    ``plots`` the page shows the plots already in ``plots_dir``. Only the rows
     trained with the claims' configs of today plus the ``--set`` items ``extra`` are judged; the others
     are listed as stale."""
     claims = list(claims if claims is not None else load_claims())
     stored = Store(store)
-    out_path, plot_root = Path(out), Path(plots_dir)
-    summary, sections, minutes, stale_count = [SUMMARY_HEADER], [], 0.0, 0
+    out_path = Path(out)
+    notes_root = Path(notes_dir) if notes_dir is not None else out_path.parent / NOTES_DIR
+    reports = []
     for claim in claims:
         found = stored.by_budget(claim, extra)
         budget, measurements = pick_budget(claim, found)
-        stale = {b: m.stale for b, m in found.items() if m.stale}
-        verdict = judge(claim, measurements, budget)
-        figures = make_plots(claim, measurements, plot_root) if plots and measurements.seeds else []
-        summary.append(_summary_row(claim, verdict, measurements, budget, stale))
-        sections.append(claim_section(claim, verdict, measurements, budget, figures, out_path.parent, stale))
-        minutes += cpu_minutes(measurements)
-        stale_count += sum(len(rows) for rows in stale.values())
-    doc = _preamble(store, summary, minutes, stale_count, extra) + sections
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text("\n".join(doc))
+        report = ClaimReport(claim, budget, measurements, judge(claim, measurements, budget))
+        report.stale = {b: m.stale for b, m in found.items() if m.stale}
+        if plots and measurements.seeds:
+            report.figures = make_plots(claim, measurements, Path(plots_dir))
+        elif measurements.seeds:  # --no-plots: keep showing the plots already drawn
+            report.figures = sorted(Path(plots_dir).glob(f"{claim.id}-*.png"))
+        reports.append(report)
+    notes_root.mkdir(parents=True, exist_ok=True)
+    for report in reports:
+        note = notes_root / f"{report.claim.id}.md"
+        _write(note, note_page(report, note, out_path))
+    _write(out_path, page_text(reports, store, extra, out_path, notes_root))
     return out_path
 
 
-def _summary_row(
-    claim: Claim,
-    verdict: Verdict,
-    measurements: Measurements,
-    budget: Optional[str],
-    stale: Dict[str, List[StaleRow]],
-) -> List[str]:
-    return [
-        f"[{claim.id}](#{claim.id})",
-        claim.paper,
-        "; ".join(f"{n.what}: {n.value}" for n in claim.paper_numbers),
-        ours_text(verdict),
-        f"**{verdict.status}**",
-        budget or "-",
-        f"{cpu_minutes(measurements):.0f}",
-        str(sum(len(rows) for rows in stale.values())),
-    ]
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` atomically (a reader never sees half a page)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
-def _budget_sentence(at_paper: int, claims: int) -> str:
-    if at_paper == claims:
-        return "Every claim is shown at the paper budget."
-    return (
-        f"{at_paper} of {claims} claims are shown at the paper budget, the others at the `quick` budget "
-        "(stated per claim)."
-    )
-
-
-def _preamble(
-    store: str, summary: List[List[str]], minutes: float, stale_count: int, extra: Sequence[str]
-) -> List[str]:
-    """The page's title, how to read it, and the summary table."""
-    claims = len(summary) - 1
-    counts = {s: sum(1 for row in summary[1:] if row[4] == f"**{s}**") for s in STATUSES}
-    at_paper = sum(1 for row in summary[1:] if row[5] == "paper")
-    judged_with = f" with {' '.join(f'`--set {item}`' for item in extra)}" if extra else ""
-    return [
-        "# Reproduction of the papers' headline claims",
-        "",
-        f"Generated by `ltdrnn reproduce report` from `{store}` (do not edit by hand; "
-        "[docs/reproduction.md](docs/reproduction.md) explains how it works and how to re-run a line). "
-        f"Claims: {claims}; " + ", ".join(f"{s}: {n}" for s, n in counts.items()) + ".",
-        "",
-        "Every number of ours below comes from the results database and was produced by the command "
-        f"shown with it. {_budget_sentence(at_paper, claims)} Each run label is trained with several seeds "
-        "(`ltdrnn reproduce run` uses seeds 1, 2, 3 by default); the rules read the mean over seeds and the "
-        "tables show mean ± std and n. A run whose mean test metric does not close "
-        f"{100 * CHANCE_MARGIN:.0f}% of the gap between the task's trivial baseline and a perfect score is "
-        "**at chance**, and no rule that needs it to have learned passes; a gradient ratio that is exactly 0 "
-        "is **underflow** and no rule passes against it. All rules hold -> reproduced; a rule about one "
-        "of the papers' own cells holds -> partly; otherwise not reproduced; a run missing -> not run yet.",
-        "",
-        f"A stored row counts only if the config it was trained with is the config its claim trains today{judged_with} "
-        "(the seed, threads, device and other settings that change no number aside; "
-        "[docs/reproduction.md](docs/reproduction.md#stale-rows)). "
-        f"{stale_count} stale rows are left out of the verdicts and listed under their claims.",
-        "",
-        f"Training time of the rows shown: **{minutes:.0f} CPU minutes** (the sum of `train_s` over every "
-        "row, all seeds; regenerating this page from scratch takes that much training plus evaluation). The "
-        "machine was shared with other jobs, so times are noisy and only comparable within a claim.",
-        "",
-        "## Summary",
-        "",
-        markdown_table(summary),
-        "",
-    ]
-
-
-def _rule_text(check: Check) -> str:
-    lets = f"; may fail: {', '.join(check.may_fail)}" if check.may_fail else ""
-    return f"`{check.expr}` ({check.says}{lets})"
-
-
-def claim_section(
-    claim: Claim,
-    verdict: Verdict,
-    measurements: Measurements,
-    budget: Optional[str],
-    figures: List[Path],
-    doc_dir: Path,
-    stale: Optional[Dict[str, List[StaleRow]]] = None,
-) -> str:
-    lines = [
-        f"## {claim.id}",
-        "",
-        f"**{claim.title}** ({claim.paper}). {claim.claim}",
-        "",
-        "Paper:",
-        "",
-        markdown_table(
-            [["what", "paper's number", "source"]] + [[n.what, n.value, n.source] for n in claim.paper_numbers]
-        ),
-        "",
-    ]
-    shown = budget or "quick"
-    lines += [
-        f"Budgets: quick, `ltdrnn reproduce run {claim.id} --budget quick` ({claim.budgets['quick'].note}); "
-        f"paper, `ltdrnn reproduce run {claim.id} --budget paper` ({claim.budgets['paper'].note}). "
-        f"Training time of the rows below: {cpu_minutes(measurements):.1f} CPU minutes.",
-        "",
-    ]
-    if claim.full_run:
-        lines += [
-            f"Full-data run: `{full_run_command(claim)}`, estimated {format_number(claim.full_run.hours)} h "
-            f"on {claim.full_run.machine} ({claim.full_run.basis}).",
-            "",
-        ]
-    if claim.deviation:
-        lines += [f"Deviation: {claim.deviation}", ""]
-    if measurements.seeds:
-        commands = _commands(measurements)
-        lines += [
-            f"Ours ({shown} budget), produced by " + ", ".join(f"`{c}`" for c in commands) + ":",
-            "",
-            markdown_table(run_rows(claim, measurements)),
-            "",
-        ]
-    if stale:
-        lines += [stale_text(stale), ""]
-    if claim.readings or any(spec.reading_of for spec in claim.runs):
-        lines += ["Readings: " + " ".join(t for t in (claim.readings, readings_text(claim, measurements)) if t), ""]
-    lines += [
-        "Verdict rules: " + "; ".join(_rule_text(c) for c in claim.checks) + ".",
-        "",
-        f"**Verdict: {verdict.status}.** {verdict.reason}",
-        "",
-    ]
-    if verdict.status == "not run yet":
-        lines += [
-            f"Not run yet: `ltdrnn reproduce run {claim.id} --budget {shown} --resume` trains the missing runs.",
-            "",
-        ]
-    for figure in figures:
-        lines += [f"![{figure.stem}]({os.path.relpath(figure, doc_dir)})", ""]
+def page_text(reports: List[ClaimReport], store: str, extra: Sequence[str], out_path: Path, notes_root: Path) -> str:
+    links = _Links(out_path, notes_root)
+    lines = _header(reports, store, extra)
+    lines += ["## By paper", ""] + [f"- {line}" for line in paper_lines(reports)] + [""]
+    lines += ["## Claims", "", markdown_table(summary_rows(reports)), ""]
+    lines += ["## What did not hold, in brief", ""] + failed_lines(reports, links) + [""]
+    lines += ["Proxy claims: their rules that did not hold are explained in their sections below.", ""]
+    for report in reports:
+        lines += claim_section(report, links)
     return "\n".join(lines)
 
 
-def stale_text(stale: Dict[str, List[StaleRow]]) -> str:
-    """The stale rows of each budget, grouped by label and what differs (stored value -> today's, at most
-    three differences per group), with their seeds and dates."""
-    parts = []
-    for budget, rows in stale.items():
-        groups: Dict[Tuple[str, Tuple[str, ...]], List[StaleRow]] = {}
-        for row in rows:
-            groups.setdefault((row.label, row.differences), []).append(row)
-        shown = []
-        for (label, why), found in groups.items():
-            seeds = ", ".join(unique([str(r.seed) for r in found], key=str))
-            dates = ", ".join(sorted({r.created for r in found if r.created})) or "undated"
-            rows_of = f"{len(found)} rows, " if len(found) > 1 else ""
-            more = f", and {len(why) - 3} more" if len(why) > 3 else ""
-            shown.append(f"`{label}` ({rows_of}seed {seeds}; {dates}): {', '.join(why[:3])}{more}")
-        parts.append(f"{budget} budget, {len(rows)}: " + "; ".join(shown) + ".")
-    return "Stale rows, left out of the verdict (stored value -> today's): " + " ".join(parts)
+class _Links:
+    """Relative links from the page to the notes and the docs."""
+
+    def __init__(self, page: Path, notes_root: Path) -> None:
+        self.page, self.notes_root = page, notes_root
+
+    def note(self, claim: Claim) -> str:
+        return os.path.relpath(self.notes_root / f"{claim.id}.md", self.page.parent)
+
+    def figure(self, path: Path) -> str:
+        return os.path.relpath(path, self.page.parent)
+
+
+def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> List[str]:
+    counts = {s: sum(r.verdict.status == s for r in reports) for s in STATUSES}
+    judged = ", ".join(f"{counts[s]} {s}" for s in JUDGED)
+    proxies = [r.claim.id for r in reports if r.verdict.status == "proxy"]
+    waiting = f"; {counts['not run yet']} not run yet" if counts["not run yet"] else ""
+    with_set = f" with {' '.join(f'`--set {item}`' for item in extra)}" if extra else ""
+    stale = sum(len(rows) for r in reports for rows in r.stale.values())
+    minutes = sum(cpu_minutes(r.measurements) for r in reports)
+    proxy_text = (
+        f"; {len(proxies)} proxy ({', '.join(proxies)}: MNIST on the 5,000 offline digits, shown with their "
+        "rules, not judged against the papers)"
+        if proxies
+        else ""
+    )
+    return [
+        "# Reproduction of the papers' headline claims",
+        "",
+        f"Generated by `ltdrnn reproduce report --store {store}`{with_set}; do not edit by hand "
+        "([docs/reproduction.md](docs/reproduction.md): how it works, how to re-run a line).",
+        "",
+        f"**{len(reports)} claims: {judged}{proxy_text}{waiting}.**",
+        "",
+        f"How to read: {MARKS['yes']} holds, {MARKS['no']} fails, {MARKS['undecided']} undecided, "
+        f"{MARKS['not measured']} not measured; *k/n*: the seeds in which a rule holds on that seed alone. "
+        "Numbers: mean ± sample std over seeds, n = 3 unless stated. A run that closes less than "
+        f"{100 * CHANCE_MARGIN:.0f}% of the gap from the trivial baseline to a perfect score is at chance: a "
+        "rule about it fails, a comparison with it is undecided (unless its paper reports it at chance too). "
+        "A threshold never reached counts as more than the run's last evaluated step, so a speed comparison "
+        "is undecided when the faster run needed more steps than the slower one was given. Skip fractions "
+        "and training times count only for runs that solved the task. Budget: who set the training length "
+        "(*ours* where the paper gives none).",
+        "",
+        f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
+        f"notes. The rows shown took {minutes:.0f} CPU minutes of training on a shared 2-core machine.",
+        "",
+    ]
+
+
+def paper_lines(reports: List[ClaimReport]) -> List[str]:
+    """One line per paper: per mark, the claims with the rules of that paper that got it, and the proxy
+    claims with their rules' marks."""
+    lines = []
+    for paper in PAPER_CELLS:
+        judged: Dict[str, Dict[str, List[str]]] = {outcome: {} for outcome in MARKS}
+        proxy: List[str] = []
+        for report in reports:
+            claim = report.claim
+            mine = [r for r in report.verdict.checks if paper in claim.rule_papers(r.check)]
+            if not mine:
+                continue
+            if report.verdict.status == "proxy":
+                proxy.append(f"{claim.id} {''.join(r.mark for r in mine)}")
+                continue
+            for result in mine:
+                judged[result.outcome].setdefault(claim.id, []).append(result.check.says)
+        parts = [
+            f"{MARKS[outcome]} " + "; ".join(f"{cid}: {', '.join(says)}" for cid, says in by_claim.items())
+            for outcome, by_claim in judged.items()
+            if by_claim
+        ]
+        if proxy:
+            parts.append("proxy: " + ", ".join(proxy))
+        if parts:
+            lines.append(f"**{paper}** — " + " · ".join(parts) + ".")
+    return lines
+
+
+SUMMARY_HEADER = [
+    "claim",
+    "what",
+    "paper",
+    "ours (mean ± std)",
+    "rules (seeds)",
+    "reading",
+    "data",
+    "budget",
+    "verdict",
+]
+
+
+def summary_rows(reports: List[ClaimReport]) -> List[List[str]]:
+    rows = [SUMMARY_HEADER]
+    for report in reports:
+        claim, verdict = report.claim, report.verdict
+        tested = [f"{n.what}: {n.value}" for n in claim.paper_numbers if not n.not_tested]
+        rules = " ".join(
+            f"{i}{r.mark}" + (f" {r.seeds[0]}/{r.seeds[1]}" if r.seeds[1] else "")
+            for i, r in enumerate(verdict.checks, 1)
+        )
+        rows.append(
+            [
+                f"[{claim.id}](#{claim.id})",
+                claim.claim,
+                "; ".join(tested),
+                ours_text(report),
+                rules,
+                claim.reading_used,
+                claim.data,
+                budget_label(claim, report.budget),
+                f"**{verdict.status}**",
+            ]
+        )
+    return rows
+
+
+def ours_text(report: ClaimReport) -> str:
+    """The test metric of each judged run a rule reads, with the metric's name once, and the gradient
+    ratios the rules read: ``"MSE: tarnn 0.0019 ± 0.0014; lstm 0.166 ± 0.0003 (n=4)"``."""
+    found = report.measurements
+    reads = {pair for check in report.claim.checks for pair in check.expression.reads()}
+    labels = [
+        label for label in report.claim.checked_labels if label in found.seeds and any(lab == label for _, lab in reads)
+    ]
+    if not labels:
+        return "not run yet"
+    name = metric_name(found.seeds[labels[0]][-1])
+    parts = [f"{name}: " + "; ".join(f"{label} {spread_text(found, label)}" for label in labels)]
+    for measure, what in (("lag_ratio", "gradient at lag T-1 / peak"), ("jac_ratio", "‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖")):
+        ratios = [label for label in labels if (measure, label) in reads]
+        if ratios:
+            parts.append(f"{what}: " + "; ".join(f"{label} {ratio_text(found, measure, label)}" for label in ratios))
+    return ". ".join(parts)
+
+
+def ratio_text(found, measure: str, label: str) -> str:
+    try:
+        return found.summary(measure, label).text().replace(" (n=3)", "")
+    except Underflow as error:
+        return error.shown
+    except Unmeasured:
+        return "not measured"
+
+
+def failed_lines(reports: List[ClaimReport], links: _Links) -> List[str]:
+    """Each rule of a judged claim that did not hold: its numbers, the claim's brief words, a link to the
+    cell's docs and to the claim's notes (proxy claims: in their own sections)."""
+    lines = [
+        _failed_line(report.claim, i, result, links)
+        for report in reports
+        if report.verdict.status != "proxy"
+        for i, result in enumerate(report.verdict.checks, 1)
+        if not result.passed
+    ]
+    return lines or ["Every rule of the judged claims holds."]
+
+
+def _failed_line(claim: Claim, index: int, result: CheckResult, links: _Links) -> str:
+    check = result.check
+    numbers = ", ".join(f"{short_call(call)} {value}" for call, value in result.values).replace(" (n=3)", "")
+    seeds = f" ({result.seeds_text})" if result.seeds_text else ""
+    return f"- {result.mark} **{claim.id} {index}**, {check.says}: {numbers}{seeds}. {_why(result, links, claim)}"
+
+
+def _why(result: CheckResult, links: _Links, claim: Claim) -> str:
+    check = result.check
+    why = check.brief or "; ".join(result.notes) or "See the notes."
+    docs = f"[docs]({check.docs}), " if check.docs else ""  # repository paths: the page sits at the root
+    return f"{why} ({docs}[notes]({links.note(claim)}))"
+
+
+SHORT_CALLS = {"metric": "", "steps_to": " steps to {}", "lag_ratio": " lag ratio", "jac_ratio": " ratio"}
+
+
+def short_call(call: str) -> str:
+    """``"metric(tarnn)"`` -> ``"tarnn"``, ``"steps_to(lstm, 0.05)"`` -> ``"lstm steps to 0.05"``,
+    ``"skip(a)"`` -> ``"a skip"``."""
+    name, rest = call.split("(", 1)
+    label, *args = [a.strip() for a in rest.rstrip(")").split(",")]
+    return label + SHORT_CALLS.get(name, f" {name}").format(*args)
+
+
+def claim_section(report: ClaimReport, links: _Links) -> List[str]:
+    """The claim's verdict, its rules in a line (the numbers of those that did not hold are above, all of
+    them in the notes), why a structural rule holds without training, the seeds where n is not 3, the
+    plots."""
+    claim, verdict = report.claim, report.verdict
+    rules = " · ".join(
+        f"{i} {r.mark} {r.check.says}" + (f" ({r.seeds[0]}/{r.seeds[1]})" if r.seeds[1] else "")
+        for i, r in enumerate(verdict.checks, 1)
+    )
+    lines = [
+        f"## {claim.id}",
+        "",
+        f"{claim.title} ({claim.paper}; {claim.data} data; budget: {budget_label(claim, report.budget)}): "
+        f"**{verdict.status}**. Rules: {rules}. [Notes, numbers and commands]({links.note(claim)}).",
+        "",
+    ]
+    structural = unique_texts(r.check.structural for r in verdict.checks)
+    if structural:
+        lines += [
+            "*Structural*: "
+            + " ".join(f"{text}." for text in structural)
+            + " So these rules need no run to have learned.",
+            "",
+        ]
+    if verdict.status == "proxy":
+        lines += [f"- {r.mark} {i}: {_why(r, links, claim)}" for i, r in enumerate(verdict.checks, 1) if not r.passed]
+        lines.append("")
+    counts = seed_counts(claim, report.measurements)
+    if counts:
+        lines += ["Seeds: " + "; ".join(counts) + ".", ""]
+    for figure in report.figures:
+        lines += [f"![{figure.stem}]({links.figure(figure)})", ""]
+    return lines
+
+
+def unique_texts(texts) -> List[str]:
+    out: List[str] = []
+    for text in texts:
+        if text and text not in out:
+            out.append(text)
+    return out

@@ -1,5 +1,6 @@
 """The plots of a claim: validation curves, gradient norm versus lag, the gradient ratio during training.
-Each cell has one colour (``cell_colour``); further runs of a cell get another line style."""
+Each cell has one colour (``cell_colour``); further runs of a cell get another line style. The step axis
+is logarithmic where the runs' lengths differ by 20x or more (adding-200: 1,000 to 100,000 steps)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,12 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
                 ax.set_yscale("log")
                 ax.set_ylim(top=10 * baseline)
                 ylabel += "\n(log; above 10x the baseline: off the chart)"
-        ax.set_xlabel("optimiser step")
+        xlabel = "optimiser step"
+        if wide_step_range(measurements):
+            # runs of 1,000 and 100,000 steps: on a linear axis the short ones sit in the first pixel
+            ax.set_xscale("log")
+            xlabel += " (log)"
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_title(f"{claim.id}: validation curves, per seed")
         ax.legend(fontsize=7)
@@ -99,6 +105,21 @@ def make_plots(claim: Claim, measurements: Measurements, root: Path) -> List[Pat
         ax.legend(fontsize=7)
         paths.append(plots.save_figure(fig, root / f"{claim.id}-jacobian-ratio.png"))
     return paths
+
+
+LOG_STEPS_RATIO = 20
+
+
+def wide_step_range(measurements: Measurements) -> bool:
+    """Whether the runs' last validated steps differ by :data:`LOG_STEPS_RATIO` or more, so the curves
+    need a log step axis."""
+    last = [
+        max((h["step"] for h in row.get("history") or [] if h.get("val_metric") is not None), default=0)
+        for rows in measurements.seeds.values()
+        for row in rows
+    ]
+    last = [step for step in last if step > 0]
+    return bool(last) and max(last) >= LOG_STEPS_RATIO * min(last)
 
 
 def _line_styles(rows: Dict[str, Dict[str, Any]]) -> Dict[str, str]:

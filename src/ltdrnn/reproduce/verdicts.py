@@ -1,50 +1,61 @@
-"""Verdicts: each rule of a claim evaluated on the means over seeds, refused where it would pass at
-chance, and the claim's verdict (reproduced, partly, not reproduced, not run yet) with its reason."""
+"""Verdicts: each rule of a claim evaluated on the means over seeds (and on each seed alone), refused or
+left undecided where the data cannot support it, and the claim's verdict with its reason.
+
+A rule's outcome is "yes", "no", "undecided" (the data cannot decide it: a competitor that never learned,
+a speed comparison whose faster run needed more steps than the slower one was given, a derived measure of
+an unsolved run) or "not measured". The claim is reproduced if every rule says yes, partly if a rule
+about one of its own papers' cells does, not reproduced otherwise; a proxy claim (the data are a
+stand-in for the paper's) is "proxy" whatever its rules say, and a claim with a judged run missing is
+"not run yet".
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ..results import seed_of
-from .claims import Check, Claim
+from .claims import DERIVED_MEASURES, PAPER_CELLS, Check, Claim
 from .expressions import Underflow, Unmeasured
-from .measurements import Measurements, format_number, mean_text
+from .measurements import Measurements
 
-STATUSES = ("reproduced", "partly", "not reproduced", "not run yet")
-# measures that say how well a run learned: a check reading one of them needs that run above chance
-QUALITY_MEASURES = ("metric", "best_val", "steps_to", "train_s", "skip")
+STATUSES = ("reproduced", "partly", "not reproduced", "proxy", "not run yet")
+MARKS = {"yes": "✓", "no": "✗", "undecided": "?", "not measured": "–"}
+# measures that say how well a run learned: a rule reading one of them needs that run above chance
+# (a subject at chance fails the rule; a run it is compared with makes it undecided)
+QUALITY_MEASURES = ("metric", "best_val", "steps_to", "train_s", "skip", "jac_ratio", "lag_ratio")
+UNKNOWN = (-math.inf, math.inf)
 
 
 @dataclass
 class CheckResult:
+    """A rule's outcome, the numbers it read (``(call, shown)``), why the machinery refused it or left
+    it undecided (``notes``) and in how many seeds it holds on that seed's rows alone (``seeds``)."""
+
     check: Check
-    passed: Optional[bool]  # None: not measured
-    values: List[Tuple[str, float]] = field(default_factory=list)
-    missing: str = ""
-    underflow: Tuple[str, str] = ()  # (call, "underflow" | "not finite")
-    spreads: List[Tuple[float, int]] = field(default_factory=list)  # (std, n) of each value
-    vetoes: List[str] = field(default_factory=list)  # why the machinery refused it
+    outcome: str
+    values: List[Tuple[str, str]] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    seeds: Tuple[int, int] = (0, 0)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "yes"
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.outcome]
+
+    @property
+    def seeds_text(self) -> str:
+        held, of = self.seeds
+        return f"{held}/{of} seeds" if of else ""
 
     def text(self) -> str:
-        if self.passed is None:
-            return f"{self.check.says}: not measured ({self.missing})"
-        if self.underflow:
-            return f"{self.check.says}: {self.missing} -> no"
-        shown = ", ".join(
-            f"{call} = {call_value(call, v, spread)}"
-            for (call, v), spread in unique(zip(self.values, self.spreads), key=lambda i: i[0][0])
-        )
-        refused = f" ({'; '.join(self.vetoes)})" if self.vetoes else ""
-        return f"{self.check.says}: {shown} -> {'yes' if self.passed else 'no'}{refused}"
-
-
-def call_value(call: str, value: float, spread: Tuple[float, int] = (0.0, 1)) -> str:
-    if call.startswith("steps_to") and value == math.inf:
-        return "never"
-    std, n = spread
-    return format_number(value) if n == 1 else mean_text(value, std, n)
+        shown = ", ".join(f"{call} = {value}" for call, value in self.values)
+        notes = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.check.says}: {shown}{' ' if shown else ''}-> {self.outcome}{notes}"
 
 
 @dataclass
@@ -66,58 +77,131 @@ def unique(items, key=lambda item: item[0]):
 
 
 def evaluate_check(claim: Claim, check: Check, measurements: Measurements) -> CheckResult:
-    """One rule on the means over seeds, refused (``vetoes``) where it would pass at chance:
+    """One rule on the means over seeds, and on each seed alone (``seeds``: in how many it holds).
 
-    - every run whose quality the rule reads (``metric``, ``best_val``, ``steps_to``, ``train_s``,
-      ``skip``) must be above chance (:meth:`Measurements.at_chance`), except the ``may_fail`` ones;
-    - a rule with ``may_fail`` runs (an "LSTM fails" rule, or a comparison with a competitor that may
-      fail) counts only if a run of the claim's own cells succeeds on the task;
-    - a gradient-norm ratio that is exactly 0 is "underflow" and fails every rule that reads it.
+    - A run whose quality the rule reads (:data:`QUALITY_MEASURES`) must be above chance
+      (:meth:`Measurements.at_chance`): a subject at chance fails the rule; a run it is compared with
+      (``versus``) at chance leaves it undecided, because the paper has that run learn. Runs the paper
+      itself reports at chance (``may_fail``) are exempt, but a rule that lets one sit at chance counts
+      only when a run of the rule's papers' cells learned. Structural rules are exempt.
+    - Derived measures (``skip``, ``train_s``) count only for runs that meet the claim's success
+      threshold; for the others they are unknown.
+    - ``steps_to`` is censored at a run's last evaluated step, so a speed comparison whose faster run
+      needed more steps than the slower one was given is undecided.
+    - A gradient-norm ratio that is exactly 0 (underflow) or not finite fails every rule that reads it.
+    - ``per_seed`` rules hold only if they hold in every seed.
     """
-    spreads: List[Tuple[float, int]] = []
+    result = _evaluate(claim, check, measurements)
+    seeds = measurements.seed_ids(sorted(check.expression.labels()))
+    if not seeds or result.outcome == "not measured":
+        return result
+    per_seed = [_evaluate(claim, check, measurements.for_seed(seed)).outcome for seed in seeds]
+    result.seeds = (sum(outcome == "yes" for outcome in per_seed), len(per_seed))
+    if check.per_seed:
+        failed = [str(seed) for seed, outcome in zip(seeds, per_seed) if outcome != "yes"]
+        result.outcome = "yes" if not failed else "no" if "no" in per_seed or result.outcome == "no" else "undecided"
+        if failed:
+            result.notes.append(f"does not hold in seed {', '.join(failed)}")
+    return result
 
-    def measure(name: str, label: str, args: Tuple[float, ...]) -> float:
-        mean, std, n = measurements.spread(name, label, args)
-        spreads.append((std, n))
-        return mean
+
+def _evaluate(claim: Claim, check: Check, measurements: Measurements) -> CheckResult:
+    expression = check.expression
+    cells = measurements.cells_of(expression.labels())
+    may_fail = {label for label in check.may_fail if cells.get(label) not in claim.own_cells}
+    failing, unknown, notes = _vetoes(claim, check, measurements, may_fail)
+
+    def measure(name: str, label: str, args: Tuple[float, ...]) -> Tuple[float, float]:
+        bounds = measurements.summary(name, label, args).bounds
+        return UNKNOWN if label in unknown else bounds
 
     try:
-        value, values = check.expression.evaluate(measure)
+        value, seen = expression.evaluate(measure)
     except Underflow as error:
-        return CheckResult(check, False, missing=str(error), underflow=(error.call, error.shown))
+        return CheckResult(check, "no", [(error.call, error.shown)], [str(error)])
     except Unmeasured as error:
-        return CheckResult(check, None, missing=str(error))
-    vetoes = []
-    read = sorted({label for name, label in check.expression.reads() if name in QUALITY_MEASURES})
-    chance = {label: measurements.at_chance(label) for label in read}
-    if len(read) > 1 and all(chance.values()):
-        vetoes.append(("both" if len(read) == 2 else "all") + " at chance: " + ", ".join(chance.values()))
-    elif any(chance[label] for label in read if label not in check.may_fail):
-        vetoes.append(
-            "at chance: " + ", ".join(chance[label] for label in read if chance[label] and label not in check.may_fail)
-        )
-    if check.may_fail:
-        own = measurements.source_labels(claim.checked_labels)
-        if not any(measurements.at_chance(label) is None for label in own):
-            vetoes.append(
-                "a rule that lets " + ", ".join(check.may_fail) + " fail counts only when a cell "
-                "of the claim succeeds on the task, and none does"
+        return CheckResult(check, "not measured", notes=[str(error)])
+    values = unique([(call, shown_value(measurements, call)) for call, _ in seen])
+    if failing:
+        return CheckResult(check, "no", values, failing)
+    if may_fail:
+        learned = _learned_subjects(claim, check, measurements)
+        if not learned:
+            cells = ", ".join(PAPER_CELLS[p] for p in claim.rule_papers(check))
+            notes.append(
+                f"a rule that lets {', '.join(sorted(may_fail))} sit at chance counts only when a run of "
+                f"{cells} learned, and none did"
             )
-    return CheckResult(check, bool(value) and not vetoes, values, spreads=spreads, vetoes=vetoes)
+            return CheckResult(check, "undecided", values, notes)
+    outcome = "undecided" if value is None else "yes" if value else "no"
+    return CheckResult(check, outcome, values, notes)
+
+
+def _vetoes(
+    claim: Claim, check: Check, measurements: Measurements, may_fail: Set[str]
+) -> Tuple[List[str], Set[str], List[str]]:
+    """``(failing, unknown, notes)``: why the rule fails outright (a subject at chance), the runs whose
+    numbers it may not use (a competitor at chance, a derived measure of an unsolved run) and why."""
+    failing: List[str] = []
+    unknown: Set[str] = set()
+    notes: List[str] = []
+    if check.structural:
+        return failing, unknown, notes
+    at_chance: Set[str] = set()
+    reads = check.expression.reads()
+    quality = sorted({label for name, label in reads if name in QUALITY_MEASURES and label in measurements.seeds})
+    for label in quality:
+        why = measurements.at_chance(label)
+        if why is None or label in may_fail:
+            continue
+        if label in check.versus:
+            unknown.add(label)
+            notes.append(f"{why}: at chance, where the paper has it learn, so there is nothing to compare with")
+        else:
+            at_chance.add(label)
+            failing.append(f"{why}: at chance")
+    if claim.success is not None:
+        derived: Dict[str, List[str]] = {}
+        for name, label in sorted(reads):
+            if name in DERIVED_MEASURES and label in measurements.seeds:
+                derived.setdefault(label, []).append(name)
+        for label, names in derived.items():
+            why = measurements.unsolved(label, claim.success)
+            if why and label not in unknown | at_chance:
+                unknown.add(label)
+                notes.append(f"{why}, so its {' and '.join(names)} says nothing")
+    return failing, unknown, notes
+
+
+def _learned_subjects(claim: Claim, check: Check, measurements: Measurements) -> List[str]:
+    cells = {PAPER_CELLS[p] for p in claim.rule_papers(check)}
+    subjects = [label for label, cell in measurements.cells_of(claim.checked_labels).items() if cell in cells]
+    return [label for label in subjects if measurements.at_chance(label) is None]
+
+
+def shown_value(measurements: Measurements, call: str) -> str:
+    """The number a rule read, as the page shows it: mean ± std (n), accuracies in percent, a censored
+    ``steps_to`` as "never within N steps"."""
+    name, rest = call.split("(", 1)
+    label, *args = [a.strip() for a in rest.rstrip(")").split(",")]
+    found = measurements.summary(name, label, tuple(float(a) for a in args))
+    row = measurements.seeds[label][-1]
+    accuracy = name in ("metric", "best_val") and (row.get("metrics") or {}).get("metric_name") == "accuracy"
+    return found.text(accuracy=accuracy, steps=name == "steps_to")
 
 
 def about_own_cell(claim: Claim, check: Check, measurements: Measurements) -> bool:
-    """Whether ``check`` says something about one of the papers' cells: it reads a run of a source
-    cell (not one it lets fail) through a measure other than the parameter count, which needs no
-    training."""
-    own = set(measurements.source_labels(claim.checked_labels)) - set(check.may_fail)
+    """Whether ``check`` says something about one of the claim's own papers' cells: it reads a run of one
+    (not one it lets fail) through a measure other than the parameter count, which needs no training."""
+    own = {label for label, cell in measurements.cells_of(claim.checked_labels).items() if cell in claim.own_cells}
+    own -= set(check.may_fail)
     return any(label in own and name != "params" for name, label in check.expression.reads())
 
 
 def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Verdict:
-    """The verdict of ``claim`` from the means over seeds: all rules hold -> reproduced; a rule about
-    one of the papers' own cells holds -> partly; else not reproduced; a judged run missing -> not run
-    yet. The reason gives every rule with its numbers, and the claim's explanation of each failure."""
+    """The verdict of ``claim``: all rules hold -> reproduced; a rule about one of the claim's own cells
+    holds -> partly; else not reproduced; proxy data -> proxy; a judged run missing -> not run yet. The
+    reason gives every rule with its numbers, and the claim's explanation of each rule that did not hold."""
     missing = [label for label in claim.checked_labels if label not in measurements.seeds]
     results = [evaluate_check(claim, check, measurements) for check in claim.checks]
     if missing:
@@ -129,13 +213,14 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
         )
         return Verdict("not run yet", reason, budget, results)
     passed = [r for r in results if r.passed]
-    status = (
-        "reproduced"
-        if len(passed) == len(results)
-        else "partly"
-        if any(about_own_cell(claim, r.check, measurements) for r in passed)
-        else "not reproduced"
-    )
+    if claim.data == "proxy":
+        status = "proxy"
+    elif len(passed) == len(results):
+        status = "reproduced"
+    elif any(about_own_cell(claim, r.check, measurements) for r in passed):
+        status = "partly"
+    else:
+        status = "not reproduced"
     reason = "; ".join(r.text() for r in results) + "."
     diverged = [
         f"{label} (seed {seed_of(row)})"
@@ -145,7 +230,4 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
     ]
     if diverged:
         reason += f" Did not finish: {', '.join(diverged)}."
-    causes = unique([(r.check.if_fails, r.check.says) for r in results if not r.passed and r.check.if_fails])
-    if causes:
-        reason += " " + " ".join(f"Why '{says}' fails: {cause}" for cause, says in causes)
     return Verdict(status, reason, budget, results)

@@ -1,0 +1,337 @@
+"""The per-claim notes: one generated page per claim (``docs/notes/reproduction/<claim>.md``) with what
+the summary page leaves out: the paper's numbers with their sources (tested or not), every rule with its
+numbers, the machinery's notes and the claim's long explanation, the runs with the commands that
+produced them, the budgets, the full-data run, the deviation, the readings and the stale rows."""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..results import markdown_table, seed_of
+from .claims import Claim
+from .expressions import Underflow, Unmeasured
+from .measurements import Measurements, format_number, mean_text
+from .staleness import StaleRow
+from .verdicts import CheckResult, Verdict, unique
+
+
+@dataclass
+class ClaimReport:
+    """Everything the pages show of one claim: its verdict on the shown budget's measurements, the
+    stale rows of every budget, and its figures."""
+
+    claim: Claim
+    budget: Optional[str]
+    measurements: Measurements
+    verdict: Verdict
+    stale: Dict[str, List[StaleRow]] = field(default_factory=dict)
+    figures: List[Path] = field(default_factory=list)
+
+
+def budget_label(claim: Claim, budget: Optional[str]) -> str:
+    """What the page calls the budget shown: "proxy" on proxy data (never "paper"), "quick (ours)", or
+    who gave the paper budget's length ("paper", "ours", "paper; SRNN ours", ...)."""
+    if budget is None:
+        return "-"
+    if claim.data == "proxy":
+        return "proxy"
+    if budget == "quick":
+        return "quick (ours)"
+    return claim.budgets[budget].given_by
+
+
+def cpu_minutes(measurements: Measurements) -> float:
+    """Training minutes of every row shown (all labels, all seeds; evaluation excluded)."""
+    return sum(row.get("train_time_s") or 0.0 for rows in measurements.seeds.values() for row in rows) / 60
+
+
+METRIC_NAMES = {"mse": "MSE", "cross_entropy": "cross entropy"}
+
+
+def metric_name(row: Dict[str, Any]) -> str:
+    name = (row.get("metrics") or {}).get("metric_name") or row.get("metric_name") or "metric"
+    return METRIC_NAMES.get(name, name)
+
+
+def quality_text(measurements: Measurements, label: str) -> str:
+    """``"accuracy 83.4% ± 1.2% (n=3)"``, marked when at chance or when a seed did not finish."""
+    rows = measurements.seeds[label]
+    name = metric_name(rows[-1])
+    text = f"{name} {measurements.summary('metric', label).text(accuracy=name == 'accuracy')}"
+    unfinished = sum(1 for row in rows if row.get("status") != "finished")
+    if unfinished:
+        text += f", {unfinished} of {len(rows)} did not finish"
+    return text + (", **at chance**" if measurements.at_chance(label) else "")
+
+
+def seed_counts(claim: Claim, measurements: Measurements, wanted: int = 3) -> List[str]:
+    """A sentence for each judged run whose number of seeds is not ``wanted``: which seeds count."""
+    out = []
+    for label in claim.checked_labels:
+        rows = measurements.seeds.get(label, [])
+        if rows and len(rows) != wanted:
+            seeds = ", ".join(str(seed_of(r)) for r in sorted(rows, key=lambda r: str(seed_of(r))))
+            why = "every current row counts, an extra seed too" if len(rows) > wanted else "seeds missing"
+            out.append(f"`{label}`: n = {len(rows)} (seeds {seeds}; {why})")
+    return out
+
+
+def rule_line(result: CheckResult, long: bool = False) -> str:
+    """One rule as a list item: mark, what it says, the numbers, the seeds it holds in, and (``long``)
+    the machinery's notes, its structural reason, the runs the paper reports at chance and the claim's
+    explanation."""
+    check = result.check
+    shown = ", ".join(f"{call} = {value}" for call, value in result.values)
+    seeds = f" ({result.seeds_text})" if result.seeds_text else ""
+    line = f"- {result.mark} **{check.says}**{' (' + check.paper + ')' if check.paper else ''}: {shown}{seeds}."
+    if check.structural:
+        line += f" *Structural*: {check.structural}."
+    if not long:
+        return line.replace(" (n=3)", "")
+    if result.notes:
+        line += f" Machinery: {'; '.join(result.notes)}."
+    if check.may_fail:
+        line += " Reported at chance by the paper: " + "; ".join(f"{k} ({v})" for k, v in check.may_fail.items()) + "."
+    if not result.passed and check.if_fails:
+        line += f" Why: {check.if_fails}"
+    return line
+
+
+def run_rows(claim: Claim, measurements: Measurements) -> List[List[str]]:
+    out = [
+        [
+            "run",
+            "cell",
+            "budget used (latest seed)",
+            "test metric",
+            "baseline",
+            "params",
+            "train s",
+            "skip %",
+            "analysis",
+            "seeds",
+            "command (latest seed)",
+        ]
+    ]
+    for spec in claim.runs:
+        label = spec.label + (f" (reading of {spec.reading_of})" if spec.reading_of else "")
+        rows = measurements.seeds.get(spec.label)
+        if not rows:
+            out.append([label] + [""] * 2 + ["not run yet"] + [""] * 7)
+            continue
+        row = rows[-1]
+        metrics = row.get("metrics") or {}
+        skips = [(r.get("metrics") or {}).get("skip_fraction") for r in rows]
+        skips = [s for s in skips if s is not None]
+        baseline = metrics.get("baseline")
+        out.append(
+            [
+                label,
+                row["cell"],
+                _budget_text(row),
+                quality_text(measurements, spec.label),
+                "n/a" if baseline is None else format_number(baseline),
+                str(row.get("params")),
+                f"{sum(r.get('train_time_s') or 0 for r in rows):.0f}",
+                f"{100 * math.fsum(skips) / len(skips):.1f}" if skips else "-",
+                _analysis_text(measurements, spec.label),
+                ", ".join(str(seed_of(r)) for r in rows),
+                f"`{_notes(row)[1]}`",
+            ]
+        )
+    return out
+
+
+def _budget_text(row: Dict[str, Any]) -> str:
+    config, timings = row.get("config") or {}, row.get("timings") or {}
+    options = config.get("task", {}).get("options", {})
+    parts = [f"{timings.get('steps')} steps", f"batch {config.get('train', {}).get('batch_size')}"]
+    data = options.get("n_train") or options.get("n")
+    if data:
+        parts.append(f"{data:,} train seqs")
+    elif options.get("source"):
+        parts.append(f"data {options['source']}")
+    return ", ".join(parts)
+
+
+def _analysis_text(measurements: Measurements, label: str) -> str:
+    parts = []
+    for name, what in (("lag_ratio", "grad at lag T-1 / peak"), ("jac_ratio", "‖dh_T/dh_1‖ / ‖dh_T/dh_T-1‖")):
+        try:
+            found = measurements.summary(name, label)
+        except Underflow as error:
+            parts.append(f"{what} = {error.shown}")
+        except Unmeasured:
+            continue
+        else:
+            parts.append(f"{what} = {found.text()}")
+    return "; ".join(parts)
+
+
+def _notes(row: Dict[str, Any]) -> Tuple[str, str]:
+    """``(reproduce command, train command)`` as kept in a run's notes by ``run_config``."""
+    lines = ((row.get("config") or {}).get("notes") or "").splitlines()
+    return (lines[0] if lines else "?"), (lines[1] if len(lines) > 1 else "?")
+
+
+def commands(measurements: Measurements) -> List[str]:
+    return unique([_notes(row)[0] for rows in measurements.seeds.values() for row in rows], key=str)
+
+
+def readings_text(claim: Claim, measurements: Measurements) -> str:
+    """The runs of another reading beside their default, and which of them leaves chance."""
+    lines = []
+    for default, other in [(spec.reading_of, spec.label) for spec in claim.runs if spec.reading_of]:
+        shown = [
+            f"`{label}` " + (quality_text(measurements, label) if label in measurements.seeds else "not run yet")
+            for label in (default, other)
+        ]
+        learned = [
+            label for label in (default, other) if label in measurements.seeds and measurements.at_chance(label) is None
+        ]
+        if len(learned) == 1:
+            verdict = f"only `{learned[0]}` is clearly better than the trivial baseline, as the paper's numbers are"
+        elif learned:
+            verdict = "both are clearly better than the trivial baseline"
+        else:
+            verdict = "neither is clearly better than the trivial baseline (or one is not run yet)"
+        lines.append(f"{shown[0]} (default reading) vs {shown[1]}: {verdict}.")
+    return " ".join(lines)
+
+
+def full_run_command(claim: Claim) -> str:
+    words = ["ltdrnn", "reproduce", "run", claim.id, "--budget", "paper"]
+    for item in claim.full_run.set if claim.full_run else ():
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def stale_text(stale: Dict[str, List[StaleRow]]) -> str:
+    """The stale rows of each budget, grouped by label and what differs (stored value -> today's, at most
+    three differences per group), with their seeds and dates."""
+    parts = []
+    for budget, rows in stale.items():
+        groups: Dict[Tuple[str, Tuple[str, ...]], List[StaleRow]] = {}
+        for row in rows:
+            groups.setdefault((row.label, row.differences), []).append(row)
+        shown = []
+        for (label, why), found in groups.items():
+            seeds = ", ".join(unique([str(r.seed) for r in found], key=str))
+            dates = ", ".join(sorted({r.created for r in found if r.created})) or "undated"
+            rows_of = f"{len(found)} rows, " if len(found) > 1 else ""
+            more = f", and {len(why) - 3} more" if len(why) > 3 else ""
+            shown.append(f"`{label}` ({rows_of}seed {seeds}; {dates}): {', '.join(why[:3])}{more}")
+        parts.append(f"{budget} budget, {len(rows)}: " + "; ".join(shown) + ".")
+    return "Stale rows, left out of the verdict (stored value -> today's): " + " ".join(parts)
+
+
+def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
+    """The claim's notes page (written at ``path``; links are relative to it)."""
+    claim, verdict, found = report.claim, report.verdict, report.measurements
+    back = os.path.relpath(summary_page, path.parent)
+    lines = [
+        f"# {claim.id}: {claim.title}",
+        "",
+        f"Generated with [REPRODUCTION.md]({back}#{claim.id}) by `ltdrnn reproduce report`; do not edit by hand.",
+        "",
+        f"**Claim** ({claim.paper}): {claim.claim}",
+        "",
+        markdown_table(
+            [["what", "paper's number", "source", "tested"]]
+            + [
+                [n.what, n.value, n.source, f"not tested: {n.not_tested}" if n.not_tested else "yes"]
+                for n in claim.paper_numbers
+            ]
+        ),
+        "",
+        f"## Verdict: {verdict.status}",
+        "",
+    ]
+    if claim.data == "proxy":
+        lines += [
+            "Proxy data: the rules are evaluated and shown, and the claim is not judged against the paper "
+            "(see Deviation).",
+            "",
+        ]
+    lines += [rule_line(result, long=True) for result in verdict.checks] + [""]
+    if verdict.status == "not run yet":
+        lines += [
+            f"{verdict.reason} `ltdrnn reproduce run {claim.id} --budget {report.budget or 'quick'} --resume` "
+            "trains the missing runs.",
+            "",
+        ]
+    lines += _runs_part(report)
+    lines += _budget_part(claim, found)
+    if report.stale:
+        lines += [stale_text(report.stale), ""]
+    for figure in report.figures:
+        lines += [f"![{figure.stem}]({os.path.relpath(figure, path.parent)})", ""]
+    return "\n".join(lines)
+
+
+def _runs_part(report: ClaimReport) -> List[str]:
+    claim, found = report.claim, report.measurements
+    if not found.seeds:
+        return []
+    label = budget_label(claim, report.budget)
+    lines = [
+        f"## Runs (budget: {label})",
+        "",
+        "Produced by " + ", ".join(f"`{c}`" for c in commands(found)) + ". Mean ± sample std over seeds.",
+        "",
+        markdown_table(run_rows(claim, found)),
+        "",
+    ]
+    counts = seed_counts(claim, found)
+    if counts:
+        lines += ["Seeds: " + "; ".join(counts) + ".", ""]
+    diverged = [
+        f"{name} (seed {seed_of(row)})"
+        for name, rows in found.seeds.items()
+        for row in rows
+        if row.get("status") != "finished"
+    ]
+    if diverged:
+        lines += [f"Did not finish (their numbers are from the best-validation weights): {', '.join(diverged)}.", ""]
+    return lines
+
+
+def _budget_part(claim: Claim, found: Measurements) -> List[str]:
+    quick, paper = claim.budgets["quick"], claim.budgets["paper"]
+    paper_name = "proxy" if claim.data == "proxy" else f"paper (length given by: {paper.given_by})"
+    lines = [
+        "## Budgets, data and readings",
+        "",
+        f"- quick (ours): `ltdrnn reproduce run {claim.id} --budget quick` ({quick.note}).",
+        f"- {paper_name}: `ltdrnn reproduce run {claim.id} --budget paper` ({paper.note}).",
+        f"- Training time of the rows shown: {cpu_minutes(found):.1f} CPU minutes.",
+    ]
+    if claim.success is not None:
+        lines.append(
+            f"- Success threshold: test metric {format_number(claim.success)} (skip fractions and training "
+            "times count only for runs that reach it)."
+        )
+    if claim.full_run:
+        lines.append(
+            f"- Full-data run: `{full_run_command(claim)}`, estimated {format_number(claim.full_run.hours)} h on "
+            f"{claim.full_run.machine} ({claim.full_run.basis})."
+        )
+    if claim.deviation:
+        lines.append(f"- Deviation: {claim.deviation}")
+    readings = " ".join(t for t in (claim.readings, readings_text(claim, found)) if t)
+    lines.append(f"- Readings ({claim.reading_used}): {readings}" if readings else f"- Readings: {claim.reading_used}.")
+    return lines + [""]
+
+
+def spread_text(measurements: Measurements, label: str) -> str:
+    """The test metric of a run for the summary: mean ± std, n when it is not 3."""
+    row = measurements.seeds[label][-1]
+    mean, std, n = measurements.spread("metric", label)
+    accuracy = metric_name(row) == "accuracy"
+    text = mean_text(mean, std, n, accuracy)
+    return text.replace(" (n=3)", "")
