@@ -24,6 +24,8 @@ from .cells.base import (
     state_layout,
 )
 from .cells.registry import build
+from .graphs import graphed_step, graphs_apply
+from .scan import from_autocast
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
 
@@ -106,6 +108,8 @@ class Recurrent(nn.Module):
         )
         self.cell_name = cell if isinstance(cell, str) else type(self.cells[0]).__name__
         self.between_layers = nn.Dropout(self.dropout)
+        #: ``step`` at batch 1 on a CUDA device replays a captured CUDA graph (ltdrnn.graphs)
+        self.cuda_graph_steps = True
 
     # ---- public API ------------------------------------------------------------------------------
     def forward(self, input: Union[Tensor, PackedSequence], state: State | None = None, lengths: Tensor | None = None):
@@ -114,9 +118,10 @@ class Recurrent(nn.Module):
             if lengths is not None:
                 raise ValueError("lengths: must be None when the input is a PackedSequence (the lengths are inside it)")
             x, lengths = pad_packed_sequence(input, batch_first=False)
+            x = self._from_autocast(x)
             unbatched = False
         else:
-            x, unbatched = self._time_major(input)
+            x, unbatched = self._time_major(self._from_autocast(input))
         batch, steps = x.shape[1], x.shape[0]
         lengths = check_lengths(lengths, batch, steps, x.device)
         states = self._split_state(state, batch, x, unbatched)
@@ -144,7 +149,9 @@ class Recurrent(nn.Module):
         """One streaming step: ``x_t (B, d)`` or ``(d,)`` -> ``(y_t (B, H), state)``.
 
         Equivalent to ``forward`` over a one-step sequence, but calls each cell directly and checks
-        the state's layout in full only when it changes: the per-call cost matters at batch 1.
+        the state's layout in full only when it changes: the per-call cost matters at batch 1. At batch 1 on a
+        CUDA device, without autograd, the step replays a captured CUDA graph (:mod:`ltdrnn.graphs`; set
+        ``cuda_graph_steps = False`` to stream eagerly).
         """
         if self.bidirectional:
             raise ValueError(
@@ -157,19 +164,25 @@ class Recurrent(nn.Module):
             )
         if x_t.shape[-1] != self.input_size:
             self._check_features(x_t, "x_t")
+        x_t = self._from_autocast(x_t)
         unbatched = x_t.dim() == 1
         x = x_t.unsqueeze(0) if unbatched else x_t
         parts = self._step_state(state, x, unbatched)
+        stepped = graphed_step(self, self._step_cells, x, parts) if graphs_apply(self, x) else None
+        x, final_state = stepped if stepped is not None else self._step_cells(x, parts)
+        if unbatched:
+            return x.squeeze(0), map_state(lambda s: s.squeeze(1), final_state)
+        return x, final_state
+
+    def _step_cells(self, x: Tensor, parts: List[State]) -> Tuple[Tensor, State]:
+        """One step of every cell, layer on layer: ``x (B, d)``, the per-cell states -> ``(y, stacked state)``."""
         finals = []
         for index, cell in enumerate(self.cells):
             if index > 0:
                 x = self.between_layers(x)
             x, final = cell(x, parts[index])
             finals.append(final)
-        final_state = _stack_states(finals)
-        if unbatched:
-            return x.squeeze(0), map_state(lambda s: s.squeeze(1), final_state)
-        return x, final_state
+        return x, _stack_states(finals)
 
     def _step_state(self, state: State | None, x: Tensor, unbatched: bool) -> List[State]:
         """The per-cell states for ``step``; input and state are checked in full once per layout."""
@@ -229,6 +242,11 @@ class Recurrent(nn.Module):
         order = _reversal_index(x.shape[0], x.shape[1], lengths, x.device)
         out, final = cell.scan(_gather_time(x, order), state, lengths)
         return _gather_time(out, order), final
+
+    def _from_autocast(self, x: Any) -> Any:
+        """Under torch.autocast, an input in the autocast dtype is taken as the parameters' dtype (the state
+        stays in it): :func:`~ltdrnn.cells.base.from_autocast`."""
+        return from_autocast(x, self.cells[0]._any_parameter(required=False)) if isinstance(x, Tensor) else x
 
     def _time_major(self, input: Tensor) -> Tuple[Tensor, bool]:
         if not isinstance(input, Tensor):

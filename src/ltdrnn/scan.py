@@ -77,3 +77,39 @@ def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
 def scalars(values: Tensor) -> list:
     """Python floats of a small parameter, for the fused loops (no graph, no per-step tensor ops)."""
     return [float(v) for v in values.detach().reshape(-1).tolist()]
+
+
+# ---- mixed precision: torch.autocast around the cells --------------------------------------------
+#: one C call that says whether autocast is on for any device: the common "no" costs no more (torch >= 2.1)
+_ANY_AUTOCAST = getattr(torch._C, "_is_any_autocast_enabled", None)
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype of ``torch.autocast`` when it is on for ``device_type``, else None."""
+    if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST():
+        return None
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+
+
+def autocast_dtype_for(x) -> torch.dtype | None:
+    """:func:`autocast_dtype` for the device of the tensor ``x`` (None for anything else); per streamed step
+    it costs one C call while autocast is off."""
+    if _ANY_AUTOCAST is not None and not _ANY_AUTOCAST():
+        return None
+    return autocast_dtype(x.device.type) if isinstance(x, Tensor) else None
+
+
+def from_autocast(x: Tensor, parameter: Tensor | None) -> Tensor:
+    """``x`` in the parameters' dtype when autocast made it (it is in the autocast dtype and the parameters
+    are not): what autocast's own operators do with such an input. Anything else unchanged."""
+    amp = autocast_dtype_for(x)
+    if amp is None or parameter is None or x.dtype != amp or parameter.dtype == amp:
+        return x
+    return x.to(parameter.dtype) if x.is_floating_point() and parameter.is_floating_point() else x

@@ -37,6 +37,8 @@ from typing import Any, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from ..scan import autocast_dtype_for, from_autocast
+
 State = Union[Tensor, Tuple[Tensor, ...]]
 
 
@@ -87,10 +89,18 @@ class Cell(nn.Module):
         check_choice("impl", value, ("auto",) + tuple(self.impls))
         self._impl = value
 
-    def resolved_impl(self, override: str | None = None) -> str:
-        """The implementation a call to ``scan`` uses: ``override``, else ``impl`` with auto resolved."""
+    def resolved_impl(self, override: str | None = None, like: Tensor | None = None) -> str:
+        """The implementation a call to ``scan`` uses: ``override``, else ``impl`` with auto resolved. For
+        tensors ``like`` on a CUDA device, auto is ``"triton"`` where the cell has it and Triton runs."""
         name = self.impl if override is None else check_choice("impl", override, ("auto",) + tuple(self.impls))
-        return self.default_impl if name == "auto" else name
+        if name != "auto":
+            return name
+        if like is not None and like.device.type == "cuda" and "triton" in self.impls:
+            from .fused.triton_support import triton_is_default
+
+            if triton_is_default(like):
+                return "triton"
+        return self.default_impl
 
     # ---- the contract ------------------------------------------------------------------------
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
@@ -118,6 +128,10 @@ class Cell(nn.Module):
         lean streaming paths (compiled kernels, fused ops) that would read a wrongly sized state past
         its end; this way every one of them only ever sees input that fits.
         """
+        if autocast_dtype_for(x_t) is not None:
+            # streaming steps have no autocast-aware path: they run in the parameters' dtype
+            with torch.autocast(x_t.device.type, enabled=False):
+                return self.__call__(from_autocast(x_t, self._any_parameter(required=False)), state)
         self.check_input(x_t, expected_dims=2, name="x_t")
         if state is not None:
             self.check_state(state, x_t.shape[0], x_t)
@@ -151,7 +165,18 @@ class Cell(nn.Module):
 
         ``x``, ``state`` and ``lengths`` are checked here, once per call, before any fused or compiled
         path runs.
+
+        Under ``torch.autocast`` the state stays in its dtype (float32). The ``"triton"`` path runs its
+        products in the autocast dtype; every other path runs with autocast off in the parameters' dtype
+        (the compiled CPU kernels have float32/64 variants only). An input in the autocast dtype is taken
+        as the parameters' dtype, as autocast's own operators take it.
         """
+        amp = autocast_dtype_for(x)
+        if amp is not None:
+            x = from_autocast(x, self._any_parameter(required=False))
+            if not self._autocast_aware(x, impl):
+                with torch.autocast(x.device.type, enabled=False):
+                    return self.scan(x, state, lengths, impl)
         self.check_input(x, expected_dims=3, name="x")
         lengths = check_lengths(lengths, x.shape[1], x.shape[0], x.device)
         if state is None:
@@ -169,16 +194,24 @@ class Cell(nn.Module):
                 GradientGrowthWarning,
                 stacklevel=2,
             )
-        impl = self.resolved_impl(impl)
+        impl = self.resolved_impl(impl, like=x)
         if impl == "reference":
             return self.scan_reference(x, state, lengths)
-        if x.shape[0] == 1 and not torch.is_grad_enabled():  # one step, as the layer streams it
+        if x.shape[0] == 1 and not torch.is_grad_enabled() and amp is None:  # one step, as the layer streams it
             stepped = self.stream_step(x[0], state, impl)
             if stepped is not None:
                 return stepped[0].unsqueeze(0), stepped[1]
         if holds_non_finite(x, state):
             return self.scan_reference(x, state, lengths)
         return self.scan_fast(x, state, lengths, impl)
+
+    def _autocast_aware(self, x: Tensor, impl: str | None) -> bool:
+        """Whether the path ``scan`` takes for ``x`` runs under autocast as it is: the ``"triton"`` path."""
+        if self.resolved_impl(impl, like=x) != "triton":
+            return False
+        from .fused.triton_support import triton_runs_on
+
+        return triton_runs_on(x)
 
     def check_room(self, state: State, steps: int) -> None:
         """Raise unless ``steps`` more time steps can run from ``state``: a limit of cells with

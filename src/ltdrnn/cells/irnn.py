@@ -18,7 +18,7 @@ compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.irnn`.
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/irnn.cpp (time loop, K=1)
+Kernel: src/ltdrnn/csrc/irnn.cpp (CPU); src/ltdrnn/cells/fused/irnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from .base import (
 )
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
+from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -142,8 +143,11 @@ class IRNN(EulerCell):
             ``||U|| = alpha`` and no direction of the state grows at init; ``"uniform"``: ``V``, ``H`` (or
             the dense ``U``) ``U(-1/sqrt(H), 1/sqrt(H))`` like the other weights, where ``||P U||_2`` is
             about 1.7 and the state grows geometrically with T (docs/cells/irnn.md, "Long inputs").
-        impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
-            With the gate or per-time-step step sizes the fused path runs the reference loop.
+        impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
+            ``"triton"`` (K = 1: the time loop in one Triton launch per direction,
+            :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors when Triton is installed;
+            K > 1, per-time-step step sizes, the gate, or where Triton cannot run: ``"fused"``).
+            With the gate or per-time-step step sizes ``"fused"`` runs :class:`IRNNLoop`.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
     RNN, except ``U = I`` (``u_init="identity"``); ``eta = 1e-2`` (paper); the gate as the authors' code:
@@ -167,7 +171,7 @@ class IRNN(EulerCell):
         True
     """
 
-    impls = ("reference", "fused")
+    impls = ("reference", "fused", "triton")
     default_impl = "fused"
 
     def __init__(
@@ -356,6 +360,8 @@ class IRNN(EulerCell):
         eta = self.sequence_step_sizes(x.shape[0], counter)
         if eta is None:
             return self.scan_reference(x, state, lengths)
+        if impl == "triton" and self.K == 1 and counter is None and not self.gated and triton_runs_on(x):
+            return self._triton_scan(x, state, lengths)
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
         alpha = self.alpha()
@@ -375,6 +381,24 @@ class IRNN(EulerCell):
         if counter is not None:
             final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
         return mask_outputs(outputs, lengths), final
+
+    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None):
+        """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`): the input map
+        is one GEMM here, ``M`` is formed dense (its gradient reaches the low-rank factors through autograd).
+        The operators are formed in the parameters' dtype even under autocast; only the products take it."""
+        from .fused.irnn_triton import irnn_scan
+
+        device = x.device.type
+        with torch.autocast(device, enabled=False):
+            weight, bias = self.input_map()
+            first, second = self.recurrent_operator()
+            m = first if second is None else dense_operator(first, second)
+            alpha = self.alpha()
+        m = autocast_weight(m, device)
+        alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
+        c = F.linear(x, weight, bias)
+        outputs = irnn_scan(c, state, m, self.steps.values(), alpha, lengths, self.activation, *READINGS[self.reading])
+        return outputs, final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
         return (

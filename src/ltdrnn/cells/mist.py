@@ -8,7 +8,7 @@ dispatch; the fused paths and their compiled-kernel bridge are in :mod:`ltdrnn.c
 
 Doc: docs/cells/mist.md
 Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/mist.cpp (the "kernel" path and the streaming step)
+Kernel: src/ltdrnn/csrc/mist.cpp (CPU); src/ltdrnn/cells/fused/mist_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..kernels import StreamOperands, stream_in_kernel
 from ..scan import ParameterCache
 from .base import Cell, check_positive_int, mask_outputs
 from .fused.mist import MISTScan, kernel_supports
+from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 _TABLE1 = (
@@ -73,7 +74,9 @@ class MISTCell(Cell):
             hand-written backward; weight gradients as one matrix product each), ``"kernel"`` (the
             same with each whole time loop in one compiled operator call, which also forms the input
             projections and every gradient per step; falls back to ``"fused"`` when the kernel cannot
-            be built or for non-CPU/non-float32/64 tensors), or ``"auto"``.
+            be built or for non-CPU/non-float32/64 tensors), ``"triton"`` (each time loop in one Triton launch,
+            :mod:`ltdrnn.cells.fused.mist_triton`; the default for CUDA tensors when Triton is installed;
+            where Triton cannot run, ``"fused"``), or ``"auto"``.
 
     Parameters (stacked so that each step needs two matrix products):
         ``weight_hh (n_d + H, H)`` = ``[W_ah; W_rh]``; ``weight_ih (n_d + 2H, d)`` = ``[W_ax; W_rx; W_x]``;
@@ -98,7 +101,7 @@ class MISTCell(Cell):
         True
     """
 
-    impls = ("reference", "list", "fused", "kernel")
+    impls = ("reference", "list", "fused", "kernel", "triton")
     default_impl = "kernel"  # measured fastest; see docs/cells/mist.md
 
     def __init__(
@@ -187,7 +190,9 @@ class MISTCell(Cell):
         return self._stream_in_kernel(x_t, state) if impl == "kernel" else None
 
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
-        if impl in ("fused", "kernel"):
+        if impl == "triton" and triton_runs_on(x):
+            return self._triton_scan(x, state, lengths)
+        if impl in ("fused", "kernel", "triton"):
             outputs, final, states = MISTScan.apply(
                 x,
                 state,
@@ -216,6 +221,17 @@ class MISTCell(Cell):
         return torch.stack(history)
 
     # ---- internals ------------------------------------------------------------------------------
+    def _triton_scan(self, x: Tensor, history: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+        """The time loop in one Triton launch per direction (:mod:`ltdrnn.cells.fused.mist_triton`), the
+        input projections one GEMM before it."""
+        from .fused.mist_triton import mist_scan
+
+        device = x.device.type
+        p = nn.functional.linear(x, self.weight_ih, self.bias)
+        w_hh, w_mix = autocast_weight(self.weight_hh, device), autocast_weight(self.weight_mix, device)
+        states = mist_scan(p, history, w_hh, w_mix, lengths)
+        return states[self.history_size :], self._final_history(states, lengths)
+
     def _update(self, gates_in: Tensor, state_in: Tensor, h_prev: Tensor, delayed: Tensor) -> Tensor:
         """``h_t`` from the input parts ``gates_in (B, n_d + H)`` (a, r) and ``state_in (B, H)``,
         ``h_{t-1} (B, H)`` and ``delayed (B, n_d, H)`` (the states 1, 2, 4, ... steps back)."""

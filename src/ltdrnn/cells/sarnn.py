@@ -7,7 +7,7 @@ sparse paths and their compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.sa
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/sarnn.cpp (time loop with the GRU, and the streaming step)
+Kernel: src/ltdrnn/csrc/sarnn.cpp (CPU); src/ltdrnn/cells/fused/sarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
 from ..kernels import StreamOperands, stream_in_kernel
-from ..scan import ParameterCache
+from ..scan import ParameterCache, final_state_at_lengths
 from .base import State, check_choice, check_positive_float, holds_non_finite, mask_outputs
 from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
+from .fused.triton_support import autocast_weight, triton_runs_on
 from .masked import (
     MaskedCell,
     binary,
@@ -78,7 +79,9 @@ class SARNN(MaskedCell):
     Implementations: ``"reference"`` (loop over ``step``), ``"fused"`` (GRU only: precomputed input
     projections, one ``addmm`` per step, hand-written backward), ``"sparse"`` (GRU only, inference:
     computes the candidate only for units that some sequence updates; under autograd it runs
-    ``"fused"``, because the straight-through gradient needs every unit's candidate).
+    ``"fused"``, because the straight-through gradient needs every unit's candidate), ``"triton"`` (GRU only:
+    the time loop in one Triton launch per direction, :mod:`ltdrnn.cells.fused.sarnn_triton`; the default
+    for CUDA tensors when Triton is installed; where Triton cannot run, ``"fused"``).
 
     Args:
         input_size, hidden_size: d, H.
@@ -126,7 +129,7 @@ class SARNN(MaskedCell):
     ) -> None:
         check_choice("recurrence", recurrence, ("gru", "lstm"))
         # set before Cell.__init__ validates ``impl`` against them: the fast paths are GRU-only
-        self.impls = ("reference", "fused", "sparse") if recurrence == "gru" else ("reference",)
+        self.impls = ("reference", "fused", "sparse", "triton") if recurrence == "gru" else ("reference",)
         self.default_impl = "fused" if recurrence == "gru" else "reference"
         super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
         self.recurrence = recurrence
@@ -263,6 +266,8 @@ class SARNN(MaskedCell):
         return None if h is None else (h, h)
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
+        if impl == "triton" and triton_runs_on(x):
+            return self._triton_scan(x, state, lengths)
         gi, coord_in = self.precompute(x)
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters())
@@ -279,6 +284,19 @@ class SARNN(MaskedCell):
             )
         self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
         return final_from_outputs(outputs, state, lengths)
+
+    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+        """The GRU time loop in one Triton launch per direction (:mod:`ltdrnn.cells.fused.sarnn_triton`), the
+        input projections one GEMM each before it; records ``aux`` as the other paths do."""
+        from .fused.sarnn_triton import sarnn_scan
+
+        gi, coord_in = self.precompute(x)
+        weight_hh = autocast_weight(self.weight_hh, x.device.type)
+        outputs, probs, masks = sarnn_scan(
+            gi, coord_in, state, weight_hh, self.bias_hh, self.scaled_coord_weight(), lengths
+        )
+        self.record_aux({"update_mask": masks.detach(), "update_prob": probs}, lengths)
+        return outputs, final_state_at_lengths(outputs, lengths)
 
     def losses(self) -> dict[str, Tensor]:
         """``{"budget": sum_t u~_t}``, averaged over batch and units (real steps only)."""

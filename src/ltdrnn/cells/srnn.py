@@ -9,7 +9,7 @@ their compiled-kernel bridges are in :mod:`ltdrnn.cells.fused.srnn`.
 
 Doc: docs/cells/srnn.md
 Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/srnn.cpp (the "kernel" path and the streaming step)
+Kernel: src/ltdrnn/csrc/srnn.cpp (CPU); src/ltdrnn/cells/fused/srnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..kernels import StreamOperands, stream_in_kernel
 from ..scan import ParameterCache, final_state_at_lengths
 from .base import Cell, check_choice, check_nonnegative_int, check_positive_int, mask_outputs
 from .fused.srnn import PIECEWISE_LINEAR_MIN_ROWS, KernelScan, PiecewiseLinearScan, ShiftScan, kernel_supports
+from .fused.triton_support import triton_runs_on
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
@@ -78,7 +79,9 @@ class SRNNCell(Cell):
             falls back to ``"fused"`` when it cannot be built or for non-CPU/non-float32/64 tensors;
             with ``input_size=1`` and ``fr_layers=1``, ``f_r`` is read from a table of its linear
             pieces: :class:`PiecewiseLinearScan`),
-            ``"closed_form"`` (relu only: cumsum/cummin, no time loop), or ``"auto"``.
+            ``"closed_form"`` (relu only: cumsum/cummin, no time loop), ``"triton"`` (the recurrence in
+            one Triton launch per direction, :mod:`ltdrnn.cells.fused.srnn_triton`; the default for CUDA
+            tensors when Triton is installed; runs ``"fused"`` where Triton cannot run), or ``"auto"``.
 
     Parameters are initialised like ``torch.nn.Linear`` (the authors' code). The shift ``W_p`` is
     fixed and has no parameters.
@@ -101,7 +104,7 @@ class SRNNCell(Cell):
         True
     """
 
-    impls = ("reference", "fused", "kernel", "closed_form")
+    impls = ("reference", "fused", "kernel", "closed_form", "triton")
     default_impl = "kernel"
 
     def __init__(
@@ -118,7 +121,7 @@ class SRNNCell(Cell):
     ) -> None:
         self.activation = check_choice("activation", activation, ("relu", "tanh"))
         if activation != "relu":  # the closed form exists for relu only
-            self.impls = ("reference", "fused", "kernel")
+            self.impls = ("reference", "fused", "kernel", "triton")
         super().__init__(input_size, hidden_size, impl, device, dtype)
         self.hyper_size = check_positive_int("hyper_size", hyper_size)
         self.fr_layers = check_nonnegative_int("fr_layers", fr_layers)
@@ -194,6 +197,11 @@ class SRNNCell(Cell):
         return None if h is None else (h, h)
 
     def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
+        if impl == "triton" and triton_runs_on(x):
+            from .fused.srnn_triton import srnn_scan
+
+            outputs = srnn_scan(self.precompute(x), state, lengths, self.activation)
+            return outputs, final_state_at_lengths(outputs, lengths)
         if impl == "closed_form":
             outputs = shift_relu_closed_form(self.precompute(x), state)
         elif impl == "kernel" and kernel_supports(x):

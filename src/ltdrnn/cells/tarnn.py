@@ -16,7 +16,7 @@ bridge are in :mod:`ltdrnn.cells.fused.tarnn`.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/tarnn.cpp (the whole time loop for any K, and the streaming step)
+Kernel: src/ltdrnn/csrc/tarnn.cpp (CPU); src/ltdrnn/cells/fused/tarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .base import State, check_choice, holds_non_finite, loop_scan, mask_outputs
 from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
 from .fused.tarnn import ACTIVATION_CODES, EulerChain, FusedTARNN, compiled_loop_runs
+from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 READINGS = ("paper", "code", "theorem")
@@ -104,7 +105,10 @@ class TARNN(EulerCell):
             (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
         eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
             ``"exp"``: none unless given; not with ``"raw"``).
-        impl: ``"fused"`` (hand-written backward, default) or ``"reference"`` (loop over :meth:`step`).
+        impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
+            ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A, activation:
+            :mod:`ltdrnn.cells.fused.tarnn_triton`; the default for CUDA tensors when Triton is installed;
+            where Triton cannot run, ``"fused"``).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
 
@@ -132,7 +136,7 @@ class TARNN(EulerCell):
         ['omega_A', 'omega_U']
     """
 
-    impls = ("reference", "fused")
+    impls = ("reference", "fused", "triton")
     default_impl = "fused"
 
     def __init__(
@@ -348,6 +352,8 @@ class TARNN(EulerCell):
         Per-time-step step sizes run there when the compiled loops do and every sequence starts at the
         same time step (the rows ``eta[c : c + T]``); otherwise, and for the authors' gate-outside body
         (``A - I``), the reference loop runs."""
+        if impl == "triton" and not self.per_time_step and triton_runs_on(x):
+            return self._triton_scan(x, state, lengths)
         s, counter = split_counter(self.per_time_step, state)
         compiled = counter is None or compiled_loop_runs(x, self.K, self.gate)  # per time step: compiled only
         eta = self.sequence_step_sizes(x.shape[0], counter) if compiled else None
@@ -369,6 +375,27 @@ class TARNN(EulerCell):
         if counter is not None:
             final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
         return mask_outputs(outputs, lengths), final
+
+    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+        """The whole sequence in one Triton launch per direction (:mod:`ltdrnn.cells.fused.tarnn_triton`), the
+        input map one GEMM before it; records ``aux["beta"]``."""
+        from .fused.tarnn_triton import tarnn_scan
+
+        device = x.device.type
+        outputs, betas = tarnn_scan(
+            F.linear(x, *self.input_weights()),
+            state,
+            autocast_weight(self.state_weights(), device),
+            autocast_weight(self.weight_U, device),
+            self.steps.values(),
+            lengths,
+            self.activation,
+            self.A_kind == "coupled",
+            -2.0 if self.double_damping else -1.0,
+            self.gate == "inside",
+        )
+        self.aux["beta"] = betas.detach()
+        return outputs, final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
         return (

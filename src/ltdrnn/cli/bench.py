@@ -71,6 +71,25 @@ def add_commands(sub) -> None:
         help="keep glibc's default malloc settings (default: apply MALLOC_MMAP_MAX_=0 and a "
         "large MALLOC_TRIM_THRESHOLD_ through mallopt at start-up)",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cpu (default): the CPU benchmark above; cuda: the source cells' Triton paths against cuDNN on a GPU",
+    )
+    parser.add_argument("--hidden-sizes", default="128,256,512", help="--device cuda: hidden sizes")
+    parser.add_argument(
+        "--loop-hidden-sizes", default="128", help="--device cuda: hidden sizes that also time each cell's PyTorch loop"
+    )
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="--device cuda: float32 products on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32, which the "
+        "Triton kernels follow; cuDNN's RNNs use TF32 by default)",
+    )
+    parser.add_argument(
+        "--time-budget", type=float, default=300.0, help="--device cuda: seconds after which no measurement starts"
+    )
     parser.add_argument("--out", default="bench.json", help="JSON output path (default bench.json)")
     parser.add_argument("--markdown", help="markdown output path (default: printed only)")
     parser.add_argument(
@@ -89,13 +108,24 @@ def cmd_bench(args) -> int:
     if args.render:
         with open(args.render) as handle:
             result = json.load(handle)
+    elif args.device == "cuda":
+        from ..bench import gpu
+
+        result = gpu.run_gpu(gpu.gpu_settings(args), "ltdrnn " + shlex.join(args.argv))
+        with open(args.out, "w") as handle:
+            json.dump(result, handle, indent=1)
     else:
         settings = settings_from(args)
         subjects = registry_subjects(split_names(args.cells) if args.cells else None, parse_options(args.option))
         result = run(settings, subjects, "ltdrnn " + shlex.join(args.argv))
         with open(args.out, "w") as handle:
             json.dump(result, handle, indent=1)
-    markdown = render_markdown(result)
+    if result.get("schema") == "ltdrnn.bench.gpu/1":
+        from ..bench.gpu import render
+
+        markdown = render(result)
+    else:
+        markdown = render_markdown(result)
     if args.markdown:
         with open(args.markdown, "w") as handle:
             handle.write(markdown + "\n")
