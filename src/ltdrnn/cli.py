@@ -6,7 +6,7 @@ ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
 ltdrnn report [--store results.db] [--out report] [--study NAME]
 ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
 ltdrnn list cells|tasks|presets
-ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR]
+ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR] [--mcu atmega328p|cortex-m4]
 ltdrnn bench / sweep / reproduce ...       handed to ltdrnn.bench / ltdrnn.sweep / ltdrnn.reproduce
 ltdrnn ucr sets|run|report ...             the UCR/UEA benchmark, handed to ltdrnn.ucr
 """
@@ -178,11 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("path", help="run directory or checkpoint file")
     export.add_argument("--format", required=True, choices=("onnx", "pt2", "c"))
-    export.add_argument("--int8", action="store_true", help="int8 weights per output channel (onnx, c)")
+    export.add_argument(
+        "--int8", action="store_true", help="c: integer step (int8 weights, int16 values); onnx: int8 weights"
+    )
     export.add_argument("--out", help="export directory (default: RUN_DIR/export-FORMAT[-int8])")
     export.add_argument("--name", help="file base name and C symbol prefix (default: ltdrnn_CELL)")
     export.add_argument("--no-measure", action="store_true", help="write the files only (no parity/latency)")
     export.add_argument("--latency-steps", type=int, default=20000, help="timed steps per latency figure")
+    export.add_argument(
+        "--mcu", choices=("atmega328p", "cortex-m4"), help="c: refuse a step that does not fit this microcontroller"
+    )
     export.set_defaults(handler=cmd_export)
 
     for name in DELEGATED:
@@ -283,6 +288,7 @@ def cmd_export(args) -> int:
             name=args.name,
             measure=not args.no_measure,
             latency_steps=args.latency_steps,
+            mcu=args.mcu,
         )
     except ExportError as error:
         print(f"ltdrnn export: {error}", file=sys.stderr)

@@ -83,8 +83,8 @@ def check_name(name) -> str:
             f"name: {name!r} is a C keyword, a reserved identifier (leading __ or _ and a capital) or a "
             "name the device program needs (main, setup, loop); choose another"
         )
-    if name.upper().startswith("LTDRNN_") and name.upper() in ("LTDRNN_FLASH", "LTDRNN_RAM", "LTDRNN_READ"):
-        raise ExportError(f"name: {name!r} clashes with the generated storage macros; choose another")
+    if re.fullmatch(r"(con|prn|aux|nul|com\d|lpt\d)", name.lower()):
+        raise ExportError(f"name: {name!r} is a device name on Windows, not a usable file name; choose another")
     return name
 
 

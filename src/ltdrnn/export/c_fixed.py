@@ -55,7 +55,7 @@ def frac_bits(largest: float, margin: float = MARGIN) -> int:
     """Fractional bits of an int16 format holding ``|v| <= largest * margin``."""
     if not largest > 0 or not math.isfinite(largest):
         return DEFAULT_FRAC
-    bits = math.floor(math.log2(INT16_MAX / (largest * margin)))
+    bits = math.floor(math.log2(32768 / (largest * margin)))
     return int(min(max(bits, FRAC_LIMITS[0]), FRAC_LIMITS[1]))
 
 
