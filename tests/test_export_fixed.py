@@ -86,7 +86,8 @@ def test_activation_tables_are_within_their_stated_error(tmp_path):
     (tmp_path / "probe.c").write_text(
         '#include "net.c"\n#include <stdio.h>\nint main(void) {\n'
         "    for (long x = -9 * 4096L; x <= 9 * 4096L; ++x)\n"
-        '        printf("%ld %ld %ld %ld\\n", x, (long)tanh_q15(x), (long)sigmoid_q15(x), x <= 0 ? (long)exp_q15(x) : 0L);\n'
+        '        printf("%ld %ld %ld %ld\\n", x, (long)tanh_q15(x), (long)sigmoid_q15(x),\n'
+        "               x <= 0 ? (long)exp_q15(x) : 0L);\n"
         "    return 0;\n}\n"
     )
     binary = c_build.compile_c([tmp_path / "probe.c"], tmp_path / "probe", shared=False)
