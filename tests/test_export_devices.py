@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,7 +110,13 @@ def test_avr_keeps_weights_in_flash_and_the_integer_step_links_no_float(tmp_path
         (tmp_path / "net.h").write_text(generated.header)
         (tmp_path / "net.c").write_text(generated.source.replace("void net_quantise", "static void unused_quantise"))
         build = ["avr-gcc", *devices.AVR_FLAGS, "-Wno-unused-function", f"-I{tmp_path}", f"-I{devices.FIRMWARE}"]
-        build += ["-DMODEL=net", "-DMODEL_UPPER=NET", "-o", str(elf), str(devices.FIRMWARE / "avr_main.c")]
+        build += [
+            "-DLTDRNN_MODEL=net",
+            "-DLTDRNN_MODEL_UPPER=NET",
+            "-o",
+            str(elf),
+            str(devices.FIRMWARE / "avr_main.c"),
+        ]
         subprocess.run([*build, str(tmp_path / "net.c"), "-lm"], check=True, capture_output=True)
         sections = devices._sections("avr-size", elf)
         assert sections.get(".data", 0) == 0 and generated.weight_bytes > 1000
@@ -159,3 +166,44 @@ def test_cells_run_on_a_cortex_m4_in_qemu(tmp_path, cell, options, int8, record_
     assert result["step_stack"] <= generated.stack_bytes
     for key in ("flash", "static_ram", "stack", "instructions_per_step"):
         record_property(key, result[key])
+
+
+@needs_cc
+@needs_avr
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_arduino_sketch_streams_a_serial_input(tmp_path, int8):
+    """examples/arduino/ltdrnn_stream, built for the ATmega328P against a stub of the Arduino core whose
+    Serial is simavr's harness: fed two sequences as text lines, it prints each one's class and logits,
+    as the same model compiled for the host computes them."""
+    root = Path(__file__).resolve().parents[1]
+    model, step, _, calibration = prepared("gru", {}, int8)
+    agreed = {"classes": ["walk", "run", "sit", "jump"], "validated_length": 9}
+    generated = c_export.generate_c(step, "model", int8, calibration if int8 else None, agreed)
+    sketch = tmp_path / "sketch"
+    sketch.mkdir()
+    (sketch / "model.h").write_text(generated.header)
+    (sketch / "model.c").write_text(generated.source)
+    (sketch / "sketch.cpp").write_text((root / "examples/arduino/ltdrnn_stream/ltdrnn_stream.ino").read_text())
+    stub = root / "tests/arduino_stub"
+    elf = tmp_path / "sketch.elf"
+    common = ["-mmcu=atmega328p", "-Os", "-ffunction-sections", "-fdata-sections", f"-I{sketch}", f"-I{stub}"]
+    subprocess.run(["avr-gcc", *common, "-std=c99", "-c", "-o", str(tmp_path / "model.o"), str(sketch / "model.c")],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["avr-g++", *common, "-include", "Arduino.h", "-o", str(elf), str(sketch / "sketch.cpp"),
+                    str(stub / "main.cpp"), str(tmp_path / "model.o"), "-Wl,--gc-sections", "-lm"],
+                   check=True, capture_output=True)  # fmt: skip
+    x = inputs(batch=2)
+    lines = "".join(" ".join(f"{v:.6g}" for v in sample) + "\n" for sequence in x.numpy() for sample in sequence)
+    harness = devices.build_simavr_harness(tmp_path)
+    output = tmp_path / "printed.txt"
+    subprocess.run([str(harness), str(elf), "atmega328p", "16000000", str(output)], input=(lines + "q").encode(),
+                   check=True, capture_output=True)  # fmt: skip
+    printed = output.read_text().splitlines()
+    written = c_build.write(step, tmp_path, "host", int8, calibration if int8 else None)
+    parsed = np.array([[float(v) for v in line.split()] for line in lines.splitlines()], np.float32).reshape(x.shape)
+    host = run_sequences(written["step"], written["init"](2), parsed)
+    assert len(printed) == 2
+    for line, logits in zip(printed, host):
+        index, name, *values = line.split()
+        assert int(index) == logits.argmax() and name == f'"{agreed["classes"][int(index)]}"'
+        assert np.abs(np.array(values, float) - logits).max() <= 1e-3

@@ -206,6 +206,8 @@ def _header(name, step, int8, what, costs, contract, dialect) -> str:
     if contract.get("validated_length"):
         defines["VALIDATED_LENGTH"] = contract["validated_length"]
     lines = [f"#define {upper}_{key} {value}" for key, value in defines.items()]
+    names = contract.get("classes") or [f"y{k}" for k in range(step.output_size)]
+    lines.append(f"#define {upper}_CLASS_NAMES " + ", ".join(_c_string(n) for n in names))
     ram, flash = defines["RAM_BYTES"], defines["FLASH_BYTES"]
     api = [f"void {name}_init({upper}_value_t *state);"]
     if int8:
@@ -224,6 +226,12 @@ def _header(name, step, int8, what, costs, contract, dialect) -> str:
         state=costs["state_bytes"],
         stack=costs["stack_bytes"],
     )
+
+
+def _c_string(text: str) -> str:
+    """A C string literal of ``text`` (printable ASCII kept, other UTF-8 bytes as octal escapes)."""
+    body = "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\?' else f"\\{b:03o}" for b in str(text).encode())
+    return f'"{body}"'
 
 
 def _wrap(text: str, width: int = 100) -> List[str]:

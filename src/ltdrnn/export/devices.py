@@ -32,7 +32,10 @@ from .c_export import CSource
 from .step import ExportError
 
 FIRMWARE = Path(__file__).with_name("firmware")
-AVR_FLAGS = ("-mmcu=atmega328p", "-Os", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror")
+AVR_FLAGS = (
+    "-mmcu=atmega328p", "-Os", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-ffunction-sections",
+    "-fdata-sections",
+)  # fmt: skip  (Arduino's own optimisation and section flags; unused functions are dropped at link)
 ARM_FLAGS = (
     "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2", "-std=c99", "-Wall",
     "-Wextra", "-pedantic", "-Werror", "-ffunction-sections", "-fdata-sections",
@@ -125,7 +128,7 @@ def _write_model(work: Path, generated: CSource) -> None:
 
 
 def _model_defines(generated: CSource):
-    return [f"-DMODEL={generated.name}", f"-DMODEL_UPPER={generated.name.upper()}"]
+    return [f"-DLTDRNN_MODEL={generated.name}", f"-DLTDRNN_MODEL_UPPER={generated.name.upper()}"]
 
 
 def _value_dtype(generated: CSource):
@@ -171,7 +174,7 @@ def run_avr(generated: CSource, inputs: np.ndarray, lengths=None, work: Optional
         _write_model(work, generated)
         elf = work / "firmware_avr.elf"
         _run(["avr-gcc", *AVR_FLAGS, f"-I{work}", f"-I{FIRMWARE}", *_model_defines(generated), "-o", elf,
-              FIRMWARE / "avr_main.c", work / f"{generated.name}.c", "-lm"])  # fmt: skip
+              FIRMWARE / "avr_main.c", work / f"{generated.name}.c", "-Wl,--gc-sections", "-lm"])  # fmt: skip
         sections = _sections("avr-size", elf)
         dtype, n = _value_dtype(generated), inputs.shape[0]
         ends = [inputs.shape[1]] * n if lengths is None else [int(v) for v in lengths]
@@ -238,7 +241,8 @@ def run_cortex_m4(
         _run(["arm-none-eabi-gcc", *ARM_FLAGS, f"-I{work}", "-c", "-o", model, work / f"{generated.name}.c"])
         firmware_flags = [f for f in ARM_FLAGS if f != "-pedantic"]
         _run(["arm-none-eabi-gcc", *firmware_flags, f"-I{work}", f"-I{FIRMWARE}", *_model_defines(generated),
-              "-T", FIRMWARE / "mps2_an386.ld", "-nostartfiles", "--specs=nosys.specs", "-Wl,--gc-sections",
+              "-T", FIRMWARE / "mps2_an386.ld", "-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs",
+              "-Wl,--gc-sections",
               "-o", elf, FIRMWARE / "arm_main.c", model, "-lm"])  # fmt: skip
         sections = _sections("arm-none-eabi-size", elf)
         probe_bytes = values.size * _value_dtype(generated).itemsize + 2 * n

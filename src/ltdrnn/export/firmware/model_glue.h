@@ -1,4 +1,4 @@
-/* Names of one generated model, from -DMODEL=name -DMODEL_UPPER=NAME (shared by the device firmwares). */
+/* Names of one generated model, from -DLTDRNN_MODEL=name -DLTDRNN_MODEL_UPPER=NAME (shared by the device firmwares). */
 #ifndef LTDRNN_MODEL_GLUE_H
 #define LTDRNN_MODEL_GLUE_H
 
@@ -7,13 +7,13 @@
 #define STRING_(a) #a
 #define STRING(a) STRING_(a)
 
-#include STRING(MODEL.h)
+#include STRING(LTDRNN_MODEL.h)
 
-#define MODEL_INIT GLUE(MODEL, _init)
-#define MODEL_STEP GLUE(MODEL, _step)
-#define VALUE_T GLUE(MODEL_UPPER, _value_t)
-#define INPUT_SIZE GLUE(MODEL_UPPER, _INPUT_SIZE)
-#define STATE_SIZE GLUE(MODEL_UPPER, _STATE_SIZE)
-#define OUTPUT_SIZE GLUE(MODEL_UPPER, _OUTPUT_SIZE)
+#define MODEL_INIT GLUE(LTDRNN_MODEL, _init)
+#define MODEL_STEP GLUE(LTDRNN_MODEL, _step)
+#define VALUE_T GLUE(LTDRNN_MODEL_UPPER, _value_t)
+#define INPUT_SIZE GLUE(LTDRNN_MODEL_UPPER, _INPUT_SIZE)
+#define STATE_SIZE GLUE(LTDRNN_MODEL_UPPER, _STATE_SIZE)
+#define OUTPUT_SIZE GLUE(LTDRNN_MODEL_UPPER, _OUTPUT_SIZE)
 
 #endif
