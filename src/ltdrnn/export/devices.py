@@ -33,7 +33,14 @@ from .step import ExportError
 
 FIRMWARE = Path(__file__).with_name("firmware")
 AVR_FLAGS = (
-    "-mmcu=atmega328p", "-Os", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-ffunction-sections",
+    "-mmcu=atmega328p",
+    "-Os",
+    "-std=c99",
+    "-Wall",
+    "-Wextra",
+    "-pedantic",
+    "-Werror",
+    "-ffunction-sections",
     "-fdata-sections",
 )  # fmt: skip  (Arduino's own optimisation and section flags; unused functions are dropped at link)
 ARM_FLAGS = (
