@@ -2,7 +2,6 @@
 
 import json
 import sys
-import types
 
 import pytest
 import torch
@@ -98,16 +97,21 @@ def test_missing_runs_checkpoints_and_stores_exit_2_naming_the_path(tmp_path, ca
     assert not (tmp_path / "none.db").exists() and not (tmp_path / "r").exists()
 
 
-def test_bench_and_sweep_are_handed_over_with_their_arguments(monkeypatch, capsys):
-    seen = {}
-    fake = types.ModuleType("ltdrnn.bench")
-    fake.main = lambda argv: seen.setdefault("argv", argv) and 0
-    monkeypatch.setitem(sys.modules, "ltdrnn.bench", fake)
-    assert main(["bench", "--cells", "lstm", "-T", "100"]) == 0
-    assert seen["argv"] == ["--cells", "lstm", "-T", "100"]
+def test_every_group_is_parsed_by_the_one_parser_and_a_missing_package_is_one_line(monkeypatch, capsys):
+    from ltdrnn.cli import parse
+
+    args = parse(["sweep", "run", "spec", "--jobs", "2", "--set", "train.steps=3", "--store", "r.db"])
+    assert (args.command_name, args.jobs, args.overrides, args.store) == ("sweep run", 2, ["train.steps=3"], "r.db")
+    args = parse(["ucr", "run", "--seeds", "0,4", "--store", "u.db"])
+    assert (args.command_name, args.seeds, args.store) == ("ucr run", "0,4", "u.db")
+    assert parse(["bench", "--cells", "lstm"]).cells == "lstm"
+    for group in ("sweep", "ucr", "reproduce"):  # a group without its command prints the group's help
+        assert main([group]) == 2
+        assert f"usage: ltdrnn {group} [-h] COMMAND" in capsys.readouterr().out
     monkeypatch.setitem(sys.modules, "ltdrnn.sweep", None)  # None in sys.modules: import fails
-    assert main(["sweep", "x"]) == 2
-    assert "ltdrnn.sweep is not available" in capsys.readouterr().err
+    assert main(["sweep", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ltdrnn sweep list: ") and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
 def test_run_compares_the_group_reports_missing_cells_and_writes_the_report(tmp_path, capsys, monkeypatch):
@@ -155,7 +159,110 @@ def test_run_with_two_worker_processes_stores_both_runs(tmp_path, capsys, monkey
         args += ["--set", o]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert out.count("  done     quick/") == 2 and "2 at a time" in out
+    assert out.count("  quick/") == 2 and "2 at a time" in out
     rows = ResultStore("results.db").rows()
     assert sorted(r["preset"] for r in rows) == ["quick/adding-lstm", "quick/toy-lstm"]
     assert len({r["study"] for r in rows}) == 1
+
+
+# ---- one vocabulary ------------------------------------------------------------------------------------
+def command_parsers():
+    """``{"ucr run": parser, ...}``: every command of ``ltdrnn`` with its parser."""
+    import argparse
+
+    from ltdrnn.cli import build_parser
+
+    found = {}
+
+    def walk(parser, path):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs and path:
+            found[" ".join(path)] = parser
+        for action in subs:
+            for name, child in action.choices.items():
+                walk(child, [*path, name])
+
+    walk(build_parser(), [])
+    return found
+
+
+def flags(parser):
+    import argparse
+
+    return {
+        option: action
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for option in action.option_strings
+    }
+
+
+GRIDS = ("run", "ucr run", "reproduce run", "sweep run")
+WRITERS = ("run", "train", "report", "ucr run", "ucr report", "reproduce run", "reproduce list", "reproduce report")
+SEEDED = ("run", "ucr run", "reproduce run")
+
+
+def test_the_shared_flags_are_where_the_vocabulary_says_with_one_store_default():
+    from ltdrnn.config import DEFAULT_STORE
+
+    commands = command_parsers()
+    assert DEFAULT_STORE == "results.db"
+    for name in WRITERS + ("sweep run",):
+        store = flags(commands[name])["--store"]
+        # train and sweep run fall back on the config's results, whose default is the same
+        assert store.default == (None if name in ("train", "sweep run") else DEFAULT_STORE), name
+        assert "results.db in the working directory" in store.help, name
+    for name in GRIDS:
+        assert "--jobs" in flags(commands[name]), name
+        assert "--set" in flags(commands[name]), name
+    for name in SEEDED:
+        assert "--seeds" in flags(commands[name]) and "a count such as 3" in flags(commands[name])["--seeds"].help
+    for name in ("run", "ucr run", "reproduce run"):
+        assert {"--resume", "--no-resume"} <= set(flags(commands[name])), name
+    assert "--set" in flags(commands["train"])
+
+
+def test_seeds_are_a_count_or_a_list_everywhere():
+    from ltdrnn.cli.common import parse_seeds
+    from ltdrnn.config import ConfigError
+
+    assert parse_seeds("3", [], (7,)) == ((0, 1, 2), [])
+    assert parse_seeds("0,4,2", [], (7,)) == ((0, 4, 2), [])
+    assert parse_seeds("5,", ["a=1"], (7,)) == ((5,), ["a=1"])
+    assert parse_seeds(None, [], (7,)) == ((7,), [])
+    assert parse_seeds(None, ["train.seed=9", "a=1"], (7,)) == ((9,), ["a=1"])
+    for bad in ("0", "x", "1,,2", "1,1", ""):
+        with pytest.raises(ConfigError, match="--seeds"):
+            parse_seeds(bad, [], (7,))
+    with pytest.raises(ConfigError, match="also chooses the seed"):
+        parse_seeds("3", ["train.seed=1"], (7,))
+
+
+def test_old_flag_spellings_still_work_and_say_they_are_deprecated(capsys):
+    from ltdrnn.cli import parse
+
+    args = parse(["sweep", "run", "spec", "--workers", "3"])
+    assert args.jobs == 3
+    assert "ltdrnn: --workers is deprecated and goes in release 0.3; use --jobs" in capsys.readouterr().err
+    args = parse(["reproduce", "run", "tarnn-toy", "--skip-done"])
+    assert args.resume is True
+    assert "--skip-done is deprecated" in capsys.readouterr().err
+    assert parse(["reproduce", "run", "tarnn-toy"]).resume is False
+    assert parse(["ucr", "run"]).resume is True and parse(["ucr", "run", "--no-resume"]).resume is False
+    with pytest.raises(SystemExit):
+        parse(["sweep", "run", "spec", "--workers", "0"])
+    assert "expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_resume_never_swallows_the_override_that_follows_it(capsys):
+    from ltdrnn.cli import parse
+
+    args = parse(["train", "quick/toy-lstm", "--resume", "train.steps=3", "--run-dir", "d"])
+    assert args.resume is True and args.overrides == ["train.steps=3"]
+    assert parse(["train", "quick/toy-lstm", "--resume=auto", "train.steps=3"]).resume == "auto"
+    assert parse(["train", "quick/toy-lstm", "--resume", "auto", "train.steps=3"]).resume == "auto"
+    args = parse(["train", "quick/toy-lstm", "a.b=1", "--set", "c.d=2", "--resume", "e.f=3"])
+    assert args.overrides == ["a.b=1", "e.f=3", "c.d=2"] and args.resume is True
+    with pytest.raises(SystemExit):
+        parse(["train", "quick/toy-lstm", "--resume=later"])
+    assert "--resume: expected nothing or 'auto'" in capsys.readouterr().err

@@ -302,8 +302,8 @@ def test_the_installed_command_shows_no_traceback(tmp_path):
 
 
 def test_a_bug_still_shows_its_traceback(monkeypatch):
-    import ltdrnn.cli as cli
+    import ltdrnn.cli.harness as harness
 
-    monkeypatch.setattr(cli, "cmd_list", lambda args: 1 / 0)
+    monkeypatch.setattr(harness, "cmd_list", lambda args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["list", "cells"])

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ltdrnn import reproduce as R
-from ltdrnn.config import list_presets
+from ltdrnn.cli import main
+from ltdrnn.config import ConfigError, list_presets
 
 TINY = [
     "--set",
@@ -385,8 +386,9 @@ def test_jacobian_ratio_matches_the_exact_jacobians():
 # ---- end to end ------------------------------------------------------------------------------------
 def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     store, doc = str(tmp_path / "r.db"), tmp_path / "REPRODUCTION.md"
-    code = R.main(
+    code = main(
         [
+            "reproduce",
             "run",
             "tarnn-toy",
             "--seeds",
@@ -419,7 +421,7 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     std = abs(tarnn[0] - tarnn[1]) / 2**0.5  # the sample std of two values
     shown = R.mean_text(mean, std, 2, accuracy=True)
     assert f"accuracy {shown}" in section and "(n=2)" in section
-    assert "`ltdrnn reproduce run tarnn-toy --budget quick --seeds 2 --set train.steps=3" in section
+    assert "`ltdrnn reproduce run tarnn-toy --budget quick --seeds 2, --set train.steps=3" in section
     assert "`ltdrnn train reproduce/toy-tarnn train.latency=false train.steps=3" in section
     assert "train.seed=2`" in section
     assert "**Verdict: " in section and f"metric(tarnn) = {R.mean_text(mean, std, 2)}" in section
@@ -432,7 +434,7 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     assert "**Verdict: not run yet.**" in text and "ltdrnn reproduce run copy-500 --budget quick" in text
 
 
-def test_analysis_runs_are_stored_and_skip_done_skips_them(tmp_path):
+def test_analysis_runs_are_stored_and_resume_skips_them(tmp_path):
     store = str(tmp_path / "r.db")
     args = [
         "run",
@@ -449,32 +451,35 @@ def test_analysis_runs_are_stored_and_skip_done_skips_them(tmp_path):
         "--set",
         "train.seed=5",
     ]
-    assert R.main(args) == 0
+    assert main(["reproduce", *args]) == 0
     claim = R.find_claim(R.load_claims(), "irnn-identity-gradient")
     measured = R.Store(store).measurements(claim, "quick", extra=set_items(args))
     analysis = measured.analyses["k1"]["jacobian_ratio"]
     assert analysis["trace"][-1]["step"] == 3 and len(analysis["trace"]) == 3
     assert analysis["ratio"] == pytest.approx(analysis["first"] / analysis["previous"])
-    assert R.main(args + ["--skip-done"]) == 0
+    assert main(["reproduce", *args + ["--resume"]]) == 0
     stored = R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")
     assert [r["config"]["train"]["seed"] for r in stored] == [5]
     verdict = R.judge(claim, measured, "quick")
     assert verdict.status == "not run yet" and "missing: k5, k10" in verdict.reason
 
 
-def test_skip_done_trains_again_a_row_whose_analysis_was_interrupted(tmp_path):
+def test_resume_trains_again_a_row_whose_analysis_was_interrupted(tmp_path, capsys):
     # the row is stored when training ends and its analyses after it: a process killed in between
     # (once, MIST's analysis out of memory) must not leave the pair counted as done
     store = str(tmp_path / "r.db")
     args = ["run", "irnn-identity-gradient", "--only", "k1", "--store", store, "--runs", str(tmp_path / "runs")]
     args += [*TINY, "--set", "task.options.T=12", "--set", "train.seed=5"]
-    assert R.main(args) == 0
+    assert main(["reproduce", *args]) == 0
     with sqlite3.connect(store) as connection:
         connection.execute("DELETE FROM reproduce_analyses")
-    assert R.main(args + ["--skip-done"]) == 0
+    assert main(["reproduce", *args + ["--resume"]]) == 0
     stored = R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")
     assert [r["config"]["train"]["seed"] for r in stored] == [5, 5]
-    assert R.main(args + ["--skip-done"]) == 0  # now complete: nothing more
+    capsys.readouterr()
+    assert main(["reproduce", *args + ["--skip-done"]]) == 0  # now complete: nothing more
+    # --skip-done, the spelling before --resume, still works and says it is deprecated
+    assert "ltdrnn: --skip-done is deprecated and goes in release 0.3; use --resume" in capsys.readouterr().err
     assert len(R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")) == 2
 
 
@@ -489,20 +494,31 @@ def test_an_analysis_stored_under_an_older_definition_makes_its_row_stale():
 
 
 def test_command_line_errors_exit_2(capsys):
-    assert R.main(["run", "no-such-claim"]) == 2
+    assert main(["reproduce", "run", "no-such-claim"]) == 2
     assert "unknown claim 'no-such-claim'" in capsys.readouterr().err
-    assert R.main(["run", "tarnn-toy", "--seeds", "1,x"]) == 2
-    assert "--seeds: expected comma-separated integers such as 1,2,3, got '1,x'" in capsys.readouterr().err
-    assert R.main(["run", "tarnn-toy", "--seeds", "1", "--set", "train.seed=2"]) == 2
+    assert main(["reproduce", "run", "tarnn-toy", "--seeds", "1,x"]) == 2
+    assert "--seeds: expected a count such as 3 or comma-separated integers such as 0,1,2, got '1,x'" in (
+        capsys.readouterr().err
+    )
+    assert main(["reproduce", "run", "tarnn-toy", "--seeds", "1", "--set", "train.seed=2"]) == 2
     assert "--set train.seed=2 also chooses the seed" in capsys.readouterr().err
 
 
-def test_seeds_default_to_three_and_a_set_seed_means_that_one():
-    assert R.parse_seeds(None, ["train.threads=1"]) == ((1, 2, 3), ["train.threads=1"])
-    assert R.parse_seeds("4,5", []) == ((4, 5), [])
-    assert R.parse_seeds(None, ["train.seed=2", "train.threads=1"]) == ((2,), ["train.threads=1"])
-    with pytest.raises(R.ClaimError, match="distinct"):
-        R.parse_seeds("1,1", [])
+def test_seeds_default_to_one_two_three_and_a_bare_number_is_still_one_seed_here_for_a_release(capsys):
+    from ltdrnn.cli.common import parse_seeds
+
+    default = R.running.DEFAULT_SEEDS
+    assert default == (1, 2, 3)
+    assert parse_seeds(None, ["train.threads=1"], default) == ((1, 2, 3), ["train.threads=1"])
+    assert parse_seeds("4,5", [], default) == ((4, 5), [])
+    assert parse_seeds(None, ["train.seed=2", "train.threads=1"], default) == ((2,), ["train.threads=1"])
+    with pytest.raises(ConfigError, match="distinct"):
+        parse_seeds("1,1", [], default)
+    # before this release `reproduce run --seeds 2` meant the one seed 2 (REPRODUCTION.md quotes such
+    # commands): it still does, with a deprecation message; everywhere else a bare number is a count
+    assert parse_seeds("2", [], default, bare_number_is_a_seed="reproduce run") == ((2,), [])
+    assert "use --seeds 2, for the one seed 2" in capsys.readouterr().err
+    assert parse_seeds("2,", [], default) == ((2,), [])
 
 
 def set_items(args):
@@ -675,9 +691,9 @@ def test_rows_trained_with_set_items_are_judged_only_with_the_same_items(tmp_pat
     assert "lstm" not in store.measurements(adding, "paper").seeds
     assert store.measurements(adding, "paper").stale[0].differences == ("train.steps 3 -> 1000",)
     assert "lstm" in store.measurements(adding, "paper", extra=["train.steps=3"]).seeds
-    assert R.main(["list", "--store", str(tmp_path / "r.db")]) == 0
+    assert main(["reproduce", "list", "--store", str(tmp_path / "r.db")]) == 0
     assert "not run yet, 1 stale" in next(line for line in capsys.readouterr().out.splitlines() if "adding-200" in line)
-    assert R.main(["list", "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 0  # the same store as a URL
+    assert main(["reproduce", "list", "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 0  # the same store as a URL
     assert "not run yet, 1 stale" in next(line for line in capsys.readouterr().out.splitlines() if "adding-200" in line)
 
 

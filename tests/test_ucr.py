@@ -245,7 +245,7 @@ def test_run_rejects_unknown_sets_cells_and_keys_before_training(tmp_path, capsy
     assert cli.main(common + ["--sets", "Mine", "--cells", "lstm,gruu"]) == 2
     assert "--cells: expected comma-separated names among" in capsys.readouterr().err
     assert cli.main(common + ["--sets", "Mine", "--seeds", "0"]) == 2
-    assert "--seeds: expected a positive number of seeds, got 0" in capsys.readouterr().err
+    assert "--seeds: expected a count of at least 1 or a list such as 0,1,2, got '0'" in capsys.readouterr().err
     assert cli.main(common + ["--sets", "Mine", "--set", "optim.lrr=1"]) == 2
     assert "unknown config key 'optim.lrr'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

@@ -34,6 +34,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
+#: The results database of every command and config that names none: ``results.db`` in the working
+#: directory. The repository's own studies name theirs (``--store reproduction/results.db``).
+DEFAULT_STORE = "results.db"
+
 
 class ConfigError(ValueError):
     """A configuration key or value is invalid; the message names the key."""
@@ -147,7 +151,7 @@ class RunConfig:
     preset: Optional[str] = None
     study: Optional[str] = None
     run_dir: Optional[str] = None
-    results: Optional[str] = "results.db"
+    results: Optional[str] = DEFAULT_STORE
     notes: str = ""
 
     def to_dict(self) -> Dict[str, Any]:

@@ -3,7 +3,10 @@
     ltdrnn ucr sets                                    the classification sets found offline
     ltdrnn ucr run [--sets A,B] [--cells lstm,srnn] [--seeds 3] [--budget default|quick]
                    [--set KEY=VALUE ...] [--study NAME] [--store DB] [--no-minirocket]
-    ltdrnn ucr report [--store DB] [--study NAME] [--page docs/benchmarks-ucr.md]
+    ltdrnn ucr report [--store DB] [--study NAME] [--page benchmarks-ucr.md]
+
+This repository's benchmark keeps its database and page in docs/ (``--store docs/ucr/results.db --page
+docs/benchmarks-ucr.md --notes docs/ucr/notes.md``); the command line is :mod:`ltdrnn.cli.ucr`.
 
 Protocol (fixed): each set's official TRAIN file is split into a stratified 80 % that trains and 20 %
 that validates (``split_seed`` 0); the checkpoint with the best validation accuracy is tested on the
@@ -21,18 +24,15 @@ critical-difference diagram, parameters and training time, and the goal check.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import statistics
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .cli import add_override_option, run_subcommand, subcommand_parser
-from .config import preset_path
+from .config import DEFAULT_STORE, preset_path
 
 PRESET = "ucr/default"
 SOURCE_CELLS = ("tarnn", "srnn", "mist", "irnn", "sarnn")
@@ -40,8 +40,7 @@ DEFAULT_CELLS = ("lstm",) + SOURCE_CELLS
 REFERENCE = "minirocket"
 BUDGETS = {"default": [], "quick": ["train.steps=100"]}
 SEEDS = 3
-DEFAULT_STORE = "docs/ucr/results.db"
-DEFAULT_PAGE = "docs/benchmarks-ucr.md"
+DEFAULT_PAGE = "benchmarks-ucr.md"
 DEFAULT_RUNS = "runs/ucr"
 # aeon's own test fixture (a 48-series cut of Chinatown), not a set of the archive
 NOT_ARCHIVE_SETS = ("UnitTest",)
@@ -134,17 +133,50 @@ def run_config(
     return load_config(PRESET, [*BUDGETS[budget], *overrides, *own])
 
 
-def done_runs(store, study: str) -> set:
-    """``{(cell, set, seed)}`` of the finished runs of ``study``."""
+def benchmark_key(row: Dict[str, Any]) -> tuple:
+    """The ``(label, seed)`` of a benchmark row: ``("<cell>/<set>", seed)``."""
     from .results import seed_of
 
-    return {(row["cell"], row["name"], seed_of(row)) for row in store.rows(study=study, status="finished")}
+    return f"{row['cell']}/{row['name']}", seed_of(row)
+
+
+def benchmark_runs(
+    sets: Sequence[str],
+    cells: Sequence[str],
+    seeds: Sequence[int],
+    budget: str,
+    overrides: Sequence[str],
+    study: str,
+    store: str,
+    runs_dir: str = DEFAULT_RUNS,
+    minirocket: bool = True,
+    data_dir: Optional[str] = None,
+    resume: bool = True,
+) -> list:
+    """The benchmark as study runs (:mod:`ltdrnn.studies`), per set MiniRocket's seeds first, then every
+    (cell, seed); labels ``<cell>/<set>``."""
+    from functools import partial
+
+    from .studies import StudyRun, training_run
+
+    runs = []
+    for dataset in sets:
+        if minirocket:
+            runs += [
+                StudyRun(f"{REFERENCE}/{dataset}", seed, partial(fit_minirocket, dataset, seed, study, store, data_dir))
+                for seed in seeds
+            ]
+        for cell in cells:
+            for seed in seeds:
+                cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
+                runs.append(training_run(f"{cell}/{dataset}", cfg, resume))
+    return runs
 
 
 def run_benchmark(
     sets: Sequence[str],
     cells: Sequence[str],
-    seeds: int = SEEDS,
+    seeds: Sequence[int] = tuple(range(SEEDS)),
     budget: str = "default",
     overrides: Sequence[str] = (),
     study: Optional[str] = None,
@@ -153,42 +185,29 @@ def run_benchmark(
     minirocket: bool = True,
     data_dir: Optional[str] = None,
     log=print,
+    resume: bool = True,
+    jobs: int = 1,
 ) -> List[str]:
-    """Per set, fit MiniRocket, then train every (cell, seed), skipping what the store already holds; returns
-    the failed runs."""
-    from .results import ResultStore
-    from .train import train
+    """Per set, fit MiniRocket, then train every (cell, seed), ``jobs`` at a time, skipping (with ``resume``)
+    what the store already holds; returns the failed runs."""
+    from .studies import finished_rows, run_study
 
     study = study or default_study(budget, overrides)
-    results = ResultStore(store)
-    done = done_runs(results, study)
-    failed = []
-    for dataset in sets:
-        if minirocket:
-            for seed in range(seeds):
-                if (REFERENCE, dataset, seed) not in done:
-                    record = minirocket_record(dataset, seed, study, data_dir)
-                    results.add(record)
-                    log(
-                        f"  {REFERENCE:8s} {dataset:22s} seed {seed}: test accuracy "
-                        f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s"
-                    )
-        for cell in cells:
-            for seed in range(seeds):
-                if (cell, dataset, seed) in done:
-                    continue
-                cfg = run_config(cell, dataset, seed, budget, overrides, study, store, runs_dir, data_dir)
-                try:
-                    record = train(cfg, resume="auto")  # resume a half-finished run, else start
-                except Exception as error:  # one failing cell must not stop the benchmark
-                    failed.append(f"{cell}/{dataset}/seed{seed}: {type(error).__name__}: {error}")
-                    log(f"  FAILED {failed[-1]}")
-                    continue
-                log(
-                    f"  {cell:8s} {dataset:22s} seed {seed}: {record['status']}, test accuracy "
-                    f"{record['metrics']['metric']:.3f}, {record['timings']['train_s']:.1f} s"
-                )
-    return failed
+    runs = benchmark_runs(sets, cells, seeds, budget, overrides, study, store, runs_dir, minirocket, data_dir, resume)
+    outcome = run_study(runs, store, finished_rows(study, benchmark_key), jobs, resume, log)
+    return [f"{label}/seed{seed}: {error}" for label, seed, error in outcome.failures]
+
+
+def fit_minirocket(
+    dataset: str, seed: int, study: str, store: str, data_dir: Optional[str] = None, threads=None, progress=None
+) -> Dict[str, Any]:
+    """The work of a MiniRocket run (:func:`minirocket_record`), stored in ``store``; it runs on one thread
+    whatever ``threads`` says (``n_jobs=1``)."""
+    from .results import ResultStore
+
+    record = minirocket_record(dataset, seed, study, data_dir)
+    ResultStore(store).add(record)
+    return record
 
 
 def padded_array(series: Sequence[Any], length: int):
@@ -603,135 +622,3 @@ def _relative(target: Path, page: Path) -> str:
     import os
 
     return os.path.relpath(target.resolve(), page.resolve().parent)
-
-
-# ---- the command ---------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser, sub = subcommand_parser(
-        "ltdrnn ucr", "The UCR/UEA benchmark: the default recipe over every offline set, beside MiniRocket."
-    )
-    sets = sub.add_parser("sets", help="list the classification sets found offline")
-    sets.add_argument("--data-dir", help="data directory (default: $LTDRNN_DATA or ~/.cache/ltdrnn)")
-    run = sub.add_parser("run", help="train the cells over the sets (skipping runs already stored)")
-    run.add_argument("--sets", help="comma-separated set names (default: every set found offline)")
-    run.add_argument(
-        "--cells",
-        default=",".join(DEFAULT_CELLS),
-        help=f"comma-separated cells, or none for MiniRocket only (default: {','.join(DEFAULT_CELLS)})",
-    )
-    run.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds 0..N-1 per cell and set (default: {SEEDS})")
-    run.add_argument(
-        "--budget",
-        default="default",
-        choices=tuple(BUDGETS),
-        help="default: the preset as it is; quick: 100 optimiser steps (minutes, not the protocol)",
-    )
-    add_override_option(run, "override applied to every run (a recipe variant; it gets its own study)")
-    run.add_argument("--study", help="study name in the store (default: ucr/<budget>[/<overrides>])")
-    run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
-    run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default: {DEFAULT_RUNS})")
-    run.add_argument("--data-dir", help="data directory (default: $LTDRNN_DATA or ~/.cache/ltdrnn)")
-    run.add_argument("--no-minirocket", action="store_true", help="do not fit MiniRocket")
-    run.add_argument("--page", help="also write the page here when done (e.g. docs/benchmarks-ucr.md)")
-    report = sub.add_parser("report", help="write the page from the results database")
-    report.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default: {DEFAULT_STORE})")
-    report.add_argument(
-        "--study",
-        default=default_study("default", []),
-        help=f"the study shown (default: {default_study('default', [])})",
-    )
-    report.add_argument("--page", default=DEFAULT_PAGE, help=f"page to write (default: {DEFAULT_PAGE})")
-    report.add_argument(
-        "--notes",
-        type=Path,
-        help="markdown file inserted after the goal check (the discussion of the numbers; e.g. docs/ucr/notes.md)",
-    )
-    return parser
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    from .config import ConfigError
-
-    handlers = {"sets": _cmd_sets, "run": _cmd_run, "report": _cmd_report}
-    return run_subcommand(build_parser(), argv, handlers, (BenchmarkError, ConfigError))
-
-
-def _cmd_sets(args) -> int:
-    for name in available_sets(args.data_dir):
-        print(name)
-    return 0
-
-
-def chosen(text: Optional[str], known: Sequence[str], what: str) -> List[str]:
-    """The comma-separated names of ``text`` (all of ``known`` if None), each checked against ``known``."""
-    if text is None:
-        return list(known)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in known]
-    if not names or unknown:
-        raise BenchmarkError(
-            f"--{what}: expected comma-separated names among {', '.join(known) or '(none)'}, got {text!r}"
-        )
-    return names
-
-
-def _cmd_run(args) -> int:
-    from .cells.registry import list_cells
-
-    if args.seeds < 1:
-        raise BenchmarkError(f"--seeds: expected a positive number of seeds, got {args.seeds}")
-    sets = chosen(args.sets, available_sets(args.data_dir), "sets")
-    cells = [] if args.cells == "none" else chosen(args.cells, list_cells(), "cells")
-    study = args.study or default_study(args.budget, args.overrides)
-    # check the overrides once before any training (a bad key fails here, not after an hour)
-    run_config(
-        cells[0] if cells else DEFAULT_CELLS[0],
-        sets[0],
-        0,
-        args.budget,
-        args.overrides,
-        study,
-        args.store,
-        args.runs,
-        args.data_dir,
-    )
-    started = time.perf_counter()
-    print(
-        f"ltdrnn ucr run: {len(sets)} sets x {len(cells)} cells x {args.seeds} seeds, budget {args.budget}, "
-        f"study {study}, store {args.store}",
-        flush=True,
-    )
-    failed = run_benchmark(
-        sets,
-        cells,
-        args.seeds,
-        args.budget,
-        args.overrides,
-        study,
-        args.store,
-        args.runs,
-        not args.no_minirocket,
-        args.data_dir,
-        log=lambda line: print(line, flush=True),
-    )
-    print(f"done in {time.perf_counter() - started:.0f} s; {len(failed)} failed")
-    if args.page:
-        print(f"written: {render_page(args.store, study, Path(args.page))}")
-    return 1 if failed else 0
-
-
-def _cmd_report(args) -> int:
-    from .results import ResultStore, database_exists
-
-    if not database_exists(args.store):
-        raise BenchmarkError(f"--store {args.store}: no results database there (run `ltdrnn ucr run` first)")
-    if args.notes is not None and not args.notes.is_file():
-        raise BenchmarkError(f"--notes {args.notes}: no such file")
-    page = render_page(args.store, args.study, Path(args.page), notes=args.notes)
-    ResultStore(args.store).checkpoint()  # the committed database then holds every row the page shows
-    print(f"written: {page}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -186,7 +186,7 @@ def test_compiled_loops_equal_the_pytorch_loop_in_float64_at_T_1000_and_2_thread
 
     if not load_torch_ops("mist"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp does not build here")
-    import ltdrnn.cells.mist as mist_module
+    import ltdrnn.cells.fused.mist as mist_module
 
     calls = []
     real = torch.ops.ltdrnn.mist_backward
@@ -221,7 +221,7 @@ def test_compiled_backward_equals_the_pytorch_loop_for_every_output_used(used, x
     """mist_backward reads the outputs' gradient (whichever of the three outputs the loss uses) without a
     copy into its work buffer, and sums the parameter gradients per thread block; at 3 threads batch 5
     makes blocks of 2, 2 and 1 rows, and a history of 5 rows is one longer than the longest delay."""
-    from ltdrnn.cells.mist import MISTScan
+    from ltdrnn.cells.fused.mist import MISTScan
     from ltdrnn.kernels import load_torch_ops
 
     if not load_torch_ops("mist"):

@@ -302,7 +302,7 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
     blocks of 2 and 1 rows; batch 1: one block)."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
-    import ltdrnn.cells.sarnn as sarnn_module
+    import ltdrnn.cells.fused.sarnn as sarnn_module
 
     calls = []
     real = sarnn_module._compiled_forward

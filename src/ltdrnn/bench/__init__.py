@@ -22,12 +22,13 @@ JSON file and a markdown table with the issue's speed targets (see ``docs/benchm
 The package, by concern: :mod:`.subjects` (shapes, variants, targets, subjects), :mod:`.timing`
 (interleaved medians, ratios, the settings, the machine), :mod:`.sections` (the in-process sections),
 :mod:`.probes` (memory and malloc, in subprocesses), :mod:`.report` (target verdicts, markdown) and
-:mod:`.cli` (the command line and the run).
+:mod:`.runner` (the settings and the run of the chosen sections). The command line is
+:mod:`ltdrnn.cli.bench`.
 """
 
-from .cli import SCHEMA, SECTIONS, main, parse_options, parse_shapes, run, settings_from, split_names
 from .probes import run_probe, subject_spec, timing_probe
 from .report import evaluate_targets, render_markdown, target_verdict
+from .runner import SCHEMA, SECTIONS, parse_options, parse_shapes, run, settings_from, split_names
 from .sections import loglog_slope
 from .subjects import SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
 from .timing import interleaved_samples
@@ -43,7 +44,6 @@ __all__ = [
     "evaluate_targets",
     "interleaved_samples",
     "loglog_slope",
-    "main",
     "parse_options",
     "parse_shapes",
     "registry_subjects",

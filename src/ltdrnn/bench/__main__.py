@@ -1,7 +1,17 @@
-"""``python -m ltdrnn.bench``: the benchmark, and the child process of its memory and malloc probes."""
+"""``python -m ltdrnn.bench``: the same as ``ltdrnn bench``, and the child process of the benchmark's
+memory and timing probes (``--memory-probe SPEC`` / ``--timing-probe SPEC``)."""
 
+import json
 import sys
 
-from .cli import main
+from .probes import memory_probe, timing_probe
 
-sys.exit(main())
+PROBES = {"--memory-probe": memory_probe, "--timing-probe": timing_probe}
+
+if sys.argv[1:2] and sys.argv[1] in PROBES:
+    print(json.dumps(PROBES[sys.argv[1]](json.loads(sys.argv[2]))))
+    sys.exit(0)
+
+from ..cli import main  # noqa: E402  (the probe children need no command line)
+
+sys.exit(main(["bench", *sys.argv[1:]]))

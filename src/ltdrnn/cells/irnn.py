@@ -11,8 +11,10 @@ step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equi
 ``reading`` selects where the iteration starts and how ``h_k`` is read from it (:data:`READINGS`).
 
 Two implementations: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
-``"fused"``, a hand-written forward and backward over the whole sequence (:class:`_FusedIRNN`) that
-folds ``P U`` into one matrix ``M`` and ``P (W x + b)`` into the precomputed input.
+``"fused"``, a hand-written forward and backward over the whole sequence
+(:class:`~ltdrnn.cells.fused.irnn.FusedIRNN`) that folds ``P U`` into one matrix ``M`` and ``P (W x + b)``
+into the precomputed input. This module holds the cell, its maths and the dispatch; the fused path and its
+compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.irnn`.
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
@@ -28,9 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import load_torch_ops
-from ..memory import empty_buffer
-from ..scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, ParameterCache, final_state_at_lengths, scalars
+from ..scan import ParameterCache, final_state_at_lengths, scalars
 from .base import (
     State,
     check_choice,
@@ -42,6 +42,7 @@ from .base import (
     activation as activation_function,
 )
 from .euler import EulerCell, EulerSteps, join_counter, split_counter
+from .fused.irnn import FusedIRNN, dense_operator
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -209,7 +210,7 @@ class IRNN(EulerCell):
         if not self.contractive:
             return alpha
         first, second = self.recurrent_operator()
-        operator = first if second is None else _dense_operator(first, second)
+        operator = first if second is None else dense_operator(first, second)
         if not torch.isfinite(operator).all():
             # Diverged weights: the SVD would raise, while a NaN leak lets the loss turn non-finite,
             # which the trainer reports as a diverged run.
@@ -278,12 +279,12 @@ class IRNN(EulerCell):
     def _stream_operands(self):
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
-        m = first if second is None else _dense_operator(first, second)
+        m = first if second is None else dense_operator(first, second)
         alpha = float(self.alpha())
         return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.values()), alpha
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        """Whole sequence in :class:`_FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
+        """Whole sequence in :class:`FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
         linear map of the input, applied for all steps before the loop. Per-time-step step sizes fall
         back to the reference loop."""
         if self.per_time_step:
@@ -294,7 +295,7 @@ class IRNN(EulerCell):
             second = first.new_empty(0)
         alpha = self.alpha()
         alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
-        outputs = _FusedIRNN.apply(
+        outputs = FusedIRNN.apply(
             x, weight, bias, state, first, second, self.steps.values(), alpha, self.activation, *READINGS[self.reading]
         )
         return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
@@ -305,209 +306,3 @@ class IRNN(EulerCell):
             f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
             f"contractive={self.contractive}, activation={self.activation!r}"
         )
-
-
-class _FusedIRNN(torch.autograd.Function):
-    """The iRNN recursion over a whole sequence, with a hand-written backward.
-
-    In the variable ``y_i = g_i + h_{t-1}``: ``y_0 = s h_{t-1}``,
-    ``y_{i+1} = y_i + eta_i (phi(M y_i + c_t) - alpha y_i)``, ``h_t = y_K - r h_{t-1}``, with ``(s, r)``
-    the reading's pair in :data:`READINGS` (the residual reading is simply ``h_t = y_K``).
-    ``M`` is given dense (``first = M``, ``second`` empty) or as ``I + V' H`` (``first = V'``,
-    ``second = H``). The PyTorch loop applies the dense ``M`` (one matmul per Euler step: fewer ops
-    beat fewer FLOPs at these sizes) and maps the ``(H, H)`` gradient of M onto the factors; the compiled
-    K = 1 loop applies the two factors, which costs no dispatch there (``csrc/irnn.cpp``).
-
-    Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
-    bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``.
-    Output ``(T, B, H)``. The PyTorch loop computes ``c`` for all steps first, a buffer of its own: with
-    K = 1 each step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the
-    gradient of ``c`` into the same memory. The compiled K = 1 loop forms each step's ``c_t`` in scratch
-    rows, and its backward needs no ``(T, B, H)`` gradient either (it sums every parameter gradient step
-    by step, :func:`_compiled_backward`). Saved, Euler step first so that every per-step slice and every
-    per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled
-    K = 1 loop saves ``phi``, the outputs and, with low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, h0, first, second, eta, alpha, act: str, s: float, r: float):
-        steps, batch, hidden = x.shape[0], x.shape[1], weight.shape[0]
-        k = eta.shape[0]
-        etas, a = scalars(eta), float(alpha)
-        phi = ACTIVATION_INTO[act]
-        x, h = x.detach().contiguous(), h0.detach()  # the compiled loops read x's rows of each step
-        keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
-        span = steps if keep else 1
-        ctx.config = (etas, a, act, s, r)
-        ctx.compiled = _compiled_loop_runs(x, k)
-        # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
-        if ctx.compiled:  # the input map c_t is formed per step inside the loop: no (T, B, H) c
-            phis, outputs = empty_buffer((span, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
-            # low rank: h_{t-1} H^T of every step, (T, B, R), for the gradient of V'
-            zs = x.new_empty(span, batch, second.shape[0]) if second.numel() else x.new_empty(0)
-            torch.ops.ltdrnn.irnn_k1_forward(
-                x, weight.detach(), bias.detach(), h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r,
-                _ACTIVATION_CODES[act], phis, zs, outputs,
-            )  # fmt: skip
-            ctx.save_for_backward(phis, outputs, zs, first, second, h0, x, weight)
-            return outputs
-        flat_x = x.view(-1, x.shape[-1])
-        c = empty_buffer((steps, batch, hidden), flat_x)
-        torch.addmm(bias.detach(), flat_x, weight.detach().t(), out=c.view(-1, hidden))
-        ctx.scratch = c  # with K = 1 the backward writes dpre into it
-        m = _dense_operator(first.detach(), second.detach())
-        m_t = m.t().contiguous()
-        phis = empty_buffer((k, span, batch, hidden), c)
-        inputs = empty_buffer((k, span, batch, hidden), c)  # y_0 of every step is filled in after the loop
-        outputs = empty_buffer((steps, batch, hidden), c)
-        pre, last = c.new_empty(batch, hidden), c.new_empty(batch, hidden)
-        for t in range(steps):
-            slot = t if keep else 0
-            y = h if s == 1.0 else torch.mul(h, s, out=inputs[0, slot])
-            for i in range(k):
-                if k == 1:
-                    pre = c[t].addmm_(y, m_t)
-                else:
-                    torch.addmm(c[t], y, m_t, out=pre)
-                phi(pre, out=phis[i, slot])
-                nxt = inputs[i + 1, slot] if i + 1 < k else (last if r == 1.0 else outputs[t])
-                _euler_update(y, phis[i, slot], etas[i], a, nxt)
-                y = nxt
-            h = torch.sub(y, h, out=outputs[t]) if r == 1.0 else y
-        if keep and s == 1.0:
-            inputs[0, 0].copy_(h0)
-            inputs[0, 1:].copy_(outputs[:-1])
-        ctx.save_for_backward(phis, inputs, m, first, second, h0, x, weight)
-        return outputs
-
-    @staticmethod
-    def backward(ctx, grad_outputs):
-        if ctx.compiled:
-            return _compiled_backward(ctx, grad_outputs)
-        phis, inputs, m, first, second, h0, x, weight = ctx.saved_tensors
-        etas, a, act, s, r = ctx.config
-        k, steps, batch, hidden = phis.shape
-        through_phi = ACTIVATION_BACKWARD_INTO[act]
-        # [i, t]: gradient wrt pre_i, over eta_i; with K = 1 in the forward's c buffer (free by now)
-        dpre = ctx.scratch.unsqueeze(0) if k == 1 else torch.empty_like(phis)
-        grad_y = phis.new_empty(k, batch, hidden)  # [i]: gradient wrt y_{i+1} of the current step
-        carry = torch.zeros_like(h0)  # gradient wrt h_{t-1}, in one reused buffer
-        g_dot_phi, g_dot_y = phis.new_zeros(k), phis.new_zeros(k)
-        for t in range(steps - 1, -1, -1):
-            g = torch.add(grad_outputs[t], carry, out=grad_y[k - 1])
-            for i in range(k - 1, -1, -1):
-                d = through_phi(grad_y[i], phis[i, t], dpre[i, t])
-                g_dot_phi[i] += torch.dot(grad_y[i].view(-1), phis[i, t].view(-1))
-                g_dot_y[i] += torch.dot(grad_y[i].view(-1), inputs[i, t].view(-1))
-                if i > 0:
-                    torch.addmm(grad_y[i], d, m, beta=1 - etas[i] * a, alpha=etas[i], out=grad_y[i - 1])
-            # gradient wrt h_{t-1}: s * (gradient wrt y_0) - r g, since y_0 = s h_{t-1}, h_t = y_K - r h_{t-1}
-            decay = s * (1 - etas[0] * a)
-            if k == 1:
-                torch.addmm(g, d, m, beta=decay - r, alpha=s * etas[0], out=carry)
-            else:
-                torch.addmm(grad_y[0], d, m, beta=decay, alpha=s * etas[0], out=carry)
-                if r == 1.0:
-                    carry.sub_(g)
-        flat_dpre, flat_inputs = dpre.view(k, -1, hidden), inputs.view(k, -1, hidden)
-        grad_m = phis.new_zeros(hidden, hidden)
-        for i in range(k):
-            grad_m.addmm_(flat_dpre[i].t(), flat_inputs[i], alpha=etas[i])
-        if second.numel() == 0:
-            grad_first, grad_second = grad_m, None
-        else:  # M = I + V' H
-            grad_first, grad_second = grad_m @ second.detach().t(), first.detach().t() @ grad_m
-        grad_x, grad_input_map = _input_gradients(ctx, flat_dpre)
-        return _function_gradients(ctx, grad_x, grad_input_map, carry, grad_first, grad_second, g_dot_phi, g_dot_y)
-
-
-def _input_gradients(ctx, flat_dpre: Tensor) -> Tuple[Tensor | None, Tuple[Tensor, Tensor]]:
-    """The gradients of x (None unless wanted) and of the input map's weight and bias from those of the
-    pre-activations, ``flat_dpre (K, T*B, H)`` (over eta)."""
-    *_, x, weight = ctx.saved_tensors
-    etas = ctx.config[0]
-    k = flat_dpre.shape[0]
-    # gradient of c = sum_i eta_i dpre_i; with K = 1 the factor eta_0 goes onto the small results
-    if k == 1:
-        grad_c, scale = flat_dpre[0], etas[0]
-    else:
-        grad_c, scale = torch.mul(flat_dpre[0], etas[0]), 1.0
-        for i in range(1, k):
-            grad_c.add_(flat_dpre[i], alpha=etas[i])
-    grad_x = (grad_c @ weight.detach()).mul_(scale).view(x.shape) if ctx.needs_input_grad[0] else None
-    return grad_x, ((grad_c.t() @ x.view(-1, x.shape[-1])).mul_(scale), grad_c.sum(0).mul_(scale))
-
-
-def _function_gradients(
-    ctx,
-    grad_x: Tensor | None,
-    grad_input_map: Tuple[Tensor, Tensor],
-    carry: Tensor,
-    grad_first: Tensor,
-    grad_second: Tensor | None,
-    g_dot_phi: Tensor,
-    g_dot_y: Tensor,
-) -> tuple:
-    """The Function's gradients, in the order of its inputs, given those of x, of the input map's weight
-    and bias, of h0 (``carry``), of ``M``'s ``first`` and ``second`` and the sums ``<g, phi>``, ``<g, y>``
-    per Euler step (which make those of eta and alpha)."""
-    etas, a = ctx.config[:2]
-    eta = torch.tensor(etas, dtype=g_dot_phi.dtype, device=g_dot_phi.device)
-    grad_eta = g_dot_phi - a * g_dot_y
-    grad_alpha = -(eta * g_dot_y).sum()
-    return (grad_x, *grad_input_map, carry, grad_first, grad_second, grad_eta, grad_alpha, None, None, None)
-
-
-# ---- the whole time loop in compiled code (csrc/irnn.cpp) -----------------------------------------
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn.cpp numbers them
-
-
-def _compiled_loop_runs(x: Tensor, k: int) -> bool:
-    """Whether both time loops run in ``csrc/irnn.cpp``: K = 1 (any reading, U dense or low rank), on
-    CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
-    return k == 1 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
-
-
-def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
-    """The backward time loop in one call, which also forms every parameter gradient: each thread's block
-    of rows adds its share of each step's products while that step's rows are in cache (no pass over
-    ``(T, B, H)`` buffers after the loop, and the work splits over the threads), and the gradient of x
-    when it is wanted. Low rank: the gradients of the factors come from ``(B, R)`` products per step,
-    never from an ``(H, H)`` one."""
-    phis, outputs, zs, first, second, h0, x, weight = ctx.saved_tensors
-    etas, a, act, s, r = ctx.config
-    first, second, weight = first.detach(), second.detach(), weight.detach()
-    carry = torch.empty_like(h0)
-    grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else x.new_empty(0)
-    grad_first, grad_second = first.new_empty(first.shape), second.new_empty(second.shape)
-    grad_weight, grad_bias = weight.new_empty(weight.shape), weight.new_empty(weight.shape[0])
-    dot_phi, dot_y = torch.ops.ltdrnn.irnn_k1_backward(
-        phis, outputs, h0.detach().contiguous(), grad_outputs, x, zs, first, second, weight, etas[0], a, s, r,
-        _ACTIVATION_CODES[act], carry, grad_x, grad_first, grad_second, grad_weight, grad_bias,
-    )  # fmt: skip
-    return _function_gradients(
-        ctx,
-        grad_x if ctx.needs_input_grad[0] else None,
-        (grad_weight, grad_bias),
-        carry,
-        grad_first,
-        grad_second if second.numel() else None,
-        phis.new_tensor([dot_phi]),
-        phis.new_tensor([dot_y]),
-    )
-
-
-def _dense_operator(first: Tensor, second: Tensor) -> Tensor:
-    """``M`` as an ``(H, H)`` matrix: ``first`` itself, or ``I + first @ second`` for low rank."""
-    if second.numel() == 0:
-        return first
-    return torch.eye(first.shape[0], dtype=first.dtype, device=first.device).addmm_(first, second)
-
-
-def _euler_update(y: Tensor, phi: Tensor, eta: float, alpha: float, out: Tensor) -> None:
-    """``out = y + eta (phi - alpha y)`` in one op when ``alpha = 1`` (a lerp), two otherwise."""
-    if alpha == 1.0:
-        torch.lerp(y, phi, eta, out=out)
-    else:
-        torch.mul(y, 1 - eta * alpha, out=out)
-        out.add_(phi, alpha=eta)

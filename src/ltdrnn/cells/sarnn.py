@@ -2,7 +2,8 @@
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. Like the other conditional-computation cells it
 records ``aux["update_mask"]`` and ``aux["update_prob"]`` (:mod:`ltdrnn.cells.masked`, which holds the
-update-mask tools they share).
+update-mask tools they share). This module holds the cell, its maths and the dispatch; the fused and
+sparse paths and their compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.sarnn`.
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
@@ -19,14 +20,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
-from ..kernels import StreamOperands, load_torch_ops, stream_in_kernel
+from ..kernels import StreamOperands, stream_in_kernel
 from ..scan import ParameterCache
 from .base import State, check_choice, check_positive_float, mask_outputs
+from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
 from .masked import (
     MaskedCell,
     binary,
     gru_candidate,
-    gru_gates,
     init_uniform,
     lstm_candidate,
     straight_through_mix,
@@ -308,188 +309,3 @@ def final_from_outputs(outputs: Tensor, state: Tensor, lengths: Tensor | None) -
         return outputs, outputs[-1]
     last = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, -1, outputs.shape[-1])
     return mask_outputs(outputs, lengths), outputs.gather(0, last)[0]
-
-
-class FusedSARNNGRU(torch.autograd.Function):
-    """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
-
-    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,))
-    -> (outputs, probs, masks)``, each ``(T, B, H)`` (see :meth:`SARNN.precompute` for ``coord_in``;
-    ``masks`` float 0/1). It runs the same ops as the reference step, so the decisions agree bit for
-    bit; the backward implements the straight-through estimator without autograd's per-op
-    bookkeeping. Per-step intermediates stay in small per-step tensors (reused warm by the
-    allocator); sequence-sized tensors are allocated once and written in place, never stacked.
-
-    On CPU in float32/64, both time loops run in one call each of the ATen operators of
-    ``csrc/sarnn.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
-    Without a C++ compiler, or with ``LTDRNN_NO_KERNELS=1``, the PyTorch loops below run.
-    """
-
-    @staticmethod
-    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
-        ctx.compiled = _compiled_loop_runs(gi)
-        if ctx.compiled:
-            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight)
-        hidden = coord_in.shape[-1]
-        weight_t = weight_hh.t()
-        outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
-        keep = any(ctx.needs_input_grad)  # nothing to save for inference
-        h = h0
-        saved = []
-        for gi_t, c_t, out_t, pre_t, mask_t in zip(
-            gi.unbind(0), coord_in.unbind(0), outputs.unbind(0), pres.unbind(0), masks.unbind(0)
-        ):
-            gh = torch.addmm(bias_hh, h, weight_t)
-            # in place: gh_rz is not needed again, so gh ends up holding (r, z, gh_n)
-            rz = gh[:, : 2 * hidden].add_(gi_t[:, : 2 * hidden]).sigmoid_()
-            n = torch.tanh(torch.addcmul(gi_t[:, 2 * hidden :], rz[:, :hidden], gh[:, 2 * hidden :]))
-            cand = torch.lerp(n, h, rz[:, hidden:])
-            # clamp(pre) > 0.5 exactly when pre > 0.5, so the clamp waits until after the loop
-            u = torch.gt(torch.addcmul(c_t, coord_weight, h, out=pre_t), 0.5, out=mask_t)
-            h = torch.lerp(h, cand, u, out=out_t)
-            if keep:
-                saved.append((gh, n))
-        ctx.saved = saved
-        ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, pres)
-        ctx.mark_non_differentiable(masks)
-        return outputs, torch.clamp(pres, 0.0, 1.0), masks
-
-    @staticmethod
-    def backward(ctx, d_outputs, d_probs, _d_masks):
-        if ctx.compiled:
-            return _compiled_backward(ctx, d_outputs, d_probs)
-        h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
-        saved, ctx.saved = ctx.saved, None
-        steps, batch, hidden = outputs.shape
-        aten = torch.ops.aten
-        weight_rz, weight_n = weight_hh[: 2 * hidden], weight_hh[2 * hidden :]
-        d_gi = outputs.new_empty(steps, batch, 3 * hidden)
-        d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
-        d_coord_weight = torch.zeros_like(h0)
-        carry = torch.zeros_like(h0)
-        previous = [h0] + list(outputs.unbind(0))[:-1]
-        per_step = zip(
-            saved,
-            previous,
-            masks.unbind(0),
-            pres.unbind(0),
-            d_outputs.unbind(0),
-            d_probs.unbind(0),
-            d_gi.unbind(0),
-            d_gh_n.unbind(0),
-            d_coord.unbind(0),
-        )
-        for (gh, n), hp, u, pre, d_out, d_prob, d_gi_t, d_gh_n_t, d_coord_t in reversed(list(per_step)):
-            r, z = gh[:, :hidden], gh[:, hidden : 2 * hidden]
-            dh = carry + d_out
-            d_cand = dh * u
-            d_n = aten.tanh_backward(
-                torch.addcmul(d_cand, d_cand, z, value=-1.0), n, grad_input=d_gi_t[:, 2 * hidden :]
-            )
-            aten.sigmoid_backward(d_n * gh[:, 2 * hidden :], r, grad_input=d_gi_t[:, :hidden])
-            aten.sigmoid_backward(d_cand * (hp - n), z, grad_input=d_gi_t[:, hidden : 2 * hidden])
-            torch.mul(d_n, r, out=d_gh_n_t)
-            # straight-through (d u / d u~ = 1), then the clamp of the hard sigmoid; the candidate
-            # is recomputed exactly as in forward rather than kept for every step
-            delta = torch.lerp(n, hp, z).sub_(hp)
-            aten.hardtanh_backward(torch.addcmul(d_prob, dh, delta), pre, 0.0, 1.0, grad_input=d_coord_t)
-            d_coord_weight.addcmul_(d_coord_t, hp)
-            carry = torch.addcmul(dh - d_cand, d_cand, z).addcmul_(d_coord_t, coord_weight)
-            carry.addmm_(d_gi_t[:, : 2 * hidden], weight_rz).addmm_(d_gh_n_t, weight_n)
-        d_rz = d_gi[..., : 2 * hidden]
-        d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
-        d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
-        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
-
-
-# ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
-def _compiled_loop_runs(gi: Tensor) -> bool:
-    """Whether both time loops run in ``csrc/sarnn.cpp``: CPU, float32/64, and the operators build."""
-    return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn")
-
-
-def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
-    """The forward time loop in one call; keeps each step's gates and candidate ``n`` for the backward
-    (one reused row of each when no gradient is needed)."""
-    steps, batch, hidden = coord_in.shape
-    rows = steps if any(ctx.needs_input_grad) else 1
-    gi, coord_in, h0 = gi.detach().contiguous(), coord_in.detach().contiguous(), h0.detach().contiguous()
-    outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
-    gates, news = gi.new_empty(rows, batch, 3 * hidden), gi.new_empty(rows, batch, hidden)
-    torch.ops.ltdrnn.sarnn_gru_forward(
-        gi, coord_in, h0, weight_hh.detach().t(), bias_hh.detach().contiguous(),
-        coord_weight.detach().contiguous(), outputs, pres, masks, gates, news,
-    )  # fmt: skip
-    ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, pres, gates, news)
-    ctx.mark_non_differentiable(masks)
-    return outputs, torch.clamp(pres, 0.0, 1.0), masks
-
-
-def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor) -> tuple:
-    """The backward time loop in one call; the weight gradients are two large products after it."""
-    h0, weight_hh, coord_weight, outputs, masks, pres, gates, news = ctx.saved_tensors
-    steps, batch, hidden = outputs.shape
-    d_gi = outputs.new_empty(steps, batch, 3 * hidden)
-    d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
-    d_coord_weight, carry = torch.empty_like(h0), torch.empty_like(h0)
-    torch.ops.ltdrnn.sarnn_gru_backward(
-        gates, news, outputs, h0, masks, pres, d_outputs.contiguous(), d_probs.contiguous(), weight_hh.detach(),
-        coord_weight.detach().contiguous(), d_gi, d_gh_n, d_coord, d_coord_weight,
-        outputs.new_empty(batch, 3 * hidden), carry,
-    )  # fmt: skip
-    d_rz = d_gi[..., : 2 * hidden]
-    d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
-    d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
-    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
-
-
-def weight_gradient(d_pre: Tensor, outputs: Tensor, h0: Tensor) -> Tensor:
-    """``sum_t d_pre[t]^T h_{t-1}`` for pre-activations ``W h_{t-1}``, with ``h_{t-1}`` read from
-    ``outputs`` shifted by one step (no copy of the sequence)."""
-    hidden = outputs.shape[-1]
-    first = d_pre[0].t() @ h0
-    if outputs.shape[0] == 1:
-        return first
-    rest = d_pre[1:].reshape(-1, d_pre.shape[-1]).t() @ outputs[:-1].reshape(-1, hidden)
-    return first + rest
-
-
-def sparse_sarnn_gru(
-    gi: Tensor,
-    coord_in: Tensor,
-    h0: Tensor,
-    weight_hh: Tensor,
-    bias_hh: Tensor,
-    coord_weight: Tensor,
-    dense_above: float = 0.3,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """Inference that computes the GRU candidate only for units updated by at least one sequence.
-
-    Per step, with ``k`` such units, the recurrent matmul is ``(B, H) x (H, 3k)`` on the gathered rows
-    of ``W_hh`` instead of ``(B, H) x (H, 3H)``; a step where no unit updates does no GRU work at all.
-    Gathering the rows costs about as much as using them once, so steps with more than
-    ``dense_above * H`` active units run the dense step instead. (The union over the batch is what
-    one matmul can skip; with ``B = 1`` it is exactly the skipped units.)
-    Returns ``(outputs, probs, masks)`` like :class:`FusedSARNNGRU`.
-    """
-    hidden = coord_in.shape[-1]
-    gate_offsets = torch.arange(3, device=coord_in.device).unsqueeze(1) * hidden
-    h = h0
-    hs, probs, masks = [], [], []
-    for gi_t, c_t in zip(gi.unbind(0), coord_in.unbind(0)):
-        prob = torch.clamp(torch.addcmul(c_t, coord_weight, h), 0.0, 1.0)
-        u = binary(prob, 0.5)
-        active = u.amax(0).nonzero().squeeze(1)
-        if active.numel() > dense_above * hidden:
-            h = torch.lerp(h, gru_candidate(gi_t, h, h, weight_hh, bias_hh), u)
-        elif active.numel():
-            rows = (gate_offsets + active).reshape(-1)  # r, z, n rows of the active units
-            gh = torch.addmm(bias_hh.index_select(0, rows), h, weight_hh.index_select(0, rows).t())
-            h_active = h.index_select(1, active)
-            rz, n, _ = gru_gates(gi_t.index_select(1, rows), gh, active.numel())
-            cand = torch.lerp(n, h_active, rz[:, active.numel() :])
-            h = h.index_copy(1, active, torch.lerp(h_active, cand, u.index_select(1, active)))
-        hs.append(h)
-        probs.append(prob)
-        masks.append(u)
-    return torch.stack(hs), torch.stack(probs), torch.stack(masks)

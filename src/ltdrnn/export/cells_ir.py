@@ -244,13 +244,14 @@ def _tarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 @builds("irnn")
 def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
-    from ..cells.irnn import READINGS, _dense_operator
+    from ..cells.fused.irnn import dense_operator
+    from ..cells.irnn import READINGS
 
     (h_part,) = parts
     h = g.read(h_part)
     weight, bias = cell.input_map()
     first, second = cell.recurrent_operator()
-    m = first if second is None else _dense_operator(first, second)
+    m = first if second is None else dense_operator(first, second)
     c = g.linear([(pre + "w_in", weight, x)], bias, pre + "in")
     with torch.no_grad():
         alpha = _number(cell.alpha())

@@ -2,6 +2,7 @@
 
     ltdrnn reproduce list [--set KEY=VALUE ...]            the claims, and their verdicts so far
     ltdrnn reproduce run CLAIM [CLAIM ...] | all [--budget quick|paper] [--seeds 1,2,3] [--set KEY=VALUE ...]
+                         [--store DB] [--resume]
                                                            train the claim's runs into the store, analyse
     ltdrnn reproduce report [--set KEY=VALUE ...]          REPRODUCTION.md + plots from the store
     ltdrnn reproduce check                                 validate the claims table
@@ -14,7 +15,8 @@ budgets (``quick``: what a small CPU carries; ``paper``: the paper's protocol), 
 chance (:func:`evaluate_check`). All checks true -> reproduced, a check about one of the papers' cells
 true -> partly, else not reproduced; a claim with a judged run missing is "not run yet".
 
-Every run is a normal ``train(cfg)`` run stored in the results store (``reproduction/results.db``) with
+Every run is a normal ``train(cfg)`` run stored in the results store (``--store``; this repository's is
+``reproduction/results.db``) with
 ``study = "reproduce/<claim>/<budget>"``, ``name = <label>`` and its seed in ``train.seed``; the command
 that produced it is kept in the run's ``notes``. A stored row counts only while its config is the one the
 claim trains today (:mod:`.staleness`); stale rows are listed on the page, never judged. Analyses
@@ -26,7 +28,8 @@ The package, by concern: :mod:`.expressions` (the rule language), :mod:`.claims`
 checked by the typed config machinery, and its validation), :mod:`.measurements` (the numbers over
 seeds), :mod:`.verdicts` (rules refused at chance, the verdict), :mod:`.staleness` (which stored rows
 are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64),
-:mod:`.running` (training a claim), :mod:`.page` and :mod:`.plots` (the document) and :mod:`.cli`.
+:mod:`.running` (training a claim), :mod:`.page` and :mod:`.plots` (the document). The command line is
+:mod:`ltdrnn.cli.reproduce`.
 """
 
 from .analyses import AnalysisWatcher as AnalysisWatcher
@@ -42,7 +45,6 @@ from .claims import RunSpec as RunSpec
 from .claims import find_claim as find_claim
 from .claims import load_claims as load_claims
 from .claims import validate as validate
-from .cli import main as main
 from .expressions import ClaimError as ClaimError
 from .expressions import Expression as Expression
 from .measurements import CHANCE_MARGIN as CHANCE_MARGIN
@@ -55,7 +57,6 @@ from .page import ours_text as ours_text
 from .page import readings_text as readings_text
 from .page import render as render
 from .plots import make_plots as make_plots
-from .running import parse_seeds as parse_seeds
 from .running import run_claim as run_claim
 from .staleness import StaleRow as StaleRow
 from .store import Store as Store

@@ -359,7 +359,7 @@ def claim_section(
     ]
     if verdict.status == "not run yet":
         lines += [
-            f"Not run yet: `ltdrnn reproduce run {claim.id} --budget {shown} --skip-done` trains the missing runs.",
+            f"Not run yet: `ltdrnn reproduce run {claim.id} --budget {shown} --resume` trains the missing runs.",
             "",
         ]
     for figure in figures:

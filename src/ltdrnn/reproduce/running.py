@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..config import load_config
 from ..results import seed_of
 from .analyses import AnalysisWatcher
 from .claims import Claim, RunSpec
 from .expressions import ClaimError
-from .measurements import Measurements, format_number
+from .measurements import Measurements
 from .store import DEFAULT_STORE, Store
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -23,8 +23,8 @@ def invocation(claim_id: str, budget: str, extra: Sequence[str], seeds: Sequence
     """The command line that runs one claim (kept in each run's notes; ``--seeds`` only if not the
     default)."""
     words = ["ltdrnn", "reproduce", "run", claim_id, "--budget", budget]
-    if tuple(seeds) != DEFAULT_SEEDS:
-        words += ["--seeds", ",".join(str(s) for s in seeds)]
+    if tuple(seeds) != DEFAULT_SEEDS:  # a list; one seed with a trailing comma (a bare number is a count)
+        words += ["--seeds", ",".join(str(s) for s in seeds) + ("," if len(seeds) == 1 else "")]
     for item in extra:
         words += ["--set", item]
     return " ".join(shlex.quote(w) for w in words)
@@ -76,44 +76,74 @@ def run_claim(
     progress: bool = False,
     log: Callable[[str], None] = print,
     seeds: Sequence[int] = DEFAULT_SEEDS,
+    jobs: int = 1,
 ) -> List[str]:
     """Train each of the claim's runs once per seed under ``budget`` into ``store`` and store their
-    analyses; returns the ``label (seed S)`` items that failed (a failing run does not stop the others).
-    ``skip_done`` skips the label and seed pairs that already have a current row for the budget and
-    ``extra`` with every analysis of its run (a stale row, or one whose analysis was interrupted, is
-    trained again)."""
-    from ..train import train
+    analyses, ``jobs`` at a time (:func:`ltdrnn.studies.run_study`); returns the ``label (seed S)`` items
+    that failed (a failing run does not stop the others). ``skip_done`` skips the label and seed pairs that
+    already have a current row for the budget and ``extra`` with every analysis of its run (a stale row,
+    or one whose analysis was interrupted, is trained again)."""
+    from ..studies import run_study
 
     if budget not in claim.budgets:
         raise ClaimError(f"budget: expected one of {', '.join(claim.budgets)}, got {budget!r}")
     unknown = sorted(set(only or ()) - set(claim.labels))
     if unknown:
         raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: {', '.join(claim.labels)}")
-    stored = Store(store)
-    done = finished_pairs(claim, stored.measurements(claim, budget, extra)) if skip_done else set()
-    failed = []
+    runs = claim_runs(claim, budget, store, runs_dir, extra, only, progress, seeds)
+    outcome = run_study(
+        runs,
+        store,
+        lambda location: finished_pairs(claim, Store(location).measurements(claim, budget, extra)),
+        jobs,
+        skip_done,
+        log,
+        prefix=f"[{claim.id}/{budget}] ",
+    )
+    return [f"{label} (seed {seed})" for label, seed, _ in outcome.failures]
+
+
+def claim_runs(
+    claim: Claim,
+    budget: str,
+    store: str,
+    runs_dir: str,
+    extra: Sequence[str] = (),
+    only: Optional[Sequence[str]] = None,
+    progress: bool = False,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+) -> list:
+    """The claim's runs under ``budget`` as study runs: each run label once per seed, its analyses
+    stored after training."""
+    from functools import partial
+
+    from ..studies import StudyRun
+
+    runs = []
     for spec in claim.runs:
         for seed in seeds:
-            if (only and spec.label not in only) or (spec.label, seed) in done:
+            if only and spec.label not in only:
                 continue
             cfg = run_config(claim, spec, budget, store, runs_dir, extra, progress, seed)
-            where = f"[{claim.id}/{budget}] {spec.label} (seed {seed})"
-            log(f"{where}: {cfg.notes.splitlines()[1]}")
-            watcher = AnalysisWatcher(spec, cfg)
-            try:
-                record = train(cfg, callbacks=[watcher])
-                for kind, data in watcher.finish(record).items():
-                    stored.add_analysis(record["id"], cfg.study, spec.label, kind, data)
-            except Exception as error:  # one failing run must not stop the claim's others
-                failed.append(f"{spec.label} (seed {seed})")
-                log(f"{where}: FAILED {type(error).__name__}: {error}")
-                continue
-            m = record["metrics"]
-            log(
-                f"{where}: {record['status']}, test {m['metric_name']} {format_number(m['metric'])}, "
-                f"{m['params']} params, {record['timings']['train_s']:.1f} s, {record['timings']['steps']} steps"
-            )
-    return failed
+            work = partial(train_with_analyses, spec, store, cfg.to_dict())
+            runs.append(StudyRun(spec.label, seed, work, start_line=cfg.notes.splitlines()[1]))
+    return runs
+
+
+def train_with_analyses(
+    spec: RunSpec, store: str, config: Dict[str, Any], threads: Optional[int] = None, progress: Optional[bool] = None
+) -> Dict[str, Any]:
+    """The work of one run of a claim: train it (storing its row), then store its analyses."""
+    from ..studies import configured
+    from ..train import train
+
+    cfg = configured(config, threads, progress)
+    watcher = AnalysisWatcher(spec, cfg)
+    record = train(cfg, callbacks=[watcher])
+    stored = Store(store)
+    for kind, data in watcher.finish(record).items():
+        stored.add_analysis(record["id"], cfg.study, spec.label, kind, data)
+    return record
 
 
 def finished_pairs(claim: Claim, found: Measurements) -> Set[Tuple[str, Any]]:
@@ -127,27 +157,3 @@ def finished_pairs(claim: Claim, found: Measurements) -> Set[Tuple[str, Any]]:
         for row, analyses in zip(rows, found.analyses_of.get(label, [{}] * len(rows)))
         if all(kind in analyses for kind in wanted.get(label, ()))
     }
-
-
-def parse_seeds(text: Optional[str], extra: Sequence[str]) -> Tuple[Tuple[int, ...], List[str]]:
-    """``(seeds, extra)`` from ``--seeds`` and the ``--set`` items: ``--set train.seed=S`` alone means
-    the one seed S (it is taken out of ``extra``); neither means the default seeds."""
-    fixed = [item for item in extra if item.split("=", 1)[0].strip() == "train.seed"]
-    rest = [item for item in extra if item not in fixed]
-    if fixed and text is not None:
-        raise ClaimError(f"--seeds: --set {fixed[0]} also chooses the seed; give one of them, got both")
-    words = (
-        [item.split("=", 1)[1] if "=" in item else "" for item in fixed]
-        if fixed
-        else (text.split(",") if text is not None else [str(s) for s in DEFAULT_SEEDS])
-    )
-    try:
-        seeds = tuple(int(word) for word in words)
-    except ValueError:
-        where = "--set train.seed" if fixed else "--seeds"
-        raise ClaimError(
-            f"{where}: expected comma-separated integers such as 1,2,3, got {text if text is not None else fixed[-1]!r}"
-        ) from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ClaimError(f"--seeds: expected distinct integers such as 1,2,3, got {text!r}")
-    return seeds, rest

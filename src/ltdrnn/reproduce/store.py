@@ -9,12 +9,11 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from ..config import DEFAULT_STORE as DEFAULT_STORE
 from ..results import seed_of
 from .claims import BUDGETS, Claim
 from .measurements import Measurements
 from .staleness import differences, expected_configs, redefined, stale_row
-
-DEFAULT_STORE = "reproduction/results.db"
 
 
 class Store:

@@ -49,11 +49,10 @@ The trial budget is the study's total. Exactly-once bookkeeping, also on SQLite:
 The package, by concern: :mod:`.spec` (the schema and its checks, packaged specs), :mod:`.trials` (trial
 configs, the default objective), :mod:`.storage` (Optuna storage, study, claims, heartbeats),
 :mod:`.worker` (the worker loop, local worker processes), :mod:`.report` (summary, importance, plot,
-markdown) and :mod:`.cli`.
+markdown). The command line is :mod:`ltdrnn.cli.sweep`.
 """
 
 from ..results import database_url as storage_url  # the name callers of ltdrnn.sweep have used
-from .cli import main
 from .report import has_study, parameter_importance, study_markdown, study_report, study_summary, top_k
 from .spec import Param, Range, SweepSpec, list_sweeps, load_spec
 from .storage import open_storage, open_study
@@ -70,7 +69,6 @@ __all__ = [
     "has_study",
     "list_sweeps",
     "load_spec",
-    "main",
     "open_storage",
     "open_study",
     "parameter_importance",

@@ -1,5 +1,5 @@
 """The worker loop: run trials of a study until its budget is used and nothing is waiting or running;
-several workers in processes of this machine (``--workers K``)."""
+several workers in processes of this machine (``--jobs K``)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def _worker_process(
     progress,
     outcomes=None,
 ) -> Dict[str, int]:
-    """One worker of ``--workers K``, in this process or a fresh one (then its counts go to ``outcomes``)."""
+    """One worker of ``--jobs K``, in this process or a fresh one (then its counts go to ``outcomes``)."""
     import torch
 
     torch.set_num_threads(threads)

@@ -1,26 +1,21 @@
-"""``ltdrnn bench``: the command line, the settings it makes, and the run of the chosen sections."""
+"""The run of ``ltdrnn bench``: its settings from the command's options, and the chosen sections (the
+command line itself is :mod:`ltdrnn.cli.bench`)."""
 
 from __future__ import annotations
 
-import argparse
 import ast
 import faulthandler
 import io
-import json
 import re
-import shlex
-import sys
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
-import torch
-
-from .probes import measure_malloc, measure_memory, memory_probe, timing_probe
+from .probes import measure_malloc, measure_memory
 from .profile import measure_profile
-from .report import evaluate_targets, render_markdown
+from .report import evaluate_targets
 from .sections import flops_records, measure_scaling, measure_sequences, measure_skip, measure_stream
-from .subjects import SHAPES, VARIANTS, Shape, Subject, registry_subjects
+from .subjects import SHAPES, Shape, Subject
 from .timing import Settings, machine_description, matmul_peak, prepare_process
 
 SCHEMA = "ltdrnn.bench/1"
@@ -36,74 +31,6 @@ FULL = {
     "lengths": "250,1000,4000",
     "skip_fractions": "0,0.25,0.5,0.75,0.9",
 }
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ltdrnn bench",
-        description="Speed of every registered cell against nn.LSTM / nn.GRU: training "
-        "step, inference, streaming latency, memory, scaling in T, achieved GFLOP/s, SA-RNN skipping.",
-    )
-    parser.add_argument(
-        "--cells",
-        help="comma-separated registry names and/or variants "
-        f"({', '.join(v.name for v in VARIANTS)}); default: all. nn.LSTM and nn.GRU always run",
-    )
-    parser.add_argument(
-        "--shapes",
-        help="comma-separated shapes: "
-        + ", ".join(f"{s.name} (T={s.steps}, d={s.input_size})" for s in SHAPES.values())
-        + ", or TxD (e.g. 100x3); default: all four (--quick: adding)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="fast subset: adding shape, 3 repeats, 2 warm-ups, T in 250,1000 for scaling, skip fractions 0,0.5,0.9",
-    )
-    parser.add_argument("--batch", type=int, default=128, help="batch size B (default 128)")
-    parser.add_argument("--hidden", type=int, default=128, help="hidden size H (default 128)")
-    parser.add_argument("--repeats", type=int, help="timed runs per measurement (default 5; --quick 3)")
-    parser.add_argument("--warmup", type=int, help="untimed runs first (default 2, also with --quick)")
-    parser.add_argument("--lengths", help="T values of the scaling section (default 250,1000,4000)")
-    parser.add_argument(
-        "--scaling-shape", default="adding", help="shape whose d the scaling and skip sections use (default adding)"
-    )
-    parser.add_argument("--stream-steps", type=int, default=100, help="steps per streaming sample (default 100)")
-    parser.add_argument("--skip-fractions", help="SA-RNN forced skip fractions (default 0,0.25,0.5,0.75,0.9)")
-    parser.add_argument(
-        "--sections",
-        default=",".join(DEFAULT_SECTIONS),
-        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all but profile and malloc)",
-    )
-    parser.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="NAME.KEY=VALUE",
-        help="constructor option for a cell (all its subjects) or one subject, e.g. "
-        "--option tarnn.K=1 or --option 'tarnn[K=1].impl=reference'; repeatable",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=torch.get_num_threads(),
-        help=f"torch threads (default {torch.get_num_threads()})",
-    )
-    parser.add_argument(
-        "--no-malloc-tuning",
-        dest="malloc_tuning",
-        action="store_false",
-        help="keep glibc's default malloc settings (default: apply MALLOC_MMAP_MAX_=0 and a "
-        "large MALLOC_TRIM_THRESHOLD_ through mallopt at start-up)",
-    )
-    parser.add_argument("--out", default="bench.json", help="JSON output path (default bench.json)")
-    parser.add_argument("--markdown", help="markdown output path (default: printed only)")
-    parser.add_argument(
-        "--render",
-        metavar="JSON",
-        help="measure nothing: render the markdown of an earlier run's JSON (with --markdown to write it)",
-    )
-    return parser
 
 
 def parse_options(items: Sequence[str]) -> Dict[str, Dict[str, Any]]:
@@ -159,7 +86,9 @@ def fraction_list(text: str) -> List[float]:
     return values
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def settings_from(args: Any) -> Settings:
+    """The settings of a run from the options of ``ltdrnn bench`` (any object with their attributes:
+    ``quick``, ``sections``, ``shapes``, ``batch``, ...); ValueError names the option."""
     preset = QUICK if args.quick else FULL
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = [s for s in sections if s not in SECTIONS]
@@ -254,33 +183,3 @@ def enable_crash_traceback() -> None:
         faulthandler.enable()
     except io.UnsupportedOperation:  # stderr without a file descriptor (captured, e.g. by pytest)
         pass
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    for kind, probe in (("memory", memory_probe), ("timing", timing_probe)):
-        if argv[:1] == [f"--{kind}-probe"]:
-            print(json.dumps(probe(json.loads(argv[1]))))
-            return 0
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    enable_crash_traceback()
-    if args.render:
-        with open(args.render) as handle:
-            result = json.load(handle)
-    else:
-        try:
-            settings = settings_from(args)
-            cells = split_names(args.cells) if args.cells else None
-            subjects = registry_subjects(cells, parse_options(args.option))
-        except ValueError as error:
-            parser.error(str(error))
-        result = run(settings, subjects, "ltdrnn bench " + shlex.join(argv))
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=1)
-    markdown = render_markdown(result)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(markdown + "\n")
-    print(markdown)
-    return 0

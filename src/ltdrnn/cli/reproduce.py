@@ -1,82 +1,75 @@
-"""The command line: ``ltdrnn reproduce list | run | report | check`` (also ``python -m ltdrnn.reproduce``)."""
+"""``ltdrnn reproduce list | run | report | check`` (also ``python -m ltdrnn.reproduce``): the papers' claims
+measured with ltdrnn and published in REPRODUCTION.md."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
 
-from ..cli import add_override_option, run_subcommand, subcommand_parser
-from ..config import ConfigError
-from ..results import database_exists
-from .claims import BUDGETS, find_claim, load_claims, validate
-from .expressions import ClaimError
-from .page import DEFAULT_DOC, DEFAULT_PLOTS, render
-from .running import DEFAULT_RUNS, DEFAULT_SEEDS, parse_seeds, run_claim
-from .store import DEFAULT_STORE, Store, pick_budget
-from .verdicts import judge
+from ..reproduce.claims import BUDGETS
+from ..reproduce.page import DEFAULT_DOC, DEFAULT_PLOTS
+from ..reproduce.running import DEFAULT_RUNS, DEFAULT_SEEDS
+from .common import add_group, add_jobs, add_resume, add_seeds, add_set, add_store, parse_seeds, with_command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser, sub = subcommand_parser(
-        "ltdrnn reproduce", "Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md."
+def add_commands(sub) -> None:
+    sub = add_group(
+        sub,
+        "reproduce",
+        "the papers' claims -> REPRODUCTION.md",
+        "Measure the papers' headline claims with ltdrnn and publish them in REPRODUCTION.md.",
     )
     listing = sub.add_parser("list", help="the claims and their verdicts so far")
-    listing.add_argument("--store", default=DEFAULT_STORE)
+    add_store(listing)
     _judged_with(listing)
+    with_command(listing, "reproduce list", _cmd_list)
 
     run = sub.add_parser("run", help="train the runs of one or more claims (or 'all') into the store")
     run.add_argument("claims", nargs="+", metavar="CLAIM", help="claim ids (ltdrnn reproduce list) or 'all'")
     run.add_argument("--budget", default="quick", choices=BUDGETS)
-    run.add_argument("--store", default=DEFAULT_STORE, help=f"results database (default {DEFAULT_STORE})")
+    add_store(run)
     run.add_argument("--runs", default=DEFAULT_RUNS, help=f"run directories (default {DEFAULT_RUNS})")
-    add_override_option(
+    add_set(
         run,
         "override applied to every run after the budget, e.g. --set train.threads=1 (--report and "
-        "--skip-done then count only the rows trained with the same --set items)",
+        "--resume then count only the rows trained with the same --set items)",
         dest="extra",
     )
-    run.add_argument(
-        "--seeds",
-        help="comma-separated training seeds, one run of each label per seed "
-        f"(default {','.join(str(s) for s in DEFAULT_SEEDS)})",
-    )
+    add_seeds(run, ",".join(str(s) for s in DEFAULT_SEEDS))
     run.add_argument("--only", help="comma-separated run labels to train (default: all of the claim)")
-    run.add_argument(
-        "--skip-done",
-        action="store_true",
-        help="skip the label and seed pairs that have a current row for this budget (stale rows run again)",
-    )
+    add_jobs(run, 1)
+    add_resume(run, default=False)
     run.add_argument("--report", action="store_true", help="regenerate the document afterwards")
-    run.add_argument("--out", default=DEFAULT_DOC)
-    run.add_argument("--plots", default=DEFAULT_PLOTS)
+    run.add_argument("--out", default=DEFAULT_DOC, help=f"the document (default: {DEFAULT_DOC})")
+    run.add_argument("--plots", default=DEFAULT_PLOTS, help=f"its plots' directory (default: {DEFAULT_PLOTS})")
     run.add_argument("--progress", action="store_true", help="show a progress bar per run")
+    with_command(run, "reproduce run", _cmd_run)
 
     report = sub.add_parser("report", help="write REPRODUCTION.md and its plots from the store")
-    report.add_argument("--store", default=DEFAULT_STORE)
-    report.add_argument("--out", default=DEFAULT_DOC)
-    report.add_argument("--plots", default=DEFAULT_PLOTS)
+    add_store(report)
+    report.add_argument("--out", default=DEFAULT_DOC, help=f"the document (default: {DEFAULT_DOC})")
+    report.add_argument("--plots", default=DEFAULT_PLOTS, help=f"its plots' directory (default: {DEFAULT_PLOTS})")
     report.add_argument("--no-plots", action="store_true")
     _judged_with(report)
+    with_command(report, "reproduce report", _cmd_report)
 
-    sub.add_parser("check", help="validate the claims table (presets load, cells and tasks registered)")
-    return parser
+    check = sub.add_parser("check", help="validate the claims table (presets load, cells and tasks registered)")
+    with_command(check, "reproduce check", _cmd_check)
 
 
 def _judged_with(parser: argparse.ArgumentParser) -> None:
-    add_override_option(
+    add_set(
         parser,
         "judge the rows trained with this extra override (as given to run --set); other rows are stale",
         dest="extra",
     )
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    handlers = {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report, "check": _cmd_check}
-    return run_subcommand(build_parser(), argv, handlers, (ClaimError, ConfigError))
-
-
 def _cmd_list(args) -> int:
+    from ..reproduce import Store, judge, load_claims
+    from ..reproduce.store import pick_budget
+    from ..results import database_exists
+
     claims = load_claims()
     stored = Store(args.store) if database_exists(args.store) else None
     for claim in claims:
@@ -92,10 +85,12 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    from ..reproduce import find_claim, load_claims, render, run_claim
+
     claims = load_claims()
     chosen = claims if args.claims == ["all"] else [find_claim(claims, cid) for cid in args.claims]
     only = [s for s in args.only.split(",") if s] if args.only else None
-    seeds, extra = parse_seeds(args.seeds, args.extra)
+    seeds, extra = parse_seeds(args.seeds, args.extra, DEFAULT_SEEDS, bare_number_is_a_seed="reproduce run")
     failed = []
     for claim in chosen:
         failed += [
@@ -107,10 +102,11 @@ def _cmd_run(args) -> int:
                 args.runs,
                 extra,
                 only,
-                args.skip_done,
+                args.resume,
                 args.progress,
                 log=lambda line: print(line, flush=True),
                 seeds=seeds,
+                jobs=args.jobs,
             )
         ]
     if args.report:
@@ -121,6 +117,8 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
+    from ..reproduce import Store, render
+
     path = render(args.store, args.out, args.plots, plots=not args.no_plots, extra=args.extra)
     Store(args.store).results.checkpoint()  # the committed database then holds every row the page shows
     print(f"written: {path}")
@@ -128,6 +126,8 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_check(args) -> int:
+    from ..reproduce import load_claims, validate
+
     problems = validate(load_claims())
     for line in problems:
         print(line)

@@ -1,21 +1,19 @@
-"""``ltdrnn sweep run | report | list``."""
+"""``ltdrnn sweep run | report | list``: Optuna sweeps whose workers share one study through a database."""
 
 from __future__ import annotations
 
-import argparse
 import time
-from typing import List, Optional
 
-from ..cli import add_override_option, run_subcommand, subcommand_parser
-from ..config import ConfigError
-from .report import study_report
-from .spec import list_sweeps, load_spec
-from .worker import DEFAULT_STORAGE, run_workers
+from ..sweep import DEFAULT_STORAGE
+from .common import STORE_HELP, add_group, add_jobs, add_set, add_store, with_command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser, sub = subcommand_parser(
-        "ltdrnn sweep", "Hyperparameter sweeps on Optuna: many workers share one study through a database."
+def add_commands(sub) -> None:
+    sub = add_group(
+        sub,
+        "sweep",
+        "hyperparameter sweeps on Optuna",
+        "Hyperparameter sweeps on Optuna: many workers share one study through a database.",
     )
     run = sub.add_parser("run", help="run trials of a study (creating it if needed)")
     run.add_argument("spec", help="packaged sweep (ltdrnn sweep list) or a sweep YAML file")
@@ -27,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--study", help="study name (default: the spec's)")
     run.add_argument("--trials", type=int, help="trials in the whole study (default: the spec's)")
-    run.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
+    add_jobs(run, 1, old="--workers")
     run.add_argument(
         "--first-worker",
         type=int,
@@ -35,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="index of this machine's first worker: "
         "workers on different machines need different indices for different sampler seeds",
     )
-    run.add_argument("--store", help="results database of the runs (default: the base config's results)")
+    add_store(run, None, STORE_HELP.replace("(default: ", "(default: the base config's results, else "))
     run.add_argument("--runs", default="runs", help="directory of run directories (default ./runs)")
-    add_override_option(run, "override for every trial's config, e.g. --set train.epochs=2")
+    add_set(run, "override for every trial's config, e.g. --set train.epochs=2")
     run.add_argument(
         "--heartbeat",
         type=int,
@@ -45,27 +43,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between heartbeats (default 30); a trial without one for twice as long is failed and retried",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    with_command(run, "sweep run", _cmd_run)
     report = sub.add_parser("report", help="best trials, top-k summary, importance, sensitivity plot")
     report.add_argument("--study", required=True)
     report.add_argument("--storage", default=DEFAULT_STORAGE)
     report.add_argument("--out", default="report")
     report.add_argument("--no-plots", action="store_true")
-    sub.add_parser("list", help="packaged sweep specs")
-    return parser
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    handlers = {"run": _cmd_run, "report": _cmd_report, "list": _cmd_list}
-    return run_subcommand(build_parser(), argv, handlers, (ConfigError,))
+    with_command(report, "sweep report", _cmd_report)
+    with_command(sub.add_parser("list", help="packaged sweep specs"), "sweep list", _cmd_list)
 
 
 def _cmd_run(args) -> int:
+    from ..sweep import load_spec, run_workers
+
     spec = load_spec(args.spec)
     study = args.study or spec.study
     started = time.perf_counter()
     counts = run_workers(
         spec,
-        args.workers,
+        args.jobs,
         args.storage,
         study,
         args.trials,
@@ -81,10 +77,12 @@ def _cmd_run(args) -> int:
         f"sweep {study}: this machine {total}; {time.perf_counter() - started:.0f} s. "
         f"Report: ltdrnn sweep report --study {study} --storage {args.storage}"
     )
-    return 0 if len(counts) == args.workers else 1
+    return 0 if len(counts) == args.jobs else 1
 
 
 def _cmd_report(args) -> int:
+    from ..sweep import study_report
+
     paths = study_report(args.study, args.storage, args.out, plots=not args.no_plots)
     print(paths["markdown"].read_text())
     print("written: " + ", ".join(str(p) for p in paths.values()))
@@ -92,6 +90,8 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_list(args) -> int:
+    from ..sweep import list_sweeps
+
     for name in list_sweeps():
         print(name)
     return 0

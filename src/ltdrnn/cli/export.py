@@ -1,0 +1,49 @@
+"""``ltdrnn export``: a trained run's streaming step as ONNX, torch.export or C, with its parity and latency."""
+
+from __future__ import annotations
+
+import sys
+
+from .common import with_command
+
+
+def add_commands(sub) -> None:
+    export = sub.add_parser(
+        "export",
+        help="export a trained run's streaming step (ONNX, torch.export, C) and measure its parity and latency",
+    )
+    export.add_argument("path", help="run directory or checkpoint file")
+    export.add_argument("--format", required=True, choices=("onnx", "pt2", "c"))
+    export.add_argument(
+        "--int8", action="store_true", help="c: integer step (int8 weights, int16 values); onnx: int8 weights"
+    )
+    export.add_argument("--out", help="export directory (default: RUN_DIR/export-FORMAT[-int8])")
+    export.add_argument("--name", help="file base name and C symbol prefix (default: ltdrnn_CELL)")
+    export.add_argument("--no-measure", action="store_true", help="write the files only (no parity/latency)")
+    export.add_argument("--latency-steps", type=int, default=20000, help="timed steps per latency figure")
+    export.add_argument(
+        "--mcu", choices=("atmega328p", "cortex-m4"), help="c: refuse a step that does not fit this microcontroller"
+    )
+    with_command(export, "export", cmd_export)
+
+
+def cmd_export(args) -> int:
+    from ..export import ExportError, export, summary
+
+    try:
+        report = export(
+            args.path,
+            args.format,
+            args.out,
+            int8=args.int8,
+            name=args.name,
+            measure=not args.no_measure,
+            latency_steps=args.latency_steps,
+            mcu=args.mcu,
+        )
+    except ExportError as error:
+        print(f"ltdrnn export: {error}", file=sys.stderr)
+        return 2
+    print(summary(report))
+    print(f"written: {report['out']} (report.json, report.md)")
+    return 0
