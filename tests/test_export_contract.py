@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ltdrnn.cli import main
-from ltdrnn.export import ExportError, StreamingStep, c_build, contract, export
+from ltdrnn.export import ExportError, StreamingStep, c_build, contract, devices, export
 from ltdrnn.export.c_export import check_name
 from test_export import make_model, needs_cc, sequences
 
@@ -221,3 +221,33 @@ def test_mcu_refuses_a_model_that_does_not_fit(tmp_path):
     report = export(make_model("fastgrnn", {}, hidden=8), "c", tmp_path / "small", measure=False, mcu="atmega328p")
     assert report["fits"]["atmega328p"]["fp32"]["fits"] is True
     assert re.search(r"atmega328p: fp32 fits", (tmp_path / "small" / "report.md").read_text())
+
+
+def test_device_table_user_mistakes_exit_2(tmp_path, capsys):
+    assert main(["device-table", str(tmp_path / "nowhere")]) == 2
+    error = capsys.readouterr().err
+    assert "nowhere" in error and "Traceback" not in error and len(error.strip().splitlines()) == 1
+    assert main(["device-table", str(tmp_path), "--sequences", "0"]) == 2
+
+
+@pytest.mark.slow
+@needs_cc
+@pytest.mark.skipif(
+    devices.missing("avr") is not None or devices.missing("cortex-m4") is not None,
+    reason="AVR or ARM toolchain missing (.ci/install-device-toolchains installs them)",
+)
+def test_device_table_measures_a_standardised_run_from_its_raw_series(standardised_run, tmp_path, capsys):
+    """The table feeds each simulated chip the raw series (the C standardises them) and the integer step
+    NAME_quantise's output; both agree with eager PyTorch."""
+    run_dir, record, _ = standardised_run
+    assert main(["device-table", str(run_dir), "--sequences", "4", "--json", str(tmp_path / "table.json")]) == 0
+    (row,) = json.loads((tmp_path / "table.json").read_text())
+    assert row["cell"] == "gru" and row["sequences"] == 4
+    for kind in ("fp32", "int8"):
+        for chip in ("atmega328p", "cortex-m4"):
+            measured = row[kind][chip]
+            assert measured["agreement"] == 1.0 and measured["steps"] == 4 * 24
+            assert 0 < measured["stack"] <= measured["ram"] and measured["flash"] > row[kind]["weight_bytes"]
+    assert row["int8"]["atmega328p"]["cycles_per_step"] < row["fp32"]["atmega328p"]["cycles_per_step"]
+    printed = capsys.readouterr().out
+    assert "| gru H=8 | fp32 |" in printed and "|  | int8 |" in printed

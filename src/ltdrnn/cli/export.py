@@ -25,6 +25,14 @@ def add_commands(sub) -> None:
         "--mcu", choices=("atmega328p", "cortex-m4"), help="c: refuse a step that does not fit this microcontroller"
     )
     with_command(export, "export", cmd_export)
+    table = sub.add_parser(
+        "device-table",
+        help="run trained runs' C steps (fp32, int8) on a simulated ATmega328P and Cortex-M4; print the table",
+    )
+    table.add_argument("runs", nargs="+", help="run directories")
+    table.add_argument("--sequences", type=int, help="the first N test sequences (default: all)")
+    table.add_argument("--json", help="write every number to this file")
+    with_command(table, "device-table", cmd_device_table)
 
 
 def cmd_export(args) -> int:
@@ -46,4 +54,25 @@ def cmd_export(args) -> int:
         return 2
     print(summary(report))
     print(f"written: {report['out']} (report.json, report.md)")
+    return 0
+
+
+def cmd_device_table(args) -> int:
+    import json
+    from pathlib import Path
+
+    from ..export import ExportError
+    from ..export.device_table import markdown, measure_runs
+
+    if args.sequences is not None and args.sequences < 1:
+        print(f"ltdrnn device-table: sequences: expected a positive integer, got {args.sequences}", file=sys.stderr)
+        return 2
+    try:
+        rows = measure_runs(args.runs, args.sequences)
+    except ExportError as error:
+        print(f"ltdrnn device-table: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    print(markdown(rows))
     return 0

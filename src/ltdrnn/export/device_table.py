@@ -1,6 +1,6 @@
 """Measure trained runs on the simulated microcontrollers: the table of docs/deployment.md.
 
-    python -m ltdrnn.export.device_table RUN_DIR [RUN_DIR ...] [--sequences N] [--json FILE]
+    ltdrnn device-table RUN_DIR [RUN_DIR ...] [--sequences N] [--json FILE]     (ltdrnn.cli.export)
 
 For every run: the float and the integer C step (``generate_c`` with the run's contract, so the float step
 standardises its raw input itself and the integer step takes ``NAME_quantise``'s int16 input), each on the
@@ -12,9 +12,7 @@ table; ``--json`` keeps every number.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import sys
 import time
 from pathlib import Path
@@ -144,23 +142,9 @@ def _device(result: Dict[str, Any], speed: str) -> List[str]:
     return [f"{result['flash']:,} B", f"{result['ram']:,} B ({result['stack']})", pace]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ltdrnn.export.device_table", description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run directories (ltdrnn train --run-dir)")
-    parser.add_argument("--sequences", type=int, help="the first N test sequences (default: all)")
-    parser.add_argument("--json", help="write every number here")
-    args = parser.parse_args(argv)
+def measure_runs(runs: List[str], sequences: int | None = None) -> List[Dict[str, Any]]:
+    """:func:`measure_run` for every run directory, built in one temporary directory."""
     import tempfile
 
-    rows = []
     with tempfile.TemporaryDirectory(prefix="ltdrnn-table-") as work:
-        for run in args.runs:
-            rows.append(measure_run(run, args.sequences, Path(work)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    print(markdown(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return [measure_run(run, sequences, Path(work)) for run in runs]
