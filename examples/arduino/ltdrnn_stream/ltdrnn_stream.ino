@@ -22,7 +22,8 @@
 #endif
 
 static const char *const class_names[] = {MODEL_CLASS_NAMES};
-static MODEL_value_t state[MODEL_STATE_SIZE], out[MODEL_OUTPUT_SIZE];
+static MODEL_state_t state[MODEL_STATE_SIZE];
+static MODEL_value_t out[MODEL_OUTPUT_SIZE];
 static char line[16 * MODEL_INPUT_SIZE + 8];
 static unsigned char used = 0;
 static long steps = 0;

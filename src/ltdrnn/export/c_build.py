@@ -20,6 +20,7 @@ from .c_export import CSource, generate_c
 from .step import ExportError, StreamingStep
 
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror")
+STATE_DTYPES = {"float": np.float32, "int16_t": np.int16, "int32_t": np.int32}
 
 
 def find_compiler() -> str | None:
@@ -55,17 +56,18 @@ def load_library(source: Path, name: str) -> ctypes.CDLL:
 def library_step(library: ctypes.CDLL, generated: CSource, state_size: int, output_size: int):
     """``(x_t (B, d), state (B, S)) -> (y (B, o), state)`` calling ``NAME_step`` row by row (numpy, float32
     in and out). For the integer step the input goes through ``NAME_quantise`` and the output is scaled
-    back by ``2^-OUTPUT_FRAC``; its state is the int16 state."""
+    back by ``2^-OUTPUT_FRAC``; its state is the C state (int16 or int32)."""
     name = generated.name
     function = getattr(library, f"{name}_step")
     function.argtypes = [ctypes.c_void_p] * 3
     function.restype = None
     quantise = getattr(library, f"{name}_quantise", None) if generated.int8 else None
     value = np.int16 if generated.int8 else np.float32
+    state_dtype = STATE_DTYPES[generated.state_type]
 
     def run(x_t, state):
         x_t = np.ascontiguousarray(x_t, dtype=np.float32)
-        state = np.array(state, dtype=value, order="C")  # a copy: the C step updates it in place
+        state = np.array(state, dtype=state_dtype, order="C")  # a copy: the C step updates it in place
         y = np.empty((x_t.shape[0], output_size), dtype=value)
         x_q = np.empty(x_t.shape[1], dtype=np.int16)
         for b in range(x_t.shape[0]):
@@ -83,9 +85,9 @@ def library_step(library: ctypes.CDLL, generated: CSource, state_size: int, outp
 
 
 def initial_state(library: ctypes.CDLL, generated: CSource, state_size: int, batch: int) -> np.ndarray:
-    """``(B, S)``: the state ``NAME_init`` writes (int16 for the integer step)."""
+    """``(B, S)``: the state ``NAME_init`` writes (int16 or int32 for the integer step)."""
     function = getattr(library, f"{generated.name}_init")
-    state = np.zeros(state_size, dtype=np.int16 if generated.int8 else np.float32)
+    state = np.zeros(state_size, dtype=STATE_DTYPES[generated.state_type])
     function(ctypes.c_void_p(state.ctypes.data))
     return np.tile(state, (batch, 1))
 
@@ -110,7 +112,8 @@ _BENCH = """#define _POSIX_C_SOURCE 199309L
 
 int main(void)
 {{
-    static {upper}_value_t x[{upper}_INPUT_SIZE], state[{upper}_STATE_SIZE], out[{upper}_OUTPUT_SIZE];
+    static {upper}_value_t x[{upper}_INPUT_SIZE], out[{upper}_OUTPUT_SIZE];
+    static {upper}_state_t state[{upper}_STATE_SIZE];
     double sink = 0.0;
     struct timespec start, stop;
     {name}_init(state);

@@ -128,8 +128,24 @@ class Emitter:
             return _offset(self.pointer(value.args[0]), value.attrs["offset"])
         raise AssertionError(f"{value} is not stored contiguously ({kind})")
 
+    def value_type_at(self, value: Value) -> str:
+        """The C element type of the array ``value`` is read from."""
+        storage = self.plan.storage[value.index]
+        if storage.kind in ("state", "slot"):
+            return self.dialect.state_type
+        if storage.kind == "view":
+            return self.value_type_at(value.args[0])
+        if storage.kind == "buffer":
+            return self.dialect.buffer_type(self.plan.kinds.get(storage.buffer))
+        if storage.kind in ("input", "output"):
+            return self.dialect.ctype
+        return self.dialect.value_type(value)
+
     def body(self) -> List[str]:
-        lines = [f"{self.dialect.ctype} {name}[{size}];" for name, size in self.plan.buffers.items()]
+        lines = [
+            f"{self.dialect.buffer_type(self.plan.kinds.get(name))} {name}[{size}];"
+            for name, size in self.plan.buffers.items()
+        ]
         for unit in self.plan.units:
             if unit.kind == "vector":
                 value = unit.values[0]
@@ -140,7 +156,7 @@ class Emitter:
                 expression = self.dialect.element(value, self)
                 storage = self.plan.storage[value.index]
                 if storage.kind == "local":
-                    lines.append(f"    const {self.dialect.ctype} {value.name} = {expression};")
+                    lines.append(f"    const {self.dialect.value_type(value)} {value.name} = {expression};")
                 else:
                     lines.append(f"    {self.ref(value, 'j')} = {expression};")
             lines.append("}")
@@ -149,22 +165,30 @@ class Emitter:
         return lines
 
     def _store(self, kind: str, part, value: Value) -> List[str]:
-        ctype, size = self.dialect.ctype, part.size
+        ctype, size = self.dialect.state_type, part.size
         source = self.pointer(value)
-        if kind == "write":
-            return [f"memcpy({_offset('state', part.offset)}, {source}, sizeof({ctype}) * {size});"]
         last = part.offset + (part.rows - 1) * size
+        target = part.offset if kind == "write" else last
+        if self.dialect.value_type(value) != ctype:  # a narrower value into a wider state: element by element
+            copy = [f"for (int j = 0; j < {size}; ++j) state[{target} + j] = {source}[j];"]
+        else:
+            copy = [f"memcpy({_offset('state', target)}, {source}, sizeof({ctype}) * {size});"]
+        if kind == "write":
+            return copy
         lines = []
         if part.rows > 1:
             lines.append(
                 f"memmove({_offset('state', part.offset)}, {_offset('state', part.offset + size)}, "
                 f"sizeof({ctype}) * {(part.rows - 1) * size});"
             )
-        return lines + [f"memcpy({_offset('state', last)}, {source}, sizeof({ctype}) * {size});"]
+        return lines + copy
 
     @property
     def scratch_bytes(self) -> int:
-        return sum(self.plan.buffers.values()) * self.dialect.value_bytes
+        buffers = sum(
+            size * self.dialect.kind_bytes(self.plan.kinds.get(name)) for name, size in self.plan.buffers.items()
+        )
+        return buffers + self.dialect.block_bytes
 
 
 def _offset(pointer: str, offset: int) -> str:

@@ -4,11 +4,12 @@ The model is described once as a graph (``cells_ir.py``), scheduled into loops (
 written in one of two dialects (``c_emit.py``): float32 (``c_float.py``), or integer (``int8=True``,
 ``c_fixed.py``: int8 weights, int16 values, int32 sums, no float on the step). The API::
 
-    void NAME_init(NAME_value_t *state);                                   /* at every sequence start */
-    void NAME_step(const NAME_value_t *x, NAME_value_t *state, NAME_value_t *out);   /* one time step */
+    void NAME_init(NAME_state_t *state);                                   /* at every sequence start */
+    void NAME_step(const NAME_value_t *x, NAME_state_t *state, NAME_value_t *out);   /* one time step */
     void NAME_quantise(const float *x, int16_t *x_q);          /* integer export: the input's int16 form */
 
-``NAME_value_t`` is ``float`` or ``int16_t``; ``state`` has the layout of
+``NAME_value_t`` is ``float`` or ``int16_t``, ``NAME_state_t`` ``float``, ``int16_t`` or ``int32_t`` (an integer
+state that accumulates, see ``c_fixed.py``); ``state`` has the layout of
 :class:`~ltdrnn.export.step.StreamingStep`'s packed state. No ``malloc``, no mutable static data (scratch
 is on the stack, of compile-time size), constants in flash behind one storage macro (``LTDRNN_FLASH``).
 The header states the input/output contract and the flash, RAM and stack the model needs, and stops
@@ -32,7 +33,8 @@ from .step import ExportError, StreamingStep
 
 #: stack a step needs beyond its scratch arrays (saved registers, call frames of the helpers); the
 #: device tests hold the measured stack of every model against it (AVR and Cortex-M4)
-FRAME_ALLOWANCE = 96
+FRAME_ALLOWANCE = 128
+STATE_BYTES = {"float": 4, "int16_t": 2, "int32_t": 4}
 
 RESERVED = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -56,6 +58,7 @@ class CSource:
     header: str
     source: str
     int8: bool
+    state_type: str  # the C type of the state's elements: float, int16_t, or int32_t (accumulating states)
     weight_bytes: int
     flash_bytes: int
     state_bytes: int
@@ -104,13 +107,13 @@ def generate_c(
     """
     check_name(name)
     graph = build_graph(step)
-    plan = schedule.plan(graph)
     if int8:
         if calibration is None:
             raise ExportError("int8: the integer C step needs calibration inputs (the run's training split)")
         dialect = FixedDialect(graph, ir.value_ranges(graph, calibration))
     else:
         dialect = FloatDialect()
+    plan = schedule.plan(graph, dialect.kind)
     contract = contract or {}
     scaling = (contract.get("input") or {}).get("channel")
     emitter = Emitter(graph, plan, dialect)
@@ -126,7 +129,7 @@ def generate_c(
     costs = {
         "weight_bytes": weight_bytes,
         "flash_bytes": flash,
-        "state_bytes": dialect.value_bytes * graph.state_size,
+        "state_bytes": STATE_BYTES[dialect.state_type] * graph.state_size,
         "scratch_bytes": scratch,
         "stack_bytes": scratch + FRAME_ALLOWANCE,
     }
@@ -137,6 +140,7 @@ def generate_c(
         name=name,
         what=what,
         ctype=dialect.ctype,
+        state=dialect.state_type,
         macros=STORAGE_MACROS,
         shift_check=f"typedef char {name}_needs_arithmetic_shift[(-2 >> 1) == -1 ? 1 : -1];\n\n" if int8 else "",
         helpers=helpers,
@@ -148,7 +152,7 @@ def generate_c(
     extra = {}
     if int8:
         extra = {"input_frac": dialect.input_frac, "output_frac": dialect.output_frac}
-    return CSource(name, header, source, int8, **costs, **extra)
+    return CSource(name, header, source, int8, dialect.state_type, **costs, **extra)
 
 
 def _describe(step: StreamingStep, int8: bool) -> str:
@@ -209,10 +213,10 @@ def _header(name, step, int8, what, costs, contract, dialect) -> str:
     names = contract.get("classes") or [f"y{k}" for k in range(step.output_size)]
     lines.append(f"#define {upper}_CLASS_NAMES " + ", ".join(_c_string(n) for n in names))
     ram, flash = defines["RAM_BYTES"], defines["FLASH_BYTES"]
-    api = [f"void {name}_init({upper}_value_t *state);"]
+    api = [f"void {name}_init({upper}_state_t *state);"]
     if int8:
         api.append(f"void {name}_quantise(const float *x, int16_t *x_q);")
-    api.append(f"void {name}_step(const {upper}_value_t *x, {upper}_value_t *state, {upper}_value_t *out);")
+    api.append(f"void {name}_step(const {upper}_value_t *x, {upper}_state_t *state, {upper}_value_t *out);")
     return _HEADER.format(
         name=name,
         upper=upper,
@@ -220,6 +224,7 @@ def _header(name, step, int8, what, costs, contract, dialect) -> str:
         contract=_contract_comment(contract, int8, upper),
         defines="\n".join(lines),
         ctype="int16_t" if int8 else "float",
+        state_type=dialect.state_type,
         api="\n".join(api),
         ram=ram,
         flash=flash,
@@ -271,7 +276,7 @@ def _contract_comment(contract: Dict[str, Any], int8: bool, upper: str) -> str:
 _HEADER = """/* {name}: one streaming step of a ltdrnn model ({what}).
  * Generated by ltdrnn's C exporter; C99, no malloc, no mutable static data. Batch 1.
  *
- *   {upper}_value_t state[{upper}_STATE_SIZE], out[{upper}_OUTPUT_SIZE];
+ *   {upper}_state_t state[{upper}_STATE_SIZE];  {upper}_value_t out[{upper}_OUTPUT_SIZE];
  *   {name}_init(state);                      at the start of every sequence
  *   for each time step: {name}_step(x, state, out);   out: the head's output after this step
  *
@@ -290,7 +295,8 @@ _HEADER = """/* {name}: one streaming step of a ltdrnn model ({what}).
 
 {defines}
 
-typedef {ctype} {upper}_value_t;
+typedef {ctype} {upper}_value_t;  /* input, output */
+typedef {state_type} {upper}_state_t;  /* state (int32_t where an integer state accumulates) */
 
 #if defined(__AVR__)
 #  include <avr/io.h>
@@ -337,12 +343,12 @@ _SOURCE = """/* {name}: generated by ltdrnn's C exporter ({what}). */
 
 {helpers}
 
-void {name}_init({ctype} *state)
+void {name}_init({state} *state)
 {{
     {init}
 }}
 
-{quantise}void {name}_step(const {ctype} *x, {ctype} *state, {ctype} *out)
+{quantise}void {name}_step(const {ctype} *x, {state} *state, {ctype} *out)
 {{
 {body}
 }}

@@ -23,10 +23,27 @@ BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div
 
 
 class FloatDialect:
-    ctype = "float"
+    ctype = state_type = "float"
     value_bytes = 4
     zero = "0.0f"
     int8 = False
+    block_bytes = 0  # no vector operation declares arrays of its own
+
+    @staticmethod
+    def kind(value: Value) -> None:
+        return None
+
+    @staticmethod
+    def value_type(value: Value) -> str:
+        return "float"
+
+    @staticmethod
+    def buffer_type(kind) -> str:
+        return "float"
+
+    @staticmethod
+    def kind_bytes(kind) -> int:
+        return 4
 
     def __init__(self) -> None:
         self.constants = Constants()

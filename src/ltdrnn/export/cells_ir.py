@@ -191,26 +191,20 @@ def _sarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
     return h_new
 
 
-def _apply_a(g: Graph, cell, delta: Value) -> Value:
-    """``(A + I) delta`` for TARNN's fixed ``A`` (``-I``, ``-2 I``, or coupled): the ``-delta`` of the
-    identity part is written by the caller. Returns None when ``A = -I``."""
+def _apply_a(g: Graph, cell, z: Value) -> Value:
+    """``A z`` for TARNN's fixed ``A`` (``-c I``, or coupled: ``-z + upper(z)``)."""
     a = cell.A.detach().double().cpu().numpy()
-    off = a - np.diag(np.diag(a))
-    diagonal = np.diag(a) + 1.0
-    result = None
-    if np.any(diagonal != 0):
-        if np.all(diagonal == diagonal[0]):
-            result = g.mul(delta, float(diagonal[0]))
-        else:
-            raise ExportError("cell 'tarnn': a diagonal A other than -c I is not supported by the C export")
+    diagonal, off = np.diag(a), a - np.diag(np.diag(a))
+    if not np.all(diagonal == diagonal[0]):
+        raise ExportError("cell 'tarnn': a diagonal A other than -c I is not supported by the C export")
+    result = g.mul(z, float(diagonal[0]))
     if np.any(off != 0):
         half = cell.hidden_size // 2
         coupled = np.zeros_like(a)
         coupled[np.arange(half), np.arange(half) + half] = 1.0
         if not np.array_equal(off, coupled):
             raise ExportError("cell 'tarnn': an A other than identity or coupled is not supported by the C export")
-        shifted = g.upper(delta)
-        result = shifted if result is None else g.add(result, shifted)
+        result = g.add(result, g.upper(z))
     return result
 
 
@@ -220,22 +214,26 @@ def _tarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
     hidden = cell.hidden_size
     s = g.read(s_part)
     weight, bias = cell.input_weights()
-    # [c, q, r] = W_in x + b + [B2 + A; W2 + U; U_s] s: the first Euler step's sums (z_0 = s)
-    qa = g.linear([(pre + "w_in", weight, x), (pre + "w_state", cell.state_weights(), s)], bias, pre + "in")
+    # [c, q, r] = W_in x + b + [B2; W2 + U; U_s] s: the linear term without A z (and the code reading's
+    # damping -s), the pre-activation of the first Euler step (z_0 = s) and beta's. A z and -s are kept
+    # apart, elementwise on z = s + delta: near equilibrium G is a small difference of terms of the size of
+    # the state, and the integer step computes those in the state's own (wide) precision.
+    first = torch.cat([cell.weight_B2, cell.state_weights()[hidden:]])
+    qa = g.linear([(pre + "w_in", weight, x), (pre + "w_state", first, s)], bias, pre + "in")
     c, q, r = (g.slice(qa, k * hidden, hidden) for k in range(3))
     beta = g.act("sigmoid", r)
     inside = cell.gate == "inside"
     etas = cell.steps.values().detach().double().tolist()
     delta = None  # z_k = s + delta_k, delta_0 = 0
     for k, eta in enumerate(etas):
-        # G_k = phi(q + U delta_k) + c + A delta_k
-        arg = q if delta is None else g.linear([(f"{pre}u{k}", cell.weight_U, delta)], addend=q)
-        grad = g.add(g.act(cell.activation, arg), c)
-        if delta is not None:
-            grad = g.sub(grad, delta)
-            extra = _apply_a(g, cell, delta)
-            grad = grad if extra is None else g.add(grad, extra)
-        change = g.mul(g.mul(beta, grad) if inside else grad, eta)
+        # G_k = phi(q + U delta_k) + c + A z_k (- s with the code reading's damping)
+        arg = q if delta is None else g.linear([(pre + "u", cell.weight_U, delta)], addend=q)
+        z = s if delta is None else g.add(s, delta)
+        grad = g.add(g.add(g.act(cell.activation, arg), c), _apply_a(g, cell, z))
+        if cell.damping:
+            grad = g.sub(grad, s)
+        # eta first: eta G is the step's small change (a finer integer format than G's)
+        change = g.mul(beta, g.mul(grad, eta)) if inside else g.mul(grad, eta)
         delta = change if delta is None else g.add(delta, change)
     s_new = g.add(s, delta if inside else g.mul(beta, delta))
     g.write(s_part, s_new)
@@ -244,14 +242,12 @@ def _tarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 @builds("irnn")
 def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
-    from ..cells.fused.irnn import dense_operator
     from ..cells.irnn import READINGS
 
     (h_part,) = parts
     h = g.read(h_part)
     weight, bias = cell.input_map()
     first, second = cell.recurrent_operator()
-    m = first if second is None else dense_operator(first, second)
     c = g.linear([(pre + "w_in", weight, x)], bias, pre + "in")
     with torch.no_grad():
         alpha = _number(cell.alpha())
@@ -259,7 +255,12 @@ def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
     # in y = g + h_{t-1}: y_0 = start h, y_{i+1} = y_i + eta_i (phi(M y_i + c) - alpha y_i), h_t = y_K - keep h
     y = h if start == 1.0 else g.mul(h, start)
     for i, eta in enumerate(cell.steps.values().detach().double().tolist()):
-        drive = g.act(cell.activation, g.linear([(f"{pre}m{i}", m, y)], addend=c))
+        if second is None:  # dense M
+            pre_activation = g.linear([(pre + "m", first, y)], addend=c)
+        else:  # M = I + V' H: the identity exact, the low-rank factors stored (and rounded) on their own
+            low = g.linear([(pre + "m_v", first, g.linear([(pre + "m_h", second, y)]))], addend=c)
+            pre_activation = g.add(y, low)
+        drive = g.act(cell.activation, pre_activation)
         y = g.add(g.mul(y, 1.0 - eta * alpha), g.mul(drive, eta))
     h_new = y if keep == 0.0 else g.sub(y, g.mul(h, keep))
     g.write(h_part, h_new)

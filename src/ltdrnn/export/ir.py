@@ -83,6 +83,7 @@ class Graph:
         self.writes: List[Tuple[str, StatePart, Value]] = []  # ("write" | "push", part, value)
         self.result: Optional[Value] = None
         self.labels: set = set()
+        self.matrices: Dict[str, np.ndarray] = {}  # a matrix used by several linear maps is stored once
         self.x = self._add("input", input_size)
 
     # ---- building --------------------------------------------------------------------------------
@@ -122,7 +123,11 @@ class Graph:
             if w.ndim != 2 or w.shape[1] != vector.size or rows not in (None, w.shape[0]):
                 raise AssertionError(f"{name}: matrix {w.shape} does not fit {vector} / {rows} rows")
             rows = w.shape[0]
-            built.append(Term(self._label(name), w))
+            if name in self.matrices and np.array_equal(self.matrices[name], w):
+                w = self.matrices[name]  # the same matrix again (an Euler step's U): one copy in the C
+            else:
+                self.matrices[self._label(name)] = w
+            built.append(Term(name, w))
             inputs.append(vector)
         b = None if bias is None else _array(bias).reshape(-1)
         if addend is not None:

@@ -17,7 +17,7 @@ Both C dialects (float and integer) share this plan, so they differ only in how 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .ir import ELEMENTWISE, Graph, StatePart, Value
 
@@ -49,6 +49,7 @@ class Plan:
     units: List[Unit]
     storage: Dict[int, Storage]
     buffers: Dict[str, int]  # stack array name -> length
+    kinds: Dict[str, object] = field(default_factory=dict)  # stack array name -> its element kind
     copies: List[Tuple[str, StatePart, Value]] = field(default_factory=list)  # writes done after the loops
 
     def view_source(self, value: Value) -> Value:
@@ -88,7 +89,9 @@ def _order(graph: Graph) -> List[List[Value]]:
     return phases
 
 
-def plan(graph: Graph) -> Plan:
+def plan(graph: Graph, kind: Callable[[Value], object] = lambda value: None) -> Plan:
+    """The units and storage of ``graph``; ``kind(value)`` names a value's element type (buffers are
+    reused only within one kind)."""
     units: List[Unit] = []
     for phase in _order(graph):
         fresh = True  # a loop never spans two phases: a later phase may read its values through views
@@ -100,10 +103,10 @@ def plan(graph: Graph) -> Plan:
                     units.append(Unit("loop", [], value.size))
                     fresh = False
                 units[-1].values.append(value)
-    return _assign(graph, units)
+    return _assign(graph, units, kind)
 
 
-def _assign(graph: Graph, units: List[Unit]) -> Plan:
+def _assign(graph: Graph, units: List[Unit], kind: Callable[[Value], object]) -> Plan:
     where: Dict[int, int] = {}  # value index -> unit index
     for position, unit in enumerate(units):
         for value in unit.values:
@@ -138,13 +141,15 @@ def _assign(graph: Graph, units: List[Unit]) -> Plan:
     free: List[str] = []
     live: Dict[str, int] = {}  # buffer -> index of the value it holds
 
-    def take(size: int) -> str:
+    kinds: Dict[str, object] = {}
+
+    def take(value: Value) -> str:
         for name in free:
-            if buffers[name] == size:
+            if buffers[name] == value.size and kinds[name] == kind(value):
                 free.remove(name)
                 return name
         name = f"b{len(buffers)}"
-        buffers[name] = size
+        buffers[name], kinds[name] = value.size, kind(value)
         return name
 
     def reads_in(unit: Unit, value: Value) -> List[Tuple[int, bool]]:
@@ -167,7 +172,7 @@ def _assign(graph: Graph, units: List[Unit]) -> Plan:
     def reusable(value: Value, position: int, statement: int) -> Optional[str]:
         """The buffer of a dying operand that this loop reads element by element, last by ``statement``."""
         for name, index in live.items():
-            if buffers[name] == value.size and last_use[index] == position:
+            if buffers[name] == value.size and kinds[name] == kind(value) and last_use[index] == position:
                 if element_by_element(units[position], graph.values[index], statement):
                     del live[name]
                     return name
@@ -186,7 +191,7 @@ def _assign(graph: Graph, units: List[Unit]) -> Plan:
                 if not outside and value.index not in written:
                     storage[value.index] = Storage("local")
                     continue
-            name = (reusable(value, position, statement) if unit.kind == "loop" else None) or take(value.size)
+            name = (reusable(value, position, statement) if unit.kind == "loop" else None) or take(value)
             live[name] = value.index
             storage[value.index] = Storage("buffer", name)
         for name, index in list(live.items()):
@@ -194,4 +199,4 @@ def _assign(graph: Graph, units: List[Unit]) -> Plan:
                 del live[name]
                 free.append(name)
     copies = [(kind, part, value) for kind, part, value in graph.writes if storage[value.index].kind != "slot"]
-    return Plan(units, storage, buffers, copies)
+    return Plan(units, storage, buffers, kinds, copies)

@@ -69,7 +69,8 @@ static char *decimal(char *to, uint32_t value)
     return to;
 }
 
-static VALUE_T state[STATE_SIZE], out[OUTPUT_SIZE];
+static STATE_T state[STATE_SIZE];
+static VALUE_T out[OUTPUT_SIZE];
 
 int main(void)
 {

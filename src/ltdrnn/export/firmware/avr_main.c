@@ -35,7 +35,8 @@ static void write_bytes(const void *from, uint16_t count)
 
 static uint16_t stack_pointer(void) { return (uint16_t)SP; }
 
-static VALUE_T state[STATE_SIZE], x[INPUT_SIZE], out[OUTPUT_SIZE];
+static STATE_T state[STATE_SIZE];
+static VALUE_T x[INPUT_SIZE], out[OUTPUT_SIZE];
 
 int main(void)
 {
