@@ -6,7 +6,8 @@ ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
 ltdrnn report [--store DB] [--out report] [--study NAME]
 ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
 ltdrnn list cells|tasks|presets
-ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR]
+ltdrnn export RUN_DIR|CHECKPOINT --format onnx|pt2|c [--int8] [--out DIR] [--mcu atmega328p|cortex-m4]
+ltdrnn device-table RUN_DIR... [--sequences N] [--json FILE]
 ltdrnn bench [--cells ...] [--quick]                  speed against nn.LSTM / nn.GRU
 ltdrnn sweep run|report|list                          Optuna sweeps
 ltdrnn reproduce list|run|report|check                the papers' claims -> REPRODUCTION.md

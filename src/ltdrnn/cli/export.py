@@ -14,12 +14,25 @@ def add_commands(sub) -> None:
     )
     export.add_argument("path", help="run directory or checkpoint file")
     export.add_argument("--format", required=True, choices=("onnx", "pt2", "c"))
-    export.add_argument("--int8", action="store_true", help="int8 weights per output channel (onnx, c)")
+    export.add_argument(
+        "--int8", action="store_true", help="c: integer step (int8 weights, int16 values); onnx: int8 weights"
+    )
     export.add_argument("--out", help="export directory (default: RUN_DIR/export-FORMAT[-int8])")
     export.add_argument("--name", help="file base name and C symbol prefix (default: ltdrnn_CELL)")
     export.add_argument("--no-measure", action="store_true", help="write the files only (no parity/latency)")
     export.add_argument("--latency-steps", type=int, default=20000, help="timed steps per latency figure")
+    export.add_argument(
+        "--mcu", choices=("atmega328p", "cortex-m4"), help="c: refuse a step that does not fit this microcontroller"
+    )
     with_command(export, "export", cmd_export)
+    table = sub.add_parser(
+        "device-table",
+        help="run trained runs' C steps (fp32, int8) on a simulated ATmega328P and Cortex-M4; print the table",
+    )
+    table.add_argument("runs", nargs="+", help="run directories")
+    table.add_argument("--sequences", type=int, help="the first N test sequences (default: all)")
+    table.add_argument("--json", help="write every number to this file")
+    with_command(table, "device-table", cmd_device_table)
 
 
 def cmd_export(args) -> int:
@@ -34,10 +47,32 @@ def cmd_export(args) -> int:
             name=args.name,
             measure=not args.no_measure,
             latency_steps=args.latency_steps,
+            mcu=args.mcu,
         )
     except ExportError as error:
         print(f"ltdrnn export: {error}", file=sys.stderr)
         return 2
     print(summary(report))
     print(f"written: {report['out']} (report.json, report.md)")
+    return 0
+
+
+def cmd_device_table(args) -> int:
+    import json
+    from pathlib import Path
+
+    from ..export import ExportError
+    from ..export.device_table import markdown, measure_runs
+
+    if args.sequences is not None and args.sequences < 1:
+        print(f"ltdrnn device-table: sequences: expected a positive integer, got {args.sequences}", file=sys.stderr)
+        return 2
+    try:
+        rows = measure_runs(args.runs, args.sequences)
+    except ExportError as error:
+        print(f"ltdrnn device-table: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    print(markdown(rows))
     return 0

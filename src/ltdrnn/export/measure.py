@@ -26,7 +26,13 @@ def as_numpy(value) -> np.ndarray:
 
 
 def parity(
-    model: nn.Module, step: StreamingStep, run: StepFunction, task, split: str = "test", batch_size: int = 256
+    model: nn.Module,
+    step: StreamingStep,
+    run: StepFunction,
+    task,
+    split: str = "test",
+    batch_size: int = 256,
+    init: Optional[Callable[[int], np.ndarray]] = None,
 ) -> Dict[str, Optional[float]]:
     """Max absolute output error and, for a classifier, prediction agreement and accuracies.
 
@@ -39,7 +45,8 @@ def parity(
     order), and ``eager_rounding_error`` is how far eager float32 itself is from the same model in float64
     (the rounding any float32 implementation has; it grows with the outputs and the sequence length).
     The last four are None for a regressor (no class predictions). Agreement and accuracies are
-    fractions in [0, 1]; ``accuracy_delta = accuracy_export - accuracy_eager``.
+    fractions in [0, 1]; ``accuracy_delta = accuracy_export - accuracy_eager``. ``init(B)`` gives the
+    exported step's initial state (default: the step's own, float32; the integer C step has its own).
     """
     dataset = task.dataset(split)
     eager, reference, exact, exported, labels = [], [], [], [], []
@@ -53,7 +60,7 @@ def parity(
             eager.append(as_numpy(model(x, lengths)))
             reference.append(as_numpy(reference_model(x, lengths)))
             exact.append(as_numpy(exact_model(x.double(), lengths)))
-        state = as_numpy(step.init_state(x.shape[0])).astype(np.float32)
+        state = init(x.shape[0]) if init is not None else as_numpy(step.init_state(x.shape[0])).astype(np.float32)
         exported.append(
             run_sequences(wrapped, state, as_numpy(x).astype(np.float32), None if lengths is None else lengths.tolist())
         )

@@ -7,8 +7,10 @@ width of the packed state (every layer's state tensors, each flattened per seque
 
 It is built from the library's own contract: for every layer ``cell.step(cell.precompute(x_t), state)``
 (the reference step, which has no compiled fast path and so traces into an exported graph), then the
-model's head on the top layer's output. Fed the steps of a sequence, ``y_t`` at the sequence's last
-true step is what :class:`~ltdrnn.models.SequenceModel` returns for a terminal head.
+model's pooling and head on the top layer's output. Fed the steps of a sequence, ``y_t`` at the
+sequence's last true step is what :class:`~ltdrnn.models.SequenceModel` returns for a terminal head.
+A pooled head keeps its pool in the state, after the layers' parts: ``max`` the running maximum of the
+top layer's outputs (starting at -inf), ``mean`` their running sum and the step count.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ class StatePart:
         return math.prod(self.shape)
 
 
-def state_layout(cells) -> List[StatePart]:
-    """The packed state's parts, layer by layer, in the order each cell's state tuple holds them."""
+def state_layout(cells, pooling: str = "last") -> List[StatePart]:
+    """The packed state's parts, layer by layer, in the order each cell's state tuple holds them; then
+    the pool of a pooled head (layer ``len(cells)``: ``max`` one part of H, ``mean`` the sum (H) and the
+    count (1))."""
     parts, offset = [], 0
     for layer, cell in enumerate(cells):
         state = cell.init_state(1)
@@ -54,7 +58,14 @@ def state_layout(cells) -> List[StatePart]:
                 )
             parts.append(StatePart(layer, tuple(tensor.shape[1:]), offset))
             offset += parts[-1].size
+    hidden = cells[-1].hidden_size
+    for shape in POOL_PARTS[pooling](hidden):
+        parts.append(StatePart(len(cells), shape, offset))
+        offset += parts[-1].size
     return parts
+
+
+POOL_PARTS = {"last": lambda h: [], "max": lambda h: [(h,)], "mean": lambda h: [(h,), (1,)]}
 
 
 def check_exportable(model) -> None:
@@ -80,6 +91,8 @@ def check_exportable(model) -> None:
             "head (classifier or regressor), whose output at a sequence's last step is the "
             "prediction"
         )
+    if getattr(model, "pooling", "last") not in POOL_PARTS:
+        raise ExportError(f"model.pooling: {model.pooling!r} is not supported by the export (last, max, mean are)")
     state_layout(model.rnn.cells)
 
 
@@ -100,16 +113,25 @@ class StreamingStep(nn.Module):
         check_exportable(model)
         self.model = model.eval()
         self.cells = list(model.rnn.cells)
-        self.parts = state_layout(self.cells)
+        self.pooling = getattr(model, "pooling", "last")
+        self.parts = state_layout(self.cells, self.pooling)
         self.tuple_states = [not isinstance(cell.init_state(1), Tensor) for cell in self.cells]
+        self.tuple_states.append(True)  # the pool's parts, a tuple (empty without pooling)
         self.state_size = sum(p.size for p in self.parts)
         self.input_size = model.embed.in_features if model.embed is not None else model.rnn.input_size
         self.output_size = model.output.out_features
 
     def init_state(self, batch_size: int = 1) -> Tensor:
-        """``(B, S)``: every cell's ``init_state(B)``, packed."""
+        """``(B, S)``: every cell's ``init_state(B)``, then the pool (max: -inf; mean: zeros), packed."""
         p = self.model.output.weight
-        return self.pack([cell.init_state(batch_size, p.device, p.dtype) for cell in self.cells])
+        pool = tuple(
+            torch.full(
+                (batch_size, *part.shape), -math.inf if self.pooling == "max" else 0.0, device=p.device, dtype=p.dtype
+            )
+            for part in self.parts
+            if part.layer == len(self.cells)
+        )
+        return self.pack([cell.init_state(batch_size, p.device, p.dtype) for cell in self.cells] + [pool])
 
     def forward(self, x_t: Tensor, state: Tensor) -> Tuple[Tensor, Tensor]:
         states = self.unpack(state)
@@ -120,12 +142,19 @@ class StreamingStep(nn.Module):
             p_t = tuple(q[0] for q in p) if isinstance(p, tuple) else p[0]
             x, cell_state = cell.step(p_t, cell_state)
             new_states.append(cell_state)
-        return self.model.output(x), self.pack(new_states)
+        pool = states[-1]
+        if self.pooling == "max":
+            pool = (torch.maximum(pool[0], x),)
+            x = pool[0]
+        elif self.pooling == "mean":
+            pool = (pool[0] + x, pool[1] + 1)
+            x = pool[0] / pool[1]
+        return self.model.output(x), self.pack(new_states + [pool])
 
     def unpack(self, state: Tensor) -> List[State]:
         """``(B, S)`` -> one state (tensor or tuple) per layer, shaped as the cells take them."""
         batch = state.shape[0]
-        per_layer: List[list] = [[] for _ in self.cells]
+        per_layer: List[list] = [[] for _ in self.tuple_states]
         for part in self.parts:
             piece = state[:, part.offset : part.offset + part.size].reshape(batch, *part.shape)
             per_layer[part.layer].append(piece)

@@ -244,6 +244,7 @@ class UeaUcrTask(Task):
         train_series = [scaled(s) for s in train.series]
         test_series = [scaled(s) for s in test.series]
         fit, val = stratified_split(train.labels, (1 - val_fraction, val_fraction), split_seed)
+        mean = std = None
         if standardize:  # statistics of the training part only: validation and test stay unseen
             mean, std = channel_statistics([train_series[i] for i in fit])
             train_series = [(s - mean) / std for s in train_series]
@@ -267,6 +268,9 @@ class UeaUcrTask(Task):
                 "classes": train.class_names,
                 "znorm": znorm,
                 "standardize": standardize,
+                # the per-channel statistics, so that a deployed model can apply them to a raw stream
+                "channel_mean": None if mean is None else [float(v) for v in mean],
+                "channel_std": None if std is None else [float(v) for v in std],
                 "val_fraction": val_fraction,
                 "files": {k: str(v) for k, v in files.items()},
             },

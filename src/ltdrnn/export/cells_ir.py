@@ -1,0 +1,334 @@
+"""Each cell the C export handles, written once as an :class:`~ltdrnn.export.ir.Graph` step.
+
+Every builder follows the cell's streaming formulation in the library: the torch.nn equations for LSTM
+and GRU, the residual updates of FastRNN and FastGRNN (low-rank factors kept as two products), SRNN's
+input network and shift, MIST's softmax mix of delayed states, SA-RNN's coordinator and its GRU or LSTM
+candidate, and for TARNN and iRNN the fused forms their fast paths use (``input_weights``/
+``state_weights``/``weight_U``/``steps.values()``; ``input_map``/``recurrent_operator``/``alpha``), so
+options folded into those (TARNN's readings, iRNN's projection and low rank) need no code of their own.
+The Euler loops of TARNN and iRNN are unrolled: each of the K steps has its own step size, and in the
+integer code its own number format.
+
+    build_graph(step: StreamingStep) -> Graph        # the whole model: embedding, layers, pooling, head
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable, Dict, List, Tuple
+
+import numpy as np
+import torch
+
+from .ir import Graph, StatePart, Value
+from .step import ExportError, StreamingStep
+
+Builder = Callable[[Graph, object, str, Value, List[StatePart]], Value]
+BUILDERS: Dict[str, Builder] = {}
+
+
+def builds(*names: str):
+    def add(function: Builder) -> Builder:
+        for name in names:
+            BUILDERS[name] = function
+        return function
+
+    return add
+
+
+def _number(value) -> float:
+    return float(value.detach().double()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def _sigmoid_of(parameter) -> float:
+    return float(torch.sigmoid(parameter.detach().double()))
+
+
+@builds("lstm")
+def _lstm(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    h_part, c_part = parts
+    h, c = g.read(h_part), g.read(c_part)
+    bias = cell.bias_ih + cell.bias_hh if cell.bias else None
+    gates = g.linear([(pre + "w_ih", cell.weight_ih, x), (pre + "w_hh", cell.weight_hh, h)], bias, pre + "lstm")
+    h_new, c_new = _lstm_update(g, cell.hidden_size, gates, h, c)
+    g.write(h_part, h_new)
+    g.write(c_part, c_new)
+    return h_new
+
+
+def _lstm_update(g: Graph, hidden: int, gates: Value, h: Value, c: Value) -> Tuple[Value, Value]:
+    """torch.nn.LSTM's update from the gate sums (i, f, g, o)."""
+    i, f, cand, o = (g.slice(gates, k * hidden, hidden) for k in range(4))
+    c_new = g.add(g.mul(g.act("sigmoid", f), c), g.mul(g.act("sigmoid", i), g.act("tanh", cand)))
+    return g.mul(g.act("sigmoid", o), g.act("tanh", c_new)), c_new
+
+
+@builds("gru")
+def _gru(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    (h_part,) = parts
+    h = g.read(h_part)
+    gi = g.linear([(pre + "w_ih", cell.weight_ih, x)], cell.bias_ih if cell.bias else None, pre + "gi")
+    gh = g.linear([(pre + "w_hh", cell.weight_hh, h)], cell.bias_hh if cell.bias else None, pre + "gh")
+    h_new = _gru_update(g, cell.hidden_size, gi, gh, h)
+    g.write(h_part, h_new)
+    return h_new
+
+
+def _gru_update(g: Graph, hidden: int, gi: Value, gh: Value, h: Value) -> Value:
+    """torch.nn.GRU's update: ``(1 - z) n + z h``."""
+    part = lambda v, k: g.slice(v, k * hidden, hidden)  # noqa: E731
+    r = g.act("sigmoid", g.add(part(gi, 0), part(gh, 0)))
+    z = g.act("sigmoid", g.add(part(gi, 1), part(gh, 1)))
+    n = g.act("tanh", g.add(part(gi, 2), g.mul(r, part(gh, 2))))
+    return g.add(n, g.mul(z, g.sub(h, n)))
+
+
+def _low_rank(g: Graph, label: str, factors, v: Value) -> Tuple[str, object, Value]:
+    """A linear term ``W v`` with ``W`` one matrix or two factors ``W_1 W_2`` (``W_2 v`` first)."""
+    if len(factors) == 1:
+        return label, factors[0], v
+    inner = g.linear([(label + "2", factors[1], v)])
+    return label + "1", factors[0], inner
+
+
+def _fast_preactivation(g: Graph, cell, pre: str, x: Value, h: Value, bias, bias_label: str) -> Value:
+    terms = [_low_rank(g, pre + "w", cell.W, x), _low_rank(g, pre + "u", cell.U, h)]
+    return g.linear(terms, bias, bias_label)
+
+
+@builds("fastrnn")
+def _fastrnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    (h_part,) = parts
+    h = g.read(h_part)
+    a = _fast_preactivation(g, cell, pre, x, h, cell.bias, pre + "a")
+    alpha, beta = _sigmoid_of(cell.alpha), _sigmoid_of(cell.beta)
+    h_new = g.add(g.mul(g.act(cell.nonlinearity, a), alpha), g.mul(h, beta))
+    g.write(h_part, h_new)
+    return h_new
+
+
+@builds("fastgrnn")
+def _fastgrnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    (h_part,) = parts
+    h = g.read(h_part)
+    a = _fast_preactivation(g, cell, pre, x, h, None, "")
+    z = g.act(cell.gate_nonlinearity, g.add(a, g.const(pre + "b_gate", cell.bias_gate)))
+    cand = g.act(cell.update_nonlinearity, g.add(a, g.const(pre + "b_update", cell.bias_update)))
+    zeta, nu = _sigmoid_of(cell.zeta), _sigmoid_of(cell.nu)
+    # (zeta (1 - z) + nu) cand + z h = (zeta + nu) cand + z (h - zeta cand)
+    h_new = g.add(g.mul(cand, zeta + nu), g.mul(z, g.sub(h, g.mul(cand, zeta))))
+    g.write(h_part, h_new)
+    return h_new
+
+
+@builds("srnn")
+def _srnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    (h_part,) = parts
+    h = g.read(h_part)
+    feature = x
+    for index, layer in enumerate(cell.fr_hidden):
+        name = f"{pre}fr{index}"
+        feature = g.act("relu", g.linear([(name + "_w", layer.weight, feature)], layer.bias, name))
+    beta = g.linear([(pre + "out_w", cell.fr_out.weight, feature)], cell.fr_out.bias, pre + "out")
+    if cell.gate:
+        gate = g.linear([(pre + "gate_w", cell.gate_layer.weight, x)], cell.gate_layer.bias, pre + "gate")
+        beta = g.mul(beta, g.act("sigmoid", gate))
+    # h_t = act(roll(h_{t-1}, 1) + beta): unit j reads unit j - 1, unit 0 reads the last
+    h_new = g.act(cell.activation, g.add(g.roll(h), beta))
+    g.write(h_part, h_new)
+    return h_new
+
+
+@builds("mist")
+def _mist(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    (history,) = parts
+    hidden, delays, n = cell.hidden_size, cell.num_delays, cell.history_size
+    split = delays + hidden
+    previous = g.read(history, n - 1)
+    gates = g.linear(
+        [(pre + "w_gates_x", cell.weight_ih[:split], x), (pre + "w_hh", cell.weight_hh, previous)],
+        cell.bias[:split],
+        pre + "gates",
+    )
+    mix = g.softmax(g.slice(gates, 0, delays))
+    # the state 2^i steps back is row N - 2^i of the history (oldest first)
+    delayed = [previous if i == 0 else g.read(history, n - (1 << i)) for i in range(delays)]
+    reset = g.act("sigmoid", g.slice(gates, delays, hidden))
+    mixed = g.mul(g.combine(mix, delayed), reset)
+    h_new = g.act(
+        "tanh",
+        g.linear(
+            [(pre + "w_state_x", cell.weight_ih[split:], x), (pre + "w_mix", cell.weight_mix, mixed)],
+            cell.bias[split:],
+            pre + "state",
+        ),
+    )
+    g.push(history, h_new)
+    return h_new
+
+
+@builds("sarnn")
+def _sarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    hidden = cell.hidden_size
+    h = g.read(parts[0])
+    half = 0.5 * cell.slope  # the coordinator exactly as SARNN.precompute/coordinate scale it
+    coordinator = g.linear(
+        [(pre + "coord_w", cell.coord_weight_ih * half, x)], cell.coord_bias * half + 0.5, pre + "coord"
+    )
+    # u_t = 1[hard_sigmoid(...) > 1/2]; the clamp does not change the decision
+    decision = g.add(coordinator, g.mul(h, g.const(pre + "coord_h", cell.scaled_coord_weight())))
+    gi = g.linear([(pre + "w_ih", cell.weight_ih, x)], cell.bias_ih, pre + "gi")
+    gh = g.linear([(pre + "w_hh", cell.weight_hh, h)], cell.bias_hh, pre + "gh")
+    if cell.recurrence == "gru":
+        h_new = g.select(decision, 0.5, _gru_update(g, hidden, gi, gh, h), h)
+        g.write(parts[0], h_new)
+        return h_new
+    c = g.read(parts[1])
+    h_cand, c_cand = _lstm_update(g, hidden, g.add(gi, gh), h, c)
+    h_new = g.select(decision, 0.5, h_cand, h)
+    g.write(parts[0], h_new)
+    g.write(parts[1], g.select(decision, 0.5, c_cand, c))
+    return h_new
+
+
+def _apply_a(g: Graph, cell, z: Value) -> Value:
+    """``A z`` for TARNN's fixed ``A`` (``-c I``, or coupled: ``-z + upper(z)``)."""
+    a = cell.A.detach().double().cpu().numpy()
+    diagonal, off = np.diag(a), a - np.diag(np.diag(a))
+    if not np.all(diagonal == diagonal[0]):
+        raise ExportError("cell 'tarnn': a diagonal A other than -c I is not supported by the C export")
+    result = g.mul(z, float(diagonal[0]))
+    if np.any(off != 0):
+        half = cell.hidden_size // 2
+        coupled = np.zeros_like(a)
+        coupled[np.arange(half), np.arange(half) + half] = 1.0
+        if not np.array_equal(off, coupled):
+            raise ExportError("cell 'tarnn': an A other than identity or coupled is not supported by the C export")
+        result = g.add(result, g.upper(z))
+    return result
+
+
+@builds("tarnn")
+def _tarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    (s_part,) = parts
+    hidden = cell.hidden_size
+    s = g.read(s_part)
+    weight, bias = cell.input_weights()
+    # [c, q, r] = W_in x + b + [B2; W2 + U; U_s] s: the linear term without A z (and the code reading's
+    # damping -s), the pre-activation of the first Euler step (z_0 = s) and beta's. A z and -s are kept
+    # apart, elementwise on z = s + delta: near equilibrium G is a small difference of terms of the size of
+    # the state, and the integer step computes those in the state's own (wide) precision.
+    first = torch.cat([cell.weight_B2, cell.state_weights()[hidden:]])
+    qa = g.linear([(pre + "w_in", weight, x), (pre + "w_state", first, s)], bias, pre + "in")
+    c, q, r = (g.slice(qa, k * hidden, hidden) for k in range(3))
+    beta = g.act("sigmoid", r)
+    inside = cell.gate == "inside"
+    etas = cell.steps.values().detach().double().tolist()
+    delta = None  # z_k = s + delta_k, delta_0 = 0
+    for k, eta in enumerate(etas):
+        # G_k = phi(q + U delta_k) + c + A z_k (- s with the code reading's damping)
+        arg = q if delta is None else g.linear([(pre + "u", cell.weight_U, delta)], addend=q)
+        z = s if delta is None else g.add(s, delta)
+        grad = g.add(g.add(g.act(cell.activation, arg), c), _apply_a(g, cell, z))
+        if cell.damping:
+            grad = g.sub(grad, s)
+        # eta first: eta G is the step's small change (a finer integer format than G's)
+        change = g.mul(beta, g.mul(grad, eta)) if inside else g.mul(grad, eta)
+        delta = change if delta is None else g.add(delta, change)
+    s_new = g.add(s, delta if inside else g.mul(beta, delta))
+    g.write(s_part, s_new)
+    return s_new
+
+
+@builds("irnn")
+def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    from ..cells.irnn import READINGS
+
+    (h_part,) = parts
+    h = g.read(h_part)
+    weight, bias = cell.input_map()
+    first, second = cell.recurrent_operator()
+    c = g.linear([(pre + "w_in", weight, x)], bias, pre + "in")
+    with torch.no_grad():
+        alpha = _number(cell.alpha())
+    start, keep = READINGS[cell.reading]
+    # in y = g + h_{t-1}: y_0 = start h, y_{i+1} = y_i + eta_i (phi(M y_i + c) - alpha y_i), h_t = y_K - keep h
+    y = h if start == 1.0 else g.mul(h, start)
+    for i, eta in enumerate(cell.steps.values().detach().double().tolist()):
+        if second is None:  # dense M
+            pre_activation = g.linear([(pre + "m", first, y)], addend=c)
+        else:  # M = I + V' H: the identity exact, the low-rank factors stored (and rounded) on their own
+            low = g.linear([(pre + "m_v", first, g.linear([(pre + "m_h", second, y)]))], addend=c)
+            pre_activation = g.add(y, low)
+        drive = g.act(cell.activation, pre_activation)
+        y = g.add(g.mul(y, 1.0 - eta * alpha), g.mul(drive, eta))
+    h_new = y if keep == 0.0 else g.sub(y, g.mul(h, keep))
+    g.write(h_part, h_new)
+    return h_new
+
+
+UNSUPPORTED_OPTIONS: Dict[str, Callable[[object], str | None]] = {
+    "tarnn": lambda c: "eta_per_time_step=True" if c.per_time_step else None,
+    "irnn": lambda c: "eta_per_time_step=True" if c.per_time_step else None,
+}
+
+
+def supported_cells() -> List[str]:
+    """Registry names the C generator handles."""
+    return sorted(BUILDERS)
+
+
+def check_c_supported(cell) -> None:
+    """Raise :class:`ExportError` for a cell (or cell option) the C generator does not handle."""
+    name = getattr(cell, "registry_name", type(cell).__name__)
+    if name not in BUILDERS:
+        raise ExportError(
+            f"cell {name!r}: export to C is not supported (supported: "
+            f"{', '.join(supported_cells())}); the onnx and pt2 formats may work for it"
+        )
+    unsupported = UNSUPPORTED_OPTIONS.get(name)
+    reason = unsupported(cell) if unsupported else None
+    if reason:
+        raise ExportError(f"cell {name!r}: export to C is not supported with {reason}")
+
+
+def build_graph(step: StreamingStep) -> Graph:
+    """The whole model's step: optional input embedding, every layer, the pooling, the head.
+
+    Derived weights (TARNN's ``B2 + A``, iRNN's ``U^2``, SA-RNN's scaled coordinator) are computed in
+    float64, from a float64 copy of the model, before the C rounds them."""
+    for cell in step.cells:
+        check_c_supported(cell)
+    step = StreamingStep(copy.deepcopy(step.model).double())
+    model = step.model
+    g = Graph(step.input_size)
+    initial = step.init_state(1)[0].detach().double().cpu().numpy()
+    by_layer: Dict[int, List[StatePart]] = {}
+    for index, part in enumerate(step.parts):
+        rows, size = (part.shape[0], part.shape[1]) if len(part.shape) == 2 else (1, part.size)
+        init = initial[part.offset : part.offset + part.size]
+        by_layer.setdefault(part.layer, []).append(g.part(f"s{index}", rows, size, init))
+    x = g.x
+    if model.embed is not None:
+        x = g.linear([("embed_w", model.embed.weight, x)])
+    for index, cell in enumerate(step.cells):
+        x = BUILDERS[cell.registry_name](g, cell, f"l{index}_", x, by_layer[index])
+    x = _pool(g, step, x, by_layer.get(len(step.cells), []))
+    g.output(g.linear([("head_w", model.output.weight, x)], model.output.bias, "head"))
+    return g
+
+
+def _pool(g: Graph, step: StreamingStep, x: Value, parts: List[StatePart]) -> Value:
+    """The pooled reading of the top layer (StreamingStep's pooling state), or ``x`` for ``last``."""
+    if step.pooling == "last":
+        return x
+    if step.pooling == "max":
+        (part,) = parts
+        pooled = g.maximum(g.read(part), x)
+        g.write(part, pooled)
+        return pooled
+    total_part, count_part = parts
+    total, count = g.add(g.read(total_part), x), g.add(g.read(count_part), 1.0)
+    g.write(total_part, total)
+    g.write(count_part, count)
+    return g.div(total, count)
