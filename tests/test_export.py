@@ -299,6 +299,8 @@ def test_unsupported_models_and_options_get_clear_errors(tmp_path):
     per_time_step = make_model("tarnn", {"eta_per_time_step": True, "max_length": 20})
     with pytest.raises(ExportError, match="integer state .* not supported"):
         StreamingStep(per_time_step)
+    with pytest.raises(ExportError, match="cell 'irnn': export to C is not supported with gate='outside'"):
+        export(make_model("irnn", {"gate": "outside"}), "c", tmp_path, measure=False)
     bidirectional = SequenceModel("gru", 3, 8, 2, "classifier", bidirectional=True)
     with pytest.raises(ExportError, match="bidirectional"):
         StreamingStep(bidirectional)

@@ -868,9 +868,7 @@ def test_new_rows_of_a_changed_copy_preset_are_judged_and_the_old_ones_listed_st
     # --only tarnn` writes rows with the claim's config of today, which count; the older rows go stale
     copy = claim("copy-200")
     changed = [
-        R.RunSpec(
-            s.label, s.preset, [*s.overrides, "model.options.eta=0.02", "train.steps=5000"]
-        )
+        R.RunSpec(s.label, s.preset, [*s.overrides, "model.options.eta=0.02", "train.steps=5000"])
         if s.label == "tarnn"
         else s
         for s in copy.runs
@@ -885,6 +883,4 @@ def test_new_rows_of_a_changed_copy_preset_are_judged_and_the_old_ones_listed_st
         stored_row(store, "tarnn", seed, 0.004, f"2026-11-27T0{seed}:00:00", study=study, config=new)
     found = store.measurements(today, "paper")
     assert [r["metric"] for r in found.seeds["tarnn"]] == [0.004] * 3
-    assert {row.differences for row in found.stale} == {
-        ("model.options.eta 0.01 -> 0.02", "train.steps 4000 -> 5000")
-    }
+    assert {row.differences for row in found.stale} == {("model.options.eta 0.01 -> 0.02", "train.steps 4000 -> 5000")}

@@ -118,7 +118,8 @@ def test_the_trainer_projects_the_step_sizes_after_each_optimiser_step(tmp_path)
         "reproduce/copy200-tarnn",
         [
             "task.options.T=4", "task.options.n_train=16", "task.options.n_val=8", "task.options.n_test=8",
-            "model.hidden_size=8", "model.options.K=1", "model.options.eta_param=projected", "optim.lr=5.0", "optim.clip_norm=null",
+            "model.hidden_size=8", "model.options.K=1", "model.options.eta_param=projected",
+            "optim.lr=5.0", "optim.clip_norm=null",
             "train.batch_size=8", "train.steps=2", "train.eval_every=2", "train.progress=false",
             "train.latency=false", f"run_dir={tmp_path / 'run'}", "results=null",
         ],

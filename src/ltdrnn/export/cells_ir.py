@@ -269,7 +269,7 @@ def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 UNSUPPORTED_OPTIONS: Dict[str, Callable[[object], str | None]] = {
     "tarnn": lambda c: "eta_per_time_step=True" if c.per_time_step else None,
-    "irnn": lambda c: "eta_per_time_step=True" if c.per_time_step else None,
+    "irnn": lambda c: "eta_per_time_step=True" if c.per_time_step else ("gate='outside'" if c.gated else None),
 }
 
 
