@@ -74,7 +74,8 @@ class Store:
         for row in self.results.rows(study=study):  # oldest first
             label = row["name"]
             why = (
-                differences(row.get("config") or {}, expected[label]) + redefined(by_run.get(row["id"], {}))
+                differences(row.get("config") or {}, expected[label], str(row.get("created") or ""))
+                + redefined(by_run.get(row["id"], {}))
                 if label in expected
                 else ["not a run of the claim"]
             )
