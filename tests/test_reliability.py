@@ -127,25 +127,30 @@ def test_resuming_a_stored_run_is_a_no_op_and_a_missing_row_is_stored(tmp_path):
 
 
 def test_a_locked_store_loses_no_row_and_says_how_to_store_it(tmp_path, monkeypatch):
-    import ltdrnn.results as results
+    import ltdrnn.results.store as store_module
 
     class Locked(ResultStore):
         def __init__(self, location, busy_timeout_s=60.0):
             super().__init__(location, busy_timeout_s=0.05)
 
     locker = sqlite3.connect(tmp_path / "results.db", isolation_level=None)
-    locker.execute("CREATE TABLE IF NOT EXISTS hold (x)")
-    locker.execute("BEGIN EXCLUSIVE")
-    monkeypatch.setattr(results, "ResultStore", Locked)
+
+    def lock_the_store(state):  # after the trainer checked the store, before it stores the row
+        if state["step"] == 1:
+            locker.execute("CREATE TABLE IF NOT EXISTS hold (x)")
+            locker.execute("BEGIN EXCLUSIVE")
+            monkeypatch.setattr(store_module, "ResultStore", Locked)
+
+    cfg = load_config(tiny_config(tmp_path, train={"steps": 4, "eval_every": 2}, run_dir=str(tmp_path / "run2")))
     try:
         with pytest.raises(StoreError, match=r"--resume' \(trains nothing, adds the row\)") as caught:
-            _train(tmp_path, run_dir=str(tmp_path / "run2"))
+            train(cfg, callbacks=[lock_the_store])
     finally:
         locker.rollback()
         locker.close()
     assert str(tmp_path / "run2") in str(caught.value)
     assert (tmp_path / "run2" / "result.json").exists()
-    monkeypatch.setattr(results, "ResultStore", ResultStore)
+    monkeypatch.setattr(store_module, "ResultStore", ResultStore)
     # what the message says to do
     assert (
         main(

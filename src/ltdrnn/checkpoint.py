@@ -27,6 +27,7 @@ from .tasks.base import build_task
 
 CHECKPOINT = "last.pt"
 BEST = "best.pt"
+LOCK = ".lock"
 
 
 class CheckpointError(ValueError):
@@ -102,6 +103,33 @@ def remove_stale_temp_files(run_dir: Path) -> List[Path]:
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
+
+
+def lock_run_dir(run_dir: Path):
+    """Hold ``run_dir`` for this process (an exclusive ``flock`` on ``run_dir/.lock``, released when the
+    returned file is closed or the process dies, ``kill -9`` included): a second trainer in the same
+    directory would mix its history and checkpoints with the first's. Raises ConfigError naming the
+    directory and the process that holds it. Where ``fcntl`` does not exist (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(
+            f"run_dir: {run_dir} is in use by another trainer (process {holder}); wait for it to finish, "
+            "or give this run another --run-dir"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
 
 
 def _process_alive(pid: int) -> bool:
