@@ -145,3 +145,40 @@ def test_a_store_written_before_the_key_gets_it_and_keeps_its_rows(tmp_path):
         store.add(_record("c"))
     store.add(_record("d", seed=3))
     assert store.count() == 3
+
+
+# ---- M6: caps on what a config from a file or a checkpoint may ask for ---------------------------------
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("model.hidden_size=20000", "model.hidden_size"),
+        ("model.num_layers=1000", "model.num_layers"),
+        ("train.batch_size=10000000", "train.batch_size"),
+        ("task.options.n_test=1e9", "task.options.n_test"),
+        ("task.options.T=100000000", "task.options.T"),
+    ],
+)
+def test_a_config_asking_for_too_much_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=rf"^{key}: expected at most [\d,]+ .*got"):
+        load_config("quick/toy-lstm", [override])
+
+
+def test_too_many_values_in_all_are_refused_too():
+    with pytest.raises(ConfigError, match=r"task.options: n_train \+ n_val \+ n_test = .* expected at most"):
+        load_config({"task": {"name": "adding", "options": {"T": 100_000, "n_train": 100_000}}, "train": {"steps": 1}})
+    load_config({"task": {"name": "adding", "options": {"T": 1000, "n_train": 100_000}}, "train": {"steps": 1}})
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", 20000), ("n_test", 10**9)])
+def test_a_checkpoint_whose_config_asks_for_too_much_is_refused_by_eval_and_export(tmp_path, capsys, key, value):
+    train(_config(tmp_path, results=None))
+    path = tmp_path / "run" / "last.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    section = checkpoint["config"]["model"] if key == "hidden_size" else checkpoint["config"]["task"]["options"]
+    section[key] = value
+    torch.save(checkpoint, path)
+    (tmp_path / "run" / "best.pt").unlink(missing_ok=True)
+    for command in (["eval", str(path)], ["export", str(path), "--format", "c", "--out", str(tmp_path / "c")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{key}: expected at most" in err and "\n" not in err, err

@@ -26,6 +26,9 @@ Your own series as arrays: ``arrays="my_series.npz"`` reads ``x_train``, ``y_tra
 from __future__ import annotations
 
 import importlib.util
+import io
+import math
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import DataFileError, DataNotFoundError, stratified_split
+from ..data import MAX_MEMBER_BYTES, DataFileError, DataNotFoundError, read_capped, stratified_split
 from ..data import data_dir as resolve_data_dir
 from .base import Task, classification_info, register_task
 
@@ -165,9 +168,12 @@ ARRAY_KEYS = ("x_train", "y_train", "x_test", "y_test")
 def read_arrays(path: str) -> Dict[str, TsFile]:
     """``{"train": TsFile, "test": TsFile}`` from an ``.npz`` file holding :data:`ARRAY_KEYS`."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            data = {k: archive[k] for k in archive.files}
-    except (OSError, ValueError) as error:
+        with zipfile.ZipFile(path) as archive:
+            members = [m for m in archive.namelist() if m.endswith(".npy")]
+            data = {m[:-4]: _npy(archive, m, f"arrays {path}: {m}") for m in members}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        if isinstance(error, DataFileError):
+            raise
         raise DataFileError(f"arrays {path}: not a readable .npz file without pickled objects ({error})") from error
     if any(k not in data for k in ARRAY_KEYS):
         raise DataFileError(f"arrays {path}: expected arrays {', '.join(ARRAY_KEYS)}, got {', '.join(data) or 'none'}")
@@ -189,6 +195,23 @@ def read_arrays(path: str) -> Dict[str, TsFile]:
             list(series), np.array([lookup[v] for v in y.tolist()], dtype=np.int64), [str(n) for n in names]
         )
     return files
+
+
+def _npy(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
+    """One ``.npy`` member, read through :func:`~ltdrnn.data.read_capped` (a 4 MB archive may claim
+    gigabytes), its header's shape checked against the bytes there before numpy allocates it."""
+    raw = read_capped(archive.open(member), name, MAX_MEMBER_BYTES)
+    stream = io.BytesIO(raw)
+    version = np.lib.format.read_magic(stream)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in read_header:
+        raise DataFileError(f"{name}: .npy format version {version} is not read (1.0 and 2.0 are)")
+    shape, _, dtype = read_header[version](stream)
+    if dtype.hasobject:
+        raise DataFileError(f"{name}: holds Python objects (pickles), which are not read")
+    if math.prod(shape) * dtype.itemsize > len(raw):
+        raise DataFileError(f"{name}: its header claims shape {shape}, more than its {len(raw)} bytes hold")
+    return np.load(io.BytesIO(raw), allow_pickle=False)
 
 
 def znormalise(series: np.ndarray) -> np.ndarray:
