@@ -145,11 +145,28 @@ def _process_alive(pid: int) -> bool:
 # ---- restoring a model --------------------------------------------------------------------------
 def restore_model(path: str | Path, overrides: Optional[List[str]] = None):
     """``(cfg, task, model)`` of a saved checkpoint (a file or a run directory), the weights loaded."""
-    checkpoint = load_checkpoint(checkpoint_file(path))
+    path = checkpoint_file(path)
+    checkpoint = load_checkpoint(path)
+    if not isinstance(checkpoint["config"], dict):
+        raise CheckpointError(
+            f"{path}: its config is not a mapping of keys (got {type(checkpoint['config']).__name__})"
+        )
     cfg = load_config(checkpoint["config"], overrides)
     task, model = build_task_and_model(cfg)
-    model.load_state_dict(checkpoint["model"])
+    load_weights(model, checkpoint["model"], path)
     return cfg, task, model
+
+
+def load_weights(module: torch.nn.Module, state: Any, path: Path, what: str = "model") -> None:
+    """``module.load_state_dict(state)``, or one CheckpointError naming the file and what is wrong (not a
+    mapping of tensors, missing or unexpected keys, a wrong shape) instead of torch's traceback."""
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise CheckpointError(f"{path}: its {what} is not a state dict (a mapping of names to tensors)")
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, TypeError, ValueError, KeyError, AttributeError, IndexError) as error:
+        text = " ".join(str(error).split()) or type(error).__name__
+        raise CheckpointError(f"{path}: its {what} does not fit the model of its config ({text[:300]})") from None
 
 
 def build_task_and_model(cfg: RunConfig):

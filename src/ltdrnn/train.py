@@ -41,6 +41,7 @@ from .checkpoint import (
     atomic_save,
     build_task_and_model,
     load_checkpoint,
+    load_weights,
     lock_run_dir,
     remove_stale_temp_files,
     restore_model,
@@ -470,13 +471,19 @@ class Run:
         return checkpoint
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        path = Path(self.cfg.run_dir) / CHECKPOINT
+        load_weights(self.model, checkpoint["model"], path)
+        load_weights(self.optimizer, checkpoint.get("optimizer"), path, "optimizer state")
         if self.scheduler is not None:
-            self.scheduler.load_state_dict(checkpoint["scheduler"])
-        for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
-            setattr(self, key, checkpoint[key])
-        set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
+            load_weights(self.scheduler, checkpoint.get("scheduler"), path, "scheduler state")
+        try:
+            for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
+                setattr(self, key, checkpoint[key])
+            set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+            raise CheckpointError(
+                f"{path}: not a checkpoint a run can resume from ({type(error).__name__}: {error})"
+            ) from None
         # the log on disk may hold evaluations made after the checkpoint; the checkpoint's history rules
         if D.is_main():
             with open(self.run_dir / "history.jsonl", "w") as f:
