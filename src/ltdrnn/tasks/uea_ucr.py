@@ -209,7 +209,7 @@ def _npy(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
         raise DataFileError(f"{name}: .npy format version {version} is not read (1.0 and 2.0 are)")
     shape, _, dtype = read_header[version](stream)
     if dtype.hasobject:
-        raise DataFileError(f"{name}: holds Python objects (pickles), which are not read")
+        raise DataFileError(f"{name}: holds Python objects; arrays are read without pickled objects")
     if math.prod(shape) * dtype.itemsize > len(raw):
         raise DataFileError(f"{name}: its header claims shape {shape}, more than its {len(raw)} bytes hold")
     return np.load(io.BytesIO(raw), allow_pickle=False)
