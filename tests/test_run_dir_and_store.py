@@ -13,6 +13,7 @@ from harness_helpers import install, tiny_config
 from ltdrnn.cli import main
 from ltdrnn.config import ConfigError, load_config
 from ltdrnn.results import ResultConflict, ResultStore
+from ltdrnn.results.store import StoreReadError
 from ltdrnn.train import train
 
 
@@ -182,3 +183,50 @@ def test_a_checkpoint_whose_config_asks_for_too_much_is_refused_by_eval_and_expo
         assert main(command) == 2
         err = capsys.readouterr().err.strip()
         assert f"{key}: expected at most" in err and "\n" not in err, err
+
+
+# ---- L5: reports never write to the store they read; damaged stores are one clear error ------------------
+def _store_cases(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all" * 100)
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    odd = tmp_path / "odd.db"
+    writer = ResultStore(str(odd))
+    writer.add(_record("a"))
+    writer.engine.dispose()  # its write-ahead log folded in and removed
+    with sqlite3.connect(odd) as db:
+        db.execute("UPDATE runs SET metrics = '{broken' WHERE id = 'a'")
+    db.close()
+    return {
+        "empty": (empty, "not a results database"),
+        "garbage": (garbage, "not a results database"),
+        "other": (other, "no table 'runs'"),
+        "odd": (odd, "run 'a': its metrics is not JSON"),
+    }
+
+
+@pytest.mark.parametrize("case", ["empty", "garbage", "other", "odd"])
+@pytest.mark.parametrize("command", ["report", "ucr report"])
+def test_report_on_a_damaged_store_is_one_line_and_writes_nothing(tmp_path, capsys, case, command):
+    path, message = _store_cases(tmp_path)[case]
+    # (SQLite's -shm/-wal index files of a WAL database may appear beside it: its bytes stay as they are)
+    files = lambda: sorted(p for p in tmp_path.iterdir() if not p.name.endswith(("-shm", "-wal")))  # noqa: E731
+    before, listed = path.read_bytes(), files()
+    out = (
+        ["--out", str(tmp_path / "out")] if command == "report" else ["--page", str(tmp_path / "p.md"), "--study", "s"]
+    )
+    assert main([*command.split(), "--store", str(path), *out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"ltdrnn {command}: ") and message in err and "\n" not in err, err
+    assert path.read_bytes() == before  # an empty file stays empty: no table was created
+    assert files() == listed
+
+
+def test_training_into_a_damaged_store_fails_before_training(tmp_path):
+    (tmp_path / "results.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StoreReadError, match="results.db"):
+        train(_config(tmp_path))
+    assert not (tmp_path / "run" / "last.pt").exists()
