@@ -167,7 +167,7 @@ def test_generated_c_is_self_contained_c99():
     assert "malloc" not in source.source
     assert not re.findall(r"static (?!const)[\w ]+\[", source.source)  # no mutable static data: reentrant
     assert "void edge_net_step(const float *x, float *state, float *out)" in source.source
-    assert "void edge_net_init(EDGE_NET_value_t *state);" in source.header
+    assert "void edge_net_init(EDGE_NET_state_t *state);" in source.header
     assert "typedef float EDGE_NET_value_t;" in source.header
     assert "#define EDGE_NET_STATE_SIZE 16" in source.header
     # every weight is a const array behind the storage macro (flash on AVR): the classifier head too

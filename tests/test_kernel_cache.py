@@ -153,7 +153,8 @@ def test_the_library_loaded_is_the_one_checked_even_if_its_path_is_swapped_befor
         warnings.simplefilter("always")
         loaded = kernels.load_torch_ops("srnn")
     assert not marker.exists()
-    # loaded the bytes that were checked, or (swapped before it was opened) refused them
+    # loaded the bytes that were checked (also when swapped after they were opened), or, swapped before they
+    # were opened, refused them
     assert loaded or "content does not match the hash in its name" in str(caught[-1].message)
 
 

@@ -215,16 +215,12 @@ def test_the_cli_has_a_level_of_its_own_above_every_other_part():
 
 
 MAX_LINES = 600
-# modules another change of the same issue splits; each entry must go once its module is short enough
-BEING_SPLIT = {"export/c_export.py": "issue 36: the C generator is split with the export work"}
 
 
 def test_no_module_is_over_600_lines():
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
-    long = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in BEING_SPLIT}
+    long = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them): {long}"
-    done = [name for name in BEING_SPLIT if sizes.get(name, 0) <= MAX_LINES]
-    assert not done, f"{done}: at most {MAX_LINES} lines now, take them out of BEING_SPLIT"
 
 
 def test_argparse_lives_only_in_the_cli():

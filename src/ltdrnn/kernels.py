@@ -239,11 +239,27 @@ def _load_verified(path: Path) -> None:
                 digest.update(block)
         if digest.hexdigest()[:16] != path.stem.rsplit("-", 1)[-1]:
             raise KernelCacheError(f"{path}: content does not match the hash in its name")
-        via_fd = f"/proc/self/fd/{fd}"
-        torch.ops.load_library(via_fd if os.path.exists(via_fd) else str(path))
+        _load_library(f"/proc/self/fd/{fd}", path)
         os.utime(fd)  # marks it in use for prune_cache
     finally:
         os.close(fd)
+
+
+def _load_library(via_fd: str, path: Path) -> None:
+    """``torch.ops.load_library`` of the open file ``via_fd``. torch resolves the path it is given to the
+    file's name, which is ``... (deleted)`` once another file took ``path``'s place after the check; the
+    library is therefore opened here the way torch opens it (``dl_open_guard``, ``ctypes.CDLL``) from the
+    descriptor itself, and recorded under ``path``."""
+    if not os.path.exists(via_fd):  # no /proc: the path, checked above
+        torch.ops.load_library(str(path))
+        return
+    import ctypes
+
+    from torch._ops import dl_open_guard
+
+    with dl_open_guard():
+        ctypes.CDLL(via_fd)
+    torch.ops.loaded_libraries.add(str(path))
 
 
 def _cpu_signature() -> str:

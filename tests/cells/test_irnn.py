@@ -431,9 +431,9 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(m
 @pytest.mark.parametrize(
     "batch, options, loss",
     [
-        (3, {}, weighted_loss),
-        (3, {"reading": "state", "activation": "tanh"}, mean_loss),
-        (1, {"reading": "paper"}, weighted_loss),
+        (3, {"u_init": "uniform"}, weighted_loss),  # V != 0: U = I + V'H gives H a gradient
+        (3, {"reading": "state", "activation": "tanh", "u_init": "uniform"}, mean_loss),
+        (1, {"reading": "paper", "u_init": "uniform"}, weighted_loss),
         (3, {"rank": None, "learn_alpha": True, "alpha": 0.8}, mean_loss),
     ],
     ids=["B3-low-rank", "B3-state-tanh-mean", "B1-paper", "B3-dense-mean"],

@@ -98,21 +98,6 @@ def load_average() -> Optional[List[float]]:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
-def assess(result: Dict[str, Any], subjects, settings, errors: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """:func:`health` of a finished run: nn.LSTM's flops records are the ``flops`` section's, or computed
-    from its training medians when that section did not run. Records the load average at the end."""
-    from .sections import flops_records
-    from .subjects import LSTM
-
-    result["machine"]["load_average_end"] = load_average()
-    records = [r for r in result.get("flops", []) if r["subject"] == LSTM]
-    if not records and result.get("train"):
-        timings = {"train": result["train"], "inference": result.get("inference", [])}
-        lstm = [s for s in subjects if s.name == LSTM]
-        records = flops_records(lstm, settings, timings, result["machine"]["matmul_peak"]["gflops"], errors)
-    return health(result, records)
-
-
 def health(result: Dict[str, Any], lstm_flops: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Whether the run can be trusted: the quiet check and nn.LSTM's efficiency, with a warning for each
     problem. ``lstm_flops`` are nn.LSTM's flops records (``sections.flops_records``)."""

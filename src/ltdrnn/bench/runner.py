@@ -11,12 +11,12 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Sequence
 
-from .host import assess
+from .host import health, load_average
 from .probes import measure_malloc, measure_memory
 from .profile import measure_profile
 from .report import evaluate_targets
 from .sections import flops_records, measure_scaling, measure_sequences, measure_skip, measure_stream
-from .subjects import SHAPES, Shape, Subject
+from .subjects import LSTM, SHAPES, Shape, Subject
 from .timing import Settings, machine_description, matmul_peak, prepare_process, progress
 
 SCHEMA = "ltdrnn.bench/1"
@@ -175,7 +175,7 @@ def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[s
         if subject.error is not None:
             errors.append({"subject": subject.name, "section": "all", "shape": "-", "error": subject.error})
     result["targets"] = evaluate_targets(result)
-    result["health"] = assess(result, subjects, settings, errors)  # bench/host.py: quiet? nn.LSTM as usual?
+    result["health"] = assess(result, subjects, settings, errors)  # quiet? nn.LSTM as usual? (bench/host.py)
     for warning in result["health"]["warnings"]:
         progress(f"WARNING: {warning}")
     return result
@@ -187,3 +187,15 @@ def enable_crash_traceback() -> None:
         faulthandler.enable()
     except io.UnsupportedOperation:  # stderr without a file descriptor (captured, e.g. by pytest)
         pass
+
+
+def assess(result: Dict[str, Any], subjects, settings, errors: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """:func:`.host.health` of a finished run: nn.LSTM's flops records are the ``flops`` section's, or computed
+    from its training medians when that section did not run. Records the load average at the end."""
+    result["machine"]["load_average_end"] = load_average()
+    records = [r for r in result.get("flops", []) if r["subject"] == LSTM]
+    if not records and result.get("train"):
+        timings = {"train": result["train"], "inference": result.get("inference", [])}
+        lstm = [s for s in subjects if s.name == LSTM]
+        records = flops_records(lstm, settings, timings, result["machine"]["matmul_peak"]["gflops"], errors)
+    return health(result, records)

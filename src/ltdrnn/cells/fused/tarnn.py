@@ -193,8 +193,9 @@ def _input_gradients(ctx, grad_p, s0, outputs, x, weight, grad_s0, grad_u, grad_
 # ---- the whole time loop in compiled code (csrc/tarnn.cpp) ----------------------------------------
 def compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
     """Whether the time loop runs in ``csrc/tarnn.cpp``: any K, either gate, any A, reading or
-    activation that reaches :class:`FusedTARNN` (the authors' gate-outside body and per-time-step η do
-    not), on CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
+    activation that reaches :class:`FusedTARNN` (the authors' gate-outside body does not; per-time-step η
+    does when every sequence starts at the same time step), on CPU in float32/64, and the operators build
+    here. Anything else runs the PyTorch loop."""
     return (
         k >= 1
         and gate in ("inside", "outside")
