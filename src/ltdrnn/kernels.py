@@ -225,41 +225,28 @@ def _is_intact(path: Path) -> bool:
 
 def _load_verified(path: Path) -> None:
     """Registers the library at ``path`` with ``torch.ops.load_library``, loading exactly the bytes that
-    were checked: the file is opened once, its owner, mode and content hash are read from that open
-    file, and the loader is given the open file (``/proc/self/fd/N``), so a file put at ``path`` after
-    the check is never the one loaded."""
+    were checked: the file is opened once, its owner and mode are read from that open file, and its bytes
+    are hashed while they are copied into a fresh private directory (mode 0700), whose copy is what is
+    loaded. A file put at ``path`` after the open is never the one loaded (torch resolves the path it is
+    given, so loading the open descriptor itself is not enough)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o022:
             raise KernelCacheError(f"{path}: not a regular file of this user that only it may write to")
-        digest = hashlib.sha256()
-        with os.fdopen(os.dup(fd), "rb") as library:
-            for block in iter(lambda: library.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest()[:16] != path.stem.rsplit("-", 1)[-1]:
-            raise KernelCacheError(f"{path}: content does not match the hash in its name")
-        _load_library(f"/proc/self/fd/{fd}", path)
+        with tempfile.TemporaryDirectory(prefix="ltdrnn-load-") as private:
+            copy = Path(private) / path.name
+            digest = hashlib.sha256()
+            with os.fdopen(os.dup(fd), "rb") as library, open(copy, "wb") as out:
+                for block in iter(lambda: library.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest()[:16] != path.stem.rsplit("-", 1)[-1]:
+                raise KernelCacheError(f"{path}: content does not match the hash in its name")
+            torch.ops.load_library(str(copy))
         os.utime(fd)  # marks it in use for prune_cache
     finally:
         os.close(fd)
-
-
-def _load_library(via_fd: str, path: Path) -> None:
-    """``torch.ops.load_library`` of the open file ``via_fd``. torch resolves the path it is given to the
-    file's name, which is ``... (deleted)`` once another file took ``path``'s place after the check; the
-    library is therefore opened here the way torch opens it (``dl_open_guard``, ``ctypes.CDLL``) from the
-    descriptor itself, and recorded under ``path``."""
-    if not os.path.exists(via_fd):  # no /proc: the path, checked above
-        torch.ops.load_library(str(path))
-        return
-    import ctypes
-
-    from torch._ops import dl_open_guard
-
-    with dl_open_guard():
-        ctypes.CDLL(via_fd)
-    torch.ops.loaded_libraries.add(str(path))
 
 
 def _cpu_signature() -> str:

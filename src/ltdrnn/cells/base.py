@@ -201,7 +201,9 @@ class Cell(nn.Module):
             stepped = self.stream_step(x[0], state, impl)
             if stepped is not None:
                 return stepped[0].unsqueeze(0), stepped[1]
-        if holds_non_finite(x, state):
+        # a branch on the data cannot be traced: compiled and exported graphs keep the fast path (the
+        # Triton kernels propagate NaN themselves; docs/reliability.md)
+        if not torch.compiler.is_compiling() and holds_non_finite(x, state):
             return self.scan_reference(x, state, lengths)
         return self.scan_fast(x, state, lengths, impl)
 
