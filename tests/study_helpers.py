@@ -18,7 +18,7 @@ def record(label, seed, **extra):
         "task": "toy",
         "study": "s",
         "name": label,
-        "config": {"train": {"seed": seed}},
+        "config": {"model": {"cell": label}, "train": {"seed": seed}},
         "metrics": {"metric_name": "accuracy", "metric": 0.5, "baseline": 0.25, "params": 10},
         "timings": {"train_s": 1.0, "steps": 3},
         "history": [],

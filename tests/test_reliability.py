@@ -127,25 +127,30 @@ def test_resuming_a_stored_run_is_a_no_op_and_a_missing_row_is_stored(tmp_path):
 
 
 def test_a_locked_store_loses_no_row_and_says_how_to_store_it(tmp_path, monkeypatch):
-    import ltdrnn.results as results
+    import ltdrnn.results.store as store_module
 
     class Locked(ResultStore):
         def __init__(self, location, busy_timeout_s=60.0):
             super().__init__(location, busy_timeout_s=0.05)
 
     locker = sqlite3.connect(tmp_path / "results.db", isolation_level=None)
-    locker.execute("CREATE TABLE IF NOT EXISTS hold (x)")
-    locker.execute("BEGIN EXCLUSIVE")
-    monkeypatch.setattr(results, "ResultStore", Locked)
+
+    def lock_the_store(state):  # after the trainer checked the store, before it stores the row
+        if state["step"] == 1:
+            locker.execute("CREATE TABLE IF NOT EXISTS hold (x)")
+            locker.execute("BEGIN EXCLUSIVE")
+            monkeypatch.setattr(store_module, "ResultStore", Locked)
+
+    cfg = load_config(tiny_config(tmp_path, train={"steps": 4, "eval_every": 2}, run_dir=str(tmp_path / "run2")))
     try:
         with pytest.raises(StoreError, match=r"--resume' \(trains nothing, adds the row\)") as caught:
-            _train(tmp_path, run_dir=str(tmp_path / "run2"))
+            train(cfg, callbacks=[lock_the_store])
     finally:
         locker.rollback()
         locker.close()
     assert str(tmp_path / "run2") in str(caught.value)
     assert (tmp_path / "run2" / "result.json").exists()
-    monkeypatch.setattr(results, "ResultStore", ResultStore)
+    monkeypatch.setattr(store_module, "ResultStore", ResultStore)
     # what the message says to do
     assert (
         main(
@@ -307,3 +312,53 @@ def test_a_bug_still_shows_its_traceback(monkeypatch):
     monkeypatch.setattr(harness, "cmd_list", lambda args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["list", "cells"])
+
+
+# ---- issue 38 L2: damaged state dicts ----------------------------------------------------------------------
+def _damage(state, how):
+    name = next(iter(state))
+    if how == "missing key":
+        del state[name]
+    elif how == "wrong shape":
+        state[name] = torch.zeros(*state[name].shape, 3)
+    elif how == "unexpected key":
+        state["nosuch.weight"] = torch.zeros(1)
+    elif how == "not a tensor":
+        state[name] = "weights"
+    elif how == "a list":
+        return [1, 2]
+    elif how == "integer keys":
+        return {i: v for i, v in enumerate(state.values())}
+    return state
+
+
+@pytest.mark.parametrize(
+    "how", ["missing key", "wrong shape", "unexpected key", "not a tensor", "a list", "integer keys"]
+)
+def test_a_damaged_state_dict_is_one_clear_error_in_eval_and_resume(tmp_path, capsys, how):
+    _train(tmp_path)
+    run_dir = tmp_path / "run"
+    (run_dir / "best.pt").unlink()
+    checkpoint = torch.load(run_dir / "last.pt", weights_only=True)
+    checkpoint["model"] = _damage(checkpoint["model"], how)
+    torch.save(checkpoint, run_dir / "last.pt")
+    with pytest.raises(CheckpointError, match=r"last.pt: its model (is not a state dict|does not fit the model)"):
+        _train(tmp_path, resume=True)
+    assert main(["eval", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ltdrnn eval: ") and "last.pt: its model" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("key", ["optimizer", "step", "rng"])
+def test_a_damaged_resume_state_is_one_clear_error(tmp_path, key):
+    _train(tmp_path)
+    path = tmp_path / "run" / "last.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint[key] = {"state": "x"} if key == "optimizer" else None
+    if key == "step":
+        del checkpoint["step"]
+    if key == "rng":
+        checkpoint["rng_by_rank"] = [{"torch": "not a state"}]
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError, match=r"last.pt: (its optimizer state|not a checkpoint a run can resume)"):
+        _train(tmp_path, resume=True)

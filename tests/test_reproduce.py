@@ -531,6 +531,7 @@ def stored_row(store, name, seed, metric, created, study="reproduce/tarnn-toy/pa
         },
         "timings": {"train_s": 60.0, "steps": 10, "epochs": 1.0},
         "history": [],
+        "run_dir": f"runs/{name}-s{seed}-{created}",  # each re-run in a directory of its own
     }
     store.results.add(record)
 

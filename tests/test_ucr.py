@@ -159,7 +159,7 @@ def _row(cell, dataset, seed, accuracy, study="ucr/default", params=100, train_s
         "task": "uea_ucr",
         "study": study,
         "name": dataset,
-        "config": {"train": {"seed": seed}},
+        "config": {"model": {"cell": cell}, "task": {"options": {"dataset": dataset}}, "train": {"seed": seed}},
         "metrics": {"metric_name": "accuracy", "metric": accuracy, "params": params},
         "timings": {"train_s": train_s},
         "version": {"git_commit": "abc"},

@@ -27,6 +27,7 @@ from .tasks.base import build_task
 
 CHECKPOINT = "last.pt"
 BEST = "best.pt"
+LOCK = ".lock"
 
 
 class CheckpointError(ValueError):
@@ -104,6 +105,33 @@ def remove_stale_temp_files(run_dir: Path) -> List[Path]:
     return removed
 
 
+def lock_run_dir(run_dir: Path):
+    """Hold ``run_dir`` for this process (an exclusive ``flock`` on ``run_dir/.lock``, released when the
+    returned file is closed or the process dies, ``kill -9`` included): a second trainer in the same
+    directory would mix its history and checkpoints with the first's. Raises ConfigError naming the
+    directory and the process that holds it. Where ``fcntl`` does not exist (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(
+            f"run_dir: {run_dir} is in use by another trainer (process {holder}); wait for it to finish, "
+            "or give this run another --run-dir"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -117,11 +145,28 @@ def _process_alive(pid: int) -> bool:
 # ---- restoring a model --------------------------------------------------------------------------
 def restore_model(path: str | Path, overrides: Optional[List[str]] = None):
     """``(cfg, task, model)`` of a saved checkpoint (a file or a run directory), the weights loaded."""
-    checkpoint = load_checkpoint(checkpoint_file(path))
+    path = checkpoint_file(path)
+    checkpoint = load_checkpoint(path)
+    if not isinstance(checkpoint["config"], dict):
+        raise CheckpointError(
+            f"{path}: its config is not a mapping of keys (got {type(checkpoint['config']).__name__})"
+        )
     cfg = load_config(checkpoint["config"], overrides)
     task, model = build_task_and_model(cfg)
-    model.load_state_dict(checkpoint["model"])
+    load_weights(model, checkpoint["model"], path)
     return cfg, task, model
+
+
+def load_weights(module: torch.nn.Module, state: Any, path: Path, what: str = "model") -> None:
+    """``module.load_state_dict(state)``, or one CheckpointError naming the file and what is wrong (not a
+    mapping of tensors, missing or unexpected keys, a wrong shape) instead of torch's traceback."""
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise CheckpointError(f"{path}: its {what} is not a state dict (a mapping of names to tensors)")
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, TypeError, ValueError, KeyError, AttributeError, IndexError) as error:
+        text = " ".join(str(error).split()) or type(error).__name__
+        raise CheckpointError(f"{path}: its {what} does not fit the model of its config ({text[:300]})") from None
 
 
 def build_task_and_model(cfg: RunConfig):

@@ -297,7 +297,40 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"optim.alpha: expected a value in (0, 1), got {cfg.optim.alpha!r}")
     if cfg.train.epochs is None and cfg.train.steps is None:
         raise ConfigError("train.epochs / train.steps: expected at least one of them, got neither")
+    check_limits(cfg)
     return cfg
+
+
+#: the most a config may ask for, far above every preset (hidden 139, T 1,000, 100,000 series): a config
+#: read from a file or a checkpoint (23 KB) must not make eval or export allocate gigabytes or run for days
+LIMITS = {"model.hidden_size": 4096, "model.num_layers": 64, "train.batch_size": 65536, "train.eval_batch_size": 65536}
+#: task options: sizes of generated splits (``n_train``, ``n_val``, ``n_test``, any ``n_*``) and lengths (``T``)
+MAX_ITEMS, MAX_STEPS, MAX_VALUES = 10_000_000, 1_000_000, 1_000_000_000
+
+
+def check_limits(cfg: "RunConfig") -> None:
+    """ConfigError naming the key when ``cfg`` asks for more than :data:`LIMITS` (or a task option beyond
+    :data:`MAX_ITEMS` series, :data:`MAX_STEPS` steps, or :data:`MAX_VALUES` series times steps)."""
+
+    def number(value):
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+
+    caps = [(key, get_key(cfg, key), cap) for key, cap in LIMITS.items()]
+    options = cfg.task.options
+    caps += [(f"task.options.{k}", v, MAX_ITEMS) for k, v in options.items() if k.startswith("n_") and number(v)]
+    caps += [(f"task.options.{k}", v, MAX_STEPS) for k, v in options.items() if k in ("T", "seq_len") and number(v)]
+    for key, value, cap in caps:
+        if value is not None and value > cap:
+            raise ConfigError(
+                f"{key}: expected at most {cap:,} (config.LIMITS: the most a config may ask for), got {value!r}"
+            )
+    items = sum(v for k, v in options.items() if k in ("n_train", "n_val", "n_test") and number(v))
+    steps = options.get("T")
+    if number(steps) and items * steps > MAX_VALUES:
+        raise ConfigError(
+            f"task.options: n_train + n_val + n_test = {items:,} series of T = {steps:,} steps is "
+            f"{items * steps:,.0f} values; expected at most {MAX_VALUES:,}"
+        )
 
 
 def get_key(cfg: Any, key: str) -> Any:

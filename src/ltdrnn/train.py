@@ -41,6 +41,8 @@ from .checkpoint import (
     atomic_save,
     build_task_and_model,
     load_checkpoint,
+    load_weights,
+    lock_run_dir,
     remove_stale_temp_files,
     restore_model,
     rng_states,
@@ -54,16 +56,15 @@ from .config import ConfigError, RunConfig, comparable_config, load_config, save
 from .memory import tune_malloc
 from .results.stamps import new_run_id, version_info
 
+# re-exported: callers imported these from ltdrnn.train before results/store.py held them
+from .results.store import StoreError as StoreError
+from .results.store import open_store_for_writing, store_record
+
 Callback = Callable[[Dict[str, Any]], None]
 
 
 class TrainingInterrupted(RuntimeError):
     """Raised by a callback to stop a run after its latest checkpoint (used to test resuming)."""
-
-
-class StoreError(RuntimeError):
-    """The finished run's row could not be written to the results store; the message says how to
-    store it later."""
 
 
 # ---- public entry points ---------------------------------------------------------------------------
@@ -95,37 +96,22 @@ def train(
         torch.set_num_threads(cfg.train.threads)
     if cfg.train.malloc_tuning:
         tune_malloc()
-    with D.process_group(cfg.train.device):
-        run = Run(cfg, resume)
-        record = run.fit(list(callbacks), list(on_validation))
-        if cfg.results and D.is_main():
-            store_record(record, cfg.results, resumed=bool(resume))
-    return record
-
-
-def store_record(record: Dict[str, Any], location: str, resumed: bool) -> None:
-    """Add the run's row to the store; when resuming, a row already there is left as it is.
-
-    Raises StoreError (saying how to store the row later) when the store cannot be written, e.g.
-    locked by other writers for longer than its busy timeout."""
-    from .results import ResultStore
-
+    # held before a checkpoint is read: a second trainer in the directory must not mix its run with this one
+    lock = lock_run_dir(Path(cfg.run_dir)) if cfg.run_dir and D.is_main() else None
     try:
-        store = ResultStore(location)
-        if resumed and store.has(record["id"]):
-            return
-        store.add(record)
-    except Exception as error:
-        if type(error).__module__.split(".")[0] != "sqlalchemy" and not isinstance(error, OSError):
-            raise
-        run_dir = record["run_dir"]
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise StoreError(
-            f"results: the run finished but its row could not be written to {location} "
-            f"({reason}); result.json and last.pt in {run_dir} hold it: store it with "
-            f"'ltdrnn train {Path(run_dir) / 'config.yaml'} --run-dir {run_dir} --resume' "
-            "(trains nothing, adds the row)"
-        ) from None
+        with D.process_group(cfg.train.device):
+            run = Run(cfg, resume)
+            if cfg.results and D.is_main():  # a damaged store, or one holding this run, fails before training
+                store = open_store_for_writing(cfg.results)
+                if not resume and cfg.run_dir:  # (without a run_dir, the run gets a new directory)
+                    store.refuse_a_second_row({"study": cfg.study, "config": cfg.to_dict()})
+            record = run.fit(list(callbacks), list(on_validation))
+            if cfg.results and D.is_main():
+                store_record(record, cfg.results, resumed=bool(resume))
+    finally:
+        if lock is not None:
+            lock.close()
+    return record
 
 
 def evaluate_checkpoint(
@@ -485,13 +471,19 @@ class Run:
         return checkpoint
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        path = Path(self.cfg.run_dir) / CHECKPOINT
+        load_weights(self.model, checkpoint["model"], path)
+        load_weights(self.optimizer, checkpoint.get("optimizer"), path, "optimizer state")
         if self.scheduler is not None:
-            self.scheduler.load_state_dict(checkpoint["scheduler"])
-        for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
-            setattr(self, key, checkpoint[key])
-        set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
+            load_weights(self.scheduler, checkpoint.get("scheduler"), path, "scheduler state")
+        try:
+            for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
+                setattr(self, key, checkpoint[key])
+            set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+            raise CheckpointError(
+                f"{path}: not a checkpoint a run can resume from ({type(error).__name__}: {error})"
+            ) from None
         # the log on disk may hold evaluations made after the checkpoint; the checkpoint's history rules
         if D.is_main():
             with open(self.run_dir / "history.jsonl", "w") as f:

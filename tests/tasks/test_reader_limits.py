@@ -128,3 +128,55 @@ def test_har_labels_must_be_whole_numbers(tmp_path):
     _har_zip(tmp_path, lambda name: b"2.9\n" * 24 if name.endswith("/y_train.txt") else None)
     with pytest.raises(DataFileError, match="whole-number class labels, got 2.9"):
         build_task("har2", data_dir=str(tmp_path))
+
+
+# ---- issue 38 M6: .npz members given with arrays= ------------------------------------------------------
+def _npz(path, **members):
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, raw in members.items():
+            archive.writestr(f"{name}.npy", raw)
+    return path
+
+
+def _npy(array) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def test_an_npz_member_past_the_cap_is_not_unpacked(tmp_path, monkeypatch):
+    import ltdrnn.tasks.uea_ucr as uea_ucr
+
+    monkeypatch.setattr(uea_ucr, "MAX_MEMBER_BYTES", 1 << 20)
+    y = _npy(np.zeros(4, dtype=np.int64))
+    big = _npy(np.zeros((4, 1 << 16), dtype=np.float32))  # 1 MB of zeros: a few KB compressed
+    path = _npz(tmp_path / "bomb.npz", x_train=big, y_train=y, x_test=_npy(np.zeros((4, 3))), y_test=y)
+    assert path.stat().st_size < 20_000
+    with pytest.raises(DataFileError, match=r"arrays .*bomb.npz: x_train.npy: larger than 1048576 bytes"):
+        uea_ucr.read_arrays(str(path))
+
+
+def test_an_npy_header_claiming_more_than_its_bytes_is_refused_before_allocating(tmp_path):
+    import io
+
+    from ltdrnn.tasks.uea_ucr import read_arrays
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**9, 64)})
+    y = _npy(np.zeros(4, dtype=np.int64))
+    path = _npz(
+        tmp_path / "lie.npz", x_train=header.getvalue() + b"\0" * 64, y_train=y, x_test=_npy(np.zeros((4, 3))), y_test=y
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataFileError, match=r"x_train.npy: its header claims shape \(1000000000, 64\)"):
+            read_arrays(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 << 20
+    # a well-formed file still reads
+    good = _npz(tmp_path / "good.npz", x_train=_npy(np.ones((4, 3))), y_train=y, x_test=_npy(np.ones((4, 3))), y_test=y)
+    assert len(read_arrays(str(good))["train"].series) == 4

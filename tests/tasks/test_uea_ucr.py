@@ -7,7 +7,7 @@ import torch
 from fixture_data import toy_rows, write_ts, write_ts_set
 from ltdrnn.data import DataFileError, DataNotFoundError
 from ltdrnn.tasks import build_task
-from ltdrnn.tasks.uea_ucr import read_ts
+from ltdrnn.tasks.uea_ucr import UeaUcrTask, read_ts
 
 
 def test_reader_multivariate_unequal_length_and_missing(tmp_path):
@@ -121,3 +121,30 @@ def test_our_reader_equals_aeons_loader_on_every_set_aeon_ships():
         for mine, theirs in zip(ours.series, x):
             assert np.allclose(mine.T, np.asarray(theirs, dtype=np.float64), rtol=1e-6, equal_nan=True), path
         assert [ours.class_names[i].lower() for i in ours.labels] == [str(v).lower() for v in y], path
+
+
+# ---- issue 38 M7: standardisation in float64, non-finite statistics refused ------------------------------
+@pytest.mark.parametrize("scale", [1.0, 1e19, 1e30])
+def test_standardisation_of_huge_values_is_that_of_the_same_set_scaled_down(tmp_path, scale):
+
+    rows = toy_rows(24, 2, np.random.default_rng(0))
+    scaled = [([[v * scale for v in dim] for dim in series], label) for series, label in rows]
+    write_ts_set(tmp_path / "a", rows, rows[:9], dims=2)
+    write_ts_set(tmp_path / "b", scaled, scaled[:9], dims=2)
+    for options in ({"standardize": True}, {"znorm": True}):
+        small = UeaUcrTask("Toy", data_dir=str(tmp_path / "a"), **options)
+        huge = UeaUcrTask("Toy", data_dir=str(tmp_path / "b"), **options)
+        for split in ("train", "test"):
+            got, want = np.stack(huge.splits[split][0]), np.stack(small.splits[split][0])
+            assert np.abs(got).max() > 0.5  # used to be all zeros from about 1e19 on
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_channel_without_observed_values_is_refused_naming_the_set(tmp_path):
+
+    rows = toy_rows(12, 2, np.random.default_rng(0))
+    missing = [([series[0], ["?"] * len(series[1])], label) for series, label in rows]
+    write_ts_set(tmp_path, missing, missing[:6], dims=2, missing=True, name="Gappy")
+    with pytest.raises(DataFileError, match=r"dataset 'Gappy': channel 1's mean and std .* are not finite"):
+        UeaUcrTask("Gappy", data_dir=str(tmp_path), standardize=True)
+    assert UeaUcrTask("Gappy", data_dir=str(tmp_path)).info.input_size == 2  # unstandardised: zeros

@@ -2,7 +2,7 @@
 
 One JSON object per line: every table of the database (``runs``, and the others the project keeps there,
 such as ``reproduce_analyses``), every row sorted by table and primary key, keys sorted, the JSON text
-columns decoded into objects. The same database always gives the same text. Left out: the ``history`` of
+columns decoded into objects. The same database always gives the same text. Left out: the ``run_key`` and ``history`` of
 ``runs`` (every validation of a run, most of the bytes and none of the results), which the database
 keeps.
 
@@ -22,7 +22,7 @@ from typing import List, Optional
 from .store import database_exists, database_url, sqlite_file
 
 #: columns left out of the export, per table
-LEFT_OUT = {"runs": ("history",)}
+LEFT_OUT = {"runs": ("history", "run_key")}
 
 
 def export_lines(location: str | Path) -> List[str]:

@@ -215,10 +215,10 @@ def render_report(
     title: str = "ltdrnn report",
 ) -> Dict[str, Path]:
     """Write ``report.md``, ``report.html`` and PNG plots into ``out_dir``; returns their paths."""
-    store = ResultStore(store) if isinstance(store, str) else store
+    store = ResultStore(store, read_only=True) if isinstance(store, str) else store  # a report never writes to it
+    rows = store.rows(study=study)  # read before anything is written
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = store.rows(study=study)
     summary = summarise(rows)
     figures: List[Path] = []
     if plots and summary["columns"]:

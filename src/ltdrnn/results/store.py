@@ -7,7 +7,14 @@
 Rows are written in one transaction each, so a crash leaves either the whole row or none. SQLite runs
 in WAL mode with a busy timeout so that several processes (sweep workers, ``ltdrnn run --jobs 2``) can
 write at once. Run ids are unique: adding a row whose id exists raises :class:`ResultConflict` unless
-``on_conflict="new_id"``, which stores it under a fresh id; rows are never overwritten.
+``on_conflict="new_id"``, which stores it under a fresh id; rows are never overwritten. The rows of a
+study are also unique per (study, config, seed) (:func:`run_key`, a unique column; the run directory is
+part of the config): a second row of the same run raises :class:`ResultConflict` naming the first,
+whatever ``on_conflict`` says. Stores written
+before the column existed get it when first opened for writing (the oldest row of each run keeps its key).
+
+``ResultStore(location, read_only=True)`` (reports) never writes: it opens a SQLite file read-only, creates
+no table and raises :class:`StoreReadError` naming the file when it holds no results table or is damaged.
 
 The helpers :func:`database_url`, :func:`sqlite_file`, :func:`make_sqlite_folder`, :func:`create_tables`
 and :func:`retry_creation_race` serve every table the project keeps in a database (runs, sweep claims and
@@ -17,6 +24,7 @@ Optuna's tables, reproduction analyses). Rendering lives in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -30,7 +38,34 @@ COLUMNS_JSON = ("config", "metrics", "timings", "history", "version")
 
 
 class ResultConflict(RuntimeError):
-    """A row with the same run id is already in the store."""
+    """A row with the same run id, or of the same run (study, config, seed), is already in the store."""
+
+
+class StoreError(RuntimeError):
+    """The finished run's row could not be written to the results store; the message says how to
+    store it later."""
+
+
+class StoreReadError(ValueError):
+    """A store cannot be read as a results database (not SQLite, damaged, no ``runs`` table, a row
+    that does not decode); the message names the store."""
+
+
+def run_key(record: Dict[str, Any]) -> Optional[str]:
+    """What makes a row of a study unique: the sha256 of its study and its config without the keys that do
+    not change a result (:func:`~ltdrnn.config.comparable_config`), the seed and the run directory
+    included (the record's own ``run_dir`` when it has one: a trainer given none makes a new directory per
+    run). Two identical commands (the same directories) store one row; the reproduction's re-runs, each in
+    a directory of its own, stay rows of their own. None for a row of no study (a lone ``ltdrnn train``)."""
+    from ..config import comparable_config
+
+    study, config = record.get("study"), record.get("config")
+    if not study or not isinstance(config, dict):
+        return None
+    flat = comparable_config(config)
+    run_dir = record["run_dir"] if "run_dir" in record else config.get("run_dir")
+    flat["run_dir"] = None if run_dir is None else str(Path(run_dir))  # "runs/x/" is "runs/x"
+    return hashlib.sha256(json.dumps([study, flat], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def database_url(location: str | Path) -> str:
@@ -84,13 +119,18 @@ def retry_creation_race(sa, create: Callable[[], Created], attempts: int, pause_
 class ResultStore:
     """The table ``runs`` in the database at ``location`` (created on first use)."""
 
-    def __init__(self, location: str, busy_timeout_s: float = 60.0) -> None:
+    def __init__(self, location: str, busy_timeout_s: float = 60.0, read_only: bool = False) -> None:
         try:
             import sqlalchemy as sa
         except ImportError as error:
             raise ImportError("the results store needs SQLAlchemy: pip install 'ltdrnn[train]'") from error
         self.sa = sa
         self.url = database_url(location)
+        self.read_only = read_only
+        self.table = _runs_table(sa)
+        if read_only:
+            self._open_read_only(location)
+            return
         sqlite = self.url.startswith("sqlite")
         make_sqlite_folder(self.url)
         self.engine = sa.create_engine(self.url, connect_args={"timeout": busy_timeout_s} if sqlite else {})
@@ -104,18 +144,66 @@ class ResultStore:
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.close()
 
-        self.table = _runs_table(sa)
-        create_tables(sa, self.table.metadata, self.engine)
+        try:
+            create_tables(sa, self.table.metadata, self.engine)
+            retry_creation_race(sa, self._add_run_key_column, 3)
+        except sa.exc.DatabaseError as error:
+            raise StoreReadError(
+                f"{location}: not a results database that can be written ({_first_line(error)})"
+            ) from None
+        self.columns = [column.name for column in self.table.columns]
+
+    def _open_read_only(self, location: str) -> None:
+        sa, path = self.sa, sqlite_file(self.url)
+        if path is not None and not path.is_file():
+            raise FileNotFoundError(f"{location}: no results database there")
+        url = self.url if path is None else f"sqlite:///file:{path}?mode=ro&uri=true"
+        self.engine = sa.create_engine(url)
+        try:
+            present = {c["name"] for c in sa.inspect(self.engine).get_columns("runs")}
+        except sa.exc.NoSuchTableError:
+            raise StoreReadError(f"{location}: not a results database (it has no table 'runs')") from None
+        except sa.exc.DatabaseError as error:
+            raise StoreReadError(
+                f"{location}: not a results database that can be read ({_first_line(error)})"
+            ) from None
+        missing = [c.name for c in self.table.columns if c.name not in present and c.name != "run_key"]
+        if missing:
+            raise StoreReadError(
+                f"{location}: the table 'runs' lacks the column {missing[0]!r}; not a results database"
+            )
+        self.columns = [c.name for c in self.table.columns if c.name in present]
+
+    def _add_run_key_column(self) -> None:
+        """Give a store written before :func:`run_key` existed its column: the oldest row of each run gets
+        the key, later copies keep none (they were stored before rows were unique)."""
+        if "run_key" in {c["name"] for c in self.sa.inspect(self.engine).get_columns("runs")}:
+            return
+        with self.engine.begin() as connection:
+            connection.exec_driver_sql("ALTER TABLE runs ADD COLUMN run_key VARCHAR(64)")
+            columns = [self.table.c[name] for name in ("id", "study", "config", "run_dir")]
+            seen = set()
+            for row in connection.execute(self.sa.select(*columns).order_by(self.table.c.created)).mappings():
+                key = run_key({"study": row["study"], "config": _decoded(row["config"]), "run_dir": row["run_dir"]})
+                if key is not None and key not in seen:
+                    seen.add(key)
+                    update = self.table.update().where(self.table.c.id == row["id"]).values(run_key=key)
+                    connection.execute(update)
+            connection.exec_driver_sql("CREATE UNIQUE INDEX ix_runs_run_key ON runs (run_key)")
 
     def add(self, record: Dict[str, Any], on_conflict: str = "error") -> str:
         """Insert one run in a transaction; returns the id it was stored under."""
         if on_conflict not in ("error", "new_id"):
             raise ValueError(f"on_conflict: expected 'error' or 'new_id', got {on_conflict!r}")
+        if self.read_only:
+            raise StoreError(f"{self.url}: opened read-only, rows cannot be added")
         row = _to_row(record)
         try:
             with self.engine.begin() as connection:
                 connection.execute(self.table.insert().values(**row))
         except self.sa.exc.IntegrityError:
+            if row["run_key"] is not None and not self.has(row["id"]):
+                self.refuse_a_second_row(record)
             if on_conflict == "error":
                 raise ResultConflict(
                     f"run id {row['id']!r} is already in {self.url}; rows are never "
@@ -125,6 +213,22 @@ class ResultStore:
             with self.engine.begin() as connection:
                 connection.execute(self.table.insert().values(**row))
         return row["id"]
+
+    def refuse_a_second_row(self, record: Dict[str, Any]) -> None:
+        """Raise ResultConflict naming the stored row of the run ``record`` is (its study and config, see
+        :func:`run_key`), if there is one; the trainer asks before it trains."""
+        key = run_key(record)
+        if key is None or "run_key" not in self.columns:
+            return
+        query = self.sa.select(self.table.c.id).where(self.table.c.run_key == key)
+        with self.engine.connect() as connection:
+            first = connection.execute(query).scalar()
+        if first is not None:
+            raise ResultConflict(
+                f"study {record['study']!r} already holds this run (the same config, seed and run directory) as "
+                f"run {first!r} in {self.url}; rows are unique per (study, config, seed), so a second is not "
+                "stored (give the run another study or run directory to keep both)"
+            )
 
     def checkpoint(self) -> None:
         """Fold SQLite's write-ahead log into the database file, so that the file alone (a copy, a
@@ -147,13 +251,17 @@ class ResultStore:
         task: Optional[str] = None,
     ) -> List[Dict[str, Any]]:
         """Stored runs, oldest first, JSON columns decoded."""
-        query = self.sa.select(self.table).order_by(self.table.c.created, self.table.c.id)
+        shown = [self.table.c[name] for name in self.columns if name != "run_key"]
+        query = self.sa.select(*shown).order_by(self.table.c.created, self.table.c.id)
         for column, value in (("study", study), ("status", status), ("cell", cell), ("task", task)):
             if value is not None:
                 query = query.where(self.table.c[column] == value)
-        with self.engine.connect() as connection:
-            result = connection.execute(query).mappings().all()
-        return [_from_row(dict(r)) for r in result]
+        try:
+            with self.engine.connect() as connection:
+                result = connection.execute(query).mappings().all()
+        except self.sa.exc.DatabaseError as error:
+            raise StoreReadError(f"{self.url}: the runs cannot be read ({_first_line(error)})") from None
+        return [_from_row(dict(r), self.url) for r in result]
 
     def count(self) -> int:
         with self.engine.connect() as connection:
@@ -180,6 +288,8 @@ def _runs_table(sa):
         sa.Column("git_commit", sa.String(64)),
         sa.Column("run_dir", sa.Text),
         *[sa.Column(name, sa.Text) for name in COLUMNS_JSON],
+        sa.Column("run_key", sa.String(64)),
+        sa.Index("ix_runs_run_key", "run_key", unique=True),
     )
 
 
@@ -202,10 +312,60 @@ def _to_row(record: Dict[str, Any]) -> Dict[str, Any]:
         "git_commit": (record.get("version") or {}).get("git_commit"),
         "run_dir": record.get("run_dir"),
         **{name: json.dumps(record.get(name), default=str) for name in COLUMNS_JSON},
+        "run_key": run_key(record),
     }
 
 
-def _from_row(row: Dict[str, Any]) -> Dict[str, Any]:
+def _from_row(row: Dict[str, Any], url: str = "") -> Dict[str, Any]:
     for name in COLUMNS_JSON:
-        row[name] = json.loads(row[name]) if row[name] is not None else None
+        try:
+            row[name] = _decoded(row[name])
+        except ValueError:
+            raise StoreReadError(f"{url}: run {row.get('id')!r}: its {name} is not JSON") from None
     return row
+
+
+def _decoded(text: Optional[str]) -> Any:
+    return json.loads(text) if text is not None else None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def open_store_for_writing(location: str) -> "ResultStore":
+    """The store a run will write its row to, opened (and its tables made) before the run trains, so that
+    a damaged or unwritable store fails in seconds, not after the training (a StoreReadError naming it)."""
+    try:
+        return ResultStore(location)
+    except StoreReadError:
+        raise
+    except Exception as error:
+        if type(error).__module__.split(".")[0] != "sqlalchemy" and not isinstance(error, OSError):
+            raise
+        raise StoreReadError(
+            f"results: the store {location} cannot be opened for writing ({_first_line(error)})"
+        ) from None
+
+
+def store_record(record: Dict[str, Any], location: str, resumed: bool) -> None:
+    """Add the run's row to the store; when resuming, a row already there is left as it is.
+
+    Raises StoreError (saying how to store the row later) when the store cannot be written, e.g.
+    locked by other writers for longer than its busy timeout."""
+    try:
+        store = ResultStore(location)
+        if resumed and store.has(record["id"]):
+            return
+        store.add(record)
+    except Exception as error:
+        if type(error).__module__.split(".")[0] != "sqlalchemy" and not isinstance(error, OSError):
+            raise
+        run_dir = record["run_dir"]
+        raise StoreError(
+            f"results: the run finished but its row could not be written to {location} "
+            f"({_first_line(error)}); result.json and last.pt in {run_dir} hold it: store it with "
+            f"'ltdrnn train {Path(run_dir) / 'config.yaml'} --run-dir {run_dir} --resume' "
+            "(trains nothing, adds the row)"
+        ) from None

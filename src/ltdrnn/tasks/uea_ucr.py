@@ -26,6 +26,10 @@ Your own series as arrays: ``arrays="my_series.npz"`` reads ``x_train``, ``y_tra
 from __future__ import annotations
 
 import importlib.util
+import io
+import math
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -34,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..data import DataFileError, DataNotFoundError, stratified_split
+from ..data import MAX_MEMBER_BYTES, DataFileError, DataNotFoundError, read_capped, stratified_split
 from ..data import data_dir as resolve_data_dir
 from .base import Task, classification_info, register_task
 
@@ -165,9 +169,12 @@ ARRAY_KEYS = ("x_train", "y_train", "x_test", "y_test")
 def read_arrays(path: str) -> Dict[str, TsFile]:
     """``{"train": TsFile, "test": TsFile}`` from an ``.npz`` file holding :data:`ARRAY_KEYS`."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            data = {k: archive[k] for k in archive.files}
-    except (OSError, ValueError) as error:
+        with zipfile.ZipFile(path) as archive:
+            members = [m for m in archive.namelist() if m.endswith(".npy")]
+            data = {m[:-4]: _npy(archive, m, f"arrays {path}: {m}") for m in members}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        if isinstance(error, DataFileError):
+            raise
         raise DataFileError(f"arrays {path}: not a readable .npz file without pickled objects ({error})") from error
     if any(k not in data for k in ARRAY_KEYS):
         raise DataFileError(f"arrays {path}: expected arrays {', '.join(ARRAY_KEYS)}, got {', '.join(data) or 'none'}")
@@ -191,18 +198,58 @@ def read_arrays(path: str) -> Dict[str, TsFile]:
     return files
 
 
+def _npy(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
+    """One ``.npy`` member, read through :func:`~ltdrnn.data.read_capped` (a 4 MB archive may claim
+    gigabytes), its header's shape checked against the bytes there before numpy allocates it."""
+    raw = read_capped(archive.open(member), name, MAX_MEMBER_BYTES)
+    stream = io.BytesIO(raw)
+    version = np.lib.format.read_magic(stream)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in read_header:
+        raise DataFileError(f"{name}: .npy format version {version} is not read (1.0 and 2.0 are)")
+    shape, _, dtype = read_header[version](stream)
+    if dtype.hasobject:
+        raise DataFileError(f"{name}: holds Python objects; arrays are read without pickled objects")
+    if math.prod(shape) * dtype.itemsize > len(raw):
+        raise DataFileError(f"{name}: its header claims shape {shape}, more than its {len(raw)} bytes hold")
+    return np.load(io.BytesIO(raw), allow_pickle=False)
+
+
 def znormalise(series: np.ndarray) -> np.ndarray:
-    mean = np.nanmean(series, axis=0, keepdims=True)
-    std = np.nanstd(series, axis=0, keepdims=True)
+    """One series to zero mean, unit variance per channel, in float64 (float32 squares overflow from
+    about 1e19, which made such a series all zeros)."""
+    series = series.astype(np.float64)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing channel: NaN, checked by the caller
+        mean = np.nanmean(series, axis=0, keepdims=True)
+        std = np.nanstd(series, axis=0, keepdims=True)
     return (series - mean) / np.where(std > 1e-8, std, 1.0)
 
 
-def channel_statistics(series: List[np.ndarray]):
-    """``[(T_i, d)] -> (mean, std)``, each ``(d,)``, over every observed step of every series; a constant
-    channel gets std 1 (it is shifted, not blown up)."""
-    steps = np.concatenate(series, axis=0)
-    mean, std = np.nanmean(steps, axis=0), np.nanstd(steps, axis=0)
+def channel_statistics(series: List[np.ndarray], name: str = "series"):
+    """``[(T_i, d)] -> (mean, std)``, each ``(d,)`` float64, over every observed step of every series; a
+    constant channel gets std 1 (it is shifted, not blown up). A DataFileError naming ``name`` when a
+    channel's statistics are not finite (no observed value)."""
+    steps = np.concatenate(series, axis=0).astype(np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, std = np.nanmean(steps, axis=0), np.nanstd(steps, axis=0)
+    bad = ~(np.isfinite(mean) & np.isfinite(std))
+    if bad.any():
+        channel = int(np.flatnonzero(bad)[0])
+        raise DataFileError(
+            f"{name}: channel {channel}'s mean and std over the training part are not finite (mean {mean[channel]}, "
+            f"std {std[channel]}: no observed value?); it cannot be standardised"
+        )
     return mean, np.where(std > 1e-8, std, 1.0)
+
+
+def _as_float32(series: np.ndarray, name: str) -> np.ndarray:
+    """Missing values (NaN) as 0, in float32; a DataFileError naming ``name`` if a value does not fit."""
+    out = np.nan_to_num(series, nan=0.0).astype(np.float32)
+    if not np.isfinite(out).all():
+        raise DataFileError(f"{name}: a value beyond float32 after scaling ({float(series[~np.isfinite(out)][0])})")
+    return out
 
 
 class SeriesDataset(Dataset):
@@ -240,17 +287,18 @@ class UeaUcrTask(Task):
             files = find_ts_pair(dataset, path, data_dir)
             train = read_ts(files["train"])
             test = read_ts(files["test"], class_names=train.class_names)
+        label = repr(dataset) if arrays is None else f"arrays {arrays}"
         scaled = lambda s: znormalise(s) if znorm else s
         train_series = [scaled(s) for s in train.series]
         test_series = [scaled(s) for s in test.series]
         fit, val = stratified_split(train.labels, (1 - val_fraction, val_fraction), split_seed)
         mean = std = None
         if standardize:  # statistics of the training part only: validation and test stay unseen
-            mean, std = channel_statistics([train_series[i] for i in fit])
-            train_series = [(s - mean) / std for s in train_series]
-            test_series = [(s - mean) / std for s in test_series]
-        train_series = [np.nan_to_num(s, nan=0.0).astype(np.float32) for s in train_series]
-        test_series = [np.nan_to_num(s, nan=0.0).astype(np.float32) for s in test_series]
+            mean, std = channel_statistics([train_series[i] for i in fit], f"dataset {label}")
+            train_series = [(s.astype(np.float64) - mean) / std for s in train_series]
+            test_series = [(s.astype(np.float64) - mean) / std for s in test_series]
+        train_series = [_as_float32(s, f"dataset {label}") for s in train_series]
+        test_series = [_as_float32(s, f"dataset {label}") for s in test_series]
         self.splits = {
             "train": ([train_series[i] for i in fit], train.labels[fit]),
             "val": ([train_series[i] for i in val], train.labels[val]),

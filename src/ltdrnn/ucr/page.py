@@ -268,7 +268,7 @@ def render_page(
     hand-written ``notes`` (markdown) if given."""
     from ..results import ResultStore, file_slug, markdown_table
 
-    results = ResultStore(store)
+    results = ResultStore(store, read_only=True)  # a report never writes to the store it reads
     rows = results.rows(study=study)
     data = collect(rows)
     if not data["sets"]:
