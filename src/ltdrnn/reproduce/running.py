@@ -61,12 +61,22 @@ def run_config(
         f"study={claim.study(budget)}",
         f"name={spec.label}",
         f"results={store}",
-        f"run_dir={Path(runs_dir) / claim.id / budget / f'{spec.label}-s{seed}-{stamp}'}",
+        f"run_dir={fresh_directory(Path(runs_dir) / claim.id / budget / f'{spec.label}-s{seed}-{stamp}')}",
         f"train.progress={str(progress).lower()}",
     ]
     cfg = load_config(spec.preset, overrides + bookkeeping)
     cfg.notes = notes
     return cfg
+
+
+def fresh_directory(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``, ... if it exists: a retrain within the same second as an
+    earlier run of the same label and seed (an analysis interrupted after a short run) gets a directory of
+    its own instead of resuming the finished one."""
+    candidate, n = path, 2
+    while candidate.exists():
+        candidate, n = path.with_name(f"{path.name}-{n}"), n + 1
+    return candidate
 
 
 def run_claim(
