@@ -406,3 +406,25 @@ def test_profile_section_reports_every_subject(tmp_path):
     result = json.loads((tmp_path / "bench.json").read_text())
     assert {r["subject"] for r in result["profile"]} == {"srnn", "nn.LSTM", "nn.GRU"}
     assert "Where a training step's time goes" in (tmp_path / "bench.md").read_text()
+
+
+def test_a_run_of_variants_only_still_holds_every_source_cells_streaming_step_to_lstmcell():
+    # `--cells 'srnn[relu],tarnn[K=1],tarnn[K=5]'` measures no subject named after its cell
+    source = {"family": "source", "aliases": [], "error": None}
+    subjects = {
+        "nn.LSTM": {"family": "torch", "cell": None, "aliases": [], "error": None},
+        "srnn[relu]": {**source, "cell": "srnn"},
+        "tarnn[K=1]": {**source, "cell": "tarnn"},
+        "tarnn[K=5]": {**source, "cell": "tarnn"},
+    }
+    assert bench.stream_subjects(subjects) == {"srnn": "srnn[relu]", "tarnn": "tarnn[K=1]"}
+    assert bench.stream_subjects({**subjects, "tarnn": {**source, "cell": "tarnn"}})["tarnn"] == "tarnn"
+    stream = [
+        {"subject": "nn.LSTM", "shape": "s", "cell_median": 2.0},
+        {"subject": "srnn[relu]", "shape": "s", "layer_median": 3.0},
+        {"subject": "tarnn[K=1]", "shape": "s", "layer_median": 1.0},
+    ]
+    result = {"settings": {"shapes": ["s"], "sections": ["stream"]}, "errors": [], "stream": stream}
+    rows = {r["target"]: r for r in bench.evaluate_targets({**result, "subjects": subjects})}
+    assert rows["srnn[relu] streaming step, batch 1"]["passed"] is False
+    assert rows["tarnn[K=1] streaming step, batch 1"]["passed"] is True

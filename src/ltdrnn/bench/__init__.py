@@ -27,7 +27,7 @@ The package, by concern: :mod:`.subjects` (shapes, variants, targets, subjects),
 """
 
 from .probes import run_probe, subject_spec, timing_probe
-from .report import evaluate_targets, render_markdown, target_verdict
+from .report import evaluate_targets, render_markdown, stream_subjects, target_verdict
 from .runner import SCHEMA, SECTIONS, parse_options, parse_shapes, run, settings_from, split_names
 from .sections import loglog_slope
 from .subjects import RATE_TARGETS, SHAPES, TRAIN_TARGETS, VARIANTS, Shape, Subject, registry_subjects
@@ -52,6 +52,7 @@ __all__ = [
     "run",
     "run_probe",
     "settings_from",
+    "stream_subjects",
     "split_names",
     "subject_spec",
     "target_verdict",

@@ -8,10 +8,21 @@ from ..results import markdown_table
 from .subjects import RATE_TARGETS, TRAIN_TARGETS, stream_targets
 
 
+def stream_subjects(subjects: Dict[str, Any]) -> Dict[str, str]:
+    """Per source cell, the subject whose streaming step is held to nn.LSTMCell's: the cell's default
+    subject when it was measured, else its first variant (a run of variants only, such as
+    ``--cells 'srnn[relu],tarnn[K=1]'``, still checks every cell)."""
+    chosen: Dict[str, str] = {}
+    for name, info in subjects.items():
+        if info["family"] == "source" and (info["cell"] == name or info["cell"] not in chosen):
+            chosen[info["cell"]] = name
+    return chosen
+
+
 def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
     """One row per target and shape: the measured ratio, the limit, pass or miss and by how much."""
     subjects = result["subjects"]
-    sources = [name for name, info in subjects.items() if info["family"] == "source" and info["cell"] == name]
+    sources = list(stream_subjects(subjects).values())
     alias = {a: name for name, info in subjects.items() for a in info["aliases"]}
     rows = []
     for target in TRAIN_TARGETS + RATE_TARGETS + stream_targets(sources):
