@@ -154,6 +154,11 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def is_launch_main() -> bool:
+    """:func:`is_main`, also before the process group exists: rank 0 of the launch (torchrun's ``RANK``)."""
+    return is_main() if active() else int(os.environ.get("RANK", "0")) == 0
+
+
 def barrier() -> None:
     if active():
         dist.barrier()

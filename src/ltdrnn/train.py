@@ -97,7 +97,7 @@ def train(
     if cfg.train.malloc_tuning:
         tune_malloc()
     # held before a checkpoint is read: a second trainer in the directory must not mix its run with this one
-    lock = lock_run_dir(Path(cfg.run_dir)) if cfg.run_dir and D.is_main() else None
+    lock = lock_run_dir(Path(cfg.run_dir)) if cfg.run_dir and D.is_launch_main() else None
     try:
         with D.process_group(cfg.train.device):
             run = Run(cfg, resume)

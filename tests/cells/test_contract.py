@@ -207,7 +207,9 @@ class ScanCall(torch.nn.Module):
 @pytest.mark.parametrize("name,variant", CASES)
 def test_every_fast_impl_equals_the_reference_at_long_T(name, variant):
     cell = make_cell(name, variant)
-    fast = [i for i in impls(cell) if i != "reference"]
+    # "triton" on CPU tensors runs Triton's interpreter, minutes at this length: tests/cells/test_triton_*.py
+    # hold it to the reference at small sizes
+    fast = [i for i in impls(cell) if i not in ("reference", "triton")]
     if not fast:
         pytest.skip(f"{name} has only the reference implementation")
     x = torch.randn(1200, 2, cell.input_size)

@@ -38,7 +38,9 @@ def test_every_impl_scans_a_half_precision_sequence_as_the_reference(name, dtype
     cell = build(name, D, H, dtype=dtype)
     x = torch.randn(4, 2, D, dtype=dtype, generator=torch.Generator().manual_seed(1))
     expected, _ = cell.scan(x, impl="reference")
-    for impl in cell.impls[1:]:
+    # "triton" keeps a float32 state with half-precision products (more exact than this reference):
+    # tests/cells/test_triton_autocast.py holds it to a float32 reference
+    for impl in [i for i in cell.impls[1:] if i != "triton"]:
         out, _ = cell.scan(x, impl=impl)
         torch.testing.assert_close(out, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype], msg=impl)
 
