@@ -95,7 +95,40 @@ def test_idx(data):
 @settings(max_examples=40)
 @given(data=st.data())
 def test_ts(data):
-    path = _write(data.draw(mutated(TS)), "x.ts")
+    _check_ts(_write(data.draw(mutated(TS)), "x.ts"))
+
+
+# the UCR edge sets of issue 38 (L6) as .ts files, each with the error it must give (None: read): a
+# missing label, ragged dimensions, NaN values, one row, unicode labels behind a byte-order mark, a label
+# the header does not declare (the one-row set and a class only in TEST are refused by the task, whole)
+TS_EDGES = {
+    "missing-label": (b"@classLabel true a b\n@data\n1,2,3:a\n4,5,6:\n", r":4: the class label is missing"),
+    "ragged": (
+        b"@dimensions 2\n@classLabel true a b\n@data\n1,2,3:4,5,6:a\n1,2,3:4,5:b\n",
+        r":5: the dimensions of one series have different lengths \[3, 2\]",
+    ),
+    "nan": (b"@missing false\n@classLabel true a b\n@data\n1,NaN,3:a\nnan,5,6:b\n", None),
+    "one-row": (b"@classLabel true a b\n@data\n1,2,3:a\n", None),
+    "unicode": ("\ufeff@classLabel true caf\u00e9 \u72ac\n@data\n1,2:caf\u00e9\n3,4:\u72ac\n".encode(), None),
+    "undeclared": (b"@classLabel true a\n@data\n1,2:a\n3,4:b\n", r":4: label 'b' is not among the declared"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TS_EDGES))
+def test_ts_edge_sets(case):
+    raw, error = TS_EDGES[case]
+    path = _write(raw, "x.ts")
+    if error is None:
+        read_ts(path)  # raises if the reader refuses it
+    else:
+        with pytest.raises(DataFileError, match=error):
+            read_ts(path)
+    _check_ts(path)
+
+
+def _check_ts(path: Path) -> None:
+    """A DataFileError naming ``path``, or series without infinities and labels among the declared
+    classes (named, not empty)."""
     try:
         parsed = read_ts(path)
     except DataFileError as error:
@@ -103,6 +136,7 @@ def test_ts(data):
         return
     assert len(parsed.series) == len(parsed.labels)
     assert ((parsed.labels >= 0) & (parsed.labels < len(parsed.class_names))).all()
+    assert all(name for name in parsed.class_names)
     for series in parsed.series:
         assert not np.isinf(series).any()  # NaN marks a missing value; infinities are refused
 

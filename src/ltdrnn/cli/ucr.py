@@ -89,7 +89,7 @@ def _cmd_run(args) -> int:
         f"study {study}, store {args.store}",
         flush=True,
     )
-    failed = run_benchmark(
+    outcome = run_benchmark(
         sets,
         cells,
         seeds,
@@ -104,10 +104,14 @@ def _cmd_run(args) -> int:
         resume=args.resume,
         jobs=args.jobs,
     )
-    print(f"done in {time.perf_counter() - started:.0f} s; {len(failed)} failed")
+    skipped = outcome.skipped
+    print(
+        f"done in {time.perf_counter() - started:.0f} s; {len(outcome.failed)} failed; {len(skipped)} sets skipped"
+        + "".join(f"\n  skipped {name}: {why}" for name, why in skipped.items())
+    )
     if args.page:
-        print(f"written: {render_page(args.store, study, Path(args.page))}")
-    return 1 if failed else 0
+        print(f"written: {render_page(args.store, study, Path(args.page), skipped=skipped)}")
+    return 1 if outcome.failed or skipped else 0
 
 
 def _cmd_report(args) -> int:

@@ -14,7 +14,8 @@ Scaling, both optional: per-series z-normalisation (``znorm=True``: each dimensi
 zero mean, unit variance over its observed steps) erases each series' level and scale; per-channel
 standardisation (``standardize=True``: each dimension to zero mean, unit variance over every observed
 step of the training part, the same shift and scale for every split) keeps them. Missing values
-(``?`` / NaN) become 0 after scaling.
+(``?``, or ``NaN`` written out, whatever ``@missing`` says) become 0 after scaling. Every dimension of a
+series has one length; TRAIN needs series of 2 classes or more, and a class of TEST needs TRAIN series.
 Unequal-length sets yield items of their own length; ``collate`` pads and returns the lengths.
 
 Your own series as arrays: ``arrays="my_series.npz"`` reads ``x_train``, ``y_train``, ``x_test``,
@@ -84,8 +85,8 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
     ``class_names`` fixes the label order (pass the TRAIN file's when reading TEST).
     """
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
+    try:  # UTF-8 whatever the locale (labels may be any text), a byte-order mark allowed
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as error:
         raise DataFileError(f"{path}: not a text .ts file ({error}). {HOW_TO_GET}") from error
     header: Dict[str, str] = {}
@@ -107,13 +108,16 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
         *dims, label = line.split(":")
         if not dims:
             raise DataFileError(f"{path}:{line_no}: expected '<values>[:<values>...]:<class>', got {line[:40]!r}")
+        if not label.strip():
+            raise DataFileError(f"{path}:{line_no}: the class label is missing (expected '<values>:<class>')")
         columns = [_parse_dimension(d, path, line_no) for d in dims]
-        length = max(len(c) for c in columns)
-        stacked = np.full((length, len(columns)), np.nan, dtype=np.float32)
-        for j, column in enumerate(columns):
-            stacked[: len(column), j] = column
-        series.append(stacked)
-        raw_labels.append(label.strip())
+        if len({len(c) for c in columns}) > 1:  # lengths differ between cases, never within one
+            raise DataFileError(
+                f"{path}:{line_no}: the dimensions of one series have different lengths "
+                f"{[len(c) for c in columns]}; expected one length per series"
+            )
+        series.append(np.stack(columns, axis=1))
+        raw_labels.append((label.strip(), line_no))
     if not in_data:
         raise DataFileError(f"{path}: no @data line; not a .ts file. {HOW_TO_GET}")
     class_spec = header.get("classlabel", "").split()
@@ -122,9 +126,13 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
             f"{path}: expected '@classLabel true <classes>' (a classification set), got {header.get('classlabel')!r}"
         )
     names = class_names if class_names is not None else class_spec[1:]
-    unknown = sorted(set(raw_labels) - set(names))
+    unknown = [(label, line_no) for label, line_no in raw_labels if label not in names]
     if unknown:
-        raise DataFileError(f"{path}: labels {unknown[:5]} are not among the declared classes {names}")
+        label, line_no = unknown[0]
+        raise DataFileError(
+            f"{path}:{line_no}: label {label!r} is not among the declared classes {names} "
+            f"({len(unknown)} series with undeclared labels)"
+        )
     dims = {s.shape[1] for s in series}
     if len(dims) > 1:
         raise DataFileError(f"{path}: series have different numbers of dimensions {sorted(dims)}")
@@ -133,9 +141,27 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
     if "dimensions" in header and series and int(header["dimensions"]) != dims.pop():
         raise DataFileError(f"{path}: @dimensions says {header['dimensions']} but the data has {series[0].shape[1]}")
     if header.get("equallength", "").lower() == "true" and len({len(s) for s in series}) > 1:
-        raise DataFileError(f"{path}: @equalLength true but the series lengths differ")
+        raise DataFileError(
+            f"{path}: @equalLength true but the series lengths differ ({sorted({len(s) for s in series})[:5]})"
+        )
     lookup = {name: i for i, name in enumerate(names)}
-    return TsFile(series, np.array([lookup[v] for v in raw_labels], dtype=np.int64), list(names), header)
+    return TsFile(series, np.array([lookup[v] for v, _ in raw_labels], dtype=np.int64), list(names), header)
+
+
+def check_classes(train: TsFile, test: TsFile, name: str) -> None:
+    """A DataFileError naming ``name`` unless TRAIN holds series of at least 2 classes and every class of
+    TEST has training series (a class seen only in TEST cannot be learnt; its series would only count as
+    errors)."""
+    seen = sorted(set(train.labels.tolist()))
+    if len(seen) < 2:
+        raise DataFileError(
+            f"{name}: TRAIN holds {len(train.series)} series of {len(seen)} class "
+            f"{[train.class_names[i] for i in seen]}; a classifier needs series of at least 2 classes"
+        )
+    only_test = sorted(set(test.labels.tolist()) - set(seen))
+    if only_test:
+        counts = ", ".join(f"{test.class_names[i]!r} ({int((test.labels == i).sum())} series)" for i in only_test)
+        raise DataFileError(f"{name}: classes only in TEST, with no TRAIN series to learn from: {counts}")
 
 
 def aeon_data_dir() -> Optional[Path]:
@@ -288,6 +314,7 @@ class UeaUcrTask(Task):
             train = read_ts(files["train"])
             test = read_ts(files["test"], class_names=train.class_names)
         label = repr(dataset) if arrays is None else f"arrays {arrays}"
+        check_classes(train, test, f"dataset {label}")
         scaled = lambda s: znormalise(s) if znorm else s
         train_series = [scaled(s) for s in train.series]
         test_series = [scaled(s) for s in test.series]

@@ -15,7 +15,9 @@ is a normal ``train(cfg)`` run of the preset ``ucr/default`` (plus the budget's 
 overrides), stored in the results database under ``study``. MiniRocket (aeon's ``MiniRocketClassifier``,
 10,000 kernels, ridge classifier) is fitted on the whole official TRAIN file with the same seeds and
 stored in the same study as cell ``minirocket``. A run already in the store is not run again, so an
-interrupted benchmark continues where it stopped.
+interrupted benchmark continues where it stopped. Every set is read and checked before any training (both
+files, scaling, classes, the validation split); a bad set is reported by name with what is wrong and
+skipped, and the others run.
 
 ``report`` reads only the database (and the packaged published numbers,
 ``presets/ucr/published.csv``) and writes the page: per-set accuracy, average ranks with aeon's
@@ -34,9 +36,11 @@ from .benchmark import (
     SEEDS,
     SOURCE_CELLS,
     BenchmarkError,
+    BenchmarkOutcome,
     available_sets,
     benchmark_key,
     benchmark_runs,
+    check_sets,
     default_study,
     fit_minirocket,
     minirocket_record,
@@ -44,6 +48,7 @@ from .benchmark import (
     published_numbers,
     run_benchmark,
     run_config,
+    set_problem,
 )
 from .page import (
     accuracy_rows,
@@ -69,12 +74,14 @@ __all__ = [
     "SEEDS",
     "SOURCE_CELLS",
     "BenchmarkError",
+    "BenchmarkOutcome",
     "accuracy_rows",
     "available_sets",
     "average_ranks",
     "benchmark_key",
     "benchmark_runs",
     "cd_diagram",
+    "check_sets",
     "collect",
     "complete_sets",
     "cost_rows",
@@ -90,4 +97,5 @@ __all__ = [
     "render_page",
     "run_benchmark",
     "run_config",
+    "set_problem",
 ]

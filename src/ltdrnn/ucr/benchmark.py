@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -26,6 +27,15 @@ NOT_ARCHIVE_SETS = ("UnitTest",)
 
 class BenchmarkError(ValueError):
     """A user mistake in the benchmark's arguments; the message names the argument."""
+
+
+@dataclass
+class BenchmarkOutcome:
+    """What :func:`run_benchmark` did: ``failed`` runs (``<cell>/<set>/seed<n>: <error>``) and the ``skipped``
+    sets, ``{set: what is wrong}``, found unusable before any training."""
+
+    failed: List[str] = field(default_factory=list)
+    skipped: Dict[str, str] = field(default_factory=dict)
 
 
 # ---- the sets ------------------------------------------------------------------------------------
@@ -151,6 +161,36 @@ def benchmark_runs(
     return runs
 
 
+def set_problem(cfg, validates: bool = True) -> Optional[str]:
+    """What makes the set of the run config ``cfg`` unusable, in words that name it, or None: the set is
+    read and split as its runs will read it (both files, scaling, classes), and with ``validates`` its
+    validation split is checked as training checks it (:func:`ltdrnn.train.validation_size`)."""
+    from ..config import ConfigError
+    from ..data import DataFileError, DataNotFoundError
+    from ..tasks import build_task
+    from ..train import validation_size
+
+    try:
+        task = build_task(cfg.task.name, **cfg.task.options)
+        if validates:
+            validation_size(cfg, task)
+    except (DataFileError, DataNotFoundError, ConfigError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def check_sets(sets: Sequence[str], cells: Sequence[str], budget: str, overrides: Sequence[str], **where) -> Dict[str, str]:
+    """``{set: what is wrong}`` for the sets that cannot run, found before any training (``where``: the
+    ``study``, ``store``, ``runs_dir`` and ``data_dir`` of :func:`run_config`)."""
+    problems = {}
+    for dataset in sets:
+        cfg = run_config(cells[0] if cells else DEFAULT_CELLS[0], dataset, 0, budget, overrides, **where)
+        problem = set_problem(cfg, validates=bool(cells))
+        if problem is not None:
+            problems[dataset] = problem
+    return problems
+
+
 def run_benchmark(
     sets: Sequence[str],
     cells: Sequence[str],
@@ -165,15 +205,21 @@ def run_benchmark(
     log=print,
     resume: bool = True,
     jobs: int = 1,
-) -> List[str]:
-    """Per set, fit MiniRocket, then train every (cell, seed), ``jobs`` at a time, skipping (with ``resume``)
-    what the store already holds; returns the failed runs."""
+) -> BenchmarkOutcome:
+    """Check every set (:func:`check_sets`) and log each bad one by name; then per good set fit MiniRocket
+    and train every (cell, seed), ``jobs`` at a time, skipping (with ``resume``) what the store already
+    holds. Returns the failed runs and the skipped sets (``{set: what is wrong}``)."""
     from ..studies import finished_rows, run_study
 
     study = study or default_study(budget, overrides)
-    runs = benchmark_runs(sets, cells, seeds, budget, overrides, study, store, runs_dir, minirocket, data_dir, resume)
+    where = dict(study=study, store=store, runs_dir=runs_dir, data_dir=data_dir)
+    skipped = check_sets(sets, cells, budget, overrides, **where)
+    for dataset, problem in skipped.items():
+        log(f"  skipped set {dataset}: {problem}")
+    good = [s for s in sets if s not in skipped]
+    runs = benchmark_runs(good, cells, seeds, budget, overrides, study, store, runs_dir, minirocket, data_dir, resume)
     outcome = run_study(runs, store, finished_rows(study, benchmark_key), jobs, resume, log)
-    return [f"{label}/seed{seed}: {error}" for label, seed, error in outcome.failures]
+    return BenchmarkOutcome([f"{label}/seed{seed}: {error}" for label, seed, error in outcome.failures], skipped)
 
 
 def fit_minirocket(

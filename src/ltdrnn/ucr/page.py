@@ -261,11 +261,24 @@ def commits(rows: List[Dict[str, Any]]) -> List[str]:
     return sorted(found)
 
 
+def absent_sets(data: Dict[str, Any], skipped: Dict[str, str]) -> str:
+    """The offline sets without runs in the study, each skipped one marked with why (or ``none``)."""
+    absent = [s for s in available_sets() if s not in data["sets"]]
+    absent += [s for s in skipped if s not in absent and s not in data["sets"]]
+    return ", ".join(f"{s} (skipped: {skipped[s]})" if s in skipped else s for s in absent) or "none"
+
+
 def render_page(
-    store: str, study: str, page: Path, recipe_prefix: Optional[str] = "ucr-recipe/", notes: Optional[Path] = None
+    store: str,
+    study: str,
+    page: Path,
+    recipe_prefix: Optional[str] = "ucr-recipe/",
+    notes: Optional[Path] = None,
+    skipped: Optional[Dict[str, str]] = None,
 ) -> Path:
     """Write the benchmark page (and its CD diagram next to the store) from the database alone, plus the
-    hand-written ``notes`` (markdown) if given."""
+    hand-written ``notes`` (markdown) if given; the sets in ``skipped`` (``{set: what is wrong}``, from the
+    run that writes the page) are marked among the sets not in the study."""
     from ..results import ResultStore, file_slug, markdown_table
 
     results = ResultStore(store, read_only=True)  # a report never writes to the store it reads
@@ -298,8 +311,7 @@ def render_page(
         "",
         markdown_table(accuracy_rows(data, published)),
         "",
-        f"Offline sets not in this study (found where the page was rendered): "
-        f"{', '.join(s for s in available_sets() if s not in data['sets']) or 'none'}.",
+        f"Offline sets not in this study (found where the page was rendered): {absent_sets(data, skipped or {})}.",
         "",
         "## Average rank",
         "",
