@@ -316,3 +316,114 @@ def test_benchmark_end_to_end_on_two_small_sets_at_a_tiny_budget(tmp_path, capsy
     assert cli.main(argv) == 0
     assert len(ResultStore(str(store)).rows(study="tiny")) == len(rows)
     assert "seed" not in capsys.readouterr().out.replace("seeds", "")
+
+
+# ---- bad sets: found before any training, reported by name, the others run (issue 38, L6) ------------
+def _write_set(root, name, train, test, header="@classLabel true a b", start=""):
+    """A set as two .ts files whose data lines are given as text, ``start`` written first."""
+    folder = root / "ucr_uea" / name
+    folder.mkdir(parents=True)
+    for split, lines in (("TRAIN", train), ("TEST", test)):
+        body = f"{start}@problemName {name}\n{header}\n@data\n" + "\n".join(lines) + "\n"
+        (folder / f"{name}_{split}.ts").write_text(body, encoding="utf-8")
+
+
+def _ramps(n, labels="ab", length=8):
+    ramp = np.linspace(-1, 1, length)
+    return [
+        ",".join(f"{v:.3f}" for v in (1 if i % 2 == 0 else -1) * ramp + 0.01 * i) + f":{labels[i % 2]}"
+        for i in range(n)
+    ]
+
+
+def _problems(tmp_path, *sets):
+    where = dict(study="t", store=str(tmp_path / "r.db"), runs_dir=str(tmp_path / "runs"), data_dir=str(tmp_path))
+    return ucr.check_sets(sets, ["lstm"], "quick", [], **where)
+
+
+def test_a_set_with_a_missing_label_is_named_with_its_file_and_line(tmp_path):
+    _write_set(tmp_path, "NoLabel", _ramps(9) + ["0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8:"], _ramps(4))
+    problem = _problems(tmp_path, "NoLabel")["NoLabel"]
+    assert problem.endswith("NoLabel_TRAIN.ts:13: the class label is missing (expected '<values>:<class>')")
+
+
+def test_a_series_with_ragged_dimensions_is_refused_by_name(tmp_path):
+    train = [f"{row.split(':')[0]}:{row}" for row in _ramps(10)]
+    train[4] = "1,2,3:" + train[4].split(":", 1)[1]
+    _write_set(
+        tmp_path,
+        "Ragged",
+        train,
+        [f"{row.split(':')[0]}:{row}" for row in _ramps(4)],
+        "@dimensions 2\n@classLabel true a b",
+    )
+    problem = _problems(tmp_path, "Ragged")["Ragged"]
+    assert problem.endswith(
+        "Ragged_TRAIN.ts:9: the dimensions of one series have different lengths [3, 8]; expected one length per series"
+    )
+
+
+def test_nan_values_are_missing_values_like_question_marks(tmp_path):
+    train = _ramps(10)
+    with_nan, with_question = list(train), list(train)
+    with_nan[3] = "NaN," + train[3].split(",", 1)[1]
+    with_question[3] = "?," + train[3].split(",", 1)[1]
+    _write_set(tmp_path, "Nans", with_nan, ["nan," + _ramps(4)[0].split(",", 1)[1]] + _ramps(4)[1:])
+    _write_set(tmp_path, "Marks", with_question, ["?," + _ramps(4)[0].split(",", 1)[1]] + _ramps(4)[1:])
+    assert _problems(tmp_path, "Nans", "Marks") == {}
+    nans, marks = (
+        build_task("uea_ucr", dataset=s, data_dir=str(tmp_path), standardize=True) for s in ("Nans", "Marks")
+    )
+    for split in ("train", "val", "test"):
+        for a, b in zip(nans.splits[split][0], marks.splits[split][0]):
+            np.testing.assert_array_equal(a, b)
+    assert nans.splits["test"][0][0][0, 0] == 0.0  # missing, then scaled: 0
+
+
+def test_a_one_row_set_is_refused_by_name(tmp_path):
+    _write_set(tmp_path, "OneRow", _ramps(1), _ramps(4))
+    assert _problems(tmp_path, "OneRow") == {
+        "OneRow": "dataset 'OneRow': TRAIN holds 1 series of 1 class ['a']; a classifier needs series of at least 2 classes"
+    }
+
+
+def test_unicode_labels_and_a_byte_order_mark_are_read(tmp_path):
+    labels = ["caf\u00e9", "\u72ac"]
+    _write_set(
+        tmp_path,
+        "Uni",
+        _ramps(10, labels),
+        _ramps(4, labels),
+        header=f"@classLabel true {' '.join(labels)}",
+        start="\ufeff",
+    )
+    assert _problems(tmp_path, "Uni") == {}
+    task = build_task("uea_ucr", dataset="Uni", data_dir=str(tmp_path))
+    assert task.info.extra["classes"] == labels
+    assert task.splits["test"][1].tolist() == [0, 1, 0, 1]
+
+
+def test_a_class_only_in_test_is_refused_naming_the_class(tmp_path):
+    _write_set(tmp_path, "TestOnly", _ramps(10), _ramps(4) + _ramps(3, "cc"), header="@classLabel true a b c")
+    assert _problems(tmp_path, "TestOnly") == {
+        "TestOnly": "dataset 'TestOnly': classes only in TEST, with no TRAIN series to learn from: 'c' (3 series)"
+    }
+
+
+def test_a_bad_set_is_skipped_before_training_and_the_good_one_runs(tmp_path, capsys):
+    _write_set(tmp_path, "Good", _ramps(12), _ramps(6))
+    _write_set(tmp_path, "Bad", _ramps(12), _ramps(6) + _ramps(2, "cc"), header="@classLabel true a b c")
+    store, page = tmp_path / "results.db", tmp_path / "page.md"
+    argv = ["ucr", "run", "--sets", "Bad,Good", "--cells", "lstm", "--seeds", "1", "--budget", "quick"]
+    argv += ["--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "model.hidden_size=4", "--no-minirocket"]
+    argv += ["--study", "tiny", "--store", str(store), "--runs", str(tmp_path / "runs"), "--data-dir", str(tmp_path)]
+    assert cli.main(argv + ["--page", str(page)]) == 1  # a skipped set is not a full success
+    out = capsys.readouterr().out
+    why = "dataset 'Bad': classes only in TEST, with no TRAIN series to learn from: 'c' (2 series)"
+    assert out.index(f"skipped set Bad: {why}") < out.index("lstm/Good (seed 0): finished")
+    assert f"0 failed; 1 sets skipped\n  skipped Bad: {why}" in out
+    from ltdrnn.results import ResultStore
+
+    assert [(r["cell"], r["name"]) for r in ResultStore(str(store)).rows(study="tiny")] == [("lstm", "Good")]
+    assert f"Bad (skipped: {why})" in page.read_text()
+    assert not (tmp_path / "runs" / "tiny" / "lstm-Bad-s0").exists()
