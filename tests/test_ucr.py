@@ -383,7 +383,8 @@ def test_nan_values_are_missing_values_like_question_marks(tmp_path):
 def test_a_one_row_set_is_refused_by_name(tmp_path):
     _write_set(tmp_path, "OneRow", _ramps(1), _ramps(4))
     assert _problems(tmp_path, "OneRow") == {
-        "OneRow": "dataset 'OneRow': TRAIN holds 1 series of 1 class ['a']; a classifier needs series of at least 2 classes"
+        "OneRow": "dataset 'OneRow': TRAIN holds 1 series of 1 class ['a']; a classifier needs series of at "
+        "least 2 classes"
     }
 
 

@@ -179,7 +179,9 @@ def set_problem(cfg, validates: bool = True) -> Optional[str]:
     return None
 
 
-def check_sets(sets: Sequence[str], cells: Sequence[str], budget: str, overrides: Sequence[str], **where) -> Dict[str, str]:
+def check_sets(
+    sets: Sequence[str], cells: Sequence[str], budget: str, overrides: Sequence[str], **where
+) -> Dict[str, str]:
     """``{set: what is wrong}`` for the sets that cannot run, found before any training (``where``: the
     ``study``, ``store``, ``runs_dir`` and ``data_dir`` of :func:`run_config`)."""
     problems = {}
