@@ -30,6 +30,7 @@ from .triton_blocks import (
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
+    sequence_lengths,
 )
 from .triton_support import grid, lengths_operand
 
@@ -46,10 +47,7 @@ def _forward_kernel(c_ptr, m_ptr, eta_ptr, alpha_ptr, len_ptr, states_ptr, phis_
     block = rows[:, None] * H + cols[None, :]
     eta = tl.load(eta_ptr).to(ACC)
     alpha = tl.load(alpha_ptr).to(ACC)
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     h = tl.load(states_ptr + block, mask=mask, other=0.0).to(ACC)
     for t in range(T):
         step = tl.cast(t, tl.int64) * B * H
@@ -76,10 +74,7 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, m_ptr, eta_ptr, alpha_ptr, 
     block = rows[:, None] * H + cols[None, :]
     eta = tl.load(eta_ptr).to(ACC)
     alpha = tl.load(alpha_ptr).to(ACC)
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     carry = tl.zeros((BB, HP), dtype=ACC)  # dL/dh_t through the steps after t
     eta_sum = tl.zeros((BB, HP), dtype=ACC)
     alpha_sum = tl.zeros((BB, HP), dtype=ACC)

@@ -31,6 +31,7 @@ from .triton_blocks import (
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
+    sequence_lengths,
     sigmoid,
     tanh,
 )
@@ -57,10 +58,7 @@ def _forward_kernel(p_ptr, whh_ptr, wmix_ptr, len_ptr, states_ptr, gates_ptr, rm
     width = ND + 2 * H  # a row of P
     gate_width = ND + H  # a row of the saved gates [a | r]
     block = rows[:, None] * H + cols[None, :]
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     for t in range(T):
         step = tl.cast(t, tl.int64) * B
         prev = states_ptr + (tl.cast(N + t - 1, tl.int64) * B) * H
@@ -102,10 +100,7 @@ def _backward_kernel(grad_ptr, states_ptr, gates_ptr, rm_ptr, whh_ptr, wmix_ptr,
     mix_mask = row_mask[:, None] & (mixes < ND)[None, :]
     gate_width = ND + H
     block = rows[:, None] * H + cols[None, :]
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     for back in range(T):
         t = T - 1 - back
         step = tl.cast(t, tl.int64) * B

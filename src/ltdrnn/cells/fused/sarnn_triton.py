@@ -28,6 +28,7 @@ from .triton_blocks import (
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
+    sequence_lengths,
     sigmoid,
     tanh,
 )
@@ -49,10 +50,7 @@ def _forward_kernel(gi_ptr, ci_ptr, w_ptr, b_ptr, cw_ptr, len_ptr, states_ptr, p
     b_z = tl.load(b_ptr + H + cols, mask=col_mask, other=0.0).to(ACC)[None, :]
     b_n = tl.load(b_ptr + 2 * H + cols, mask=col_mask, other=0.0).to(ACC)[None, :]
     cw = tl.load(cw_ptr + cols, mask=col_mask, other=0.0).to(ACC)[None, :]
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     h = tl.load(states_ptr + block, mask=mask, other=0.0).to(ACC)
     for t in range(T):
         step = tl.cast(t, tl.int64) * B * H
@@ -98,10 +96,7 @@ def _backward_kernel(grad_ptr, gprob_ptr, states_ptr, probs_ptr, masks_ptr, gate
     block = rows[:, None] * H + cols[None, :]
     g_block = rows[:, None] * 3 * H + cols[None, :]
     cw = tl.load(cw_ptr + cols, mask=col_mask, other=0.0).to(ACC)[None, :]
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     carry = tl.zeros((BB, HP), dtype=ACC)  # dL/dh_t through the steps after t
     cw_sum = tl.zeros((BB, HP), dtype=ACC)
     for back in range(T):

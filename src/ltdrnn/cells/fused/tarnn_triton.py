@@ -34,6 +34,7 @@ from .triton_blocks import (
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
+    sequence_lengths,
     sigmoid,
 )
 from .triton_support import grid, lengths_operand
@@ -74,10 +75,7 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
     mask = row_mask[:, None] & (cols < H)[None, :]
     block = rows[:, None] * H + cols[None, :]
     p_block = rows[:, None] * 3 * H + cols[None, :]
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     s = tl.load(states_ptr + block, mask=mask, other=0.0).to(ACC)
     for t in range(T):
         step = tl.cast(t, tl.int64) * B * H
@@ -133,10 +131,7 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
     mask = row_mask[:, None] & (cols < H)[None, :]
     block = rows[:, None] * H + cols[None, :]
     p_block = rows[:, None] * 3 * H + cols[None, :]
-    if HAS_LENGTHS:
-        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
-    else:
-        length = tl.full((BB,), T, tl.int32)
+    length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     carry = tl.zeros((BB, HP), dtype=ACC)  # dL/ds_m through the steps after m
     for back in range(T):
         t = T - 1 - back

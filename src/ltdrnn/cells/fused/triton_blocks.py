@@ -89,6 +89,16 @@ def rows_times_matrix(
 
 
 @triton.jit
+def sequence_lengths(len_ptr, rows, row_mask, T, BB: tl.constexpr, HAS_LENGTHS: tl.constexpr):
+    """``(BB,)`` the lengths of this program's rows: read from ``len_ptr``, or all ``T``."""
+    if HAS_LENGTHS:
+        length = tl.load(len_ptr + rows, mask=row_mask, other=0)
+    else:
+        length = tl.full((BB,), T, tl.int32)
+    return length
+
+
+@triton.jit
 def sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
