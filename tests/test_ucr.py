@@ -509,3 +509,48 @@ def test_every_offline_set_of_the_committed_study_validates_every_class():
     if not checked:
         pytest.skip("none of the study's sets is here (aeon ships them)")
     assert len(checked) == len(options) or aeon_data_dir() is None, sorted(set(options) - set(checked))
+
+
+def test_ucr_report_folds_the_log_into_the_store_and_changes_nothing_else(tmp_path, capsys):
+    """The report reads the store; it only folds SQLite's log into the file (so that a committed file holds
+    every row), and never adds the key column that opening an old store for writing adds."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "results.db"
+    _store(tmp_path, {("lstm", "A"): [0.5]}).engine.dispose()
+    with sqlite3.connect(path) as db:  # a store written before rows had a key
+        db.execute("DROP INDEX ix_runs_run_key")
+        db.execute("ALTER TABLE runs DROP COLUMN run_key")
+    db.close()
+    before = path.read_bytes()
+    argv = ["ucr", "report", "--store", str(path), "--page", str(tmp_path / "p.md")]
+    assert cli.main(argv) == 0
+    assert path.read_bytes() == before
+    writer = sqlite3.connect(path)  # held open: its row stays in the log until the report folds it
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    row = _row("lstm", "B", 0, 0.75)
+    writer.execute(
+        "INSERT INTO runs (id, created, status, cell, task, study, name, metric, config, metrics) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (
+            row["id"],
+            row["created"],
+            "finished",
+            "lstm",
+            "uea_ucr",
+            "ucr/default",
+            "B",
+            0.75,
+            '{"train": {"seed": 0}}',
+            '{"metric": 0.75}',
+        ),
+    )
+    writer.commit()
+    assert cli.main(argv) == 0 and "| B | 75.0 (n=1) |" in (tmp_path / "p.md").read_text()
+    shutil.copy(path, tmp_path / "copy.db")  # the file alone, without its log
+    writer.close()
+    with sqlite3.connect(tmp_path / "copy.db") as copy:
+        assert copy.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+        assert "run_key" not in {c[1] for c in copy.execute("PRAGMA table_info(runs)")}
+    copy.close()

@@ -139,7 +139,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from ..results import ResultStore, database_exists
+    from ..results import database_exists, fold_write_ahead_log
     from ..results.export import refresh_export
     from ..ucr import BenchmarkError, render_page
 
@@ -148,7 +148,7 @@ def _cmd_report(args) -> int:
     if args.notes is not None and not args.notes.is_file():
         raise BenchmarkError(f"--notes {args.notes}: no such file")
     page = render_page(args.store, args.study, Path(args.page), notes=args.notes)
-    ResultStore(args.store).checkpoint()  # the committed database then holds every row the page shows
+    fold_write_ahead_log(args.store)  # the committed database then holds every row the page shows
     print(f"written: {page}")
     exported = refresh_export(args.store)  # and its text export, when one lies beside it
     if exported is not None:

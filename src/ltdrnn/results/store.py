@@ -90,6 +90,24 @@ def database_exists(location: str | Path) -> bool:
     return path is None or path.is_file()
 
 
+def fold_write_ahead_log(location: str | Path) -> None:
+    """Fold the write-ahead log of the SQLite file at ``location`` into the file, so that the file alone (a
+    copy, a commit beside its report) holds every row. Nothing else is written: no table, column or key (a
+    report calls it on the store it read; opening a :class:`ResultStore` for writing would add the key
+    column to an old store). Nothing to do without a log, or for other databases."""
+    import sqlite3
+
+    path = sqlite_file(database_url(location))
+    log = None if path is None else path.with_name(path.name + "-wal")
+    if log is None or not log.is_file() or log.stat().st_size == 0:
+        return
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+
+
 def make_sqlite_folder(url: str) -> None:
     """Create the folder of a SQLite database file (SQLite creates the file, not its folder)."""
     path = sqlite_file(url)
