@@ -365,6 +365,9 @@ def render_page(
 
     results = ResultStore(store, read_only=True)  # a report never writes to the store it reads
     rows = results.rows(study=study)
+    for row in rows:
+        if not row["name"]:  # a row of the study that names no set cannot be placed on the page
+            raise BenchmarkError(f"--store {store}: run {row['id']!r} of study {study} names no set (empty name)")
     data = collect(rows)
     if not data["sets"]:
         raise BenchmarkError(f"--study {study}: no finished runs of this study in {store}")
