@@ -1,4 +1,4 @@
-"""Test-suite settings. The shared helper modules here (harness_helpers, fixture_data, stream_helpers)
+"""Test-suite settings. The shared helper modules here (harness_helpers, fixture_data, stream_helpers, fuzz_helpers)
 import by name from every test folder because pyproject.toml's pytest config puts tests/ on the path
 (``pythonpath``)."""
 

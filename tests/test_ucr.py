@@ -428,3 +428,129 @@ def test_a_bad_set_is_skipped_before_training_and_the_good_one_runs(tmp_path, ca
     assert [(r["cell"], r["name"]) for r in ResultStore(str(store)).rows(study="tiny")] == [("lstm", "Good")]
     assert f"Bad (skipped: {why})" in page.read_text()
     assert not (tmp_path / "runs" / "tiny" / "lstm-Bad-s0").exists()
+
+
+# ---- empty validation splits: skipped with the override that runs them (issue 38, M1) -------------------
+def _ucr_run(tmp_path, sets, study, *extra):
+    argv = ["ucr", "run", "--sets", sets, "--cells", "lstm", "--seeds", "1", "--budget", "quick", "--no-minirocket"]
+    argv += ["--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "model.hidden_size=4", *extra]
+    argv += ["--study", study, "--store", str(tmp_path / "results.db"), "--runs", str(tmp_path / "runs")]
+    return cli.main(argv + ["--data-dir", str(tmp_path), "--page", str(tmp_path / f"{study}.md")])
+
+
+def test_a_set_without_a_validation_series_is_skipped_with_the_override_that_runs_it(tmp_path, capsys):
+    from ltdrnn.results import ResultStore
+
+    _write_set(tmp_path, "Good", _ramps(12), _ramps(6))
+    _write_set(tmp_path, "Tiny", _ramps(4), _ramps(6))  # 2 TRAIN series per class: round(0.2 * 2) = 0 validate
+    assert _ucr_run(tmp_path, "Good,Tiny", "tiny") == 1
+    out = capsys.readouterr().out
+    why = (
+        "dataset 'Tiny': its validation split is empty (val_fraction 0.2 of TRAIN series per class: 'a' 2, 'b' 2; "
+        "a class needs 3 for one to validate), so no checkpoint can be chosen on validation as the protocol asks; "
+        "to run it tested on its final weights instead, in a study of its own, add --set train.select_on=last"
+    )
+    assert f"skipped set Tiny: {why}" in out and f"skipped Tiny: {why}" in out
+    store = ResultStore(str(tmp_path / "results.db"))
+    assert [r["name"] for r in store.rows(study="tiny")] == ["Good"]
+    page = (tmp_path / "tiny.md").read_text()
+    assert f"Tiny (skipped: {why})" in page and "†" not in page
+    assert "| Good | 10 | 2 | 6 | 2 of 2 | 1 | best validation loss |" in page  # 6 per class: 5 fit, 1 validates
+    # what the message says to do: the set runs, is tested on its final weights, and is marked
+    assert _ucr_run(tmp_path, "Tiny", "tiny-last", "--set", "train.select_on=last") == 0
+    (row,) = store.rows(study="tiny-last")
+    assert row["metrics"]["checkpoint"] == "last" and row["metrics"]["val_best"] is None
+    assert row["history"] == [] and row["metrics"]["best_step"] == 4  # no validation metric, not even 0.0
+    page = (tmp_path / "tiny-last.md").read_text()
+    assert f"| Tiny | {100 * row['metric']:.1f} (n=1) † |" in page
+    assert "† tested on the final weights, not on a checkpoint chosen on validation" in page
+    assert "lstm on Tiny (1 of 1 runs)" in page
+    assert "| Tiny | 4 | 0 | 6 | 0 of 2 | 0 | last |" in page
+    capsys.readouterr()
+    assert cli.main(["ucr", "sets", "--splits", "--data-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "| Good | 10 | 2 | 6 | 2 of 2 | 1 |" in listed and "| Tiny | 4 | 0 | 6 | 0 of 2 | 0 |" in listed
+
+
+def test_a_checkpoint_chosen_on_an_empty_split_is_marked_invalid_on_the_page(tmp_path):
+    """A row stored before empty splits were refused: it says it chose on validation, which was empty."""
+    _write_set(tmp_path, "Tiny", _ramps(4), _ramps(6))
+    row = _row("lstm", "Tiny", 0, 0.4)
+    row["config"]["task"]["options"].update(data_dir=str(tmp_path), val_fraction=0.2)
+    row["config"]["train"]["select_on"] = "loss"
+    chosen_on_nothing = dict(row, id="old", metrics=dict(row["metrics"], val_best=0.0))
+    from ltdrnn.results import ResultStore
+
+    ResultStore(str(tmp_path / "results.db")).add(chosen_on_nothing)
+    page = ucr.render_page(str(tmp_path / "results.db"), "ucr/default", tmp_path / "page.md").read_text()
+    assert "| Tiny | 4 | 0 | 6 | 0 of 2 | 0 | best validation loss (of an empty split: invalid) |" in page
+    assert ucr.tested_checkpoint(dict(row, metrics={"val_best": None})) == "last"
+    assert ucr.tested_checkpoint(dict(row, metrics={"checkpoint": "last"})) == "last"
+    assert ucr.tested_checkpoint({"metrics": {}, "config": {"train": {}}}) == "?"
+
+
+def test_every_offline_set_of_the_committed_study_validates_every_class():
+    from pathlib import Path
+
+    from ltdrnn.data import DataNotFoundError
+    from ltdrnn.results import ResultStore
+
+    store = Path(__file__).resolve().parents[1] / "docs" / "ucr" / "results.db"
+    rows = [r for r in ResultStore(str(store), read_only=True).rows(study="ucr/default") if r["cell"] != "minirocket"]
+    options = {r["name"]: r["config"]["task"]["options"] for r in rows}
+    checked = []
+    for name, given in sorted(options.items()):
+        try:
+            sizes = ucr.preset_split_sizes(name, {k: v for k, v in given.items() if k != "data_dir"})
+        except DataNotFoundError:
+            continue
+        assert sizes.val > 0 and sizes.val_classes == sizes.classes, (name, sizes)
+        checked.append(name)
+    if not checked:
+        pytest.skip("none of the study's sets is here (aeon ships them)")
+    assert len(checked) == len(options) or aeon_data_dir() is None, sorted(set(options) - set(checked))
+
+
+def test_ucr_report_folds_the_log_into_the_store_and_changes_nothing_else(tmp_path, capsys):
+    """The report reads the store; it only folds SQLite's log into the file (so that a committed file holds
+    every row), and never adds the key column that opening an old store for writing adds."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "results.db"
+    _store(tmp_path, {("lstm", "A"): [0.5]}).engine.dispose()
+    with sqlite3.connect(path) as db:  # a store written before rows had a key
+        db.execute("DROP INDEX ix_runs_run_key")
+        db.execute("ALTER TABLE runs DROP COLUMN run_key")
+    db.close()
+    before = path.read_bytes()
+    argv = ["ucr", "report", "--store", str(path), "--page", str(tmp_path / "p.md")]
+    assert cli.main(argv) == 0
+    assert path.read_bytes() == before
+    writer = sqlite3.connect(path)  # held open: its row stays in the log until the report folds it
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    row = _row("lstm", "B", 0, 0.75)
+    writer.execute(
+        "INSERT INTO runs (id, created, status, cell, task, study, name, metric, config, metrics) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (
+            row["id"],
+            row["created"],
+            "finished",
+            "lstm",
+            "uea_ucr",
+            "ucr/default",
+            "B",
+            0.75,
+            '{"train": {"seed": 0}}',
+            '{"metric": 0.75}',
+        ),
+    )
+    writer.commit()
+    assert cli.main(argv) == 0 and "| B | 75.0 (n=1) |" in (tmp_path / "p.md").read_text()
+    shutil.copy(path, tmp_path / "copy.db")  # the file alone, without its log
+    writer.close()
+    with sqlite3.connect(tmp_path / "copy.db") as copy:
+        assert copy.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+        assert "run_key" not in {c[1] for c in copy.execute("PRAGMA table_info(runs)")}
+    copy.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import random
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -61,7 +60,9 @@ def load_checkpoint(path: str | Path) -> Dict[str, Any]:
     Raises CheckpointError for anything else, naming the file."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
+    except Exception as error:
+        # whatever damaged bytes lead torch's unpickler to raise (UnpicklingError, EOFError, and also
+        # IndexError, KeyError or AssertionError from inside it) is this file's fault, not a bug here
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"{path}: not a checkpoint that can be loaded safely ({first})") from None
     if not isinstance(checkpoint, dict) or not {"config", "model"} <= set(checkpoint):
@@ -151,7 +152,12 @@ def restore_model(path: str | Path, overrides: Optional[List[str]] = None):
         raise CheckpointError(
             f"{path}: its config is not a mapping of keys (got {type(checkpoint['config']).__name__})"
         )
-    cfg = load_config(checkpoint["config"], overrides)
+    try:  # the file's own config first, so that a damaged one is named as the file's
+        cfg = load_config(checkpoint["config"])
+    except ConfigError as error:
+        raise CheckpointError(f"{path}: its config is not valid: {error}") from None
+    if overrides:  # the user's overrides: their mistakes stay ConfigErrors of their own
+        cfg = load_config(checkpoint["config"], overrides)
     task, model = build_task_and_model(cfg)
     load_weights(model, checkpoint["model"], path)
     return cfg, task, model

@@ -17,7 +17,7 @@ from ltdrnn.cli import main
 from ltdrnn.config import ConfigError, load_config, save_config
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 KEYS = [
@@ -191,3 +191,72 @@ def test_the_cli_exits_with_a_code_never_a_traceback(command, config, middle):
         assert code in (0, 1, 2), (argv, code)
         if code == 2 and err.getvalue():
             assert len(err.getvalue().strip().splitlines()) == 1 and "Traceback" not in err.getvalue(), argv
+
+
+# ---- issue 38 M6: what a config file may ask for ----------------------------------------------------------
+from ltdrnn.config import LIMITS, MAX_ITEMS, MAX_STEPS, MAX_VALUES  # noqa: E402
+
+CAPS = {
+    **LIMITS,
+    "task.options.n_train": MAX_ITEMS,
+    "task.options.n_val": MAX_ITEMS,
+    "task.options.n_test": MAX_ITEMS,
+    "task.options.T": MAX_STEPS,
+}
+
+
+def _sizes(cap):
+    """Small (a run starts in a moment), within the cap, past it, or far past it (ints and floats)."""
+    return st.one_of(
+        st.integers(1, 8),
+        st.integers(max(cap // 2, 1), cap),
+        st.integers(cap + 1, cap * 1000),
+        st.sampled_from([1e9, 1e12, 2**63, float(cap + 1)]),
+    )
+
+
+@settings(max_examples=40)
+@given(sizes=st.fixed_dictionaries({}, optional={key: _sizes(cap) for key, cap in CAPS.items()}))
+def test_a_config_file_asking_for_too_much_names_the_key_and_a_small_one_runs(sizes):
+    """A config file with random sizes: past a cap (or past 1e9 values in all), a ConfigError naming the
+    key; within them a config that holds the sizes asked for; all small, a run that trains."""
+    from ltdrnn.config import deep_merge
+    from ltdrnn.train import train
+
+    data = {"model": {"cell": "tiny"}, "task": {"name": "tiny", "options": {}}, "train": {"steps": 1}}
+    for key, value in sizes.items():
+        for part in reversed(key.split(".")):
+            value = {part: value}
+        data = deep_merge(data, value)
+    past = [key for key, value in sizes.items() if value > CAPS[key]]
+    options = data["task"]["options"]
+    values = sum(options.get(k, 0) for k in ("n_train", "n_val", "n_test")) * options.get("T", 0)
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        install(patch)
+        path = Path(folder) / "run.yaml"
+        path.write_text(yaml_text(data))
+        if past or values > MAX_VALUES:
+            with pytest.raises(ConfigError) as caught:
+                load_config(str(path))
+            named = str(caught.value).split(":")[0]
+            assert named in past or (not past and named == "task.options"), (caught.value, sizes)
+            return
+        cfg = load_config(str(path))
+        assert all(_get(cfg.to_dict(), key) == value for key, value in sizes.items())
+        if all(value <= 8 for value in sizes.values()):
+            torch.set_num_threads(1)
+            cfg = load_config(str(path), ["train.latency=false", f"run_dir={folder}/run", "results=null"])
+            assert train(cfg)["timings"]["steps"] == 1
+            event("trained")
+
+
+def yaml_text(data) -> str:
+    import yaml
+
+    return yaml.safe_dump(data)
+
+
+def _get(data, key):
+    for part in key.split("."):
+        data = data[part]
+    return data

@@ -26,33 +26,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-
-@st.composite
-def mutated(draw, raw: bytes) -> bytes:
-    """``raw`` after a few random edits; the edits favour digits, separators and header bytes."""
-    data = bytearray(raw)
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["flip", "cut", "insert", "duplicate", "digit"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if kind == "flip" and data:
-            data[at] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "cut":
-            data = data[:at] if draw(st.booleans()) else data[:at] + data[at + draw(st.integers(1, 64)) :]
-        elif kind == "insert":
-            data[at:at] = draw(
-                st.one_of(
-                    st.binary(min_size=1, max_size=8),
-                    st.sampled_from(
-                        [b"nan", b"inf", b"-", b"2.9", b"1e39", b"?", b",", b":", b"\n", b"\xff\xfe", b"\0\0\0\x09"]
-                    ),
-                )
-            )
-        elif kind == "duplicate" and data:
-            data[at:at] = data[at : at + draw(st.integers(1, 256))]
-        elif kind == "digit" and data:
-            data[at] = ord(str(draw(st.integers(0, 9))))
-    return bytes(data)
-
+from fuzz_helpers import mutated  # noqa: E402
 
 # every file the examples write lives under one directory, removed when the module is released
 _ROOT = tempfile.TemporaryDirectory(prefix="ltdrnn-fuzz-")
@@ -210,3 +184,89 @@ def test_har(data):
         return
     assert part["x"].shape == (len(part["activity"]), 128, 9) and np.isfinite(part["x"]).all()
     assert set(np.unique(part["activity"])) <= set(range(1, 7))
+
+
+# ---- issue 38 M7: UCR standardisation at any scale ------------------------------------------------------
+TOY = toy_rows(12, 2, np.random.default_rng(1))
+GAP = st.tuples(st.integers(0, 11), st.integers(0, 1), st.integers(0, 5), st.sampled_from(["nan", "?", "inf", "-inf"]))
+
+
+@settings(max_examples=30)
+@given(
+    exponent=st.integers(-30, 30),
+    gaps=st.lists(GAP, max_size=3),
+    options=st.sampled_from([{"standardize": True}, {"znorm": True}, {"standardize": True, "znorm": True}]),
+)
+def test_ucr_standardisation_is_that_of_the_set_at_scale_one(exponent, gaps, options):
+    """A set times 10**exponent (1e-30 .. 1e30), with missing values or infinities here and there, reads as
+    the same set at scale 1 (the same NaN marks in both), or is one DataFileError naming the file; never
+    all zeros."""
+    from fixture_data import write_ts_set
+    from ltdrnn.tasks.uea_ucr import UeaUcrTask
+
+    def with_gaps(scale):
+        rows = [([[v * scale for v in dim] for dim in series], label) for series, label in TOY]
+        for i, dim, t, token in gaps:
+            rows[i][0][dim][t] = token
+        return rows
+
+    root = Path(tempfile.mkdtemp(prefix="fuzz-scale-", dir=_ROOT.name))
+    for name, scale in (("one", 1.0), ("scaled", 10.0**exponent)):
+        rows = with_gaps(scale)
+        write_ts_set(root / name, rows, rows[:6], name="Toy", dims=2, missing=True)
+    if any(token.endswith("inf") for *_, token in gaps):
+        with pytest.raises(DataFileError, match=r"Toy_TRAIN.ts:\d+: expected finite numbers"):
+            UeaUcrTask("Toy", data_dir=str(root / "scaled"), **options)
+        return
+    want = UeaUcrTask("Toy", data_dir=str(root / "one"), **options)
+    got = UeaUcrTask("Toy", data_dir=str(root / "scaled"), **options)
+    for split in ("train", "val", "test"):
+        a, b = np.stack(got.splits[split][0]), np.stack(want.splits[split][0])
+        assert np.abs(a).max() > 0.5, (split, exponent)  # used to be all zeros from about 1e19 on
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"{split} at 1e{exponent}")
+
+
+# ---- issue 38 M6: .npy headers that claim more than their bytes -------------------------------------------
+@settings(max_examples=30)
+@given(
+    shape=st.lists(st.integers(0, 2**40), min_size=1, max_size=3).map(tuple),
+    descr=st.sampled_from(["<f4", "<f8", "<i8", "|u1", "<c16"]),
+    payload=st.integers(0, 512),
+    version=st.sampled_from([(1, 0), (2, 0)]),
+)
+def test_an_npy_header_is_checked_against_its_bytes_before_allocating(shape, descr, payload, version):
+    """An ``.npz`` member whose header claims any shape: refused (DataFileError naming the file and member) unless
+    its bytes hold that many values, and never a large allocation."""
+    import io
+    import math
+    import tracemalloc
+    import zipfile
+
+    from ltdrnn.tasks.uea_ucr import read_arrays
+
+    header = io.BytesIO()
+    write = np.lib.format.write_array_header_1_0 if version == (1, 0) else np.lib.format.write_array_header_2_0
+    write(header, {"descr": descr, "fortran_order": False, "shape": shape})
+    member = header.getvalue() + bytes(payload)
+    good = io.BytesIO()
+    np.save(good, np.zeros((4, 3), dtype=np.float32))
+    labels = io.BytesIO()
+    np.save(labels, np.array([0, 1, 0, 1]))
+    path = Path(tempfile.mkdtemp(prefix="fuzz-npz-", dir=_ROOT.name)) / "a.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, raw in (("x_train", member), ("y_train", labels), ("x_test", good), ("y_test", labels)):
+            archive.writestr(f"{name}.npy", raw if isinstance(raw, bytes) else raw.getvalue())
+    claimed = math.prod(shape) * np.dtype(descr).itemsize
+    tracemalloc.start()
+    try:
+        try:
+            arrays = read_arrays(str(path))
+        except DataFileError as error:
+            assert str(path) in str(error) and "x_train" in str(error), error
+            arrays = None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, (shape, descr, peak)
+    if claimed > payload:
+        assert arrays is None, (shape, descr, payload)

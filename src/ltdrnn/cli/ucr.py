@@ -21,6 +21,11 @@ def add_commands(sub) -> None:
     )
     sets = sub.add_parser("sets", help="list the classification sets found offline")
     sets.add_argument("--data-dir", help=DATA_DIR_HELP)
+    sets.add_argument(
+        "--splits",
+        action="store_true",
+        help="also the series per split as the preset ucr/default reads them (fit, validation, test, classes)",
+    )
     with_command(sets, "ucr sets", _cmd_sets)
 
     run = sub.add_parser("run", help="train the cells over the sets (skipping runs already stored)")
@@ -67,8 +72,27 @@ def add_commands(sub) -> None:
 def _cmd_sets(args) -> int:
     from ..ucr import available_sets
 
+    if not args.splits:
+        for name in available_sets(args.data_dir):
+            print(name)
+        return 0
+    from ..data import DataFileError
+    from ..results import markdown_table
+    from ..ucr import preset_split_sizes
+
+    rows = [["set", "fit", "validation", "test", "classes validated", "fewest per class in validation"]]
+    unreadable = []
     for name in available_sets(args.data_dir):
-        print(name)
+        try:
+            sizes = preset_split_sizes(name, data_dir=args.data_dir)
+        except (DataFileError, ValueError) as error:
+            rows.append([name, "unreadable", "-", "-", "-", "-"])
+            unreadable.append(f"{name}: {error}")
+            continue
+        rows.append(
+            [name, sizes.fit, sizes.val, sizes.test, f"{sizes.val_classes} of {sizes.classes}", sizes.fewest_val]
+        )
+    print("\n".join([markdown_table(rows), *unreadable]))
     return 0
 
 
@@ -115,7 +139,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from ..results import ResultStore, database_exists
+    from ..results import database_exists, fold_write_ahead_log
     from ..results.export import refresh_export
     from ..ucr import BenchmarkError, render_page
 
@@ -124,7 +148,7 @@ def _cmd_report(args) -> int:
     if args.notes is not None and not args.notes.is_file():
         raise BenchmarkError(f"--notes {args.notes}: no such file")
     page = render_page(args.store, args.study, Path(args.page), notes=args.notes)
-    ResultStore(args.store).checkpoint()  # the committed database then holds every row the page shows
+    fold_write_ahead_log(args.store)  # the committed database then holds every row the page shows
     print(f"written: {page}")
     exported = refresh_export(args.store)  # and its text export, when one lies beside it
     if exported is not None:

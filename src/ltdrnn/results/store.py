@@ -90,6 +90,24 @@ def database_exists(location: str | Path) -> bool:
     return path is None or path.is_file()
 
 
+def fold_write_ahead_log(location: str | Path) -> None:
+    """Fold the write-ahead log of the SQLite file at ``location`` into the file, so that the file alone (a
+    copy, a commit beside its report) holds every row. Nothing else is written: no table, column or key (a
+    report calls it on the store it read; opening a :class:`ResultStore` for writing would add the key
+    column to an old store). Nothing to do without a log, or for other databases."""
+    import sqlite3
+
+    path = sqlite_file(database_url(location))
+    log = None if path is None else path.with_name(path.name + "-wal")
+    if log is None or not log.is_file() or log.stat().st_size == 0:
+        return
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+
+
 def make_sqlite_folder(url: str) -> None:
     """Create the folder of a SQLite database file (SQLite creates the file, not its folder)."""
     path = sqlite_file(url)
@@ -316,12 +334,36 @@ def _to_row(record: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+#: what each column of a row must hold once read (SQLite keeps whatever a damaged or foreign writer put
+#: in a column, a blob in ``cell`` or text in ``metric``, and the readers would fail on it far away)
+REQUIRED_TEXT = ("id", "created", "status", "cell", "task")
+NUMBERS = ("metric", "params", "train_time_s")
+JSON_KINDS = {"config": dict, "metrics": dict, "timings": dict, "history": list, "version": dict}
+
+
 def _from_row(row: Dict[str, Any], url: str = "") -> Dict[str, Any]:
+    """A row as read, JSON columns decoded; a StoreReadError naming the store, the run and the column when a
+    value is not of its column's kind (text, a number, a JSON mapping or list)."""
+
+    def odd(name: str, expected: str) -> StoreReadError:
+        return StoreReadError(f"{url}: run {row.get('id')!r}: its {name} is not {expected}")
+
+    for name, value in row.items():
+        if name in NUMBERS:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise odd(name, "a number")
+        elif name not in JSON_KINDS and not isinstance(value, str) and (value is not None or name in REQUIRED_TEXT):
+            raise odd(name, "text")
     for name in COLUMNS_JSON:
         try:
             row[name] = _decoded(row[name])
         except ValueError:
-            raise StoreReadError(f"{url}: run {row.get('id')!r}: its {name} is not JSON") from None
+            raise odd(name, "JSON") from None
+        kind = JSON_KINDS[name]
+        if row[name] is None and name in ("config", "metrics"):
+            row[name] = {}  # the readers look keys up in these; nothing stored is nothing to look up
+        if row[name] is not None and not isinstance(row[name], kind):
+            raise odd(name, f"a JSON {'mapping' if kind is dict else 'list'}")
     return row
 
 

@@ -236,8 +236,9 @@ def _npy(archive: zipfile.ZipFile, member: str, name: str) -> np.ndarray:
     shape, _, dtype = read_header[version](stream)
     if dtype.hasobject:
         raise DataFileError(f"{name}: holds Python objects; arrays are read without pickled objects")
-    if math.prod(shape) * dtype.itemsize > len(raw):
-        raise DataFileError(f"{name}: its header claims shape {shape}, more than its {len(raw)} bytes hold")
+    data_bytes = len(raw) - stream.tell()  # what follows the header
+    if math.prod(shape) * dtype.itemsize > data_bytes:
+        raise DataFileError(f"{name}: its header claims shape {shape}, more than its {data_bytes} bytes of data hold")
     return np.load(io.BytesIO(raw), allow_pickle=False)
 
 
@@ -248,18 +249,25 @@ def znormalise(series: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-missing channel: NaN, checked by the caller
         mean = np.nanmean(series, axis=0, keepdims=True)
-        std = np.nanstd(series, axis=0, keepdims=True)
-    return (series - mean) / np.where(std > 1e-8, std, 1.0)
+        std = spread(np.nanstd(series, axis=0, keepdims=True), np.nanmax(np.abs(series), axis=0, keepdims=True))
+    return (series - mean) / std
+
+
+def spread(std: np.ndarray, peak: np.ndarray) -> np.ndarray:
+    """``std``, or 1 where a channel is constant: its spread is below 1e-8 of its largest magnitude ``peak``
+    (float rounding, not signal). Relative, so that a set of values about 1e-30 is scaled like the same set
+    at 1 (an absolute floor of 1e-8 left such sets as they were: all but zero)."""
+    return np.where(std > 1e-8 * peak, std, 1.0)
 
 
 def channel_statistics(series: List[np.ndarray], name: str = "series"):
     """``[(T_i, d)] -> (mean, std)``, each ``(d,)`` float64, over every observed step of every series; a
-    constant channel gets std 1 (it is shifted, not blown up). A DataFileError naming ``name`` when a
+    constant channel (:func:`spread`) gets std 1 (it is shifted, not blown up). A DataFileError naming ``name`` when a
     channel's statistics are not finite (no observed value)."""
     steps = np.concatenate(series, axis=0).astype(np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean, std = np.nanmean(steps, axis=0), np.nanstd(steps, axis=0)
+        mean, std, peak = np.nanmean(steps, axis=0), np.nanstd(steps, axis=0), np.nanmax(np.abs(steps), axis=0)
     bad = ~(np.isfinite(mean) & np.isfinite(std))
     if bad.any():
         channel = int(np.flatnonzero(bad)[0])
@@ -267,7 +275,7 @@ def channel_statistics(series: List[np.ndarray], name: str = "series"):
             f"{name}: channel {channel}'s mean and std over the training part are not finite (mean {mean[channel]}, "
             f"std {std[channel]}: no observed value?); it cannot be standardised"
         )
-    return mean, np.where(std > 1e-8, std, 1.0)
+    return mean, spread(std, peak)
 
 
 def _as_float32(series: np.ndarray, name: str) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The UCR/UEA benchmark: one recipe, every offline set, every chosen cell, beside MiniRocket.
 
-    ltdrnn ucr sets                                    the classification sets found offline
+    ltdrnn ucr sets [--splits]                         the classification sets found offline (and their splits)
     ltdrnn ucr run [--sets A,B] [--cells lstm,srnn] [--seeds 3] [--budget default|quick]
                    [--set KEY=VALUE ...] [--study NAME] [--store DB] [--no-minirocket]
     ltdrnn ucr report [--store DB] [--study NAME] [--page benchmarks-ucr.md]
@@ -17,11 +17,17 @@ overrides), stored in the results database under ``study``. MiniRocket (aeon's `
 stored in the same study as cell ``minirocket``. A run already in the store is not run again, so an
 interrupted benchmark continues where it stopped. Every set is read and checked before any training (both
 files, scaling, classes, the validation split); a bad set is reported by name with what is wrong and
-skipped, and the others run.
+skipped, and the others run. A set whose validation split would be empty (every class with at most 2
+TRAIN series at ``val_fraction`` 0.2) is such a set: the protocol chooses the tested checkpoint on
+validation, and a choice on nothing is no choice, so the set is skipped with a message that gives the
+override that runs it, ``--set train.select_on=last`` (tested on the final weights, in a study of its
+own, which the page marks). It is never run on another rule without being asked.
 
 ``report`` reads only the database (and the packaged published numbers,
 ``presets/ucr/published.csv``) and writes the page: per-set accuracy, average ranks with aeon's
-critical-difference diagram, parameters and training time, and the goal check.
+critical-difference diagram, the splits of each set (read from the data where it renders) with the
+checkpoint its runs tested (a run tested on its final weights is marked †), parameters and training time,
+and the goal check.
 
 The package, by concern: :mod:`.benchmark` (the sets, the runs, MiniRocket) and :mod:`.page` (the page).
 """
@@ -37,6 +43,7 @@ from .benchmark import (
     SOURCE_CELLS,
     BenchmarkError,
     BenchmarkOutcome,
+    SplitSizes,
     available_sets,
     benchmark_key,
     benchmark_runs,
@@ -45,10 +52,12 @@ from .benchmark import (
     fit_minirocket,
     minirocket_record,
     padded_array,
+    preset_split_sizes,
     published_numbers,
     run_benchmark,
     run_config,
     set_problem,
+    split_sizes,
 )
 from .page import (
     accuracy_rows,
@@ -62,6 +71,8 @@ from .page import (
     rank_rows,
     recipe_rows,
     render_page,
+    split_rows,
+    tested_checkpoint,
 )
 
 __all__ = [
@@ -75,6 +86,7 @@ __all__ = [
     "SOURCE_CELLS",
     "BenchmarkError",
     "BenchmarkOutcome",
+    "SplitSizes",
     "accuracy_rows",
     "available_sets",
     "average_ranks",
@@ -91,6 +103,7 @@ __all__ = [
     "mean_std",
     "minirocket_record",
     "padded_array",
+    "preset_split_sizes",
     "published_numbers",
     "rank_rows",
     "recipe_rows",
@@ -98,4 +111,7 @@ __all__ = [
     "run_benchmark",
     "run_config",
     "set_problem",
+    "split_sizes",
+    "split_rows",
+    "tested_checkpoint",
 ]

@@ -161,21 +161,83 @@ def benchmark_runs(
     return runs
 
 
+@dataclass(frozen=True)
+class SplitSizes:
+    """Series in each split of a set as its runs read it: ``fit`` (trains), ``val``, ``test``; the
+    ``classes`` with TRAIN series, how many of them have a validation series (``val_classes``), the
+    fewest validation series of any of them (``fewest_val``, 0 when one has none) and each class's
+    TRAIN count (``train_per_class``, ``{class name: series}``)."""
+
+    fit: int
+    val: int
+    test: int
+    classes: int
+    val_classes: int
+    fewest_val: int
+    train_per_class: Dict[str, int]
+
+
+def split_sizes(task) -> SplitSizes:
+    """The :class:`SplitSizes` of a built UCR/UEA task."""
+    import numpy as np
+
+    fit, val = task.splits["train"][1], task.splits["val"][1]
+    names = task.info.extra["classes"]
+    present = np.unique(np.concatenate([fit, val]))
+    per_class = [int((val == c).sum()) for c in present]
+    return SplitSizes(
+        fit=len(fit),
+        val=len(val),
+        test=len(task.splits["test"][1]),
+        classes=len(present),
+        val_classes=sum(n > 0 for n in per_class),
+        fewest_val=min(per_class, default=0),
+        train_per_class={names[c]: int((fit == c).sum() + (val == c).sum()) for c in present},
+    )
+
+
+def preset_split_sizes(
+    dataset: str, options: Optional[Dict[str, Any]] = None, data_dir: Optional[str] = None
+) -> SplitSizes:
+    """The :class:`SplitSizes` of ``dataset`` read with a run's task ``options`` (a stored row's) or, when
+    None, with those of the preset ``ucr/default`` (and ``data_dir``)."""
+    from ..config import load_config
+    from ..tasks import build_task
+
+    if options is None:
+        options = dict(load_config(PRESET).task.options)
+        options.update({} if data_dir is None else {"data_dir": data_dir})
+    return split_sizes(build_task("uea_ucr", **dict(options, dataset=dataset)))
+
+
+def empty_validation(dataset: str, sizes: SplitSizes, val_fraction: float) -> str:
+    """Why a set with an empty validation split is skipped, and the one override that runs it."""
+    counts = ", ".join(f"{name!r} {n}" for name, n in sizes.train_per_class.items())
+    return (
+        f"dataset {dataset!r}: its validation split is empty (val_fraction {val_fraction} of TRAIN series per "
+        f"class: {counts}; a class needs 3 for one to validate), so no checkpoint can be chosen on validation "
+        "as the protocol asks; to run it tested on its final weights instead, in a study of its own, add "
+        "--set train.select_on=last"
+    )
+
+
 def set_problem(cfg, validates: bool = True) -> Optional[str]:
     """What makes the set of the run config ``cfg`` unusable, in words that name it, or None: the set is
     read and split as its runs will read it (both files, scaling, classes), and with ``validates`` its
-    validation split is checked as training checks it (:func:`ltdrnn.train.validation_size`)."""
+    validation split is checked as training checks it (:func:`ltdrnn.train.validation_size`): an empty
+    one is a problem unless ``train.select_on`` is ``last``, and the message gives that override."""
     from ..config import ConfigError
     from ..data import DataFileError, DataNotFoundError
     from ..tasks import build_task
-    from ..train import validation_size
 
     try:
         task = build_task(cfg.task.name, **cfg.task.options)
-        if validates:
-            validation_size(cfg, task)
     except (DataFileError, DataNotFoundError, ConfigError, ValueError) as error:
         return str(error)
+    if validates and cfg.train.select_on != "last":
+        sizes = split_sizes(task)
+        if sizes.val == 0:
+            return empty_validation(cfg.task.options["dataset"], sizes, task.info.extra["val_fraction"])
     return None
 
 

@@ -16,6 +16,7 @@ from .benchmark import (
     BenchmarkError,
     available_sets,
     default_study,
+    preset_split_sizes,
     published_numbers,
 )
 
@@ -28,6 +29,8 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     params: Dict[tuple, int] = {}
     train_s: Dict[tuple, List[float]] = {}
     best_step: Dict[str, List[float]] = {}
+    tested: Dict[tuple, List[str]] = {}
+    options: Dict[str, Dict[str, Any]] = {}
     from ..results import has_result
 
     for row in rows:
@@ -35,6 +38,9 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
             continue
         key = (row["cell"], row["name"])
         acc.setdefault(key, []).append(row["metric"])
+        if row["cell"] != REFERENCE:
+            tested.setdefault(key, []).append(tested_checkpoint(row))
+            options.setdefault(row["name"], ((row.get("config") or {}).get("task") or {}).get("options") or {})
         train_s.setdefault(key, []).append(row["train_time_s"] or 0.0)
         if row["params"] is not None:
             params[key] = row["params"]
@@ -53,7 +59,28 @@ def collect(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         "params": params,
         "train_s": train_s,
         "best_step": best_step,
+        "tested": tested,
+        "options": options,
     }
+
+
+def tested_checkpoint(row: Dict[str, Any]) -> str:
+    """Which weights a trained row's test metric is of: ``"last"`` (the final weights: ``train.select_on=last``,
+    or no finite validation score to choose on), ``"best validation <key>"``, or ``"?"`` where the row does not
+    say (neither its metrics nor its config)."""
+    metrics = row.get("metrics") or {}
+    said = metrics.get("checkpoint")
+    if said is None and "val_best" in metrics and metrics["val_best"] is None:
+        said = "last"  # rows from before the key: no validation score was kept, so nothing was chosen
+    if said is None:
+        said = ((row.get("config") or {}).get("train") or {}).get("select_on")
+        said = None if said is None else "last" if said == "last" else f"best validation {said}"
+    return said or "?"
+
+
+def on_final_weights(data: Dict[str, Any], method: str, dataset: str) -> int:
+    """How many of the runs of ``method`` on ``dataset`` were tested on their final weights."""
+    return data["tested"].get((method, dataset), []).count("last")
 
 
 def mean_std(values: Sequence[float]) -> str:
@@ -87,6 +114,7 @@ def accuracy_rows(data: Dict[str, Any], published: Dict[str, Dict[str, float]]) 
         row = [s] + [
             mean_std(data["acc"][(m, s)])
             + (f" (n={len(data['acc'][(m, s)])})" if len(data["acc"][(m, s)]) != SEEDS else "")
+            + (" †" if on_final_weights(data, m, s) else "")
             if (m, s) in data["acc"]
             else "-"
             for m in data["methods"]
@@ -102,6 +130,60 @@ def accuracy_rows(data: Dict[str, Any], published: Dict[str, Dict[str, float]]) 
     ]
     out.append(mean_row + ["-", "-"])
     return out
+
+
+def final_weights_note(data: Dict[str, Any]) -> List[str]:
+    """The footnote of the marks (†) of :func:`accuracy_rows`, or nothing when no run was marked."""
+    marked = [
+        f"{m} on {s} ({on_final_weights(data, m, s)} of {len(data['acc'][(m, s)])} runs)"
+        for s in data["sets"]
+        for m in data["methods"]
+        if on_final_weights(data, m, s)
+    ]
+    if not marked:
+        return []
+    return [
+        "† tested on the final weights, not on a checkpoint chosen on validation (`train.select_on=last`, or "
+        f"no finite validation score): {', '.join(marked)}.",
+        "",
+    ]
+
+
+def split_rows(data: Dict[str, Any]) -> List[List[str]]:
+    """Per set, the splits its cells trained on (:func:`~ltdrnn.ucr.benchmark.split_sizes`, read from the data
+    where the page is rendered, with the task options of the study's runs) and the checkpoints they tested."""
+    out = [["set", "fit", "validation", "test", "classes validated", "fewest per class in validation", "tested"]]
+    for s in data["sets"]:
+        tested = sorted({t for m in data["methods"] for t in data["tested"].get((m, s), [])})
+        sizes = set_sizes(s, data["options"].get(s))
+        if sizes is None:
+            out.append([s, "data not found here", "-", "-", "-", "-", ", ".join(tested) or "-"])
+            continue
+        if sizes.val == 0:  # a choice on an empty split is a choice on nothing
+            tested = [t if t == "last" else f"{t} (of an empty split: invalid)" for t in tested]
+        out.append(
+            [
+                s,
+                str(sizes.fit),
+                str(sizes.val),
+                str(sizes.test),
+                f"{sizes.val_classes} of {sizes.classes}",
+                str(sizes.fewest_val),
+                ", ".join(tested) or "-",
+            ]
+        )
+    return out
+
+
+def set_sizes(dataset: str, options: Optional[Dict[str, Any]]):
+    """The :class:`~ltdrnn.ucr.benchmark.SplitSizes` of ``dataset`` read with ``options`` (a run's task options;
+    the preset's when None), or None when the set cannot be read here."""
+    from ..data import DataFileError, DataNotFoundError
+
+    try:
+        return preset_split_sizes(dataset, options)
+    except (DataFileError, DataNotFoundError, ValueError):
+        return None
 
 
 def rank_rows(data: Dict[str, Any]) -> List[List[str]]:
@@ -283,6 +365,9 @@ def render_page(
 
     results = ResultStore(store, read_only=True)  # a report never writes to the store it reads
     rows = results.rows(study=study)
+    for row in rows:
+        if not row["name"]:  # a row of the study that names no set cannot be placed on the page
+            raise BenchmarkError(f"--store {store}: run {row['id']!r} of study {study} names no set (empty name)")
     data = collect(rows)
     if not data["sets"]:
         raise BenchmarkError(f"--study {study}: no finished runs of this study in {store}")
@@ -311,7 +396,19 @@ def render_page(
         "",
         markdown_table(accuracy_rows(data, published)),
         "",
+        *final_weights_note(data),
         f"Offline sets not in this study (found where the page was rendered): {absent_sets(data, skipped or {})}.",
+        "",
+        "## Splits",
+        "",
+        "Series per split as the cells trained on them, read from the data where this page was rendered "
+        "(`ltdrnn ucr sets --splits` prints them): fit (trains), validation (chooses the tested checkpoint), "
+        "test; the classes with a validation series, the fewest validation series of a class, and the "
+        "checkpoint the runs tested. A set whose validation split would be empty is skipped by `ucr run`, "
+        "which names the override that runs it on its final weights (`--set train.select_on=last`, a study "
+        "of its own).",
+        "",
+        markdown_table(split_rows(data)),
         "",
         "## Average rank",
         "",
