@@ -24,7 +24,7 @@ import time
 import warnings
 from importlib import resources
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import torch
 from torch import Tensor
@@ -304,12 +304,17 @@ def run_stream_kernel(cell: str, operands: StreamOperands, x_t: Tensor, state: T
     """``torch.ops.ltdrnn.<cell>_stream`` on contiguous inputs; its outputs as a list, or None when
     ``x_t`` or ``state`` holds NaN or an infinity: the operator declines those (its sums run in
     another order than the reference's), and the caller's general path gives the reference's values."""
-    op = getattr(torch.ops.ltdrnn, f"{cell}_stream")
+    op = _STREAM_OPS.get(cell) or _STREAM_OPS.setdefault(cell, getattr(torch.ops.ltdrnn, f"{cell}_stream").default)
     try:
         outputs = op(operands.tensors, operands.options, x_t.contiguous(), state.contiguous())
     except NotImplementedError:
         return None
     return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+
+#: ``torch.ops.ltdrnn.<cell>_stream``'s overload, looked up once: per streamed step the lookup costs as much as
+#: a small cell's arithmetic
+_STREAM_OPS: Dict[str, Any] = {}
 
 
 def stream_in_kernel(

@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Sequence, Tuple, Type, Union
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as _module_globals
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .cells.base import (
@@ -25,7 +26,7 @@ from .cells.base import (
 )
 from .cells.registry import build
 from .graphs import graphed_step, graphs_apply
-from .scan import from_autocast
+from .scan import autocast_dtype_for, from_autocast
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
 
@@ -164,6 +165,9 @@ class Recurrent(nn.Module):
             )
         if x_t.shape[-1] != self.input_size:
             self._check_features(x_t, "x_t")
+        lean = self._lean_step(x_t, state)
+        if lean is not None:
+            return lean
         x_t = self._from_autocast(x_t)
         unbatched = x_t.dim() == 1
         x = x_t.unsqueeze(0) if unbatched else x_t
@@ -173,6 +177,46 @@ class Recurrent(nn.Module):
         if unbatched:
             return x.squeeze(0), map_state(lambda s: s.squeeze(1), final_state)
         return x, final_state
+
+    def _lean_step(self, x: Tensor, state: State | None) -> Tuple[Tensor, State] | None:
+        """``step`` by each cell's :meth:`~ltdrnn.cells.base.Cell.stream_step`, skipping the checks and
+        dispatch of a cell call, where nothing can differ from the full path: a batched CPU input and a
+        state of the layout last checked, no autograd, autocast, dropout or hooks; None otherwise.
+
+        At batch 1 the full path's per-call work (checking the input and state once per cell and again in
+        ``scan``, ``nn.Module`` dispatch) costs more than a compiled step itself. A cell whose streaming
+        step declines the input (non-finite values, an impl without one) takes the full path alone.
+        """
+        if (
+            state is None
+            or torch.is_grad_enabled()
+            or x.dim() != 2
+            or not x.is_cpu
+            or (self.training and self.dropout > 0)
+            or autocast_dtype_for(x) is not None
+            or self._hooked()
+        ):
+            return None
+        if (state_layout(state), x.shape[0], x.dtype, x.device) != self.__dict__.get("_checked_layout"):
+            return None
+        finals = []
+        for cell, part in zip(self._cell_list(), _unstacked(state)):
+            cell.check_room(part, 1)
+            impl = cell.resolved_impl()  # on the CPU, what ``like=x`` would resolve to
+            stepped = None if impl == "reference" else cell.stream_step(x, part, impl)
+            x, final = stepped if stepped is not None else cell(x, part)
+            finals.append(final)
+        return x, _stack_states(finals) if len(finals) > 1 else _stacked_alone(finals[0], x)
+
+    def _hooked(self) -> bool:
+        """Whether a forward hook would see a cell call (the lean step makes none)."""
+        if _global_forward_hooks_set():
+            return True
+        return any(c._forward_hooks or c._forward_pre_hooks for c in self._cell_list())
+
+    def _cell_list(self):
+        # the ModuleList's own dict: iterating ``self.cells`` costs two attribute lookups through nn.Module
+        return self._modules["cells"]._modules.values()
 
     def _step_cells(self, x: Tensor, parts: List[State]) -> Tuple[Tensor, State]:
         """One step of every cell, layer on layer: ``x (B, d)``, the per-cell states -> ``(y, stacked state)``."""
@@ -197,9 +241,7 @@ class Recurrent(nn.Module):
             parts = self._split_state(state, x.shape[0], x, unbatched=False)
             self.__dict__["_checked_layout"] = layout
             return parts
-        if isinstance(state, Tensor):
-            return list(state.unbind(0))
-        return list(zip(*[part.unbind(0) for part in state]))
+        return _unstacked(state)
 
     def _apply(self, fn, *args, **kwargs):
         # .to(), .double(), ... may change the dtype the streamed input must have: check it again.
@@ -315,6 +357,30 @@ def _stack_states(states: Sequence[State]) -> State:
     if isinstance(first, Tensor):
         return torch.stack(list(states))
     return tuple(torch.stack([s[i] for s in states]) for i in range(len(first)))
+
+
+def _stacked_alone(state: State, output: Tensor) -> State:
+    """``_stack_states([state])`` of a one-layer stack without copying: the state's own tensors as views,
+    except those sharing memory with the output (a caller may edit its output in place). A copy of
+    MIST's history is the largest cost of a streamed step."""
+
+    def stacked(s: Tensor) -> Tensor:
+        if s is output or s.untyped_storage().data_ptr() == output.untyped_storage().data_ptr():
+            return torch.stack([s])
+        return s.unsqueeze(0)
+
+    return stacked(state) if isinstance(state, Tensor) else tuple(stacked(s) for s in state)
+
+
+def _unstacked(state: State) -> List[State]:
+    """The per-cell states of a stacked state already checked (``(L*D, B, ...)`` tensors)."""
+    if isinstance(state, Tensor):
+        return list(state.unbind(0))
+    return list(zip(*[part.unbind(0) for part in state]))
+
+
+def _global_forward_hooks_set() -> bool:
+    return bool(_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks)
 
 
 def _reversal_index(steps: int, batch: int, lengths: Tensor | None, device) -> Tensor:

@@ -43,7 +43,7 @@ class ParameterCache:
 
     def get(self, tensors, compute, extra=None):
         """The cached ``compute()``, recomputed when a tensor or the hashable ``extra`` changes."""
-        key = (_OPTIMISER_STEPS[0], tuple((p.data_ptr(), p._version) for p in tensors), extra)
+        key = (_OPTIMISER_STEPS[0], tuple([(p.data_ptr(), p._version) for p in tensors]), extra)
         if key != self.key:
             self.key, self.value = key, compute()
         return self.value

@@ -111,6 +111,38 @@ def test_streaming_without_gradients_uses_the_kernel_and_equals_scan():
     torch.testing.assert_close(state, final)
 
 
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_a_non_finite_history_row_the_step_does_not_read_still_streams_in_the_kernel(poison, monkeypatch):
+    """Only the delayed rows h_{t-2^i} enter the step: a NaN elsewhere is copied into the new history bit
+    for bit, as the reference's concatenation copies it, so the compiled step may run."""
+    from ltdrnn import kernels
+
+    if not kernels.load_torch_ops("mist"):
+        pytest.skip("csrc/mist.cpp does not build here")
+    cell = make(num_delays=4)
+    read = {cell.history_size - k for k in cell.delays}
+    unread = next(i for i in range(cell.history_size) if i not in read)
+    history = torch.randn(2, cell.history_size, 6)
+    history[1, unread, 2] = poison
+    x_t = torch.randn(2, 3)
+    calls = []
+    real = kernels.run_stream_kernel
+    monkeypatch.setattr(kernels, "run_stream_kernel", lambda *a: calls.append(real(*a)) or calls[-1])
+    with torch.no_grad():
+        h, new_history = cell.stream_step(x_t, history, "kernel")
+        expected_h, expected_history = cell.scan(x_t[None], history, impl="reference")
+    assert calls and calls[0] is not None, "the kernel must take a history whose read rows are finite"
+    torch.testing.assert_close(h, expected_h[0])
+    torch.testing.assert_close(new_history, expected_history, equal_nan=True)
+    copied = new_history[1, unread - 1, 2].item()
+    assert copied == poison or (math.isnan(poison) and math.isnan(copied))
+    history[1, cell.history_size - 2, 0] = poison  # a read row (delay 2): the kernel declines it
+    calls.clear()
+    with torch.no_grad():
+        assert cell.stream_step(x_t, history, "kernel") is None
+    assert calls == [None]
+
+
 def test_clear_errors_for_options():
     with pytest.raises(ValueError, match="num_delays"):
         make(num_delays=0)

@@ -166,7 +166,8 @@ class EulerCell(Cell):
 
     @property
     def per_time_step(self) -> bool:
-        return self.steps.per_time_step
+        # read per streamed step: the submodule straight from its dict, not through nn.Module.__getattr__
+        return self._modules["steps"].per_time_step
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
         h = super().init_state(batch_size, device, dtype)
@@ -175,11 +176,12 @@ class EulerCell(Cell):
         return h, torch.zeros(batch_size, dtype=torch.long, device=h.device)
 
     def check_room(self, state: State, steps: int) -> None:
-        self.steps.check_room(state[1] if self.per_time_step else None, steps)
+        if not isinstance(state, Tensor):  # (h, counter): only per-time-step step sizes have a limit
+            self.steps.check_room(state[1], steps)
 
     def own_parameters(self) -> tuple:
         """The tensors the cached streaming operands derive from."""
-        return (*self._parameters.values(), self.steps.parameter)
+        return (*self._parameters.values(), *self._modules["steps"]._parameters.values())
 
     def sequence_step_sizes(self, steps: int, counter: Tensor | None) -> Tensor | None:
         """The step sizes of a ``steps``-long sequence for a fused path: ``(K,)`` shared, or ``(T, K)``,

@@ -160,8 +160,9 @@ inline void check_tensor(const at::Tensor& t, const at::Tensor& like, at::IntArr
 }
 
 // A streaming step's input x (B, d) and state (B, *state_tail), checked before any weight is read.
+// With whole_state false only x's values are checked: the caller checks the state rows it reads.
 inline void check_stream_input(const at::Tensor& x, const at::Tensor& state, at::IntArrayRef state_tail,
-                               const char* op) {
+                               const char* op, bool whole_state = true) {
   check_floating(x, op, "x");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), op, ": x must be a contiguous (B, d) tensor, got ", x.sizes());
   std::vector<int64_t> shape{x.size(0)};
@@ -171,7 +172,7 @@ inline void check_stream_input(const at::Tensor& x, const at::Tensor& state, at:
   // and -ffast-math may drop a NaN. NotImplementedError tells the caller to take its general path.
   const auto finite_as = [&](auto zero) {
     using T = decltype(zero);
-    return all_finite(x.data_ptr<T>(), x.numel()) && all_finite(state.data_ptr<T>(), state.numel());
+    return all_finite(x.data_ptr<T>(), x.numel()) && (!whole_state || all_finite(state.data_ptr<T>(), state.numel()));
   };
   const bool finite = x.scalar_type() == at::kFloat ? finite_as(0.0f) : finite_as(0.0);
   TORCH_CHECK_NOT_IMPLEMENTED(finite, op, ": x or state holds NaN or an infinity; use the general path");
