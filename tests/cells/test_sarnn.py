@@ -403,6 +403,23 @@ def test_compiled_backward_operator_reads_strided_and_absent_incoming_gradients(
     assert not torch.equal(absent["d_coord"], base["d_coord"]), "the probabilities' gradient must matter"
 
 
+def test_compiled_loops_add_a_separate_input_bias_and_sum_both_biases_gradients():
+    """b_ih handed to the forward loop instead of added to gi gives the same step (to rounding), and the
+    backward's bias_sums are the sums of d_gi's and d_gh_n's columns over time and batch."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    joined = run_gru_operators(weight_hh.t(), weight_hh, batch=3)
+    apart = run_gru_operators(weight_hh.t(), weight_hh, batch=3, separate_input_bias=True)
+    assert torch.equal(apart["masks"], joined["masks"]), "the same decisions"
+    for key in joined:
+        torch.testing.assert_close(apart[key], joined[key], rtol=1e-12, atol=1e-12, msg=key)
+    hidden = 5
+    expected = torch.cat([joined["d_gi"].sum((0, 1)), joined["d_gh_n"].sum((0, 1))])
+    torch.testing.assert_close(joined["bias_sums"], expected, rtol=1e-12, atol=1e-13)
+    assert joined["bias_sums"][3 * hidden :].abs().sum() > 0
+
+
 def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
@@ -459,13 +476,15 @@ def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
         args[index] = bad
         with pytest.raises(RuntimeError, match=message):
             forward(*args)
+    with pytest.raises(RuntimeError, match="bias_ih must be"):
+        forward(*good, torch.zeros(3 * H + 1))
 
 
-def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="contiguous"):
+def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="contiguous", separate_input_bias=False):
     """Forward then backward of the compiled GRU loops at 2 threads on fixed random float64 operands
     (a coordinator that updates some units and skips others); every buffer they write. ``incoming``:
     the gradients d_outputs, d_probs as contiguous tensors, at batch-first strides (the same values), with
-    d_probs None, or with d_probs zero."""
+    d_probs None, or with d_probs zero. ``separate_input_bias``: gi minus a bias b_ih, given to the loop."""
     generator = torch.Generator().manual_seed(13)
 
     def randn(*shape, scale=1.0):
@@ -483,21 +502,27 @@ def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="conti
     outputs, probs, masks, news, d_gh_n, d_coord = (torch.empty_like(coord_in) for _ in range(6))
     gates, d_gi = torch.empty_like(gi), torch.empty_like(gi)
     d_coord_weight, carry, d_gh = torch.empty_like(h0), torch.empty_like(h0), h0.new_empty(batch, 3 * hidden)
+    bias_sums = torch.empty(4 * hidden, dtype=torch.float64)
+    bias_ih = None
+    if separate_input_bias:  # the same map, its bias handed over apart: gi without it
+        bias_ih = randn(3 * hidden)
+        gi = gi - bias_ih
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         torch.ops.ltdrnn.sarnn_gru_forward(
-            gi, coord_in, h0, w_t, bias_hh, coord_weight, outputs, probs, masks, gates, news
+            gi, coord_in, h0, w_t, bias_hh, coord_weight, outputs, probs, masks, gates, news, bias_ih
         )
         torch.ops.ltdrnn.sarnn_gru_backward(
             gates, news, outputs, h0, masks, probs, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_gh_n,
-            d_coord, d_coord_weight, d_gh, carry,
+            d_coord, d_coord_weight, d_gh, carry, bias_sums,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return {
         "outputs": outputs, "probs": probs, "masks": masks, "gates": gates, "news": news, "d_gi": d_gi,
         "d_gh_n": d_gh_n, "d_coord": d_coord, "d_coord_weight": d_coord_weight, "carry": carry,
+        "bias_sums": bias_sums,
     }  # fmt: skip
 
 

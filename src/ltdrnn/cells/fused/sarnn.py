@@ -20,10 +20,12 @@ from ..masked import binary, gru_candidate, gru_gates
 class FusedSARNNGRU(torch.autograd.Function):
     """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
 
-    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,))
-    -> (outputs, probs, masks)``, each ``(T, B, H)`` (see :meth:`SARNN.precompute` for ``coord_in``;
-    ``masks`` float 0/1). It runs the same ops as the reference step, so the decisions agree bit for
-    bit; the backward implements the straight-through estimator without autograd's per-op
+    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,),
+    bias_ih (3H,) or None) -> (outputs, probs, masks)``, each ``(T, B, H)``. With ``bias_ih``, ``gi`` is
+    ``W_ih x`` alone and the loop adds the bias (the compiled loop as it goes, its gradient summed in the
+    backward loop: one pass over ``gi`` and three over the gradients less); without, ``gi`` holds it. See
+    :meth:`SARNN.precompute` for ``coord_in``; ``masks`` is float 0/1. The PyTorch loop runs the same ops
+    as the reference step; the backward implements the straight-through estimator without autograd's per-op
     bookkeeping. Per-step intermediates stay in small per-step tensors (reused warm by the
     allocator); sequence-sized tensors are allocated once and written in place, never stacked.
 
@@ -33,12 +35,15 @@ class FusedSARNNGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None):
         # an unused output's gradient arrives as None, not as a (T, B, H) tensor of zeros to fill and read
         ctx.set_materialize_grads(False)
         ctx.compiled = _compiled_loop_runs(gi)
+        ctx.bias_ih = bias_ih is not None
         if ctx.compiled:
-            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight)
+            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih)
+        if bias_ih is not None:
+            gi = gi + bias_ih
         hidden = coord_in.shape[-1]
         weight_t = weight_hh.t()
         outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
@@ -112,7 +117,8 @@ class FusedSARNNGRU(torch.autograd.Function):
         d_rz = d_gi[..., : 2 * hidden]
         d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
         d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
-        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
+        d_bias_ih = d_gi.sum((0, 1)) if ctx.bias_ih else None
+        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
 
 
 # ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
@@ -121,7 +127,7 @@ def _compiled_loop_runs(gi: Tensor) -> bool:
     return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn")
 
 
-def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih):
     """The forward time loop in one call; keeps each step's gates and candidate ``n`` for the backward
     (one reused row of each when no gradient is needed). The loop writes the clamped probabilities
     itself, and the backward reads them: ``0 < pre < 1`` exactly when ``0 < clamp(pre, 0, 1) < 1``."""
@@ -133,6 +139,7 @@ def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
     torch.ops.ltdrnn.sarnn_gru_forward(
         gi, coord_in, h0, weight_hh.detach().t(), bias_hh.detach().contiguous(),
         coord_weight.detach().contiguous(), outputs, probs, masks, gates, news,
+        None if bias_ih is None else bias_ih.detach().contiguous(),
     )  # fmt: skip
     ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, probs, gates, news)
     ctx.mark_non_differentiable(masks)
@@ -148,15 +155,18 @@ def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor | None) -> tuple:
     d_gi = outputs.new_empty(steps, batch, 3 * hidden)
     d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
     d_coord_weight, carry = torch.empty_like(h0), torch.empty_like(h0)
+    bias_sums = torch.empty(4 * hidden, dtype=torch.float64)  # [d_r | d_z | d_n | d_gh_n] over time and batch
     torch.ops.ltdrnn.sarnn_gru_backward(
         gates, news, outputs, h0, masks, probs, _unit_last_stride(d_outputs), _unit_last_stride(d_probs),
         weight_hh.detach(), coord_weight.detach().contiguous(), d_gi, d_gh_n, d_coord, d_coord_weight,
-        outputs.new_empty(batch, 3 * hidden), carry,
+        outputs.new_empty(batch, 3 * hidden), carry, bias_sums,
     )  # fmt: skip
     d_rz = d_gi[..., : 2 * hidden]
     d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
-    d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
-    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
+    sums = bias_sums.to(outputs.dtype)
+    d_bias_hh = torch.cat([sums[: 2 * hidden], sums[3 * hidden :]])
+    d_bias_ih = sums[: 3 * hidden] if ctx.bias_ih else None
+    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
 
 
 def _unit_last_stride(gradient: Tensor | None) -> Tensor | None:
