@@ -511,9 +511,10 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     forward, backward = torch.ops.ltdrnn.irnn_k1_forward, torch.ops.ltdrnn.irnn_k1_backward
     x, weight, bias, h0 = torch.zeros(5, 2, 3), torch.zeros(4, 3), torch.zeros(4), torch.zeros(2, 4)
     m, v, w, none = torch.zeros(4, 4), torch.zeros(4, 2), torch.zeros(2, 4), torch.zeros(0)
-    phis, out, zs = torch.zeros(5, 2, 4), torch.zeros(5, 2, 4), torch.zeros(5, 2, 2)
+    signs, out, zs = torch.zeros(5, 2, 1, dtype=torch.uint8), torch.zeros(5, 2, 4), torch.zeros(5, 2, 2)
     dense = dict(x=x, weight=weight, bias=bias, h0=h0, first=m, second=none, eta=0.1, alpha=1.0, s=1.0, r=0.0)
-    dense.update(act=0, phis=phis, zs=none, outputs=out)
+    dense.update(act=0, record=signs, zs=none, outputs=out)  # relu: the record holds phi's sign bits
+    tanh = {**dense, "act": 1, "record": torch.zeros(5, 2, 4)}  # tanh: phi itself
     low_rank = {**dense, "first": v, "second": w, "zs": zs}
     forward(**dense)  # well-formed, dense: runs
     forward(**low_rank)  # well-formed, low rank: runs
@@ -526,7 +527,9 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
         (low_rank, {"second": w.double()}, "second must be a CPU tensor of outputs's dtype"),
         (low_rank, {"zs": zs[:, :, :1]}, "zs must be a contiguous CPU \\(T or 1"),
         (dense, {"act": 3}, "activation code"),
-        (dense, {"phis": torch.zeros(2, 2, 4)}, "phis must be"),
+        (dense, {"record": signs[:2]}, "record must be a contiguous CPU \\(T or 1, B, ceil\\(H / 8\\) = 1\\) uint8"),
+        (dense, {"record": torch.zeros(5, 2, 4)}, "record must be .* uint8 tensor of relu's sign bits"),
+        (tanh, {"record": signs}, "record must be a contiguous CPU \\(T or 1, B, 4\\)"),
         (dense, {"outputs": out.double()}, "h0 must be"),
         (dense, {"x": torch.zeros(5, 1, 3)}, "x must be a \\(T, B, d\\) = \\(5, 2, d\\)"),
         (dense, {"x": x.transpose(0, 1).contiguous().transpose(0, 1)}, "x must be a contiguous CPU \\(T, B, 3\\)"),
@@ -536,16 +539,18 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
     ):
         with pytest.raises(RuntimeError, match=f"irnn_k1_forward: .*{message}"):
             forward(**{**args, **changes})
-    well_formed = dict(phis=phis, outputs=out, h0=h0, grad_outputs=out, x=torch.zeros(5, 2, 3), zs=zs, first=v)
-    well_formed.update(second=w, weight=torch.zeros(4, 3), eta=0.1, alpha=1.0, s=1.0, r=0.0, act=0)
+    well_formed = dict(record=signs, outputs=out, h0=h0, grad_outputs=out, x=torch.zeros(5, 2, 3), zs=zs, first=v)
+    well_formed.update(second=w, weight=torch.zeros(4, 3), bias=bias, eta=0.1, alpha=1.0, s=1.0, r=0.0, act=0)
     well_formed.update(carry=torch.zeros(2, 4), grad_x=torch.zeros(5, 2, 3), grad_first=torch.zeros(4, 2))
     well_formed.update(grad_second=torch.zeros(2, 4), grad_weight=torch.zeros(4, 3), grad_bias=torch.zeros(4))
     backward(**well_formed)  # runs
     backward(**{**well_formed, "grad_x": none})  # no gradient of x wanted: runs
     for changes, message in (
         ({"grad_outputs": out[:4]}, "grad_outputs must be a CPU \\(T, B, H\\)"),
-        ({"phis": phis[:1]}, "outputs must be a contiguous CPU \\(T, B, 4\\)"),
-        ({"phis": phis.transpose(0, 1)}, "phis must be a contiguous CPU \\(T, B, H\\)"),
+        ({"record": signs[:1]}, "record must be a contiguous CPU \\(T, B, ceil\\(H / 8\\) = 1\\) uint8"),
+        ({"act": 1, "record": torch.zeros(5, 2, 4).transpose(0, 1)}, "record must be a contiguous CPU \\(T, B, 4\\)"),
+        ({"outputs": out.transpose(0, 1)}, "outputs must be a contiguous CPU \\(T, B, H\\)"),
+        ({"bias": torch.zeros(5)}, "bias must be a \\[4\\]"),
         ({"zs": zs[:4]}, "zs must be a contiguous CPU \\(T, B, 2\\)"),
         ({"x": torch.zeros(5, 2, 1).expand(5, 2, 3)}, "x must be a contiguous CPU \\(T, B, 3\\)"),
         ({"x": torch.zeros(4, 2, 3)}, "x must be a \\(T, B, d\\) = \\(5, 2, d\\)"),
@@ -562,38 +567,45 @@ def test_compiled_k1_operators_reject_malformed_operands_with_a_clear_error():
             backward(**{**well_formed, **changes})
 
 
-def run_k1_operators(first, second, batch, steps=40, hidden=6, dim=3, grad_layout=None, input_gradient=True):
-    """Forward then backward of the compiled K = 1 operators at 2 threads on fixed random float64 operands
-    (tanh, alpha 0.8, the paper's reading); every buffer they write, and the two sums. ``grad_layout``
-    turns the contiguous grad_outputs into a view of another layout with the same values."""
+def run_k1_operators(
+    first, second, batch, steps=40, hidden=6, dim=3, grad_layout=None, input_gradient=True, act=1, dtype=DT
+):
+    """Forward then backward of the compiled K = 1 operators at 2 threads on fixed random operands (tanh
+    unless ``act`` says otherwise, alpha 0.8, the paper's reading); every buffer they write, and the two
+    sums. ``grad_layout`` turns the contiguous grad_outputs into a view of another layout with the same
+    values."""
     rank = second.shape[0] if second.numel() else 0
     generator = torch.Generator().manual_seed(11)
-    grad_outputs = torch.randn(steps, batch, hidden, dtype=DT, generator=generator)
-    x = torch.randn(steps, batch, dim, dtype=DT, generator=generator)
-    weight = torch.randn(hidden, dim, dtype=DT, generator=generator)
-    bias = torch.randn(hidden, dtype=DT, generator=generator)
-    h0 = 0.5 * torch.randn(batch, hidden, dtype=DT, generator=generator)
-    phis, outputs = torch.empty(steps, batch, hidden, dtype=DT), torch.empty(steps, batch, hidden, dtype=DT)
-    zs = torch.empty(steps, batch, rank, dtype=DT) if rank else torch.empty(0, dtype=DT)
-    carry = torch.empty(batch, hidden, dtype=DT)
-    grad_x = torch.empty(steps, batch, dim, dtype=DT) if input_gradient else torch.empty(0, dtype=DT)
-    grad_first, grad_second = torch.empty(first.shape, dtype=DT), torch.empty(second.shape, dtype=DT)
-    grad_weight, grad_bias = torch.empty(hidden, dim, dtype=DT), torch.empty(hidden, dtype=DT)
+    grad_outputs = torch.randn(steps, batch, hidden, dtype=dtype, generator=generator)
+    x = torch.randn(steps, batch, dim, dtype=dtype, generator=generator)
+    weight = torch.randn(hidden, dim, dtype=dtype, generator=generator)
+    bias = torch.randn(hidden, dtype=dtype, generator=generator)
+    h0 = 0.5 * torch.randn(batch, hidden, dtype=dtype, generator=generator)
+    outputs = torch.empty(steps, batch, hidden, dtype=dtype)
+    # relu keeps the sign bits of phi, tanh and sigmoid phi itself
+    record = torch.empty(steps, batch, -(-hidden // 8), dtype=torch.uint8) if act == 0 else torch.empty_like(outputs)
+    zs = torch.empty(steps, batch, rank, dtype=dtype) if rank else torch.empty(0, dtype=dtype)
+    carry = torch.empty(batch, hidden, dtype=dtype)
+    grad_x = torch.empty(steps, batch, dim, dtype=dtype) if input_gradient else torch.empty(0, dtype=dtype)
+    grad_first, grad_second = torch.empty(first.shape, dtype=dtype), torch.empty(second.shape, dtype=dtype)
+    grad_weight, grad_bias = torch.empty(hidden, dim, dtype=dtype), torch.empty(hidden, dtype=dtype)
     if grad_layout is not None:
         grad_outputs = grad_layout(grad_outputs)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        torch.ops.ltdrnn.irnn_k1_forward(x, weight, bias, h0, first, second, 0.1, 0.8, 1.0, 1.0, 1, phis, zs, outputs)
+        torch.ops.ltdrnn.irnn_k1_forward(
+            x, weight, bias, h0, first, second, 0.1, 0.8, 1.0, 1.0, act, record, zs, outputs
+        )  # fmt: skip
         sums = torch.ops.ltdrnn.irnn_k1_backward(
-            phis, outputs, h0, grad_outputs, x, zs, first, second, weight, 0.1, 0.8, 1.0, 1.0, 1, carry, grad_x,
-            grad_first, grad_second, grad_weight, grad_bias,
+            record, outputs, h0, grad_outputs, x, zs, first, second, weight, bias, 0.1, 0.8, 1.0, 1.0, act, carry,
+            grad_x, grad_first, grad_second, grad_weight, grad_bias,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return {
         "outputs": outputs,
-        "phis": phis,
+        "record": record,
         "zs": zs,
         "carry": carry,
         "grad_x": grad_x,
@@ -729,3 +741,61 @@ def test_compiled_k1_loop_without_an_input_gradient_equals_the_reference_at_2_th
     for key, expected in results["reference"].items():
         scale = max(1.0, expected.abs().max().item())
         torch.testing.assert_close(results["fused"][key], expected, atol=1e-10 * scale, rtol=1e-9, msg=key)
+
+
+# ---- relu's record: the sign bits of phi, and <g, phi> from the gradient sums (csrc/irnn.cpp) ------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("hidden", [13, 40], ids=["H13", "H40"])
+def test_compiled_k1_relu_forward_keeps_the_sign_bits_of_its_pre_activations(dtype, hidden):
+    """The relu forward writes one bit per unit, set where pre > 0 (rows of ceil(H / 8) bytes; H = 13 and 40
+    leave partial bytes and, in float32, a partial register of 16), and the outputs a tanh-free loop gives."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    generator = torch.Generator().manual_seed(16)
+    steps, batch, dim, eta, alpha, s, r = 30, 3, 2, 0.3, 0.8, 2.0, 1.0  # the state reading
+
+    def rand(*shape, scale=1.0):
+        return scale * torch.randn(*shape, dtype=dtype, generator=generator)
+
+    x, weight, bias, h0 = rand(steps, batch, dim), rand(hidden, dim), rand(hidden), rand(batch, hidden, scale=0.5)
+    m = rand(hidden, hidden, scale=0.5 / hidden**0.5)  # contracting: the outputs stay of order 1
+    record = torch.empty(steps, batch, -(-hidden // 8), dtype=torch.uint8)
+    outputs = torch.empty(steps, batch, hidden, dtype=dtype)
+    torch.ops.ltdrnn.irnn_k1_forward(x, weight, bias, h0, m, torch.empty(0, dtype=dtype), eta, alpha, s, r, 0, record,
+                                     torch.empty(0, dtype=dtype), outputs)  # fmt: skip
+    h, expected_signs, expected_outputs = h0, [], []
+    for t in range(steps):
+        pre = bias + x[t] @ weight.t() + (s * h) @ m.t()
+        expected_signs.append(pre > 0)
+        h = s * h + eta * (torch.relu(pre) - alpha * s * h) - r * h
+        expected_outputs.append(h)
+    bits = torch.tensor([1 << k for k in range(8)], dtype=torch.uint8)
+    signs = (record.unsqueeze(-1) & bits).ne(0).flatten(-2)[..., :hidden]
+    assert torch.equal(signs, torch.stack(expected_signs))
+    torch.testing.assert_close(outputs, torch.stack(expected_outputs))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("options", [{"rank": 4, "u_init": "uniform"}, {"rank": None}], ids=["low-rank", "dense"])
+def test_compiled_k1_relu_gradients_from_the_sign_bits_equal_the_reference(options, dtype, threads):
+    """relu keeps no phi: its slope comes from the sign bits and <g, phi> (the gradient of eta) from the
+    gradient sums of the input map and of M. Every gradient equals the reference loop's, T = 1,000, H = 40
+    (partial bytes and registers), low rank and dense, float32 and float64, 1 and 2 threads (B = 3)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/irnn.cpp")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(17)
+        cell = IRNN(3, 40, K=1, eta=0.05, dtype=dtype, **options)
+        x, h0 = torch.randn(1000, 3, 3, dtype=dtype), 0.1 * torch.randn(3, 40, dtype=dtype)
+        compiled = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+        reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
+    finally:
+        torch.set_num_threads(saved)
+    assert set(compiled) == set(reference) and "log_eta" in "".join(compiled)
+    tolerance = dict(atol=1e-10, rtol=1e-9) if dtype == torch.float64 else dict(atol=1e-4, rtol=1e-3)
+    for key, expected in reference.items():
+        scale = max(1.0, expected.abs().max().item())
+        torch.testing.assert_close(compiled[key], expected, atol=tolerance["atol"] * scale, rtol=tolerance["rtol"])

@@ -349,6 +349,77 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
         torch.testing.assert_close(compiled[key], pytorch_loop[key], **tight, msg=key)
 
 
+@pytest.mark.parametrize("used", ["outputs", "probabilities", "both"])
+def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_one_as_none(monkeypatch, used):
+    """Through a batch-first layer the output's gradient reaches the loop as a transposed view, and an
+    output nobody used as None (no zero tensor is filled): the gradients stay the reference's."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    import ltdrnn.cells.fused.sarnn as sarnn_module
+
+    seen = []
+    real = sarnn_module._compiled_backward
+    monkeypatch.setattr(
+        sarnn_module, "_compiled_backward", lambda ctx, d_o, d_p: seen.append((d_o, d_p)) or real(ctx, d_o, d_p)
+    )
+    x = torch.randn(4, 60, 3, dtype=torch.float64)
+
+    def gradients(impl):
+        torch.manual_seed(3)
+        layer = ltdrnn.Recurrent("sarnn", 3, 16, impl=impl).double()
+        with torch.no_grad():  # some units update, others skip
+            layer.cells[0].coord_bias.uniform_(-1.0, 1.0)
+            layer.cells[0].coord_weight_hh.uniform_(-2.0, 2.0)
+        out, _ = layer(x)
+        loss = {"outputs": out.mean(), "probabilities": layer.losses()["budget"]}
+        loss["both"] = loss["outputs"] + loss["probabilities"]
+        loss[used].backward()
+        return {name: p.grad for name, p in layer.named_parameters() if p.grad is not None}
+
+    compiled, reference = gradients("fused"), gradients("reference")
+    ((d_outputs, d_probs),) = seen
+    assert (d_probs is None) == (used == "outputs")
+    if used != "probabilities":
+        assert not d_outputs.is_contiguous(), "a batch-first gradient arrives transposed"
+    assert compiled.keys() == reference.keys()
+    for name, expected in reference.items():
+        torch.testing.assert_close(compiled[name], expected, atol=1e-9, rtol=1e-8, msg=name)
+
+
+def test_compiled_backward_operator_reads_strided_and_absent_incoming_gradients():
+    """The operator itself: a (T, B, H) gradient at batch-first strides equals its contiguous copy, and
+    d_probs None equals d_probs of zeros, in every buffer it writes."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    base = run_gru_operators(weight_hh.t(), weight_hh, batch=3)
+    strided = run_gru_operators(weight_hh.t(), weight_hh, batch=3, incoming="batch-first")
+    absent = run_gru_operators(weight_hh.t(), weight_hh, batch=3, incoming="no-probs")
+    zeros = run_gru_operators(weight_hh.t(), weight_hh, batch=3, incoming="zero-probs")
+    for key in base:
+        torch.testing.assert_close(strided[key], base[key], rtol=0, atol=0, msg=key)
+        # an add of zero may be fused into a multiply-add there: equal to rounding, not bit for bit
+        torch.testing.assert_close(absent[key], zeros[key], rtol=1e-12, atol=1e-14, msg=key)
+    assert not torch.equal(absent["d_coord"], base["d_coord"]), "the probabilities' gradient must matter"
+
+
+def test_compiled_loops_add_a_separate_input_bias_and_sum_both_biases_gradients():
+    """b_ih handed to the forward loop instead of added to gi gives the same step (to rounding), and the
+    backward's bias_sums are the sums of d_gi's and d_gh_n's columns over time and batch."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    joined = run_gru_operators(weight_hh.t(), weight_hh, batch=3)
+    apart = run_gru_operators(weight_hh.t(), weight_hh, batch=3, separate_input_bias=True)
+    assert torch.equal(apart["masks"], joined["masks"]), "the same decisions"
+    for key in joined:
+        torch.testing.assert_close(apart[key], joined[key], rtol=1e-12, atol=1e-12, msg=key)
+    hidden = 5
+    expected = torch.cat([joined["d_gi"].sum((0, 1)), joined["d_gh_n"].sum((0, 1))])
+    torch.testing.assert_close(joined["bias_sums"], expected, rtol=1e-12, atol=1e-13)
+    assert joined["bias_sums"][3 * hidden :].abs().sum() > 0
+
+
 def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
@@ -388,9 +459,9 @@ def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
     T, B, H = 5, 2, 4
     gi, coord, h0 = torch.zeros(T, B, 3 * H), torch.zeros(T, B, H), torch.zeros(B, H)
     w_t, bias, cw = torch.zeros(H, 3 * H), torch.zeros(3 * H), torch.zeros(H)
-    out, pres, masks = (torch.zeros(T, B, H) for _ in range(3))
+    out, probs, masks = (torch.zeros(T, B, H) for _ in range(3))
     gates, news = torch.zeros(T, B, 3 * H), torch.zeros(T, B, H)
-    good = [gi, coord, h0, w_t, bias, cw, out, pres, masks, gates, news]
+    good = [gi, coord, h0, w_t, bias, cw, out, probs, masks, gates, news]
     forward(*good)  # well-formed: runs
     for index, bad, message in (
         (0, gi.transpose(0, 1), "gi must be a contiguous CPU"),
@@ -405,11 +476,15 @@ def test_compiled_operators_reject_malformed_operands_with_a_clear_error():
         args[index] = bad
         with pytest.raises(RuntimeError, match=message):
             forward(*args)
+    with pytest.raises(RuntimeError, match="bias_ih must be"):
+        forward(*good, torch.zeros(3 * H + 1))
 
 
-def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5):
+def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="contiguous", separate_input_bias=False):
     """Forward then backward of the compiled GRU loops at 2 threads on fixed random float64 operands
-    (a coordinator that updates some units and skips others); every buffer they write."""
+    (a coordinator that updates some units and skips others); every buffer they write. ``incoming``:
+    the gradients d_outputs, d_probs as contiguous tensors, at batch-first strides (the same values), with
+    d_probs None, or with d_probs zero. ``separate_input_bias``: gi minus a bias b_ih, given to the loop."""
     generator = torch.Generator().manual_seed(13)
 
     def randn(*shape, scale=1.0):
@@ -418,24 +493,36 @@ def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5):
     gi, coord_in = randn(steps, batch, 3 * hidden), 0.5 + randn(steps, batch, hidden, scale=0.3)
     h0, bias_hh, coord_weight = randn(batch, hidden, scale=0.5), randn(3 * hidden), randn(hidden)
     d_outputs, d_probs = randn(steps, batch, hidden), randn(steps, batch, hidden)
-    outputs, pres, masks, news, d_gh_n, d_coord = (torch.empty_like(coord_in) for _ in range(6))
+    if incoming == "batch-first":
+        d_outputs, d_probs = (g.transpose(0, 1).contiguous().transpose(0, 1) for g in (d_outputs, d_probs))
+    elif incoming == "no-probs":
+        d_probs = None
+    elif incoming == "zero-probs":
+        d_probs = torch.zeros_like(d_probs)
+    outputs, probs, masks, news, d_gh_n, d_coord = (torch.empty_like(coord_in) for _ in range(6))
     gates, d_gi = torch.empty_like(gi), torch.empty_like(gi)
     d_coord_weight, carry, d_gh = torch.empty_like(h0), torch.empty_like(h0), h0.new_empty(batch, 3 * hidden)
+    bias_sums = torch.empty(4 * hidden, dtype=torch.float64)
+    bias_ih = None
+    if separate_input_bias:  # the same map, its bias handed over apart: gi without it
+        bias_ih = randn(3 * hidden)
+        gi = gi - bias_ih
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         torch.ops.ltdrnn.sarnn_gru_forward(
-            gi, coord_in, h0, w_t, bias_hh, coord_weight, outputs, pres, masks, gates, news
+            gi, coord_in, h0, w_t, bias_hh, coord_weight, outputs, probs, masks, gates, news, bias_ih
         )
         torch.ops.ltdrnn.sarnn_gru_backward(
-            gates, news, outputs, h0, masks, pres, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_gh_n,
-            d_coord, d_coord_weight, d_gh, carry,
+            gates, news, outputs, h0, masks, probs, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_gh_n,
+            d_coord, d_coord_weight, d_gh, carry, bias_sums,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return {
-        "outputs": outputs, "pres": pres, "masks": masks, "gates": gates, "news": news, "d_gi": d_gi,
+        "outputs": outputs, "probs": probs, "masks": masks, "gates": gates, "news": news, "d_gi": d_gi,
         "d_gh_n": d_gh_n, "d_coord": d_coord, "d_coord_weight": d_coord_weight, "carry": carry,
+        "bias_sums": bias_sums,
     }  # fmt: skip
 
 

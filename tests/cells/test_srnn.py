@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -675,10 +676,12 @@ def test_the_piecewise_linear_operators_check_their_arguments_before_reading():
         h0=torch.zeros(B, H),
         relu=True,
         h=torch.zeros(T, B, H),
+        positive=torch.zeros(T, B, 1, dtype=torch.uint8),
     )
     backward = dict(
         dh=torch.zeros(T, B, H),
-        **{name: forward[name] for name in ("h", "x", "segment", "slope", "offset", "w_g", "b_g", "relu")},
+        h=None,
+        **{name: forward[name] for name in ("x", "segment", "slope", "offset", "w_g", "b_g", "relu", "positive")},
         dh0=torch.zeros(B, H),
         m0=torch.zeros(S, H, dtype=torch.float64),
         m1=torch.zeros(S, H, dtype=torch.float64),
@@ -709,6 +712,17 @@ def test_the_piecewise_linear_operators_check_their_arguments_before_reading():
         ("backward", {"d_bg": None, "d_wg": None}, "d_bg and d_wg are needed with the gate"),
         ("backward", {"w_g": None, "b_g": None}, "d_bg and d_wg must be None without the gate"),
         ("backward", {"d_x": forward["x"][:1]}, "d_x must be a contiguous"),
+        ("forward", {"positive": forward["positive"].int()}, "positive must be a uint8 CPU tensor"),
+        (
+            "forward",
+            {"positive": torch.zeros(T, B, 2, dtype=torch.uint8)},
+            r"positive must be a contiguous \[3, 2, 1\]",
+        ),
+        ("forward", {"relu": False}, "positive is relu's derivative; give None with tanh"),
+        ("backward", {"positive": None}, "relu reads positive"),
+        ("backward", {"h": forward["h"]}, "relu reads positive"),
+        ("backward", {"relu": False}, "tanh reads h, not positive"),
+        ("backward", {"positive": forward["positive"][:, :1]}, "positive must be a contiguous"),
     ]
     for direction, replaced, message in cases:
         arguments = {**(forward if direction == "forward" else backward), **replaced}
@@ -729,6 +743,112 @@ def test_the_piecewise_linear_forward_finds_the_segments_searchsorted_finds():
     tables = torch.zeros(S, H), torch.zeros(S, H)
     torch.ops.ltdrnn.srnn_pwl_forward(x, knots, *tables, None, None, torch.zeros(5, H), True, h, segment)
     assert torch.equal(segment, torch.searchsorted(knots, x, out_int32=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("hidden", [1, 7, 8, 13, 16, 21, 37])
+def test_the_piecewise_linear_forward_keeps_relus_derivative_as_one_bit_per_element(dtype, hidden):
+    """positive holds [h > 0] of every element, bit i % 8 of byte i / 8 of each row, at widths that fill the
+    vector loops exactly, leave a tail, or have no full vector; NaN, -0, +-inf and tiny values included."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    T, B = 2, 3
+    h0 = torch.randn(B, hidden, dtype=dtype, generator=torch.Generator().manual_seed(hidden))
+    specials = torch.tensor([math.nan, -0.0, 0.0, math.inf, -math.inf, 1e-30, -1e-30], dtype=dtype)
+    h0.view(-1)[: specials.numel()] = specials[: h0.numel()]
+    tables = torch.zeros(1, hidden, dtype=dtype), torch.zeros(1, hidden, dtype=dtype)  # f = 0: h_t = relu(roll(h_t-1))
+    x, knots = torch.zeros(T, B, dtype=dtype), torch.zeros(0, dtype=dtype)
+    h = torch.empty(T, B, hidden, dtype=dtype)
+    segment = torch.empty(T, B, dtype=torch.int32)
+    positive = torch.full((T, B, (hidden + 7) // 8), 0xA5, dtype=torch.uint8)  # stale bits must not survive
+    torch.ops.ltdrnn.srnn_pwl_forward(x, knots, *tables, None, None, h0, True, h, segment, positive)
+    assert torch.equal(h[0], torch.relu(torch.roll(h0, 1, -1))) or torch.isnan(h[0]).any()
+    expected = np.packbits((h > 0).numpy(), axis=-1, bitorder="little")
+    assert np.array_equal(positive.numpy(), expected)
+    assert (h > 0).any() or hidden < 8, "the row must hold positive values too"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_the_piecewise_linear_gate_sigmoid_is_torchs_to_rounding(dtype):
+    """The gate's sigmoid in both loops (float32: inlined, no libm call) on logits from -1e30 to 1e30 and
+    non-finite ones: values and, through dL/db_g = f s (1 - s), derivatives within a few ulps of torch's;
+    exactly 0 below -88, exactly 1 far above, NaN stays NaN."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    ramp = torch.linspace(-100, 100, 20001, dtype=torch.float64)
+    edges = torch.tensor([-1e30, -88.5, -88.0, -87.5, -87.0, -20.0, -1e-8, 0.0, 1e-8, 17.0, 87.0, 88.5, 1e30])
+    logits = torch.cat([ramp, edges.double(), torch.tensor([math.inf, -math.inf, math.nan])]).to(dtype)
+    hidden = logits.numel()
+    x, knots = torch.ones(1, 1, dtype=dtype), torch.zeros(0, dtype=dtype)
+    slope, offset = torch.zeros(1, hidden, dtype=dtype), torch.ones(1, hidden, dtype=dtype)  # f = 1
+    h0 = torch.zeros(1, hidden, dtype=dtype)
+    h, segment = torch.empty(1, 1, hidden, dtype=dtype), torch.empty(1, 1, dtype=torch.int32)
+    positive = torch.empty(1, 1, (hidden + 7) // 8, dtype=torch.uint8)
+    b_g = torch.zeros(hidden, dtype=dtype)  # logits = w_g x + b_g = w_g
+    torch.ops.ltdrnn.srnn_pwl_forward(x, knots, slope, offset, logits, b_g, h0, True, h, segment, positive)
+    expected = torch.sigmoid(logits.double())
+    finite = ~torch.isnan(expected) & (expected > 1e-30)
+    ulp = torch.finfo(dtype).eps
+    assert torch.allclose(h.view(-1)[finite].double(), expected[finite], rtol=4 * ulp, atol=0)
+    zero_below = 88 if dtype == torch.float32 else 708  # common.h's sigmoid: exp(-v) would overflow below
+    assert torch.all(h.view(-1)[logits < -zero_below] == 0) and torch.all(h.view(-1)[logits > 40] == 1)
+    assert torch.isnan(h.view(-1)[-1])
+    d_bg, d_wg, dh0 = torch.empty_like(b_g), torch.empty_like(b_g), torch.empty_like(h0)
+    sums = [torch.empty(1, hidden, dtype=torch.float64) for _ in range(2)]
+    dh = torch.ones(1, 1, hidden, dtype=dtype)
+    torch.ops.ltdrnn.srnn_pwl_backward(
+        dh, None, x, segment, slope, offset, logits, b_g, True, dh0, *sums, d_bg, d_wg, None, positive
+    )
+    derivative = expected * (1 - expected)  # gz = 1 where h > 0, f = 1
+    kept = finite & (derivative > 1e-30) & (logits < 2)  # above, 1 - s cancels in the data's type
+    assert torch.allclose(d_bg[kept].double(), derivative[kept], rtol=16 * ulp, atol=0)
+    assert torch.allclose(sums[0][0, kept], expected[kept], rtol=4 * ulp, atol=0)  # m0 = df = s
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"gate": False}, {"activation": "tanh"}, {"activation": "tanh", "gate": False}],
+    ids=["relu", "relu-nogate", "tanh", "tanh-nogate"],
+)
+def test_piecewise_linear_path_at_a_width_with_a_vector_tail(monkeypatch, dtype, options):
+    """H = 21 (float32: one vector of 16 and a tail of 5; float64: two of 8 and 5) at T = 1000, 1 and 2
+    threads, with and without dL/dx: outputs, final state and every gradient against the reference loop
+    (relu's derivative from the forward's bits, the float32 gate's inlined sigmoid). In float32 against the
+    loop in float64, within 1e-5 of each tensor's largest value: the float32 loop's own sums of ~1e3-sized
+    weight gradients over 2000 rows are off by ~1e-5 relative, the kernel's by less."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    torch.manual_seed(0)
+    cell = ltdrnn.build("srnn", 1, 21, hyper_size=8, dtype=dtype, **options)
+    x = 2 * torch.randn(1000, 2, 1, dtype=dtype)
+    h0 = torch.rand(2, 21, dtype=dtype)
+    exact = copy.deepcopy(cell).double()
+    ref = outputs_and_grads(exact, x.double(), h0.double(), "reference")
+
+    def check(got, expected):
+        assert expected.abs().max() > 0
+        if dtype == torch.float64:
+            torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-9)
+        else:
+            torch.testing.assert_close(got.double(), expected, atol=1e-5 * float(expected.abs().max()), rtol=1e-4)
+
+    calls = count_piecewise_calls(monkeypatch)
+    saved = torch.get_num_threads()
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        try:
+            got = outputs_and_grads(cell, x, h0, "kernel")
+        finally:
+            torch.set_num_threads(saved)
+        for a, b in zip(got, ref):
+            check(a, b)
+    cell.zero_grad()  # x without a gradient: the kernel skips dL/dx, the parameters' gradients are the same
+    out, final = cell.scan(x, h0, impl="kernel")
+    (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum().add(final.sum()).backward()
+    for parameter, expected in zip(cell.parameters(), ref[4:]):
+        check(parameter.grad, expected)
+    assert calls == {"forward": 3, "backward": 3}
 
 
 def test_short_scans_keep_the_general_kernel_scan(monkeypatch):

@@ -184,10 +184,12 @@ class SARNN(MaskedCell):
         The coordinator's input half is stored already scaled by the slope, so that per step only
         ``u~ = clamp(that + (alpha / 2) w_u * h, 0, 1)`` remains (the hard sigmoid, rearranged).
         """
+        return F.linear(x, self.weight_ih, self.bias_ih), self.coordinator_input(x)
+
+    def coordinator_input(self, x: Tensor) -> Tensor:
+        """The second half of :meth:`precompute`: ``(T, B, d) -> (alpha (W_i x + b) + 1) / 2 (T, B, H)``."""
         half = 0.5 * self.slope
-        gi = F.linear(x, self.weight_ih, self.bias_ih)
-        coord_in = F.linear(x, self.coord_weight_ih * half, self.coord_bias * half + 0.5)
-        return gi, coord_in
+        return F.linear(x, self.coord_weight_ih * half, self.coord_bias * half + 0.5)
 
     def coordinate(self, coord_in: Tensor, h: Tensor) -> Tuple[Tensor, Tensor]:
         """``(u~, u)``: update probability and the update decision (float 0/1), each ``(B, H)``.
@@ -268,7 +270,7 @@ class SARNN(MaskedCell):
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
         if impl == "triton" and triton_runs_on(x):
             return self._triton_scan(x, state, lengths)
-        gi, coord_in = self.precompute(x)
+        coord_in = self.coordinator_input(x)
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters())
         )
@@ -276,11 +278,22 @@ class SARNN(MaskedCell):
         if impl == "sparse" and not needs_grad and not holds_non_finite(coord_in, self.coord_weight_hh):
             with torch.no_grad():
                 outputs, probs, masks = sparse_sarnn_gru(
-                    gi, coord_in, state, self.weight_hh, self.bias_hh, self.scaled_coord_weight()
+                    F.linear(x, self.weight_ih, self.bias_ih),
+                    coord_in,
+                    state,
+                    self.weight_hh,
+                    self.bias_hh,
+                    self.scaled_coord_weight(),
                 )
-        else:
+        else:  # the loop adds b_ih itself (FusedSARNNGRU)
             outputs, probs, masks = FusedSARNNGRU.apply(
-                gi, coord_in, state, self.weight_hh, self.bias_hh, self.scaled_coord_weight()
+                F.linear(x, self.weight_ih),
+                coord_in,
+                state,
+                self.weight_hh,
+                self.bias_hh,
+                self.scaled_coord_weight(),
+                self.bias_ih,
             )
         self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
         return final_from_outputs(outputs, state, lengths)

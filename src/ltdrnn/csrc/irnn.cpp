@@ -12,7 +12,8 @@
 //   h0 (B, H); first, second: M itself (H, H) and an empty second, or the low-rank M = I + first second
 //       with first = V' (H, R) and second = H (R, H) (any strides: each call makes a contiguous copy of a
 //       strided one before its loop, at most H * H numbers).
-//   phis (T or 1, B, H): phi of every step (1 reused row when no backward follows); outputs (T, B, H).
+//   record (T or 1, B, H): phi of every step (1 reused row when no backward follows); with relu (T or 1, B,
+//       ceil(H / 8)) uint8, only the bits of phi > 0 (check_record); outputs (T, B, H).
 //   zs (T or 1, B, R), low rank only: h_{t-1} second^T, the forward's inner product, kept for the gradient of
 //       V' (sum_t dpre_t^T z_t); an empty tensor for a dense M.
 //   grad_outputs (T, B, H), any strides (the gradient of a sum or mean arrives expanded, stride 0).
@@ -35,13 +36,14 @@
 // keeps its own sums and they are added in block order (the same result for a given thread count).
 #include "common.h"
 
+#include <cstring>
 #include <tuple>
 
 namespace {
 
 using namespace ltdrnn;
 
-// `lead` (named `name`, c in the forward and phis in the backward) fixes T, B, H and the dtype.
+// `lead` (named `name`: the outputs) fixes T, B, H and the dtype.
 void check_sequence(const at::Tensor& lead, const char* name, const at::Tensor& h0, int64_t act, const char* op) {
   TORCH_CHECK(lead.device().is_cpu() && lead.dim() == 3 && lead.is_contiguous() && lead.size(0) > 0, op, ": ", name,
               " must be a contiguous CPU (T, B, H) tensor with T > 0, got ", lead.sizes());
@@ -62,6 +64,25 @@ void check_rows(const at::Tensor& t, const at::Tensor& lead, const char* lead_na
                   t.scalar_type() == lead.scalar_type() && t.device().is_cpu(),
               op, ": ", name, " must be a contiguous CPU ", one_row_allowed ? "(T or 1, B, " : "(T, B, ", cols,
               ") tensor of ", lead_name, "'s dtype, got ", t.sizes(), " ", t.scalar_type());
+}
+
+// relu's record: one bit per hidden unit, set where phi > 0 (NaN: not set), rows of ceil(H / 8) bytes.
+inline int64_t sign_bytes(int64_t hidden) { return (hidden + 7) / 8; }
+
+// What the forward keeps of phi for the backward (T or 1 steps: one_row_allowed), `lead`'s (T, B) rows: with
+// tanh and sigmoid phi itself, lead's dtype and H columns; with relu (act 0) its sign bits, uint8 with
+// ceil(H / 8) columns: relu's slope is 0 or 1, and its value enters only <g, phi>, which irnn_k1_backward
+// forms without phi. 1/32 of the bytes of phi in float32 (51 MB a sequence at pixel MNIST), written once
+// and read once per training step.
+void check_record(const at::Tensor& record, const at::Tensor& lead, int64_t act, bool one_row_allowed,
+                  const char* op) {
+  if (act != 0) return check_rows(record, lead, "outputs", lead.size(2), one_row_allowed, op, "record");
+  const bool rows = record.dim() == 3 && (record.size(0) == lead.size(0) || (one_row_allowed && record.size(0) == 1));
+  TORCH_CHECK(rows && record.size(1) == lead.size(1) && record.size(2) == sign_bytes(lead.size(2)) &&
+                  record.is_contiguous() && record.device().is_cpu() && record.scalar_type() == at::kByte,
+              op, ": record must be a contiguous CPU ", one_row_allowed ? "(T or 1, B, " : "(T, B, ", "ceil(H / 8) = ",
+              sign_bytes(lead.size(2)), ") uint8 tensor of relu's sign bits, got ", record.sizes(), " ",
+              record.scalar_type());
 }
 
 // first and second (the layouts above); returns R, or 0 for a dense M.
@@ -135,6 +156,83 @@ void forward_span(const T* __restrict pre, const T* __restrict h, T* __restrict 
   }
 }
 
+// The bits of n values v (bit k of byte j / 8 for v[j]; 16 or 8 at a time with AVX-512).
+template <typename T>
+void store_signs(const T* v, int64_t n, uint8_t* bits) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; j + 16 <= n; j += 16) {
+      const uint16_t mask = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + j), _mm512_setzero_ps(), _CMP_GT_OQ);
+      std::memcpy(bits + j / 8, &mask, sizeof mask);  // little endian: v[j + 8 ..] in the second byte
+    }
+  } else {
+    for (; j + 8 <= n; j += 8) {
+      bits[j / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(v + j), _mm512_setzero_pd(), _CMP_GT_OQ);
+    }
+  }
+#endif
+  for (; j < n; j += 8) {
+    unsigned byte = 0;
+    for (int64_t k = 0; k < std::min<int64_t>(8, n - j); ++k) byte |= unsigned(v[j + k] > T(0)) << k;
+    bits[j / 8] = static_cast<uint8_t>(byte);
+  }
+}
+
+// forward_span for relu with the sign bits, in float32 with AVX-512: the compare that makes relu's mask gives
+// the bits too, and phi is never stored (no scratch row, no second pass). Elsewhere: forward_span into a
+// scratch row, then store_signs.
+template <bool LowRank, typename T>
+void relu_span_with_signs(const T* pre, const T* h, T* phi, uint8_t* bits, T* out, int64_t rows, int64_t hidden,
+                          T eta, T alpha, T s, T r) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 zero = _mm512_setzero_ps(), sv = _mm512_set1_ps(s), ev = _mm512_set1_ps(eta);
+    const __m512 av = _mm512_set1_ps(alpha), rv = _mm512_set1_ps(r);
+    for (int64_t b = 0; b < rows; ++b, pre += hidden, h += hidden, out += hidden, bits += sign_bytes(hidden)) {
+      for (int64_t j = 0; j < hidden; j += 16) {
+        const __mmask16 lanes = avx512::lanes(hidden - j);
+        const __m512 hv = _mm512_maskz_loadu_ps(lanes, h + j), y = _mm512_mul_ps(sv, hv);
+        const __m512 v = LowRank ? _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, pre + j), y)
+                                 : _mm512_maskz_loadu_ps(lanes, pre + j);
+        const __m512 phi_v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_NLE_UQ), v);  // keeps NaN
+        const uint16_t positive = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) & lanes;
+        const __m512 step = _mm512_fmadd_ps(ev, _mm512_fnmadd_ps(av, y, phi_v), y);  // y + eta (phi - alpha y)
+        const __m512 next = _mm512_fnmadd_ps(rv, hv, step);
+        if (lanes == 0xFFFF) {  // masked stores are slow on Zen 4: only at a row's end
+          _mm512_storeu_ps(out + j, next);
+          std::memcpy(bits + j / 8, &positive, sizeof positive);
+        } else {
+          _mm512_mask_storeu_ps(out + j, lanes, next);
+          std::memcpy(bits + j / 8, &positive, hidden - j > 8 ? 2 : 1);
+        }
+      }
+    }
+    return;
+  }
+#endif
+  forward_span<0, LowRank>(pre, h, phi, out, rows * hidden, eta, alpha, s, r);
+  for (int64_t b = 0; b < rows; ++b) store_signs(phi + b * hidden, hidden, bits + b * sign_bytes(hidden));
+}
+
+// The slopes (0 or 1) of n values from their bits, as store_signs wrote them.
+template <typename T>
+void load_slopes(const uint8_t* bits, int64_t n, T* slopes) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; j + 16 <= n; j += 16) {
+      uint16_t mask;
+      std::memcpy(&mask, bits + j / 8, sizeof mask);
+      _mm512_storeu_ps(slopes + j, _mm512_maskz_mov_ps(mask, _mm512_set1_ps(1.0f)));
+    }
+  } else {
+    for (; j + 8 <= n; j += 8) _mm512_storeu_pd(slopes + j, _mm512_maskz_mov_pd(bits[j / 8], _mm512_set1_pd(1.0)));
+  }
+#endif
+  for (; j < n; ++j) slopes[j] = T((bits[j / 8] >> (j % 8)) & 1);
+}
+
 // x (T, B, d) contiguous and the input map's weight (H, d) (any strides), T, B, H and the dtype those of
 // `lead` (named `lead_name`); returns d.
 int64_t check_input(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& lead, const char* lead_name,
@@ -148,11 +246,12 @@ int64_t check_input(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 
 void irnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& h0,
                      const at::Tensor& first, const at::Tensor& second, double eta, double alpha, double s, double r,
-                     int64_t act, at::Tensor phis, at::Tensor zs, at::Tensor outputs) {
+                     int64_t act, at::Tensor record, at::Tensor zs, at::Tensor outputs) {
   constexpr const char* op = "irnn_k1_forward";
   check_sequence(outputs, "outputs", h0, act, op);
   const int64_t rank = check_operator(first, second, outputs, "outputs", op);
-  check_rows(phis, outputs, "outputs", outputs.size(2), true, op, "phis");
+  check_record(record, outputs, act, true, op);
+  const bool signs = act == 0;
   if (rank > 0) check_rows(zs, outputs, "outputs", rank, true, op, "zs");
   const int64_t dim = check_input(x, weight, outputs, "outputs", op);
   check_tensor(bias, outputs, {outputs.size(2)}, op, "bias", false);
@@ -170,14 +269,23 @@ void irnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Te
       constexpr int Act = decltype(kind)::value;
       over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
         const int64_t rows = end - begin;
-        std::vector<scalar_t> pre(rows * hidden);  // this step's pre-activations
-        const StepPointer<scalar_t> x_rows(x, begin), phi_rows(phis, begin), outs(outputs, begin);
+        // this step's pre-activations, and phi when relu's bits are taken from it (relu_span_with_signs)
+        std::vector<scalar_t> pre(rows * hidden), phi(signs ? rows * hidden : 0);
+        const StepPointer<scalar_t> x_rows(x, begin), outs(outputs, begin);
+        const StepPointer<scalar_t> phi_rows = signs ? StepPointer<scalar_t>() : StepPointer<scalar_t>(record, begin);
+        const StepPointer<uint8_t> sign_rows = signs ? StepPointer<uint8_t>(record, begin) : StepPointer<uint8_t>();
         const StepPointer<scalar_t> z_rows = rank > 0 ? StepPointer<scalar_t>(zs, begin) : StepPointer<scalar_t>();
         const scalar_t* first_h = h0.data_ptr<scalar_t>() + begin * hidden;
         for (int64_t t = 0; t < steps && rows > 0; ++t) {
           const scalar_t* h = t == 0 ? first_h : outs.at(t - 1);
           products.run(pre.data(), h, z_rows.at(t), x_rows.at(t), input_bias, rows, hidden, rank, dim);
-          if (rank > 0) {
+          if (signs && rank > 0) {
+            relu_span_with_signs<true>(pre.data(), h, phi.data(), sign_rows.at(t), outs.at(t), rows, hidden, e, a, sv,
+                                       rv);
+          } else if (signs) {
+            relu_span_with_signs<false>(pre.data(), h, phi.data(), sign_rows.at(t), outs.at(t), rows, hidden, e, a, sv,
+                                        rv);
+          } else if (rank > 0) {
             forward_span<Act, true>(pre.data(), h, phi_rows.at(t), outs.at(t), rows * hidden, e, a, sv, rv);
           } else {
             forward_span<Act, false>(pre.data(), h, phi_rows.at(t), outs.at(t), rows * hidden, e, a, sv, rv);
@@ -221,8 +329,9 @@ struct BlockSums {
 
 // Backward, one step over `rows` rows: g = grad_out + carry; d (over c_t) = g phi'(pre); carry becomes
 // keep g, plus s eta d, the identity's part of d M, for low rank. Adds <g, phi>, <g, y_0> and the column
-// sums of d to the block's sums.
-template <int Act, bool LowRank, GradRow Layout, typename T>
+// sums of d to the block's sums. With Signs (relu's record), `phi` holds the slopes (0 or 1), and in place
+// of <g, phi> = <d, pre> it adds <d, h_{t-1}> (low rank; see irnn_k1_backward).
+template <int Act, bool LowRank, bool Signs, GradRow Layout, typename T>
 void backward_rows(T* __restrict d, const T* __restrict phi, const T* __restrict prev, const T* grad_out,
                    const int64_t* grad_strides, T* __restrict carry, int64_t rows, int64_t hidden, T s, T keep,
                    T s_eta, BlockSums<T>& sums) {
@@ -234,9 +343,10 @@ void backward_rows(T* __restrict d, const T* __restrict phi, const T* __restrict
     for (int64_t j = 0; j < hidden; ++j) {
       const T gj = grad_entry<Layout>(grad_b, j, grad_strides[1]) + carry[row + j];
       const T phi_j = phi[row + j];
-      sum_phi += gj * phi_j;
       sum_y += gj * s * prev[row + j];
-      const T dj = gj * activation_slope<Act>(phi_j);
+      const T dj = gj * (Signs ? phi_j : activation_slope<Act>(phi_j));
+      if constexpr (!Signs) sum_phi += gj * phi_j;
+      if constexpr (Signs && LowRank) sum_phi += dj * prev[row + j];
       d[row + j] = dj;
       bias[j] += dj;
       carry[row + j] = LowRank ? keep * gj + s_eta * dj : keep * gj;
@@ -305,48 +415,68 @@ void add_blocks(at::Tensor& out, const std::vector<BlockSums<T>>& parts, std::ve
 // The gradients the backward writes: of h0 (carry, (B, H)), of x ((T, B, d), or an empty tensor when it is
 // not wanted), of first and second (their shapes; second empty for a dense M) and of the input map's weight
 // (H, d) and bias (H).
-void check_gradient_outputs(const at::Tensor& phis, const at::Tensor& h0, const at::Tensor& x, const at::Tensor& first,
-                            const at::Tensor& second, const at::Tensor& weight, const at::Tensor& carry,
-                            const at::Tensor& grad_x, const at::Tensor& grad_first, const at::Tensor& grad_second,
-                            const at::Tensor& grad_weight, const at::Tensor& grad_bias, const char* op) {
-  check_tensor(carry, phis, h0.sizes(), op, "carry");
-  if (!(grad_x.dim() == 1 && grad_x.numel() == 0)) check_tensor(grad_x, phis, x.sizes(), op, "grad_x");
-  check_tensor(grad_first, phis, first.sizes(), op, "grad_first");
-  check_tensor(grad_second, phis, second.sizes(), op, "grad_second");
-  check_tensor(grad_weight, phis, weight.sizes(), op, "grad_weight");
-  check_tensor(grad_bias, phis, {phis.size(2)}, op, "grad_bias");
+void check_gradient_outputs(const at::Tensor& outputs, const at::Tensor& h0, const at::Tensor& x,
+                            const at::Tensor& first, const at::Tensor& second, const at::Tensor& weight,
+                            const at::Tensor& carry, const at::Tensor& grad_x, const at::Tensor& grad_first,
+                            const at::Tensor& grad_second, const at::Tensor& grad_weight, const at::Tensor& grad_bias,
+                            const char* op) {
+  check_tensor(carry, outputs, h0.sizes(), op, "carry");
+  if (!(grad_x.dim() == 1 && grad_x.numel() == 0)) check_tensor(grad_x, outputs, x.sizes(), op, "grad_x");
+  check_tensor(grad_first, outputs, first.sizes(), op, "grad_first");
+  check_tensor(grad_second, outputs, second.sizes(), op, "grad_second");
+  check_tensor(grad_weight, outputs, weight.sizes(), op, "grad_weight");
+  check_tensor(grad_bias, outputs, {outputs.size(2)}, op, "grad_bias");
+}
+
+// relu's <g, phi> summed over a block's rows and all steps, without phi: phi = relu(pre) and d = g phi'(pre),
+// so <g, phi> = <d, pre>, and pre = b' + x_t W'^T + s h_{t-1} M^T is linear in the weights whose gradient
+// sums the block holds: <d, pre> = <bias, b'> + <weight, W'> + s <first, M> (dense), and low rank, where
+// pre = b' + x_t W'^T + s z V'^T + s h_{t-1}, <bias, b'> + <weight, W'> + s <first, V'> + s <d, h_{t-1}>
+// (the last one summed by backward_rows into dot_phi).
+template <typename T>
+double relu_dot_phi(const BlockSums<T>& sums, const T* bias, const T* weight, const T* first, double s) {
+  const auto frobenius = [](const std::vector<T>& a, const T* b) {
+    double total = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) total += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    return total;
+  };
+  return frobenius(sums.bias, bias) + frobenius(sums.weight, weight) + s * frobenius(sums.first, first) +
+         s * sums.dot_phi;
 }
 
 // Last step to first: carry becomes dL/dh0, grad_x (when not empty) dL/dx, and grad_first, grad_second,
 // grad_weight, grad_bias the gradients of M's factors and of the input map (each block sums its rows' share
 // step by step; the blocks' sums are added in block order). dpre is never stored: each step's lives in a
 // block's scratch rows. Returns (sum_t <g_t, phi_t>, sum_t <g_t, y_0,t>), the parts of the gradients of eta
-// and alpha.
-std::tuple<double, double> irnn_k1_backward(const at::Tensor& phis, const at::Tensor& outputs, const at::Tensor& h0,
+// and alpha. `record` is the forward's (check_record); `bias` the input map's, read for relu's <g, phi>.
+std::tuple<double, double> irnn_k1_backward(const at::Tensor& record, const at::Tensor& outputs, const at::Tensor& h0,
                                             const at::Tensor& grad_outputs, const at::Tensor& x, const at::Tensor& zs,
                                             const at::Tensor& first, const at::Tensor& second,
-                                            const at::Tensor& weight, double eta, double alpha, double s, double r,
-                                            int64_t act, at::Tensor carry, at::Tensor grad_x, at::Tensor grad_first,
-                                            at::Tensor grad_second, at::Tensor grad_weight, at::Tensor grad_bias) {
+                                            const at::Tensor& weight, const at::Tensor& bias, double eta, double alpha,
+                                            double s, double r, int64_t act, at::Tensor carry, at::Tensor grad_x,
+                                            at::Tensor grad_first, at::Tensor grad_second, at::Tensor grad_weight,
+                                            at::Tensor grad_bias) {
   constexpr const char* op = "irnn_k1_backward";
-  check_sequence(phis, "phis", h0, act, op);
-  const int64_t rank = check_operator(first, second, phis, "phis", op);
-  const int64_t steps = phis.size(0), batch = phis.size(1), hidden = phis.size(2);
-  check_rows(outputs, phis, "phis", hidden, false, op, "outputs");
-  if (rank > 0) check_rows(zs, phis, "phis", rank, false, op, "zs");
-  const int64_t dim = check_input(x, weight, phis, "phis", op);
-  TORCH_CHECK(grad_outputs.device().is_cpu() && grad_outputs.sizes() == phis.sizes() &&
-                  grad_outputs.scalar_type() == phis.scalar_type(),
-              op, ": grad_outputs must be a CPU (T, B, H) tensor of phis' dtype, got ", grad_outputs.sizes());
-  check_gradient_outputs(phis, h0, x, first, second, weight, carry, grad_x, grad_first, grad_second, grad_weight,
+  check_sequence(outputs, "outputs", h0, act, op);
+  const int64_t rank = check_operator(first, second, outputs, "outputs", op);
+  const int64_t steps = outputs.size(0), batch = outputs.size(1), hidden = outputs.size(2);
+  check_record(record, outputs, act, false, op);
+  if (rank > 0) check_rows(zs, outputs, "outputs", rank, false, op, "zs");
+  const int64_t dim = check_input(x, weight, outputs, "outputs", op);
+  check_tensor(bias, outputs, {hidden}, op, "bias", false);
+  TORCH_CHECK(grad_outputs.device().is_cpu() && grad_outputs.sizes() == outputs.sizes() &&
+                  grad_outputs.scalar_type() == outputs.scalar_type(),
+              op, ": grad_outputs must be a CPU (T, B, H) tensor of outputs' dtype, got ", grad_outputs.sizes());
+  check_gradient_outputs(outputs, h0, x, first, second, weight, carry, grad_x, grad_first, grad_second, grad_weight,
                          grad_bias, op);
   const bool input_gradient = grad_x.numel() > 0;
   const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)}, grad_step = grad_outputs.stride(0);
-  const int64_t chunk = rows_per_thread(batch), blocks = std::max<int64_t>(1, (batch + chunk - 1) / chunk);
+  const int64_t chunk = rows_per_thread(batch), blocks = batch_blocks(batch, chunk);
   // a copy only if strided
   const at::Tensor first_c = first.contiguous(), second_c = second.contiguous(), weight_c = weight.contiguous();
+  const at::Tensor bias_c = bias.contiguous();
   double dot_phi = 0.0, dot_y = 0.0;
-  AT_DISPATCH_FLOATING_TYPES(phis.scalar_type(), op, [&] {
+  AT_DISPATCH_FLOATING_TYPES(outputs.scalar_type(), op, [&] {
     const auto sv = static_cast<scalar_t>(s), e = static_cast<scalar_t>(eta);
     const auto keep = static_cast<scalar_t>(s * (1.0 - eta * alpha) - r);  // d h_t / d h_{t-1} outside M
     const auto s_eta = static_cast<scalar_t>(s * eta);
@@ -357,17 +487,21 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& phis, const at::Te
     const BackwardProducts<scalar_t> products(m_first, m_second, hidden, rank, s_eta);
     with_activation(act, [&](auto kind) {
       constexpr int Act = decltype(kind)::value;
+      constexpr bool Signs = Act == 0;  // relu's record: sign bits (check_record)
       with_grad_row(grad_strides[1], [&](auto layout) {
         constexpr GradRow Layout = decltype(layout)::value;
         over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
           const int64_t rows = end - begin;
           // allocated by the thread that fills it: each block's sums and scratch in its own memory
           BlockSums<scalar_t> sums(first.numel(), second.numel(), hidden, dim);
-          std::vector<scalar_t> d(rows * hidden), w(rows * rank);  // this step's dpre and dpre V'
+          // this step's dpre, dpre V' and, for relu, slopes
+          std::vector<scalar_t> d(rows * hidden), w(rows * rank), slopes(Signs ? rows * hidden : 0);
           scalar_t* own_carry = carry.data_ptr<scalar_t>() + begin * hidden;
           std::fill_n(own_carry, rows * hidden, scalar_t(0));
           const scalar_t* grad_base = grad_outputs.data_ptr<scalar_t>() + begin * grad_strides[0];
-          const StepPointer<scalar_t> phi_rows(phis, begin), outs(outputs, begin), x_rows(x, begin);
+          const StepPointer<scalar_t> outs(outputs, begin), x_rows(x, begin);
+          const StepPointer<scalar_t> phi_rows = Signs ? StepPointer<scalar_t>() : StepPointer<scalar_t>(record, begin);
+          const StepPointer<uint8_t> sign_rows = Signs ? StepPointer<uint8_t>(record, begin) : StepPointer<uint8_t>();
           const StepPointer<scalar_t> z_rows = rank > 0 ? StepPointer<scalar_t>(zs, begin) : StepPointer<scalar_t>();
           const StepPointer<scalar_t> grad_x_rows =
               input_gradient ? StepPointer<scalar_t>(grad_x, begin) : StepPointer<scalar_t>();
@@ -375,17 +509,22 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& phis, const at::Te
           for (int64_t t = steps - 1; t >= 0 && rows > 0; --t) {
             const scalar_t* prev = t == 0 ? first_h : outs.at(t - 1);
             const scalar_t* grad_t = grad_base + t * grad_step;
+            const scalar_t* phi = Signs ? slopes.data() : phi_rows.at(t);
+            for (int64_t b = 0; Signs && b < rows; ++b) {
+              load_slopes(sign_rows.at(t) + b * sign_bytes(hidden), hidden, slopes.data() + b * hidden);
+            }
             if (rank > 0) {
-              backward_rows<Act, true, Layout>(d.data(), phi_rows.at(t), prev, grad_t, grad_strides, own_carry, rows,
-                                               hidden, sv, keep, s_eta, sums);
+              backward_rows<Act, true, Signs, Layout>(d.data(), phi, prev, grad_t, grad_strides, own_carry, rows,
+                                                      hidden, sv, keep, s_eta, sums);
             } else {
-              backward_rows<Act, false, Layout>(d.data(), phi_rows.at(t), prev, grad_t, grad_strides, own_carry,
-                                                rows, hidden, sv, keep, s_eta, sums);
+              backward_rows<Act, false, Signs, Layout>(d.data(), phi, prev, grad_t, grad_strides, own_carry, rows,
+                                                       hidden, sv, keep, s_eta, sums);
             }
             products.run(own_carry, d.data(), w.data(), rows, hidden, rank);
             add_operator_factor_sums(sums, d.data(), w.data(), z_rows.at(t), prev, rows, hidden, rank);
             add_input_gradients(sums, grad_x_rows.at(t), d.data(), x_rows.at(t), input_weight, rows, hidden, dim, e);
           }
+          if (Signs) sums.dot_phi = relu_dot_phi(sums, bias_c.data_ptr<scalar_t>(), input_weight, m_first, s);
           parts[part] = std::move(sums);
         });
       });
@@ -407,9 +546,9 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& phis, const at::Te
 
 TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to the same namespace
   m.def("irnn_k1_forward(Tensor x, Tensor weight, Tensor bias, Tensor h0, Tensor first, Tensor second, float eta, "
-        "float alpha, float s, float r, int act, Tensor(a!) phis, Tensor(b!) zs, Tensor(c!) outputs) -> ()");
-  m.def("irnn_k1_backward(Tensor phis, Tensor outputs, Tensor h0, Tensor grad_outputs, Tensor x, Tensor zs, "
-        "Tensor first, Tensor second, Tensor weight, float eta, float alpha, float s, float r, int act, "
+        "float alpha, float s, float r, int act, Tensor(a!) record, Tensor(b!) zs, Tensor(c!) outputs) -> ()");
+  m.def("irnn_k1_backward(Tensor record, Tensor outputs, Tensor h0, Tensor grad_outputs, Tensor x, Tensor zs, "
+        "Tensor first, Tensor second, Tensor weight, Tensor bias, float eta, float alpha, float s, float r, int act, "
         "Tensor(a!) carry, Tensor(b!) grad_x, Tensor(c!) grad_first, Tensor(d!) grad_second, Tensor(e!) grad_weight, "
         "Tensor(f!) grad_bias) -> (float, float)");
 }

@@ -38,6 +38,11 @@
 // block order (the result depends on the thread count, not on the timing).
 #include "common.h"
 
+#include <cstring>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 using namespace ltdrnn;
@@ -175,11 +180,9 @@ inline void add_shifted_and_activate(T* out, const T* prev, int64_t hidden, bool
   }
 }
 
-// The first part of a backward step for one row, shared by both scans: gz = dL/dz_t from the output
-// gradient d_h of step t, gz_{t+1} (next) and h_t (act' from the output).
+// gz = dL/dh_t for one row: the output gradient d_h of step t plus roll(gz_{t+1}, -1) (next).
 template <typename T>
-inline void pre_activation_gradient(T* gz, const T* d_h, const T* next, const T* h_row, int64_t hidden,
-                                    bool broadcast, bool relu) {
+inline void state_gradient(T* gz, const T* d_h, const T* next, int64_t hidden, bool broadcast) {
   if (broadcast) {
     const T v = d_h[0];
     for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = v + next[i + 1];
@@ -188,6 +191,14 @@ inline void pre_activation_gradient(T* gz, const T* d_h, const T* next, const T*
     for (int64_t i = 0; i < hidden - 1; ++i) gz[i] = d_h[i] + next[i + 1];
     gz[hidden - 1] = d_h[hidden - 1] + next[0];
   }
+}
+
+// The first part of a backward step for one row, shared by both scans: gz = dL/dz_t from the output
+// gradient d_h of step t, gz_{t+1} (next) and h_t (act' from the output).
+template <typename T>
+inline void pre_activation_gradient(T* gz, const T* d_h, const T* next, const T* h_row, int64_t hidden,
+                                    bool broadcast, bool relu) {
+  state_gradient(gz, d_h, next, hidden, broadcast);
   if (relu) {
     for (int64_t i = 0; i < hidden; ++i) gz[i] = h_row[i] > 0 ? gz[i] : T(0);
   } else {
@@ -424,9 +435,13 @@ void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& 
 //             m0[s] = sum_{(t,b) in s} df_{t,b},  m1[s] = sum_{(t,b) in s} df_{t,b} x_{t,b}   (double, (S, H))
 //             from which PyTorch forms every gradient of f_r's parameters, and, when asked for,
 //             dL/dx_{t,b} = df . slope[s] + dL/dlogits . w_g; with the gate also dL/db_g and dL/dw_g.
+// act' comes from h for tanh; for relu from `positive`, the bits [h > 0] the forward writes (pack_positive): the
+// backward then reads 1.6 MB instead of h's 51 MB at the pixel-MNIST shape. In float32 the gate's sigmoid is
+// inlined (sigmoid_inline): the libm call it replaces took over half of each loop's time (forward 13-25 ->
+// 10 ms at one thread; docs/notes/srnn-speed.md, 2026-11-27).
 // Layouts: x and segment (T, B) (segment int32 in [0, S)), knots (S - 1), slope and offset (S, H), w_g, b_g (H),
-// h (T, B, H), all contiguous; dh as in srnn_backward (own time and batch strides, last axis contiguous or
-// broadcast).
+// h (T, B, H), positive uint8 (T, B, ceil(H / 8)), all contiguous; dh as in srnn_backward (own time and batch
+// strides, last axis contiguous or broadcast).
 constexpr const char* kPieceForward = "srnn_pwl_forward";
 constexpr const char* kPieceBackward = "srnn_pwl_backward";
 
@@ -491,6 +506,38 @@ void check_scalar_input(const at::Tensor& x, const char* op) {
               x.is_contiguous() ? "" : " (not contiguous)");
 }
 
+// sigmoid of a float without a call into libm: the vectorised expf is a call per 16 elements, around which
+// the loop's live registers are saved and restored. exp(-v) = 2^n e^r with n = round(-v log2 e) and
+// r = -v - n ln 2 (ln 2 in two parts, so r keeps its low bits), |r| <= ln 2 / 2, e^r from a degree-7
+// polynomial (Cephes' expf: relative error ~1e-7); 2^n is added into the exponent's bits. v is clamped to
+// +-87, where n stays within [-126, 126] and 2^n e^r a normal float; below -88 the value is exactly 0 and NaN
+// stays NaN, as common.h's sigmoid gives; in (-88, -87] it is 1 / (1 + e^87) = 1.6e-38 instead of a denormal.
+inline float sigmoid_inline(float v) {
+  const float z = -std::min(std::max(v, -87.0f), 87.0f);
+  const float n = std::floor(z * 1.44269504088896341f + 0.5f);
+  const float r = (z - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * r) * r + r + 1.0f;
+  const float e = std::bit_cast<float>(std::bit_cast<int32_t>(p) + (static_cast<int32_t>(n) << 23));
+  const float s = 1.0f / (1.0f + e);
+  return is_nan(v) ? v : v < -88.0f ? 0.0f : s;
+}
+
+// The gate's sigmoid in the piecewise-linear loops: sigmoid_inline for float, common.h's for double.
+template <typename T>
+inline T gate_sigmoid(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return sigmoid_inline(v);
+  } else {
+    return sigmoid(v);
+  }
+}
+
 // The segment of v: how many knots lie below it (searchsorted(knots, v) on sorted knots; in [0, S) for any v,
 // NaN included): a branch-free count over the S - 1 knots.
 template <typename T>
@@ -500,11 +547,95 @@ inline int32_t knots_below(const T* knots, int64_t count, T v) {
   return below;
 }
 
+// With relu the backward needs only act'(z) = [h > 0] of each element, not h: the forward keeps it as one bit per
+// element, bit i % 8 of byte i / 8 of each row's ceil(H / 8) bytes (T B H / 8 bytes: 1.6 MB at the pixel-MNIST
+// shape), and the backward reads those instead of the 51 MB of h. [h > 0] is false for NaN, as the comparison
+// on h gave.
+inline int64_t positive_bytes(int64_t hidden) { return (hidden + 7) / 8; }
+
+// v > 0 from its bits, false for NaN (under -ffast-math the comparison may not be): (0, +inf] are the bit
+// patterns 1 .. kInfinity.
+template <typename T>
+inline bool is_positive(T v) {
+  return std::bit_cast<Bits<T>>(v) - 1 < kInfinity<T>;
+}
+
+// Writes the bits [v[i] > 0] of one row of `hidden` values into `bits`.
+template <typename T>
+inline void pack_positive(uint8_t* bits, const T* v, int64_t hidden) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 16 <= hidden; i += 16) {
+      const uint16_t m = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+      std::memcpy(bits + i / 8, &m, sizeof(m));
+    }
+  } else {
+    for (; i + 8 <= hidden; i += 8)
+      bits[i / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(v + i), _mm512_setzero_pd(), _CMP_GT_OQ);
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 8 <= hidden; i += 8)
+      bits[i / 8] = uint8_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + i), _mm256_setzero_ps(), _CMP_GT_OQ)));
+  } else {
+    for (; i + 8 <= hidden; i += 8) {
+      const __m256d zero = _mm256_setzero_pd();
+      const int low = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(v + i), zero, _CMP_GT_OQ));
+      const int high = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(v + i + 4), zero, _CMP_GT_OQ));
+      bits[i / 8] = uint8_t(low | high << 4);
+    }
+  }
+#endif
+  for (; i < hidden; i += 8) {
+    uint8_t byte = 0;
+    for (int64_t k = 0; k < 8 && i + k < hidden; ++k) byte |= uint8_t(is_positive(v[i + k])) << k;
+    bits[i / 8] = byte;
+  }
+}
+
+// gz[i] = 0 where bit i of `bits` (pack_positive's layout) is clear: relu's derivative applied.
+template <typename T>
+inline void zero_where_not_positive(T* gz, const uint8_t* bits, int64_t hidden) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 16 <= hidden; i += 16) {
+      uint16_t m;
+      std::memcpy(&m, bits + i / 8, sizeof(m));
+      _mm512_storeu_ps(gz + i, _mm512_maskz_mov_ps(m, _mm512_loadu_ps(gz + i)));
+    }
+  } else {
+    for (; i + 8 <= hidden; i += 8) _mm512_storeu_pd(gz + i, _mm512_maskz_mov_pd(bits[i / 8], _mm512_loadu_pd(gz + i)));
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256i select = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (; i + 8 <= hidden; i += 8) {
+      const __m256i set = _mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), select);
+      const __m256 keep = _mm256_castsi256_ps(_mm256_cmpeq_epi32(set, select));
+      _mm256_storeu_ps(gz + i, _mm256_and_ps(keep, _mm256_loadu_ps(gz + i)));
+    }
+  } else {
+    const __m256i low = _mm256_setr_epi64x(1, 2, 4, 8), high = _mm256_setr_epi64x(16, 32, 64, 128);
+    for (; i + 8 <= hidden; i += 8) {
+      const __m256i byte = _mm256_set1_epi64x(bits[i / 8]);
+      const __m256d keep_low = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(byte, low), low));
+      const __m256d keep_high = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(byte, high), high));
+      _mm256_storeu_pd(gz + i, _mm256_and_pd(keep_low, _mm256_loadu_pd(gz + i)));
+      _mm256_storeu_pd(gz + i + 4, _mm256_and_pd(keep_high, _mm256_loadu_pd(gz + i + 4)));
+    }
+  }
+#endif
+  for (; i < hidden; ++i)
+    if (!((bits[i / 8] >> (i % 8)) & 1)) gz[i] = T(0);
+}
+
 // The forward over the rows [begin, end) of the batch; writes each row's segment into `segment`.
 template <typename T>
-void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, const T* h0, T* h, int64_t steps,
-                        int64_t batch, bool relu, int64_t begin, int64_t end) {
-  const int64_t hidden = p.hidden;
+void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, const T* h0, T* h, uint8_t* positive,
+                        int64_t steps, int64_t batch, bool relu, int64_t begin, int64_t end) {
+  const int64_t hidden = p.hidden, bytes = positive_bytes(hidden);
   for (int64_t t = 0; t < steps; ++t) {
     const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
     for (int64_t b = begin; b < end; ++b) {
@@ -514,30 +645,45 @@ void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, co
       const T *slope = p.slope + start, *offset = p.offset + start;
       T* out = h + row * hidden;
       if (p.gated()) {
-        for (int64_t i = 0; i < hidden; ++i) out[i] = (slope[i] * v + offset[i]) * sigmoid(p.w_g[i] * v + p.b_g[i]);
+        for (int64_t i = 0; i < hidden; ++i) out[i] = (slope[i] * v + offset[i]) * gate_sigmoid(p.w_g[i] * v + p.b_g[i]);
       } else {
         for (int64_t i = 0; i < hidden; ++i) out[i] = slope[i] * v + offset[i];
       }
       add_shifted_and_activate(out, prev_t + b * hidden, hidden, relu);
+      if (positive) pack_positive(positive + row * bytes, out, hidden);
     }
   }
+}
+
+// positive: relu's derivative as pack_positive writes it, a contiguous uint8 CPU tensor (T, B, ceil(H / 8)).
+void check_positive(const at::Tensor& positive, int64_t steps, int64_t batch, int64_t hidden, const char* op) {
+  const std::vector<int64_t> shape{steps, batch, positive_bytes(hidden)};
+  TORCH_CHECK(positive.device().is_cpu() && positive.scalar_type() == at::kByte, op,
+              ": positive must be a uint8 CPU tensor, got ", positive.scalar_type(), " on ", positive.device());
+  TORCH_CHECK(positive.sizes() == at::IntArrayRef(shape) && positive.is_contiguous(), op,
+              ": positive must be a contiguous ", at::IntArrayRef(shape), " tensor, got ", positive.sizes(),
+              positive.is_contiguous() ? "" : " (not contiguous)");
 }
 
 void srnn_pwl_forward(const at::Tensor& x, const at::Tensor& knots, const at::Tensor& slope,
                       const at::Tensor& offset, const std::optional<at::Tensor>& w_g,
                       const std::optional<at::Tensor>& b_g, const at::Tensor& h0, bool relu, at::Tensor h,
-                      at::Tensor segment) {
+                      at::Tensor segment, const std::optional<at::Tensor>& positive) {
   check_scalar_input(x, kPieceForward);
   const int64_t steps = x.size(0), batch = x.size(1);
   check_segment(segment, x, kPieceForward);
+  TORCH_CHECK(relu || !positive, kPieceForward, ": positive is relu's derivative; give None with tanh");
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), kPieceForward, [&] {
     const auto pieces = pieces_of<scalar_t>(x, nullptr, slope, offset, w_g, b_g, kPieceForward);
     check_tensor(knots, x, {pieces.segments - 1}, kPieceForward, "knots");
     check_tensor(h0, x, {batch, pieces.hidden}, kPieceForward, "h0");
     check_tensor(h, x, {steps, batch, pieces.hidden}, kPieceForward, "h");
+    if (positive) check_positive(*positive, steps, batch, pieces.hidden, kPieceForward);
+    uint8_t* bits = positive ? positive->data_ptr<uint8_t>() : nullptr;
     over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
       piece_forward_loop<scalar_t>(pieces, knots.data_ptr<scalar_t>(), segment.data_ptr<int32_t>(),
-                                   h0.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), steps, batch, relu, begin, end);
+                                   h0.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), bits, steps, batch, relu, begin,
+                                   end);
     });
   });
 }
@@ -569,7 +715,7 @@ inline T piece_row_gradient(const Pieces<T>& p, const T* __restrict__ gz, int64_
   for (int64_t i = 0; i < hidden; ++i) {
     T df = gz[i];
     if constexpr (Gated) {
-      const T s = sigmoid(w_g[i] * v + b_g[i]);
+      const T s = gate_sigmoid(w_g[i] * v + b_g[i]);
       const T d_logit = gz[i] * (slope[i] * v + offset[i]) * s * (T(1) - s);
       df *= s;
       sum_g[i] += d_logit;
@@ -605,11 +751,11 @@ void flush_sums(std::vector<T>& running, double* sums) {
 
 // The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
 template <bool Gated, bool InputGradient, typename T>
-void piece_backward_loop(const at::Tensor& dh, const T* h, const Pieces<T>& p, T* dh0, T* dx, int64_t steps,
-                         int64_t batch, bool relu, int64_t begin, int64_t end, double* sums) {
+void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positive, const Pieces<T>& p, T* dh0, T* dx,
+                         int64_t steps, int64_t batch, int64_t begin, int64_t end, double* sums) {
   if (begin == end) return;  // the one empty block at B = 0 adds nothing
   const T* dh_base = dh.data_ptr<T>();
-  const int64_t hidden = p.hidden, rows = end - begin;
+  const int64_t hidden = p.hidden, rows = end - begin, bytes = positive_bytes(hidden);
   const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1);
   const bool broadcast = hidden > 1 && dh.stride(2) == 0, batch_first = batch_stride > hidden;
   const int64_t steps_per_flush = std::max<int64_t>(1, kRowsPerFlush / rows);
@@ -624,7 +770,12 @@ void piece_backward_loop(const at::Tensor& dh, const T* h, const Pieces<T>& p, T
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
       if (batch_first && b + kPrefetchRowsAhead < end) prefetch_row(d_h + kPrefetchRowsAhead * batch_stride, hidden);
       T* gz = cur + (b - begin) * hidden;
-      pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, relu);
+      if (positive) {  // relu
+        state_gradient(gz, d_h, next + (b - begin) * hidden, hidden, broadcast);
+        zero_where_not_positive(gz, positive + row * bytes, hidden);
+      } else {  // tanh
+        pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, false);
+      }
       const T d_x = piece_row_gradient<Gated, InputGradient>(p, gz, row, m0, m1, sum_g, sum_wg);
       if constexpr (InputGradient) dx[row] = d_x;
     }
@@ -642,19 +793,25 @@ void check_double_output(const at::Tensor& t, at::IntArrayRef shape, const char*
               " tensor, got ", t.sizes(), t.is_contiguous() ? "" : " (not contiguous)");
 }
 
-void srnn_pwl_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& x, const at::Tensor& segment,
+void srnn_pwl_backward(const at::Tensor& dh, const std::optional<at::Tensor>& h, const at::Tensor& x,
+                       const at::Tensor& segment,
                        const at::Tensor& slope, const at::Tensor& offset, const std::optional<at::Tensor>& w_g,
                        const std::optional<at::Tensor>& b_g, bool relu, at::Tensor dh0, at::Tensor m0, at::Tensor m1,
                        const std::optional<at::Tensor>& d_bg, const std::optional<at::Tensor>& d_wg,
-                       const std::optional<at::Tensor>& d_x) {
+                       const std::optional<at::Tensor>& d_x, const std::optional<at::Tensor>& positive) {
   constexpr const char* op = kPieceBackward;
   check_scalar_input(x, op);
   const int64_t steps = x.size(0), batch = x.size(1);
+  TORCH_CHECK(relu ? positive && !h : h && !positive, op,
+              relu ? ": relu reads positive (from the forward), not h" : ": tanh reads h, not positive");
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), op, [&] {
     const auto p = pieces_of<scalar_t>(x, &segment, slope, offset, w_g, b_g, op);
     const int64_t hidden = p.hidden, segments = p.segments;
-    check_tensor(h, x, {steps, batch, hidden}, op, "h");
-    check_tensor(dh, x, {steps, batch, hidden}, op, "dh", false);
+    if (h) check_tensor(*h, x, {steps, batch, hidden}, op, "h");
+    if (positive) check_positive(*positive, steps, batch, hidden, op);
+    const scalar_t* h_data = h ? h->data_ptr<scalar_t>() : nullptr;
+    const uint8_t* bits = positive ? positive->data_ptr<uint8_t>() : nullptr;
+      check_tensor(dh, x, {steps, batch, hidden}, op, "dh", false);
     TORCH_CHECK(hidden == 1 || dh.stride(2) <= 1, op, ": dh's last axis must be contiguous or broadcast, got strides ",
                 dh.strides());
     check_tensor(dh0, x, {batch, hidden}, op, "dh0");
@@ -675,8 +832,7 @@ void srnn_pwl_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tens
     auto run = [&](auto gated, auto input_gradient) {
       over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
         piece_backward_loop<decltype(gated)::value, decltype(input_gradient)::value, scalar_t>(
-            dh, h.data_ptr<scalar_t>(), p, dh0.data_ptr<scalar_t>(), dx, steps, batch, relu, begin, end,
-            sums.data() + part * per);
+            dh, h_data, bits, p, dh0.data_ptr<scalar_t>(), dx, steps, batch, begin, end, sums.data() + part * per);
       });
     };
     using Yes = std::true_type;
@@ -776,10 +932,10 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to
         "Tensor? w_g, bool relu, Tensor(a!)? d_features, Tensor(b!)? dg, Tensor(c!) dh0, Tensor(d!) d_bf, "
         "Tensor(e!)? d_bg, Tensor(f!)? d_wg, Tensor(g!)? d_x, Tensor? w_f=None, Tensor(h!)? d_wf=None) -> ()");
   m.def("srnn_pwl_forward(Tensor x, Tensor knots, Tensor slope, Tensor offset, Tensor? w_g, Tensor? b_g, "
-        "Tensor h0, bool relu, Tensor(a!) h, Tensor(b!) segment) -> ()");
-  m.def("srnn_pwl_backward(Tensor dh, Tensor h, Tensor x, Tensor segment, Tensor slope, Tensor offset, Tensor? w_g, "
+        "Tensor h0, bool relu, Tensor(a!) h, Tensor(b!) segment, Tensor(c!)? positive=None) -> ()");
+  m.def("srnn_pwl_backward(Tensor dh, Tensor? h, Tensor x, Tensor segment, Tensor slope, Tensor offset, Tensor? w_g, "
         "Tensor? b_g, bool relu, Tensor(a!) dh0, Tensor(b!) m0, Tensor(c!) m1, Tensor(d!)? d_bg, Tensor(e!)? d_wg, "
-        "Tensor(f!)? d_x) -> ()");
+        "Tensor(f!)? d_x, Tensor? positive=None) -> ()");
   m.def("srnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> Tensor");
 }
 

@@ -36,7 +36,8 @@ class FusedIRNN(torch.autograd.Function):
     rows, and its backward needs no ``(T, B, H)`` gradient either (it sums every parameter gradient step
     by step, :func:`_compiled_backward`). Saved, Euler step first so that every per-step slice and every
     per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled
-    K = 1 loop saves ``phi``, the outputs and, with low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
+    K = 1 loop saves ``phi`` (with relu only its sign bits, :func:`_activation_record`), the outputs and, with
+    low rank, ``h_{t-1} H^T`` ``(T, B, R)``.
     """
 
     @staticmethod
@@ -52,14 +53,15 @@ class FusedIRNN(torch.autograd.Function):
         ctx.compiled = _compiled_loop_runs(x, k)
         # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
         if ctx.compiled:  # the input map c_t is formed per step inside the loop: no (T, B, H) c
-            phis, outputs = empty_buffer((span, batch, hidden), x), empty_buffer((steps, batch, hidden), x)
+            outputs = empty_buffer((steps, batch, hidden), x)
+            record = _activation_record(act, (span, batch, hidden), x)
             # low rank: h_{t-1} H^T of every step, (T, B, R), for the gradient of V'
             zs = x.new_empty(span, batch, second.shape[0]) if second.numel() else x.new_empty(0)
             torch.ops.ltdrnn.irnn_k1_forward(
                 x, weight.detach(), bias.detach(), h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r,
-                _ACTIVATION_CODES[act], phis, zs, outputs,
+                _ACTIVATION_CODES[act], record, zs, outputs,
             )  # fmt: skip
-            ctx.save_for_backward(phis, outputs, zs, first, second, h0, x, weight)
+            ctx.save_for_backward(record, outputs, zs, first, second, h0, x, weight, bias)
             return outputs
         flat_x = x.view(-1, x.shape[-1])
         c = empty_buffer((steps, batch, hidden), flat_x)
@@ -178,22 +180,31 @@ def _compiled_loop_runs(x: Tensor, k: int) -> bool:
     return k == 1 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and load_torch_ops("irnn")
 
 
+def _activation_record(act: str, shape: Tuple[int, int, int], like: Tensor) -> Tensor:
+    """What the compiled forward keeps of phi for its backward: phi itself, ``shape``, for tanh and sigmoid;
+    for relu only its sign bits, ``(T, B, ceil(H / 8))`` uint8 (relu's slope is 0 or 1, and the backward
+    forms ``<g, phi>`` from the gradient sums, ``csrc/irnn.cpp``): 1/32 of phi's bytes in float32."""
+    if act == "relu":
+        return like.new_empty(*shape[:2], -(-shape[2] // 8), dtype=torch.uint8)
+    return empty_buffer(shape, like)
+
+
 def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     """The backward time loop in one call, which also forms every parameter gradient: each thread's block
     of rows adds its share of each step's products while that step's rows are in cache (no pass over
     ``(T, B, H)`` buffers after the loop, and the work splits over the threads), and the gradient of x
     when it is wanted. Low rank: the gradients of the factors come from ``(B, R)`` products per step,
     never from an ``(H, H)`` one."""
-    phis, outputs, zs, first, second, h0, x, weight = ctx.saved_tensors
+    record, outputs, zs, first, second, h0, x, weight, bias = ctx.saved_tensors
     etas, a, act, s, r = ctx.config
-    first, second, weight = first.detach(), second.detach(), weight.detach()
+    first, second, weight, bias = first.detach(), second.detach(), weight.detach(), bias.detach()
     carry = torch.empty_like(h0)
     grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else x.new_empty(0)
     grad_first, grad_second = first.new_empty(first.shape), second.new_empty(second.shape)
     grad_weight, grad_bias = weight.new_empty(weight.shape), weight.new_empty(weight.shape[0])
     dot_phi, dot_y = torch.ops.ltdrnn.irnn_k1_backward(
-        phis, outputs, h0.detach().contiguous(), grad_outputs, x, zs, first, second, weight, etas[0], a, s, r,
-        _ACTIVATION_CODES[act], carry, grad_x, grad_first, grad_second, grad_weight, grad_bias,
+        record, outputs, h0.detach().contiguous(), grad_outputs, x, zs, first, second, weight, bias, etas[0], a, s,
+        r, _ACTIVATION_CODES[act], carry, grad_x, grad_first, grad_second, grad_weight, grad_bias,
     )  # fmt: skip
     return _function_gradients(
         ctx,
@@ -202,8 +213,8 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
         carry,
         grad_first,
         grad_second if second.numel() else None,
-        phis.new_tensor([dot_phi]),
-        phis.new_tensor([dot_y]),
+        outputs.new_tensor([dot_phi]),
+        outputs.new_tensor([dot_y]),
     )
 
 

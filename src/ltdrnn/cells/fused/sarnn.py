@@ -20,10 +20,12 @@ from ..masked import binary, gru_candidate, gru_gates
 class FusedSARNNGRU(torch.autograd.Function):
     """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
 
-    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,))
-    -> (outputs, probs, masks)``, each ``(T, B, H)`` (see :meth:`SARNN.precompute` for ``coord_in``;
-    ``masks`` float 0/1). It runs the same ops as the reference step, so the decisions agree bit for
-    bit; the backward implements the straight-through estimator without autograd's per-op
+    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,),
+    bias_ih (3H,) or None) -> (outputs, probs, masks)``, each ``(T, B, H)``. With ``bias_ih``, ``gi`` is
+    ``W_ih x`` alone and the loop adds the bias (the compiled loop as it goes, its gradient summed in the
+    backward loop: one pass over ``gi`` and three over the gradients less); without, ``gi`` holds it. See
+    :meth:`SARNN.precompute` for ``coord_in``; ``masks`` is float 0/1. The PyTorch loop runs the same ops
+    as the reference step; the backward implements the straight-through estimator without autograd's per-op
     bookkeeping. Per-step intermediates stay in small per-step tensors (reused warm by the
     allocator); sequence-sized tensors are allocated once and written in place, never stacked.
 
@@ -33,10 +35,15 @@ class FusedSARNNGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None):
+        # an unused output's gradient arrives as None, not as a (T, B, H) tensor of zeros to fill and read
+        ctx.set_materialize_grads(False)
         ctx.compiled = _compiled_loop_runs(gi)
+        ctx.bias_ih = bias_ih is not None
         if ctx.compiled:
-            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight)
+            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih)
+        if bias_ih is not None:
+            gi = gi + bias_ih
         hidden = coord_in.shape[-1]
         weight_t = weight_hh.t()
         outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
@@ -63,9 +70,13 @@ class FusedSARNNGRU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_outputs, d_probs, _d_masks):
+        if d_outputs is None:  # only the probabilities were used
+            d_outputs = torch.zeros_like(ctx.saved_tensors[3])
         if ctx.compiled:
             return _compiled_backward(ctx, d_outputs, d_probs)
         h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
+        if d_probs is None:
+            d_probs = torch.zeros_like(outputs)
         saved, ctx.saved = ctx.saved, None
         steps, batch, hidden = outputs.shape
         aten = torch.ops.aten
@@ -106,7 +117,8 @@ class FusedSARNNGRU(torch.autograd.Function):
         d_rz = d_gi[..., : 2 * hidden]
         d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
         d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
-        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
+        d_bias_ih = d_gi.sum((0, 1)) if ctx.bias_ih else None
+        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
 
 
 # ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
@@ -115,39 +127,54 @@ def _compiled_loop_runs(gi: Tensor) -> bool:
     return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn")
 
 
-def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight):
+def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih):
     """The forward time loop in one call; keeps each step's gates and candidate ``n`` for the backward
-    (one reused row of each when no gradient is needed)."""
+    (one reused row of each when no gradient is needed). The loop writes the clamped probabilities
+    itself, and the backward reads them: ``0 < pre < 1`` exactly when ``0 < clamp(pre, 0, 1) < 1``."""
     steps, batch, hidden = coord_in.shape
     rows = steps if any(ctx.needs_input_grad) else 1
     gi, coord_in, h0 = gi.detach().contiguous(), coord_in.detach().contiguous(), h0.detach().contiguous()
-    outputs, pres, masks = (torch.empty_like(coord_in) for _ in range(3))
+    outputs, probs, masks = (torch.empty_like(coord_in) for _ in range(3))
     gates, news = gi.new_empty(rows, batch, 3 * hidden), gi.new_empty(rows, batch, hidden)
     torch.ops.ltdrnn.sarnn_gru_forward(
         gi, coord_in, h0, weight_hh.detach().t(), bias_hh.detach().contiguous(),
-        coord_weight.detach().contiguous(), outputs, pres, masks, gates, news,
+        coord_weight.detach().contiguous(), outputs, probs, masks, gates, news,
+        None if bias_ih is None else bias_ih.detach().contiguous(),
     )  # fmt: skip
-    ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, pres, gates, news)
+    ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, probs, gates, news)
     ctx.mark_non_differentiable(masks)
-    return outputs, torch.clamp(pres, 0.0, 1.0), masks
+    return outputs, probs, masks
 
 
-def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor) -> tuple:
-    """The backward time loop in one call; the weight gradients are two large products after it."""
-    h0, weight_hh, coord_weight, outputs, masks, pres, gates, news = ctx.saved_tensors
+def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor | None) -> tuple:
+    """The backward time loop in one call; the weight gradients are two large products after it. The
+    incoming gradients are read with their own time and batch strides (a batch-first layer's gradient is a
+    transposed view); ``d_probs`` None is zero."""
+    h0, weight_hh, coord_weight, outputs, masks, probs, gates, news = ctx.saved_tensors
     steps, batch, hidden = outputs.shape
     d_gi = outputs.new_empty(steps, batch, 3 * hidden)
     d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
     d_coord_weight, carry = torch.empty_like(h0), torch.empty_like(h0)
+    bias_sums = torch.empty(4 * hidden, dtype=torch.float64)  # [d_r | d_z | d_n | d_gh_n] over time and batch
     torch.ops.ltdrnn.sarnn_gru_backward(
-        gates, news, outputs, h0, masks, pres, d_outputs.contiguous(), d_probs.contiguous(), weight_hh.detach(),
-        coord_weight.detach().contiguous(), d_gi, d_gh_n, d_coord, d_coord_weight,
-        outputs.new_empty(batch, 3 * hidden), carry,
+        gates, news, outputs, h0, masks, probs, _unit_last_stride(d_outputs), _unit_last_stride(d_probs),
+        weight_hh.detach(), coord_weight.detach().contiguous(), d_gi, d_gh_n, d_coord, d_coord_weight,
+        outputs.new_empty(batch, 3 * hidden), carry, bias_sums,
     )  # fmt: skip
     d_rz = d_gi[..., : 2 * hidden]
     d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
-    d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
-    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0)
+    sums = bias_sums.to(outputs.dtype)
+    d_bias_hh = torch.cat([sums[: 2 * hidden], sums[3 * hidden :]])
+    d_bias_ih = sums[: 3 * hidden] if ctx.bias_ih else None
+    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
+
+
+def _unit_last_stride(gradient: Tensor | None) -> Tensor | None:
+    """``gradient`` as it is when its last axis is contiguous (what the compiled loop reads in place), else
+    a contiguous copy (e.g. the broadcast gradient of a sum)."""
+    if gradient is None or gradient.shape[-1] == 1 or gradient.stride(-1) == 1:
+        return gradient
+    return gradient.contiguous()
 
 
 def weight_gradient(d_pre: Tensor, outputs: Tensor, h0: Tensor) -> Tensor:
