@@ -4,7 +4,7 @@
 # SA-RNN). Analysis and predictions: docs/notes/irnn.md, tarnn.md, sarnn.md ("2026-11-26: issue 39, seeds").
 #
 # usage: reproduction/fidelity/issue39_screens.sh GROUP [JOBS]      (run from the repository root)
-#   GROUP: smoke | device | irnn-k | irnn-750 | tarnn-750 | sarnn | list     JOBS: parallel jobs (default: the cores)
+#   GROUP: smoke | device | irnn-k | irnn-k10 | irnn-750 | tarnn-750 | sarnn | sarnn-slope | list     JOBS: parallel jobs (default: the cores)
 # Two files in $OUT (default /tmp/issue39): summary.jsonl (one line per job: the step_probe summary:
 # status, test metric, largest loss and its step, spikes) and screens.tgz (per-step logs, each run's
 # history.jsonl and best.pt, one results database per job; the work folder is $WORK, default
@@ -33,6 +33,8 @@ screens() {
       echo "k10_eta003|reproduce/irnn-adding200-k|model.options.K=10 model.options.eta=0.003 train.track_gradients=false|1 2 3"
       echo "k1_eta003|reproduce/irnn-adding200-k|model.options.K=1 model.options.eta=0.03 train.track_gradients=false|1 2 3"
       echo "k5_eta006|reproduce/irnn-adding200-k|model.options.K=5 model.options.eta=0.006 train.track_gradients=false|1 2 3" ;;
+    irnn-k10)  # after irnn-k (2026-11-27): K = 10 lost a seed at K eta_0 = 0.01; half of it
+      echo "k10_eta0005|reproduce/irnn-adding200-k|model.options.K=10 model.options.eta=0.0005 train.track_gradients=false|1 2 3" ;;
     irnn-750)  # the failure is one seed in three to six: six seeds per setting (gate: the fidelity branch)
       echo "irnn750|reproduce/adding750-irnn||1 2 3 4 5 6"
       echo "irnn750_lr3e-3|reproduce/adding750-irnn|optim.lr=0.003 train.steps=4000|1 2 3 4 5 6"
@@ -47,17 +49,19 @@ screens() {
       echo "sarnn_anneal_off|reproduce/sarnn-adding500|train.loss_weights.budget=1e-4 model.options.anneal_slope=false train.steps=1000|2 3"
       echo "sarnn_halve|reproduce/sarnn-adding500|train.loss_weights.budget=1e-4 optim.halve_every=1 train.steps=4000|1 2 3"
       echo "sarnn_lr1e-4|reproduce/sarnn-adding500|train.loss_weights.budget=1e-4 optim.lr=0.0001 train.steps=6000|1 2 3" ;;
+    sarnn-slope)  # the slope control alone (the first two lines of sarnn)
+      screens sarnn | head -2 ;;
     smoke)  # seconds; run it with JOBS=1 first: it also builds the compiled loops once, before parallel jobs race
       small="task.options.T=20 task.options.n_train=256 task.options.n_val=64 task.options.n_test=64 train.steps=3 train.eval_every=2"
       echo "smoke_irnn|reproduce/irnn-adding200-k|model.options.K=1 $small|1"
       echo "smoke_irnn_k2|reproduce/irnn-adding200-k|model.options.K=2 $small|1"
       echo "smoke_sarnn|reproduce/sarnn-adding500|$small|1" ;;
-    *) echo "issue39_screens.sh: GROUP: expected smoke, device, irnn-k, irnn-750, tarnn-750, sarnn or list, got $1" >&2; exit 2 ;;
+    *) echo "issue39_screens.sh: GROUP: expected smoke, device, irnn-k, irnn-k10, irnn-750, tarnn-750, sarnn, sarnn-slope or list, got $1" >&2; exit 2 ;;
   esac
 }
 
 if [ "$group" = list ]; then
-  for g in device irnn-k irnn-750 tarnn-750 sarnn; do screens $g | sed "s/^/$g: /"; done
+  for g in device irnn-k irnn-k10 irnn-750 tarnn-750 sarnn sarnn-slope; do screens $g | sed "s/^/$g: /"; done
   exit 0
 fi
 mkdir -p "$out" "$work/logs" "$work/db" "$work/runs"

@@ -1,10 +1,11 @@
 """Train a preset with the library's trainer and log every optimiser step (issue 39's seed screens).
 
     python reproduction/fidelity/step_probe.py PRESET OUT.jsonl [KEY=VALUE ...] [--store DB] [--run-dir DIR]
-                                               [--stop-after N] [--label NAME]
+                                               [--stop-after N] [--label NAME] [--resume]
 
 One JSON line per step in OUT.jsonl: ``step``, ``loss`` (this batch's task loss), ``grad_norm`` (global
-norm before clipping), and per cell:
+norm before clipping), ``update_norm`` and ``largest_update`` (the optimiser step's global norm and its
+largest relative change of one parameter tensor, ||delta p|| / ||p||, with that tensor's name), and per cell:
 
 - iRNN: ``eta_min``/``eta_max``, ``M_norm`` (``||P U||_2``) and ``M_abscissa`` (largest real part of an
   eigenvalue of ``P U``): a large norm with an abscissa near 1 is a strongly non-normal operator, whose
@@ -17,6 +18,8 @@ The last line is a summary: the largest loss and its step, the first non-finite 
 loss rose above twice the task's baseline after the loss had first fallen below half of it ("spikes").
 Evaluation, selection and the results row are the trainer's own (``--store``: a results database;
 without it no row is written). ``--stop-after N`` ends the run after N steps (no test, no row).
+``--resume`` continues the run in ``--run-dir`` from its ``last.pt`` (bit for bit, as the trainer resumes):
+the way to replay the steps before a late divergence with every step logged.
 """
 
 from __future__ import annotations
@@ -66,6 +69,29 @@ def cell_record(cell: nn.Module | None) -> dict:
     }
 
 
+_previous: dict = {}
+
+
+def update_record(model: nn.Module) -> dict:
+    """The optimiser step's size: its global norm, and the parameter tensor it changed most relative to
+    its own norm (a step that moves one tensor by a large fraction is what a runaway starts with)."""
+    squares, largest, name_of = 0.0, 0.0, None
+    for name, p in model.named_parameters():
+        before = _previous.get(name)
+        now = p.detach().clone()
+        _previous[name] = now
+        if before is None:
+            continue
+        delta = float(torch.linalg.vector_norm(now - before))
+        squares += delta**2
+        relative = delta / max(float(torch.linalg.vector_norm(before)), 1e-30)
+        if relative > largest:
+            largest, name_of = relative, name
+    if name_of is None:
+        return {}
+    return {"update_norm": math.sqrt(squares), "largest_update": largest, "largest_update_of": name_of}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("preset")
@@ -75,6 +101,7 @@ def main() -> None:
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--label", default=None, help="a name for the summary line")
+    parser.add_argument("--resume", action="store_true", help="continue --run-dir from its last.pt")
     args = parser.parse_args()
 
     norms: list = []
@@ -106,7 +133,7 @@ def main() -> None:
         else:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
             grad = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-        record = {"step": step, "loss": loss, "grad_norm": grad, **cell_record(cell_of(model))}
+        record = {"step": step, "loss": loss, "grad_norm": grad, **update_record(model), **cell_record(cell_of(model))}
         log.write(json.dumps(record) + "\n")
         log.flush()
         if loss > summary["max_loss"]:
@@ -120,7 +147,7 @@ def main() -> None:
             raise Stop
 
     try:
-        record = trainer.train(cfg, callbacks=[on_step])
+        record = trainer.train(cfg, callbacks=[on_step], resume=args.resume)
         summary.update(status=record["status"], steps=record["timings"]["steps"], test=record["metrics"]["metric"])
         if record["status"] == "diverged":
             summary["first_nonfinite"] = record["timings"]["steps"]
