@@ -19,10 +19,15 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 // Fortran BLAS's gemm as torch's BLAS exports it (MKL here; weak: null in a torch built without one).
 extern "C" {
@@ -246,6 +251,51 @@ void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
   for (auto& worker : workers) worker.join();
   for (auto& error : errors) {
     if (error) std::rethrow_exception(error);
+  }
+}
+
+// Bits [v > 0] of a row of n values, bit i % 8 of byte i / 8 (ceil(n / 8) bytes): what relu's derivative needs
+// instead of the values (SRNN's and iRNN's backward passes). [v > 0] is false for NaN.
+inline int64_t sign_bytes(int64_t n) { return (n + 7) / 8; }
+
+// v > 0 from its bits, false for NaN (under -ffast-math the comparison may not be): (0, +inf] are the bit
+// patterns 1 .. kInfinity.
+template <typename T>
+inline bool is_positive(T v) {
+  return std::bit_cast<Bits<T>>(v) - 1 < kInfinity<T>;
+}
+
+// Writes the bits [v[i] > 0] of one row of `hidden` values into `bits`.
+template <typename T>
+inline void pack_positive(uint8_t* bits, const T* v, int64_t hidden) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 16 <= hidden; i += 16) {
+      const uint16_t m = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+      std::memcpy(bits + i / 8, &m, sizeof(m));
+    }
+  } else {
+    for (; i + 8 <= hidden; i += 8)
+      bits[i / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(v + i), _mm512_setzero_pd(), _CMP_GT_OQ);
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 8 <= hidden; i += 8)
+      bits[i / 8] = uint8_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + i), _mm256_setzero_ps(), _CMP_GT_OQ)));
+  } else {
+    for (; i + 8 <= hidden; i += 8) {
+      const __m256d zero = _mm256_setzero_pd();
+      const int low = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(v + i), zero, _CMP_GT_OQ));
+      const int high = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(v + i + 4), zero, _CMP_GT_OQ));
+      bits[i / 8] = uint8_t(low | high << 4);
+    }
+  }
+#endif
+  for (; i < hidden; i += 8) {
+    uint8_t byte = 0;
+    for (int64_t k = 0; k < 8 && i + k < hidden; ++k) byte |= uint8_t(is_positive(v[i + k])) << k;
+    bits[i / 8] = byte;
   }
 }
 

@@ -66,8 +66,8 @@ void check_rows(const at::Tensor& t, const at::Tensor& lead, const char* lead_na
               ") tensor of ", lead_name, "'s dtype, got ", t.sizes(), " ", t.scalar_type());
 }
 
-// relu's record: one bit per hidden unit, set where phi > 0 (NaN: not set), rows of ceil(H / 8) bytes.
-inline int64_t sign_bytes(int64_t hidden) { return (hidden + 7) / 8; }
+// relu's record: one bit per hidden unit, set where phi > 0 (NaN: not set), rows of sign_bytes(H) bytes
+// (common.h).
 
 // What the forward keeps of phi for the backward (T or 1 steps: one_row_allowed), `lead`'s (T, B) rows: with
 // tanh and sigmoid phi itself, lead's dtype and H columns; with relu (act 0) its sign bits, uint8 with
@@ -156,32 +156,9 @@ void forward_span(const T* __restrict pre, const T* __restrict h, T* __restrict 
   }
 }
 
-// The bits of n values v (bit k of byte j / 8 for v[j]; 16 or 8 at a time with AVX-512).
-template <typename T>
-void store_signs(const T* v, int64_t n, uint8_t* bits) {
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; j + 16 <= n; j += 16) {
-      const uint16_t mask = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + j), _mm512_setzero_ps(), _CMP_GT_OQ);
-      std::memcpy(bits + j / 8, &mask, sizeof mask);  // little endian: v[j + 8 ..] in the second byte
-    }
-  } else {
-    for (; j + 8 <= n; j += 8) {
-      bits[j / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(v + j), _mm512_setzero_pd(), _CMP_GT_OQ);
-    }
-  }
-#endif
-  for (; j < n; j += 8) {
-    unsigned byte = 0;
-    for (int64_t k = 0; k < std::min<int64_t>(8, n - j); ++k) byte |= unsigned(v[j + k] > T(0)) << k;
-    bits[j / 8] = static_cast<uint8_t>(byte);
-  }
-}
-
 // forward_span for relu with the sign bits, in float32 with AVX-512: the compare that makes relu's mask gives
 // the bits too, and phi is never stored (no scratch row, no second pass). Elsewhere: forward_span into a
-// scratch row, then store_signs.
+// scratch row, then pack_positive (common.h).
 template <bool LowRank, typename T>
 void relu_span_with_signs(const T* pre, const T* h, T* phi, uint8_t* bits, T* out, int64_t rows, int64_t hidden,
                           T eta, T alpha, T s, T r) {
@@ -212,10 +189,10 @@ void relu_span_with_signs(const T* pre, const T* h, T* phi, uint8_t* bits, T* ou
   }
 #endif
   forward_span<0, LowRank>(pre, h, phi, out, rows * hidden, eta, alpha, s, r);
-  for (int64_t b = 0; b < rows; ++b) store_signs(phi + b * hidden, hidden, bits + b * sign_bytes(hidden));
+  for (int64_t b = 0; b < rows; ++b) pack_positive(bits + b * sign_bytes(hidden), phi + b * hidden, hidden);
 }
 
-// The slopes (0 or 1) of n values from their bits, as store_signs wrote them.
+// The slopes (0 or 1) of n values from their bits, as pack_positive (common.h) wrote them.
 template <typename T>
 void load_slopes(const uint8_t* bits, int64_t n, T* slopes) {
   int64_t j = 0;

@@ -548,51 +548,8 @@ inline int32_t knots_below(const T* knots, int64_t count, T v) {
 }
 
 // With relu the backward needs only act'(z) = [h > 0] of each element, not h: the forward keeps it as one bit per
-// element, bit i % 8 of byte i / 8 of each row's ceil(H / 8) bytes (T B H / 8 bytes: 1.6 MB at the pixel-MNIST
-// shape), and the backward reads those instead of the 51 MB of h. [h > 0] is false for NaN, as the comparison
-// on h gave.
-inline int64_t positive_bytes(int64_t hidden) { return (hidden + 7) / 8; }
-
-// v > 0 from its bits, false for NaN (under -ffast-math the comparison may not be): (0, +inf] are the bit
-// patterns 1 .. kInfinity.
-template <typename T>
-inline bool is_positive(T v) {
-  return std::bit_cast<Bits<T>>(v) - 1 < kInfinity<T>;
-}
-
-// Writes the bits [v[i] > 0] of one row of `hidden` values into `bits`.
-template <typename T>
-inline void pack_positive(uint8_t* bits, const T* v, int64_t hidden) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; i + 16 <= hidden; i += 16) {
-      const uint16_t m = _mm512_cmp_ps_mask(_mm512_loadu_ps(v + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-      std::memcpy(bits + i / 8, &m, sizeof(m));
-    }
-  } else {
-    for (; i + 8 <= hidden; i += 8)
-      bits[i / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(v + i), _mm512_setzero_pd(), _CMP_GT_OQ);
-  }
-#elif defined(__AVX2__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; i + 8 <= hidden; i += 8)
-      bits[i / 8] = uint8_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + i), _mm256_setzero_ps(), _CMP_GT_OQ)));
-  } else {
-    for (; i + 8 <= hidden; i += 8) {
-      const __m256d zero = _mm256_setzero_pd();
-      const int low = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(v + i), zero, _CMP_GT_OQ));
-      const int high = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(v + i + 4), zero, _CMP_GT_OQ));
-      bits[i / 8] = uint8_t(low | high << 4);
-    }
-  }
-#endif
-  for (; i < hidden; i += 8) {
-    uint8_t byte = 0;
-    for (int64_t k = 0; k < 8 && i + k < hidden; ++k) byte |= uint8_t(is_positive(v[i + k])) << k;
-    bits[i / 8] = byte;
-  }
-}
+// element (common.h, pack_positive: T B H / 8 bytes, 1.6 MB at the pixel-MNIST shape), and the backward reads
+// those instead of the 51 MB of h.
 
 // gz[i] = 0 where bit i of `bits` (pack_positive's layout) is clear: relu's derivative applied.
 template <typename T>
@@ -635,7 +592,7 @@ inline void zero_where_not_positive(T* gz, const uint8_t* bits, int64_t hidden) 
 template <typename T>
 void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, const T* h0, T* h, uint8_t* positive,
                         int64_t steps, int64_t batch, bool relu, int64_t begin, int64_t end) {
-  const int64_t hidden = p.hidden, bytes = positive_bytes(hidden);
+  const int64_t hidden = p.hidden, bytes = sign_bytes(hidden);
   for (int64_t t = 0; t < steps; ++t) {
     const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
     for (int64_t b = begin; b < end; ++b) {
@@ -657,7 +614,7 @@ void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, co
 
 // positive: relu's derivative as pack_positive writes it, a contiguous uint8 CPU tensor (T, B, ceil(H / 8)).
 void check_positive(const at::Tensor& positive, int64_t steps, int64_t batch, int64_t hidden, const char* op) {
-  const std::vector<int64_t> shape{steps, batch, positive_bytes(hidden)};
+  const std::vector<int64_t> shape{steps, batch, sign_bytes(hidden)};
   TORCH_CHECK(positive.device().is_cpu() && positive.scalar_type() == at::kByte, op,
               ": positive must be a uint8 CPU tensor, got ", positive.scalar_type(), " on ", positive.device());
   TORCH_CHECK(positive.sizes() == at::IntArrayRef(shape) && positive.is_contiguous(), op,
@@ -755,7 +712,7 @@ void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positi
                          int64_t steps, int64_t batch, int64_t begin, int64_t end, double* sums) {
   if (begin == end) return;  // the one empty block at B = 0 adds nothing
   const T* dh_base = dh.data_ptr<T>();
-  const int64_t hidden = p.hidden, rows = end - begin, bytes = positive_bytes(hidden);
+  const int64_t hidden = p.hidden, rows = end - begin, bytes = sign_bytes(hidden);
   const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1);
   const bool broadcast = hidden > 1 && dh.stride(2) == 0, batch_first = batch_stride > hidden;
   const int64_t steps_per_flush = std::max<int64_t>(1, kRowsPerFlush / rows);
