@@ -405,7 +405,8 @@ def test_compiled_backward_operator_reads_strided_and_absent_incoming_gradients(
 
 def test_compiled_loops_add_a_separate_input_bias_and_sum_both_biases_gradients():
     """b_ih handed to the forward loop instead of added to gi gives the same step (to rounding), and the
-    backward's bias_sums are the sums of d_gi's and d_gh_n's columns over time and batch."""
+    backward's bias_sums are the sums of d_gi's and d_gh_n's columns over time and batch (d_gh_n = d_n r,
+    from d_gi and the saved gates)."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
@@ -415,9 +416,32 @@ def test_compiled_loops_add_a_separate_input_bias_and_sum_both_biases_gradients(
     for key in joined:
         torch.testing.assert_close(apart[key], joined[key], rtol=1e-12, atol=1e-12, msg=key)
     hidden = 5
-    expected = torch.cat([joined["d_gi"].sum((0, 1)), joined["d_gh_n"].sum((0, 1))])
+    expected = torch.cat([joined["d_gi"].sum((0, 1)), gh_n_gradient(joined).sum((0, 1))])
     torch.testing.assert_close(joined["bias_sums"], expected, rtol=1e-12, atol=1e-13)
     assert joined["bias_sums"][3 * hidden :].abs().sum() > 0
+
+
+def gh_n_gradient(run):
+    """d_gh_n = d_n r per step, (T, B, H), from a run of the compiled loops (run_gru_operators)."""
+    hidden = run["outputs"].shape[-1]
+    return run["d_gi"][..., 2 * hidden :] * run["gates"][..., :hidden]
+
+
+@pytest.mark.parametrize("batch", [1, 3, 7])
+def test_the_backward_loop_sums_w_hh_gradient_over_steps_as_the_products_of_its_factors(batch):
+    """d_weight_hh, summed inside the loop per block of rows and step, equals sum_t [d_r | d_z | d_gh_n]_t^T
+    h_{t-1} formed afterwards from the loop's own d_gi, gates and outputs (float64, 2 threads: odd batches
+    give blocks of unequal size)."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(21))
+    run = run_gru_operators(weight_hh.t(), weight_hh, batch=batch)
+    hidden = 5
+    d_gh = torch.cat([run["d_gi"][..., : 2 * hidden], gh_n_gradient(run)], dim=-1)
+    previous = torch.cat([run["h0"].unsqueeze(0), run["outputs"][:-1]])
+    expected = torch.einsum("tbg,tbh->gh", d_gh, previous)
+    torch.testing.assert_close(run["d_weight_hh"], expected, rtol=1e-12, atol=1e-12)
+    assert expected.abs().amax() > 0.1, "a gradient that cannot be zero"
 
 
 def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
@@ -499,8 +523,8 @@ def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="conti
         d_probs = None
     elif incoming == "zero-probs":
         d_probs = torch.zeros_like(d_probs)
-    outputs, probs, masks, news, d_gh_n, d_coord = (torch.empty_like(coord_in) for _ in range(6))
-    gates, d_gi = torch.empty_like(gi), torch.empty_like(gi)
+    outputs, probs, masks, news, d_coord = (torch.empty_like(coord_in) for _ in range(5))
+    gates, d_gi, d_weight_hh = torch.empty_like(gi), torch.empty_like(gi), weight_hh.new_empty(weight_hh.shape)
     d_coord_weight, carry, d_gh = torch.empty_like(h0), torch.empty_like(h0), h0.new_empty(batch, 3 * hidden)
     bias_sums = torch.empty(4 * hidden, dtype=torch.float64)
     bias_ih = None
@@ -514,15 +538,15 @@ def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="conti
             gi, coord_in, h0, w_t, bias_hh, coord_weight, outputs, probs, masks, gates, news, bias_ih
         )
         torch.ops.ltdrnn.sarnn_gru_backward(
-            gates, news, outputs, h0, masks, probs, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_gh_n,
+            gates, news, outputs, h0, masks, probs, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_weight_hh,
             d_coord, d_coord_weight, d_gh, carry, bias_sums,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return {
         "outputs": outputs, "probs": probs, "masks": masks, "gates": gates, "news": news, "d_gi": d_gi,
-        "d_gh_n": d_gh_n, "d_coord": d_coord, "d_coord_weight": d_coord_weight, "carry": carry,
-        "bias_sums": bias_sums,
+        "d_weight_hh": d_weight_hh, "d_coord": d_coord, "d_coord_weight": d_coord_weight, "carry": carry,
+        "bias_sums": bias_sums, "h0": h0,
     }  # fmt: skip
 
 

@@ -35,6 +35,9 @@
 // so nothing is handed between threads per step. Only the parameter gradients are shared: each block
 // keeps its own sums and they are added in block order (the same result for a given thread count).
 #include "common.h"
+#ifndef PFLOC
+#define PFLOC 0
+#endif
 
 #include <cstring>
 #include <tuple>
@@ -307,15 +310,17 @@ struct BlockSums {
 // Backward, one step over `rows` rows: g = grad_out + carry; d (over c_t) = g phi'(pre); carry becomes
 // keep g, plus s eta d, the identity's part of d M, for low rank. Adds <g, phi>, <g, y_0> and the column
 // sums of d to the block's sums. With Signs (relu's record), `phi` holds the slopes (0 or 1), and in place
-// of <g, phi> = <d, pre> it adds <d, h_{t-1}> (low rank; see irnn_k1_backward).
+// of <g, phi> = <d, pre> it adds <d, h_{t-1}> (low rank; see irnn_k1_backward). Each row of step t - 1's
+// grad_out (grad_step elements back) is fetched while row b of step t is worked (prefetch_previous_step).
 template <int Act, bool LowRank, bool Signs, GradRow Layout, typename T>
 void backward_rows(T* __restrict d, const T* __restrict phi, const T* __restrict prev, const T* grad_out,
                    const int64_t* grad_strides, T* __restrict carry, int64_t rows, int64_t hidden, T s, T keep,
-                   T s_eta, BlockSums<T>& sums) {
+                   T s_eta, BlockSums<T>& sums, int64_t t, int64_t grad_step) {
   T* __restrict bias = sums.bias.data();
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t row = b * hidden;
     const T* grad_b = grad_out + b * grad_strides[0];
+    prefetch_previous_step(grad_b, t, grad_step, grad_strides[0], hidden);
     T sum_phi = 0, sum_y = 0;
     for (int64_t j = 0; j < hidden; ++j) {
       const T gj = grad_entry<Layout>(grad_b, j, grad_strides[1]) + carry[row + j];
@@ -492,10 +497,10 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& record, const at::
             }
             if (rank > 0) {
               backward_rows<Act, true, Signs, Layout>(d.data(), phi, prev, grad_t, grad_strides, own_carry, rows,
-                                                      hidden, sv, keep, s_eta, sums);
+                                                      hidden, sv, keep, s_eta, sums, t, grad_step);
             } else {
               backward_rows<Act, false, Signs, Layout>(d.data(), phi, prev, grad_t, grad_strides, own_carry, rows,
-                                                       hidden, sv, keep, s_eta, sums);
+                                                       hidden, sv, keep, s_eta, sums, t, grad_step);
             }
             products.run(own_carry, d.data(), w.data(), rows, hidden, rank);
             add_operator_factor_sums(sums, d.data(), w.data(), z_rows.at(t), prev, rows, hidden, rank);

@@ -19,7 +19,9 @@
 //   (unit stride lets the loop vectorise; a batch-first layer's gradient is read in place, not copied);
 //   d_probs may be absent (None: zero, when nothing used the probabilities; no zero tensor is filled).
 //   bias_sums (4H, float64, written by the backward): [d_r | d_z | d_n | d_gh_n] summed over time and batch,
-//   from which both biases' gradients follow (no pass over d_gi or d_gh_n after the loop).
+//   from which both biases' gradients follow (no pass over d_gi after the loop);
+//   d_weight_hh (3H, H, written by the backward): sum_t [d_r | d_z | d_gh_n]_t^T h_{t-1}, W_hh's gradient,
+//   summed step by step while a step's rows are in cache (d_gh_n = d_n r is never stored).
 // Per step (sigma the logistic function):
 //   gh = W_hh h + b_hh;  r = sigma(gi_r + gh_r);  z = sigma(gi_z + gh_z);  n = tanh(gi_n + r gh_n)
 //   cand = n + z (h - n);  pre = coord_in + coord_weight h;  u = [pre > 1/2];  h_t = h + u (cand - h)
@@ -121,13 +123,14 @@ struct Incoming {
   const T* at(int64_t t) const { return base ? base + t * time : nullptr; }
 };
 
-// One step back: reads carry (dL/dh_t from later steps), writes the step's gradients and leaves in
-// carry the elementwise part of dL/dh_{t-1}; the caller adds d_gh W_hh.
+// One step back: reads carry (dL/dh_t from later steps), writes the step's gradients (d_gi, d_coord, and
+// d_gh = [d_r | d_z | d_gh_n] per row) and leaves in carry the elementwise part of dL/dh_{t-1}; the caller
+// adds d_gh W_hh.
 // d_out's and d_prob's rows lie d_out_rows and d_prob_rows elements apart; HasProb false: d_prob is zero.
 template <bool HasProb, typename T>
 void backward_elementwise(const T* gh, const T* news, const T* h_prev, const T* mask, const T* prob,
                           const T* d_out_step, int64_t d_out_rows, const T* d_prob_step, int64_t d_prob_rows,
-                          const T* coord_weight, T* d_gi, T* d_gh_n, T* d_coord, T* d_coord_weight, T* d_gh,
+                          const T* coord_weight, T* d_gi, T* d_coord, T* d_coord_weight, T* d_gh,
                           T* carry, T* __restrict bias_sums, int64_t rows, int64_t hidden) {
   for (int64_t b = 0; b < rows; ++b) {
     const T* __restrict d_out = d_out_step + b * d_out_rows;
@@ -156,7 +159,6 @@ void backward_elementwise(const T* gh, const T* news, const T* h_prev, const T* 
       d_gh_b[j] = d_r;
       d_gh_b[hidden + j] = d_z;
       d_gh_b[2 * hidden + j] = d_ghn;
-      d_gh_n[row + j] = d_ghn;
       d_coord[row + j] = d_c;
       d_coord_weight[row + j] += d_c * hp;
       carry[row + j] = dh - d_cand + d_cand * z + d_c * coord_weight[j];
@@ -229,18 +231,19 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
                         const at::Tensor& h0, const at::Tensor& masks, const at::Tensor& probs,
                         const at::Tensor& d_outputs, const std::optional<at::Tensor>& d_probs,
                         const at::Tensor& weight_hh,
-                        const at::Tensor& coord_weight, at::Tensor d_gi, at::Tensor d_gh_n, at::Tensor d_coord,
+                        const at::Tensor& coord_weight, at::Tensor d_gi, at::Tensor d_weight_hh, at::Tensor d_coord,
                         at::Tensor d_coord_weight, at::Tensor d_gh, at::Tensor carry, at::Tensor bias_sums) {
   const auto [steps, batch, hidden] = sequence_sizes(d_gi);
   check_shape(gates, d_gi, {steps, batch, 3 * hidden}, true, "gates");
   for (auto [t, name] : {std::pair{&news, "news"}, {&outputs, "outputs"}, {&masks, "masks"}, {&probs, "probs"},
-                         {&d_gh_n, "d_gh_n"}, {&d_coord, "d_coord"}}) {
+                         {&d_coord, "d_coord"}}) {
     check_shape(*t, d_gi, {steps, batch, hidden}, true, name);
   }
   check_incoming(d_outputs, d_gi, {steps, batch, hidden}, "d_outputs");
   if (d_probs) check_incoming(*d_probs, d_gi, {steps, batch, hidden}, "d_probs");
   check_shape(h0, d_gi, {batch, hidden}, true, "h0");
   check_shape(weight_hh, d_gi, {3 * hidden, hidden}, false, "weight_hh");
+  check_shape(d_weight_hh, d_gi, {3 * hidden, hidden}, true, "d_weight_hh");
   check_shape(coord_weight, d_gi, {hidden}, true, "coord_weight");
   check_shape(d_coord_weight, d_gi, {batch, hidden}, true, "d_coord_weight");
   check_shape(d_gh, d_gi, {batch, 3 * hidden}, true, "d_gh");
@@ -252,12 +255,15 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
   const int64_t chunk = rows_per_thread(batch), blocks = batch_blocks(batch, chunk);
   std::vector<double> block_sums(blocks * 4 * hidden, 0.0);
   AT_DISPATCH_FLOATING_TYPES(d_gi.scalar_type(), "sarnn_gru_backward", [&] {
+    std::vector<std::vector<scalar_t>> weight_sums(blocks);  // each block's share of d_weight_hh
     const StepProduct<scalar_t> to_state(hidden, {weight.data_ptr<scalar_t>(), hidden, 1}, 3 * hidden);
     auto run = [&](auto has_prob) {
     over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
       const int64_t rows = end - begin, offset = begin * hidden;  // of this block's first row in a (B, H) step
       // [d_r | d_z | d_n | d_gh_n] summed over one step's rows in the data's type, then over steps in double
       std::vector<scalar_t> running(4 * hidden, scalar_t(0));
+      // allocated by the thread that fills it: in its own memory
+      std::vector<scalar_t> own_weight_sums(3 * hidden * hidden, scalar_t(0));
       double* own_sums = block_sums.data() + part * 4 * hidden;
       scalar_t* own_carry = carry.data_ptr<scalar_t>() + offset;
       scalar_t* own_d_gh = d_gh.data_ptr<scalar_t>() + 3 * offset;
@@ -269,7 +275,7 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
       const scalar_t *probs_p = probs.data_ptr<scalar_t>(), *c_w = coord_weight.data_ptr<scalar_t>();
       const Incoming<scalar_t> d_out(d_outputs, begin), d_prob = d_probs ? Incoming<scalar_t>(*d_probs, begin)
                                                                          : Incoming<scalar_t>();
-      scalar_t *d_gi_p = d_gi.data_ptr<scalar_t>(), *d_gh_n_p = d_gh_n.data_ptr<scalar_t>();
+      scalar_t* d_gi_p = d_gi.data_ptr<scalar_t>();
       scalar_t* d_coord_p = d_coord.data_ptr<scalar_t>();
       const scalar_t* first_h = h0.data_ptr<scalar_t>() + offset;
       for (int64_t t = steps - 1; t >= 0; --t) {
@@ -277,16 +283,23 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
         const scalar_t* h_prev = t == 0 ? first_h : out_p + step - batch * hidden;
         backward_elementwise<decltype(has_prob)::value>(
             gates_p + 3 * step, news_p + step, h_prev, masks_p + step, probs_p + step, d_out.at(t), d_out.rows,
-            d_prob.at(t), d_prob.rows, c_w, d_gi_p + 3 * step, d_gh_n_p + step, d_coord_p + step,
+            d_prob.at(t), d_prob.rows, c_w, d_gi_p + 3 * step, d_coord_p + step,
             own_d_coord_weight, own_d_gh, own_carry, running.data(), rows, hidden);
         for (int64_t j = 0; j < 4 * hidden; ++j) own_sums[j] += running[j];
         std::fill(running.begin(), running.end(), scalar_t(0));
-        // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh
+        // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh, and W_hh's gradient += [d_r | d_z | d_gh_n]^T h_{t-1}
         to_state.run(rows, own_d_gh, 3 * hidden, nullptr, 0, own_carry, hidden, Start::add);
+        add_at_b(3 * hidden, hidden, rows, own_d_gh, 3 * hidden, h_prev, hidden, own_weight_sums.data(), hidden);
       }
+      weight_sums[part] = std::move(own_weight_sums);
     });
     };
     d_probs ? run(std::true_type{}) : run(std::false_type{});
+    // in block order: the result depends on the thread count, not on the timing
+    scalar_t* total = d_weight_hh.data_ptr<scalar_t>();
+    std::fill_n(total, d_weight_hh.numel(), scalar_t(0));
+    for (const auto& part : weight_sums)
+      for (size_t i = 0; i < part.size(); ++i) total[i] += part[i];
   });
   // the blocks' sums added in block order: the result depends on the thread count, not on the timing
   double* total = bias_sums.data_ptr<double>();
@@ -366,7 +379,7 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to
         "Tensor? bias_ih=None) -> ()");
   m.def("sarnn_gru_backward(Tensor gates, Tensor news, Tensor outputs, Tensor h0, Tensor masks, Tensor probs, "
         "Tensor d_outputs, Tensor? d_probs, Tensor weight_hh, Tensor coord_weight, Tensor(a!) d_gi, "
-        "Tensor(b!) d_gh_n, Tensor(c!) d_coord, Tensor(d!) d_coord_weight, Tensor(e!) d_gh, Tensor(f!) carry, "
+        "Tensor(b!) d_weight_hh, Tensor(c!) d_coord, Tensor(d!) d_coord_weight, Tensor(e!) d_gh, Tensor(f!) carry, "
         "Tensor(g!) bias_sums) -> ()");
   m.def("sarnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> (Tensor, Tensor, Tensor)");
 }

@@ -206,16 +206,6 @@ inline void pre_activation_gradient(T* gz, const T* d_h, const T* next, const T*
   }
 }
 
-// A batch-first output gradient: each row's next read is one of B streams far apart in memory, more than
-// the hardware prefetcher follows, so fetch the row of step t - 1 while this one is worked.
-template <typename T>
-inline void prefetch_previous_step(const T* d_h, int64_t t, int64_t time_stride, int64_t batch_stride,
-                                   int64_t hidden) {
-  if (t == 0 || batch_stride <= hidden) return;
-  const char* ahead = reinterpret_cast<const char*>(d_h - time_stride);
-  for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(ahead + byte);
-}
-
 // dL/dh0 of the rows [begin, end) from gz of step 0 (the block's rows from `begin`): roll(gz_0, -1).
 template <typename T>
 inline void write_initial_state_gradient(T* dh0, const T* gz0, int64_t hidden, int64_t begin, int64_t end) {
@@ -684,19 +674,6 @@ inline T piece_row_gradient(const Pieces<T>& p, const T* __restrict__ gz, int64_
     if constexpr (InputGradient) dx += df * slope[i];
   }
   return dx;
-}
-
-// A batch-first output gradient's rows of one step lie T H elements apart, at the pixel-MNIST shape
-// 784 * 512 bytes = 98 pages: every row of a step maps to the same 8 sets of the L1 cache, so fetching a whole
-// step ahead (prefetch_previous_step) evicts itself. Two rows ahead keeps a few lines in those sets and is
-// still ~1000 cycles of work early, as fast as a contiguous gradient (measured: docs/notes/srnn-speed.md).
-constexpr int64_t kPrefetchRowsAhead = 2;
-
-// Fetches the row at d_h (hidden values) into the cache.
-template <typename T>
-inline void prefetch_row(const T* d_h, int64_t hidden) {
-  const char* row = reinterpret_cast<const char*>(d_h);
-  for (int64_t byte = 0; byte < hidden * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(row + byte);
 }
 
 // Adds the running sums into the block's double sums and zeroes them.

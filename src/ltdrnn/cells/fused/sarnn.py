@@ -147,22 +147,20 @@ def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, b
 
 
 def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor | None) -> tuple:
-    """The backward time loop in one call; the weight gradients are two large products after it. The
-    incoming gradients are read with their own time and batch strides (a batch-first layer's gradient is a
+    """The backward time loop in one call, W_hh's gradient and both biases' summed inside it. The incoming
+    gradients are read with their own time and batch strides (a batch-first layer's gradient is a
     transposed view); ``d_probs`` None is zero."""
     h0, weight_hh, coord_weight, outputs, masks, probs, gates, news = ctx.saved_tensors
     steps, batch, hidden = outputs.shape
-    d_gi = outputs.new_empty(steps, batch, 3 * hidden)
-    d_gh_n, d_coord = torch.empty_like(outputs), torch.empty_like(outputs)
+    d_gi, d_coord = outputs.new_empty(steps, batch, 3 * hidden), torch.empty_like(outputs)
+    d_weight_hh = weight_hh.new_empty(weight_hh.shape)  # contiguous, whatever the parameter's strides
     d_coord_weight, carry = torch.empty_like(h0), torch.empty_like(h0)
     bias_sums = torch.empty(4 * hidden, dtype=torch.float64)  # [d_r | d_z | d_n | d_gh_n] over time and batch
     torch.ops.ltdrnn.sarnn_gru_backward(
         gates, news, outputs, h0, masks, probs, _unit_last_stride(d_outputs), _unit_last_stride(d_probs),
-        weight_hh.detach(), coord_weight.detach().contiguous(), d_gi, d_gh_n, d_coord, d_coord_weight,
+        weight_hh.detach(), coord_weight.detach().contiguous(), d_gi, d_weight_hh, d_coord, d_coord_weight,
         outputs.new_empty(batch, 3 * hidden), carry, bias_sums,
     )  # fmt: skip
-    d_rz = d_gi[..., : 2 * hidden]
-    d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
     sums = bias_sums.to(outputs.dtype)
     d_bias_hh = torch.cat([sums[: 2 * hidden], sums[3 * hidden :]])
     d_bias_ih = sums[: 3 * hidden] if ctx.bias_ih else None
