@@ -428,10 +428,10 @@ def gh_n_gradient(run):
 
 
 @pytest.mark.parametrize("batch", [1, 3, 7])
-def test_the_backward_loop_sums_w_hh_gradient_over_steps_as_the_products_of_its_factors(batch):
-    """d_weight_hh, summed inside the loop per block of rows and step, equals sum_t [d_r | d_z | d_gh_n]_t^T
-    h_{t-1} formed afterwards from the loop's own d_gi, gates and outputs (float64, 2 threads: odd batches
-    give blocks of unequal size)."""
+def test_the_backward_loop_sums_the_weight_gradients_over_steps_as_the_products_of_their_factors(batch):
+    """d_weight_hh and d_weight_ih, summed inside the loop per block of rows and step, equal sum_t
+    [d_r | d_z | d_gh_n]_t^T h_{t-1} and sum_t d_gi_t^T x_t formed afterwards from the loop's own d_gi, gates
+    and outputs (float64, 2 threads: odd batches give blocks of unequal size)."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(21))
@@ -442,6 +442,49 @@ def test_the_backward_loop_sums_w_hh_gradient_over_steps_as_the_products_of_its_
     expected = torch.einsum("tbg,tbh->gh", d_gh, previous)
     torch.testing.assert_close(run["d_weight_hh"], expected, rtol=1e-12, atol=1e-12)
     assert expected.abs().amax() > 0.1, "a gradient that cannot be zero"
+    # and W_ih's: sum_t d_gi_t^T x_t
+    expected_ih = torch.einsum("tbg,tbd->gd", run["d_gi"], run["x"])
+    torch.testing.assert_close(run["d_weight_ih"], expected_ih, rtol=1e-12, atol=1e-12)
+    assert expected_ih.abs().amax() > 0.1
+
+
+def test_parameter_gradients_without_an_input_gradient_are_the_references():
+    """x that needs no gradient (a data batch, as in training): no d_x is formed, and W_ih's gradient (summed
+    inside the compiled backward loop) and every other parameter's equal the reference loop's."""
+    cell = make(seed=6, h=8)
+    x, h0 = torch.randn(60, 3, 3), 0.3 * torch.randn(3, 8)
+    grads = {}
+    for impl in ("reference", "fused"):
+        cell.zero_grad()
+        out, final = cell.scan(x, h0, impl=impl)
+        weighted_loss(out, final).backward()
+        grads[impl] = {n: p.grad.clone() for n, p in cell.named_parameters()}
+    assert grads["fused"]["weight_ih"].abs().amax() > 1e-3, "W_ih's gradient must not be zero here"
+    for name, expected in grads["reference"].items():
+        torch.testing.assert_close(grads["fused"][name], expected, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_compiled_backward_checks_the_input_map_operands():
+    """The backward's x and d_weight_ih are checked before any pointer is read."""
+    if not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    weight_hh = 0.4 * torch.randn(15, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    run = run_gru_operators(weight_hh.t(), weight_hh, batch=3)
+    steps, batch, hidden = run["outputs"].shape
+    args = [run["gates"], run["news"], run["outputs"], run["h0"], run["masks"], run["probs"], torch.zeros_like(
+        run["outputs"]), None, weight_hh, torch.zeros(hidden, dtype=torch.float64), torch.empty_like(run["gates"]),
+        torch.empty(3 * hidden, hidden, dtype=torch.float64), torch.empty_like(run["outputs"]),
+        torch.empty(batch, hidden, dtype=torch.float64), torch.empty(batch, 3 * hidden, dtype=torch.float64),
+        torch.empty(batch, hidden, dtype=torch.float64), torch.empty(4 * hidden, dtype=torch.float64)]  # fmt: skip
+    backward = torch.ops.ltdrnn.sarnn_gru_backward
+    x = torch.zeros(steps, batch, 2, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="x must be"):
+        backward(*args, torch.zeros(steps, batch + 1, 2, dtype=torch.float64), torch.empty(3 * hidden, 2))
+    with pytest.raises(RuntimeError, match="d_weight_ih must be"):
+        backward(*args, x, torch.empty(3 * hidden, 3, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="d_weight_ih must be empty without x"):
+        backward(*args, None, torch.empty(3 * hidden, 2, dtype=torch.float64))
+    backward(*args, None, torch.empty(0, dtype=torch.float64))  # well-formed: runs
 
 
 def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
@@ -527,6 +570,7 @@ def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="conti
     gates, d_gi, d_weight_hh = torch.empty_like(gi), torch.empty_like(gi), weight_hh.new_empty(weight_hh.shape)
     d_coord_weight, carry, d_gh = torch.empty_like(h0), torch.empty_like(h0), h0.new_empty(batch, 3 * hidden)
     bias_sums = torch.empty(4 * hidden, dtype=torch.float64)
+    x, d_weight_ih = randn(steps, batch, 2), gi.new_empty(3 * hidden, 2)  # the input map's input (d = 2)
     bias_ih = None
     if separate_input_bias:  # the same map, its bias handed over apart: gi without it
         bias_ih = randn(3 * hidden)
@@ -539,14 +583,14 @@ def run_gru_operators(w_t, weight_hh, batch, steps=40, hidden=5, incoming="conti
         )
         torch.ops.ltdrnn.sarnn_gru_backward(
             gates, news, outputs, h0, masks, probs, d_outputs, d_probs, weight_hh, coord_weight, d_gi, d_weight_hh,
-            d_coord, d_coord_weight, d_gh, carry, bias_sums,
+            d_coord, d_coord_weight, d_gh, carry, bias_sums, x, d_weight_ih,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
     return {
         "outputs": outputs, "probs": probs, "masks": masks, "gates": gates, "news": news, "d_gi": d_gi,
         "d_weight_hh": d_weight_hh, "d_coord": d_coord, "d_coord_weight": d_coord_weight, "carry": carry,
-        "bias_sums": bias_sums, "h0": h0,
+        "bias_sums": bias_sums, "h0": h0, "x": x, "d_weight_ih": d_weight_ih,
     }  # fmt: skip
 
 

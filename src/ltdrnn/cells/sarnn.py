@@ -287,7 +287,8 @@ class SARNN(MaskedCell):
                 )
         else:  # the loop adds b_ih itself (FusedSARNNGRU)
             outputs, probs, masks = FusedSARNNGRU.apply(
-                F.linear(x, self.weight_ih),
+                x,
+                self.weight_ih,
                 coord_in,
                 state,
                 self.weight_hh,

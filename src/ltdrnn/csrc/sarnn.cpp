@@ -21,7 +21,10 @@
 //   bias_sums (4H, float64, written by the backward): [d_r | d_z | d_n | d_gh_n] summed over time and batch,
 //   from which both biases' gradients follow (no pass over d_gi after the loop);
 //   d_weight_hh (3H, H, written by the backward): sum_t [d_r | d_z | d_gh_n]_t^T h_{t-1}, W_hh's gradient,
-//   summed step by step while a step's rows are in cache (d_gh_n = d_n r is never stored).
+//   summed step by step while a step's rows are in cache (d_gh_n = d_n r is never stored);
+//   x (T, B, d), optional, the input of the map gi = W_ih x (+ b_ih); with it the backward also writes
+//   d_weight_ih (3H, d) = sum_t d_gi_t^T x_t, summed in the loop likewise (reading d_gi back after the loop
+//   took 16 ms a training step at d = 1, bound by memory); without it d_weight_ih is an empty tensor.
 // Per step (sigma the logistic function):
 //   gh = W_hh h + b_hh;  r = sigma(gi_r + gh_r);  z = sigma(gi_z + gh_z);  n = tanh(gi_n + r gh_n)
 //   cand = n + z (h - n);  pre = coord_in + coord_weight h;  u = [pre > 1/2];  h_t = h + u (cand - h)
@@ -232,8 +235,17 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
                         const at::Tensor& d_outputs, const std::optional<at::Tensor>& d_probs,
                         const at::Tensor& weight_hh,
                         const at::Tensor& coord_weight, at::Tensor d_gi, at::Tensor d_weight_hh, at::Tensor d_coord,
-                        at::Tensor d_coord_weight, at::Tensor d_gh, at::Tensor carry, at::Tensor bias_sums) {
+                        at::Tensor d_coord_weight, at::Tensor d_gh, at::Tensor carry, at::Tensor bias_sums,
+                        const std::optional<at::Tensor>& x, at::Tensor d_weight_ih) {
   const auto [steps, batch, hidden] = sequence_sizes(d_gi);
+  const int64_t dim = x ? x->size(-1) : 0;
+  if (x) {
+    TORCH_CHECK(x->dim() == 3 && dim > 0, kLoop, ": x must be a (T, B, d) tensor, got ", x->sizes());
+    check_shape(*x, d_gi, {steps, batch, dim}, true, "x");
+    check_shape(d_weight_ih, d_gi, {3 * hidden, dim}, true, "d_weight_ih");
+  } else {
+    TORCH_CHECK(d_weight_ih.numel() == 0, kLoop, ": d_weight_ih must be empty without x, got ", d_weight_ih.sizes());
+  }
   check_shape(gates, d_gi, {steps, batch, 3 * hidden}, true, "gates");
   for (auto [t, name] : {std::pair{&news, "news"}, {&outputs, "outputs"}, {&masks, "masks"}, {&probs, "probs"},
                          {&d_coord, "d_coord"}}) {
@@ -255,7 +267,8 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
   const int64_t chunk = rows_per_thread(batch), blocks = batch_blocks(batch, chunk);
   std::vector<double> block_sums(blocks * 4 * hidden, 0.0);
   AT_DISPATCH_FLOATING_TYPES(d_gi.scalar_type(), "sarnn_gru_backward", [&] {
-    std::vector<std::vector<scalar_t>> weight_sums(blocks);  // each block's share of d_weight_hh
+    // each block's share of d_weight_hh and d_weight_ih
+    std::vector<std::vector<scalar_t>> weight_sums(blocks), input_sums(blocks);
     const StepProduct<scalar_t> to_state(hidden, {weight.data_ptr<scalar_t>(), hidden, 1}, 3 * hidden);
     auto run = [&](auto has_prob) {
     over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
@@ -263,7 +276,8 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
       // [d_r | d_z | d_n | d_gh_n] summed over one step's rows in the data's type, then over steps in double
       std::vector<scalar_t> running(4 * hidden, scalar_t(0));
       // allocated by the thread that fills it: in its own memory
-      std::vector<scalar_t> own_weight_sums(3 * hidden * hidden, scalar_t(0));
+      std::vector<scalar_t> own_weight_sums(3 * hidden * hidden, scalar_t(0)), own_input_sums(3 * hidden * dim, 0);
+      const scalar_t* x_p = x ? x->data_ptr<scalar_t>() + begin * dim : nullptr;
       double* own_sums = block_sums.data() + part * 4 * hidden;
       scalar_t* own_carry = carry.data_ptr<scalar_t>() + offset;
       scalar_t* own_d_gh = d_gh.data_ptr<scalar_t>() + 3 * offset;
@@ -290,16 +304,24 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
         // dL/dh_{t-1} += [d_r | d_z | d_gh_n] W_hh, and W_hh's gradient += [d_r | d_z | d_gh_n]^T h_{t-1}
         to_state.run(rows, own_d_gh, 3 * hidden, nullptr, 0, own_carry, hidden, Start::add);
         add_at_b(3 * hidden, hidden, rows, own_d_gh, 3 * hidden, h_prev, hidden, own_weight_sums.data(), hidden);
+        // W_ih's gradient += d_gi_t^T x_t
+        if (x_p) add_at_b(3 * hidden, dim, rows, d_gi_p + 3 * step, 3 * hidden, x_p + t * batch * dim, dim,
+                          own_input_sums.data(), dim);
       }
       weight_sums[part] = std::move(own_weight_sums);
+      input_sums[part] = std::move(own_input_sums);
     });
     };
     d_probs ? run(std::true_type{}) : run(std::false_type{});
     // in block order: the result depends on the thread count, not on the timing
-    scalar_t* total = d_weight_hh.data_ptr<scalar_t>();
-    std::fill_n(total, d_weight_hh.numel(), scalar_t(0));
-    for (const auto& part : weight_sums)
-      for (size_t i = 0; i < part.size(); ++i) total[i] += part[i];
+    const auto add_parts = [](at::Tensor& out, const std::vector<std::vector<scalar_t>>& parts) {
+      scalar_t* total = out.data_ptr<scalar_t>();
+      std::fill_n(total, out.numel(), scalar_t(0));
+      for (const auto& part : parts)
+        for (size_t i = 0; i < part.size(); ++i) total[i] += part[i];
+    };
+    add_parts(d_weight_hh, weight_sums);
+    if (x) add_parts(d_weight_ih, input_sums);
   });
   // the blocks' sums added in block order: the result depends on the thread count, not on the timing
   double* total = bias_sums.data_ptr<double>();
@@ -380,7 +402,7 @@ TORCH_LIBRARY_FRAGMENT(ltdrnn, m) {  // a fragment: every cell's library adds to
   m.def("sarnn_gru_backward(Tensor gates, Tensor news, Tensor outputs, Tensor h0, Tensor masks, Tensor probs, "
         "Tensor d_outputs, Tensor? d_probs, Tensor weight_hh, Tensor coord_weight, Tensor(a!) d_gi, "
         "Tensor(b!) d_weight_hh, Tensor(c!) d_coord, Tensor(d!) d_coord_weight, Tensor(e!) d_gh, Tensor(f!) carry, "
-        "Tensor(g!) bias_sums) -> ()");
+        "Tensor(g!) bias_sums, Tensor? x, Tensor(h!) d_weight_ih) -> ()");
   m.def("sarnn_stream(Tensor[] weights, int[] options, Tensor x, Tensor state) -> (Tensor, Tensor, Tensor)");
 }
 

@@ -20,14 +20,16 @@ from ..masked import binary, gru_candidate, gru_gates
 class FusedSARNNGRU(torch.autograd.Function):
     """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
 
-    Forward ``(gi (T,B,3H), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh, scaled_coord_weight (H,),
-    bias_ih (3H,) or None) -> (outputs, probs, masks)``, each ``(T, B, H)``. With ``bias_ih``, ``gi`` is
-    ``W_ih x`` alone and the loop adds the bias (the compiled loop as it goes, its gradient summed in the
-    backward loop: one pass over ``gi`` and three over the gradients less); without, ``gi`` holds it. See
-    :meth:`SARNN.precompute` for ``coord_in``; ``masks`` is float 0/1. The PyTorch loop runs the same ops
-    as the reference step; the backward implements the straight-through estimator without autograd's per-op
-    bookkeeping. Per-step intermediates stay in small per-step tensors (reused warm by the
-    allocator); sequence-sized tensors are allocated once and written in place, never stacked.
+    Forward ``(x (T,B,d), weight_ih (3H,d), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh,
+    scaled_coord_weight (H,), bias_ih (3H,) or None) -> (outputs, probs, masks)``, each ``(T, B, H)``. The
+    input map ``gi = W_ih x`` is formed here, one product before the loop; the loop adds ``b_ih`` (the compiled
+    loop as it goes, its gradient summed in the backward loop: one pass over ``gi`` and three over the
+    gradients less), and the compiled backward loop also sums ``W_ih``'s gradient ``sum_t d_gi_t^T x_t`` while
+    each step's ``d_gi`` is in cache. See :meth:`SARNN.precompute` for ``coord_in``; ``masks`` is float 0/1.
+    The PyTorch loop runs the same ops as the reference step; the backward implements the straight-through
+    estimator without autograd's per-op bookkeeping. Per-step intermediates stay in small per-step tensors
+    (reused warm by the allocator); sequence-sized tensors are allocated once and written in place, never
+    stacked.
 
     On CPU in float32/64, both time loops run in one call each of the ATen operators of
     ``csrc/sarnn.cpp`` when it builds here (:func:`_compiled_loop_runs`): no Python per step.
@@ -35,13 +37,14 @@ class FusedSARNNGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None):
+    def forward(ctx, x, weight_ih, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None):
         # an unused output's gradient arrives as None, not as a (T, B, H) tensor of zeros to fill and read
         ctx.set_materialize_grads(False)
+        gi = torch.nn.functional.linear(x, weight_ih)
         ctx.compiled = _compiled_loop_runs(gi)
         ctx.bias_ih = bias_ih is not None
         if ctx.compiled:
-            return _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih)
+            return _compiled_forward(ctx, (x, weight_ih), gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih)
         if bias_ih is not None:
             gi = gi + bias_ih
         hidden = coord_in.shape[-1]
@@ -64,17 +67,17 @@ class FusedSARNNGRU(torch.autograd.Function):
             if keep:
                 saved.append((gh, n))
         ctx.saved = saved
-        ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, pres)
+        ctx.save_for_backward(x, weight_ih, h0, weight_hh, coord_weight, outputs, masks, pres)
         ctx.mark_non_differentiable(masks)
         return outputs, torch.clamp(pres, 0.0, 1.0), masks
 
     @staticmethod
     def backward(ctx, d_outputs, d_probs, _d_masks):
         if d_outputs is None:  # only the probabilities were used
-            d_outputs = torch.zeros_like(ctx.saved_tensors[3])
+            d_outputs = torch.zeros_like(ctx.saved_tensors[5])
         if ctx.compiled:
             return _compiled_backward(ctx, d_outputs, d_probs)
-        h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
+        x, weight_ih, h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
         if d_probs is None:
             d_probs = torch.zeros_like(outputs)
         saved, ctx.saved = ctx.saved, None
@@ -118,7 +121,9 @@ class FusedSARNNGRU(torch.autograd.Function):
         d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
         d_bias_hh = torch.cat([d_rz.sum((0, 1)), d_gh_n.sum((0, 1))])
         d_bias_ih = d_gi.sum((0, 1)) if ctx.bias_ih else None
-        return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
+        d_weight_ih = d_gi.reshape(-1, d_gi.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        d_x = d_gi @ weight_ih if ctx.needs_input_grad[0] else None
+        return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
 
 
 # ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
@@ -127,7 +132,7 @@ def _compiled_loop_runs(gi: Tensor) -> bool:
     return gi.device.type == "cpu" and gi.dtype in (torch.float32, torch.float64) and load_torch_ops("sarnn")
 
 
-def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih):
+def _compiled_forward(ctx, input_map, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih):
     """The forward time loop in one call; keeps each step's gates and candidate ``n`` for the backward
     (one reused row of each when no gradient is needed). The loop writes the clamped probabilities
     itself, and the backward reads them: ``0 < pre < 1`` exactly when ``0 < clamp(pre, 0, 1) < 1``."""
@@ -141,30 +146,33 @@ def _compiled_forward(ctx, gi, coord_in, h0, weight_hh, bias_hh, coord_weight, b
         coord_weight.detach().contiguous(), outputs, probs, masks, gates, news,
         None if bias_ih is None else bias_ih.detach().contiguous(),
     )  # fmt: skip
-    ctx.save_for_backward(h0, weight_hh, coord_weight, outputs, masks, probs, gates, news)
+    ctx.save_for_backward(*input_map, h0, weight_hh, coord_weight, outputs, masks, probs, gates, news)
     ctx.mark_non_differentiable(masks)
     return outputs, probs, masks
 
 
 def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor | None) -> tuple:
-    """The backward time loop in one call, W_hh's gradient and both biases' summed inside it. The incoming
+    """The backward time loop in one call, the gradients of W_hh, W_ih and both biases summed inside it. The incoming
     gradients are read with their own time and batch strides (a batch-first layer's gradient is a
     transposed view); ``d_probs`` None is zero."""
-    h0, weight_hh, coord_weight, outputs, masks, probs, gates, news = ctx.saved_tensors
+    x, weight_ih, h0, weight_hh, coord_weight, outputs, masks, probs, gates, news = ctx.saved_tensors
+    x = x.detach().contiguous()
     steps, batch, hidden = outputs.shape
     d_gi, d_coord = outputs.new_empty(steps, batch, 3 * hidden), torch.empty_like(outputs)
+    d_weight_ih = weight_ih.new_empty(weight_ih.shape)  # contiguous
     d_weight_hh = weight_hh.new_empty(weight_hh.shape)  # contiguous, whatever the parameter's strides
     d_coord_weight, carry = torch.empty_like(h0), torch.empty_like(h0)
     bias_sums = torch.empty(4 * hidden, dtype=torch.float64)  # [d_r | d_z | d_n | d_gh_n] over time and batch
     torch.ops.ltdrnn.sarnn_gru_backward(
         gates, news, outputs, h0, masks, probs, _unit_last_stride(d_outputs), _unit_last_stride(d_probs),
         weight_hh.detach(), coord_weight.detach().contiguous(), d_gi, d_weight_hh, d_coord, d_coord_weight,
-        outputs.new_empty(batch, 3 * hidden), carry, bias_sums,
+        outputs.new_empty(batch, 3 * hidden), carry, bias_sums, x, d_weight_ih,
     )  # fmt: skip
     sums = bias_sums.to(outputs.dtype)
     d_bias_hh = torch.cat([sums[: 2 * hidden], sums[3 * hidden :]])
     d_bias_ih = sums[: 3 * hidden] if ctx.bias_ih else None
-    return d_gi, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
+    d_x = d_gi @ weight_ih.detach() if ctx.needs_input_grad[0] else None
+    return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
 
 
 def _unit_last_stride(gradient: Tensor | None) -> Tensor | None:
