@@ -268,6 +268,92 @@ def test_diverging_run_stops_with_status_diverged(tmp_path):
     assert record["status"] == "diverged"
 
 
+def _overflow_once_at(monkeypatch, steps):
+    """The optimiser steps numbered in ``steps`` (1-based) end, the first time they are taken, with NaN
+    weights and a NaN loss, as a batch whose forward pass overflows does."""
+    from ltdrnn.train import Run
+
+    real, pending = Run.train_step, set(steps)
+
+    def overflowing(self, indices):
+        loss, terms = real(self, indices)
+        if self.step + 1 in pending:
+            pending.discard(self.step + 1)
+            with torch.no_grad():
+                for parameter in self.model.parameters():
+                    parameter.fill_(math.nan)
+            return math.nan, terms
+        return loss, terms
+
+    monkeypatch.setattr(Run, "train_step", overflowing)
+
+
+# dropout (RNG), momentum (optimiser state), lr halving every other epoch (scheduler), 5 batches an epoch
+# and a checkpoint at every evaluation (steps 9, 18, 27) and epoch end (5, 10, 15, 20, 25, 30)
+ROLLBACK_SETTINGS = [
+    "train.steps=30",
+    "train.eval_every=9",
+    "model.num_layers=2",
+    "model.dropout=0.3",
+    "optim.halve_every=2",
+    "task.options.n_train=40",
+]
+
+
+def test_a_non_finite_loss_rolls_back_to_the_last_checkpoint_and_goes_on_at_half_the_learning_rate(
+    tmp_path, monkeypatch
+):
+    # the reference: the same run stopped after its step-18 checkpoint, the checkpoint's learning
+    # rates halved by hand, then resumed
+    cfg = load_config(tiny_config(tmp_path / "reference"), ROLLBACK_SETTINGS + ["train.rollbacks=2"])
+
+    def stop_at_19(state):  # after step 19, before the checkpoint at the end of epoch 3
+        if state["step"] == 19:
+            raise TrainingInterrupted("simulated interruption")
+
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stop_at_19])
+    path = tmp_path / "reference" / "run" / "last.pt"
+    checkpoint = torch.load(path, weights_only=False)
+    assert checkpoint["step"] == 18
+    for group in checkpoint["optimizer"]["param_groups"]:
+        group["lr"] *= 0.5
+    torch.save(checkpoint, path)
+    reference = train(cfg, resume=True)
+
+    _overflow_once_at(monkeypatch, [19])
+    rolled = run(tmp_path / "rolled", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
+
+    plain = run(tmp_path / "plain", ROLLBACK_SETTINGS)
+    lr_at_18 = next(h["lr"] for h in plain["history"] if h["step"] == 18)
+    assert rolled["status"] == "finished" and rolled["timings"]["steps"] == 30
+    assert rolled["metrics"]["rollbacks"] == [{"failed_at": 19, "to_step": 18, "lr": lr_at_18 * 0.5}]
+    weights, expected = _final_weights(rolled), _final_weights(reference)
+    for key in expected:
+        assert torch.equal(weights[key], expected[key]), key
+    assert rolled["metrics"]["test"] == reference["metrics"]["test"]
+    # the halving holds after the rollback: the later evaluations ran at half the plain run's rate
+    assert [h["lr"] for h in rolled["history"]] == [
+        h["lr"] * (0.5 if h["step"] > 18 else 1.0) for h in plain["history"]
+    ]
+
+
+def test_rollbacks_stop_at_the_configured_number_and_need_a_checkpoint(tmp_path, monkeypatch):
+    _overflow_once_at(monkeypatch, [24, 25])
+    record = run(tmp_path / "budget", ROLLBACK_SETTINGS + ["train.rollbacks=1"])
+    assert record["status"] == "diverged"
+    assert [(r["failed_at"], r["to_step"]) for r in record["metrics"]["rollbacks"]] == [(24, 20)]
+
+    _overflow_once_at(monkeypatch, [4])  # before the first checkpoint: nothing to go back to
+    record = run(tmp_path / "early", ROLLBACK_SETTINGS + ["train.rollbacks=3"])
+    assert record["status"] == "diverged" and record["metrics"]["rollbacks"] == []
+
+
+def test_rollbacks_must_be_a_count(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.rollbacks: expected a non-negative value, got -1"):
+        load_config(tiny_config(tmp_path), ["train.rollbacks=-1"])
+
+
 # ---- smoke over the registries ------------------------------------------------------------------
 @pytest.mark.parametrize("cell", [c for c in list_cells()])
 def test_every_registered_cell_trains_one_batch_and_evaluates(tmp_path, cell):

@@ -122,6 +122,9 @@ class TrainConfig:
     final weights (no selection; needed when the validation split is empty, which is refused otherwise).
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
+    ``rollbacks``: when the training loss turns non-finite, go back to the latest checkpoint, halve the
+    learning rate and go on, at most this many times; 0 (the default): the run ends there with status
+    ``diverged``. Each rollback is recorded in the result (``metrics.rollbacks``).
     """
 
     epochs: Optional[int] = None
@@ -141,6 +144,7 @@ class TrainConfig:
     threads: Optional[int] = None
     malloc_tuning: bool = True
     select_on: str = "metric"
+    rollbacks: int = 0
 
 
 @dataclass
@@ -283,6 +287,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         "optim.weight_decay",
         "train.eval_every",
         "train.checkpoint_every",
+        "train.rollbacks",
         "model.embedding",
         "train.seed",
     ]:

@@ -214,6 +214,7 @@ class Run:
         self.running: Optional[float] = None  # moving average of the training loss
         self.loss_names_checked = False
         self.status = "finished"
+        self.rollbacks: List[Dict[str, Any]] = []
         self.judges: List[Callable[[Dict[str, Any]], bool]] = []
         if checkpoint:
             self._restore(checkpoint)
@@ -258,7 +259,8 @@ class Run:
         self.progress.update(1)
         self.progress.set_postfix(loss=f"{self.running:.4g}", epoch=self.epoch, refresh=False)
         if not math.isfinite(loss):
-            self.status = "diverged"
+            if not self.roll_back():
+                self.status = "diverged"
             return
         evaluated = cfg.eval_every and self.step % cfg.eval_every == 0
         if evaluated:
@@ -269,6 +271,28 @@ class Run:
             callback(
                 {"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model, "run_dir": self.run_dir}
             )
+
+    def roll_back(self) -> bool:
+        """After a non-finite loss: restore the latest checkpoint and halve every learning rate, if
+        ``train.rollbacks`` allows another and a checkpoint exists. Every epoch ends with a checkpoint, so
+        the run goes back within its current epoch and batch order. The time spent since the checkpoint
+        still counts as training time."""
+        if len(self.rollbacks) >= self.cfg.train.rollbacks:
+            return False
+        checkpoint = D.load_on_main(load_checkpoint, self.run_dir / CHECKPOINT)
+        if checkpoint is None or checkpoint.get("run_id") != self.run_id:  # none yet, or another run's
+            return False
+        failed_at, train_time, rollbacks = self.step, self.train_time, self.rollbacks
+        self._restore(checkpoint)
+        self.train_time = train_time
+        for group in self.optimizer.param_groups:
+            group["lr"] *= 0.5
+        self.rollbacks = rollbacks + [
+            {"failed_at": failed_at, "to_step": self.step, "lr": self.optimizer.param_groups[0]["lr"]}
+        ]
+        self.progress.n = self.step
+        self.progress.refresh()
+        return True
 
     def train_step(self, indices: List[int]):
         reduction = self.cfg.optim.loss_reduction
@@ -379,6 +403,7 @@ class Run:
             "beats_baseline": M.beats_baseline(test["metric"], self.info),
             "test": test,
             "val_best": self.best["metric"] if self.best else None,
+            "rollbacks": self.rollbacks,
             "best_step": self.best["step"] if self.best else self.step,
             "checkpoint": "last" if self.best is None else f"best validation {cfg.select_on}",
             "params": M.parameter_count(self.model),
@@ -439,6 +464,7 @@ class Run:
                 "train_time": self.train_time,
                 "status": self.status,
                 "running": self.running,
+                "rollbacks": self.rollbacks,
             },
             self.run_dir / CHECKPOINT,
         )
@@ -471,7 +497,7 @@ class Run:
         return checkpoint
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:
-        path = Path(self.cfg.run_dir) / CHECKPOINT
+        path = self.run_dir / CHECKPOINT
         load_weights(self.model, checkpoint["model"], path)
         load_weights(self.optimizer, checkpoint.get("optimizer"), path, "optimizer state")
         if self.scheduler is not None:
@@ -480,6 +506,7 @@ class Run:
             for key in ("step", "epoch", "batch_in_epoch", "best", "history", "train_time", "status", "running"):
                 setattr(self, key, checkpoint[key])
             set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
+            self.rollbacks = list(checkpoint.get("rollbacks", []))
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
             raise CheckpointError(
                 f"{path}: not a checkpoint a run can resume from ({type(error).__name__}: {error})"
