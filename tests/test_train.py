@@ -338,6 +338,18 @@ def test_a_non_finite_loss_rolls_back_to_the_last_checkpoint_and_goes_on_at_half
     ]
 
 
+def test_a_second_rollback_to_the_same_checkpoint_halves_the_learning_rate_again(tmp_path, monkeypatch):
+    plain = run(tmp_path / "plain", ROLLBACK_SETTINGS)
+    lr_at_18 = next(h["lr"] for h in plain["history"] if h["step"] == 18)
+    _overflow_once_at(monkeypatch, [19, 20])
+    record = run(tmp_path / "twice", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
+    assert record["status"] == "finished"
+    assert record["metrics"]["rollbacks"] == [
+        {"failed_at": 19, "to_step": 18, "lr": lr_at_18 * 0.5},
+        {"failed_at": 20, "to_step": 18, "lr": lr_at_18 * 0.25},
+    ]
+
+
 def test_rollbacks_stop_at_the_configured_number_and_need_a_checkpoint(tmp_path, monkeypatch):
     _overflow_once_at(monkeypatch, [24, 25])
     record = run(tmp_path / "budget", ROLLBACK_SETTINGS + ["train.rollbacks=1"])

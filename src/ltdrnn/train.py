@@ -273,20 +273,22 @@ class Run:
             )
 
     def roll_back(self) -> bool:
-        """After a non-finite loss: restore the latest checkpoint and halve every learning rate, if
+        """After a non-finite loss: restore the latest checkpoint and halve every learning rate in use, if
         ``train.rollbacks`` allows another and a checkpoint exists. Every epoch ends with a checkpoint, so
-        the run goes back within its current epoch and batch order. The time spent since the checkpoint
-        still counts as training time."""
+        the run goes back within its current epoch and learning-rate schedule step. The time spent since
+        the checkpoint still counts as training time."""
         if len(self.rollbacks) >= self.cfg.train.rollbacks:
             return False
         checkpoint = D.load_on_main(load_checkpoint, self.run_dir / CHECKPOINT)
         if checkpoint is None or checkpoint.get("run_id") != self.run_id:  # none yet, or another run's
             return False
         failed_at, train_time, rollbacks = self.step, self.train_time, self.rollbacks
+        rates = [group["lr"] for group in self.optimizer.param_groups]
         self._restore(checkpoint)
         self.train_time = train_time
-        for group in self.optimizer.param_groups:
-            group["lr"] *= 0.5
+        # half the rates in use, not the checkpoint's: a second rollback to the same checkpoint halves again
+        for group, rate in zip(self.optimizer.param_groups, rates):
+            group["lr"] = rate * 0.5
         self.rollbacks = rollbacks + [
             {"failed_at": failed_at, "to_step": self.step, "lr": self.optimizer.param_groups[0]["lr"]}
         ]
