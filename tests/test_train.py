@@ -300,61 +300,73 @@ ROLLBACK_SETTINGS = [
 ]
 
 
-def test_a_non_finite_loss_rolls_back_to_the_last_checkpoint_and_goes_on_at_half_the_learning_rate(
+def _best_step_before(record, step):
+    """The evaluation with the best validation metric up to ``step`` (the first of equals)."""
+    entries = [h for h in record["history"] if h["step"] <= step]
+    pick = max if record["metrics"]["higher_is_better"] else min
+    return pick(entries, key=lambda h: h["val_metric"])["step"]
+
+
+def test_a_non_finite_loss_rolls_back_to_the_best_validation_and_goes_on_at_half_the_learning_rate(
     tmp_path, monkeypatch
 ):
-    # the reference: the same run stopped after its step-18 checkpoint, the checkpoint's learning
-    # rates halved by hand, then resumed
+    plain = run(tmp_path / "plain", ROLLBACK_SETTINGS)
+    best = _best_step_before(plain, 24)  # step 9 or 18: an earlier epoch than step 24's
+    # the reference: the same run stopped right after its checkpoint of that step, the checkpoint's
+    # learning rates halved by hand, then resumed
     cfg = load_config(tiny_config(tmp_path / "reference"), ROLLBACK_SETTINGS + ["train.rollbacks=2"])
 
-    def stop_at_19(state):  # after step 19, before the checkpoint at the end of epoch 3
-        if state["step"] == 19:
+    def stop_after_best(state):  # before the checkpoint at the end of the epoch
+        if state["step"] == best + 1:
             raise TrainingInterrupted("simulated interruption")
 
     with pytest.raises(TrainingInterrupted):
-        train(cfg, callbacks=[stop_at_19])
+        train(cfg, callbacks=[stop_after_best])
     path = tmp_path / "reference" / "run" / "last.pt"
     checkpoint = torch.load(path, weights_only=False)
-    assert checkpoint["step"] == 18
+    assert checkpoint["step"] == best
     for group in checkpoint["optimizer"]["param_groups"]:
         group["lr"] *= 0.5
     torch.save(checkpoint, path)
     reference = train(cfg, resume=True)
 
-    _overflow_once_at(monkeypatch, [19])
+    _overflow_once_at(monkeypatch, [24])
     rolled = run(tmp_path / "rolled", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
 
-    plain = run(tmp_path / "plain", ROLLBACK_SETTINGS)
-    lr_at_18 = next(h["lr"] for h in plain["history"] if h["step"] == 18)
+    lr_at_best = next(h["lr"] for h in plain["history"] if h["step"] == best)
     assert rolled["status"] == "finished" and rolled["timings"]["steps"] == 30
-    assert rolled["metrics"]["rollbacks"] == [{"failed_at": 19, "to_step": 18, "lr": lr_at_18 * 0.5}]
+    assert rolled["metrics"]["rollbacks"] == [{"failed_at": 24, "to_step": best, "lr": lr_at_best * 0.5}]
     weights, expected = _final_weights(rolled), _final_weights(reference)
     for key in expected:
         assert torch.equal(weights[key], expected[key]), key
     assert rolled["metrics"]["test"] == reference["metrics"]["test"]
-    # the halving holds after the rollback: the later evaluations ran at half the plain run's rate
+    # the halving holds after the rollback, under the schedule: half the plain run's rate from there on
     assert [h["lr"] for h in rolled["history"]] == [
-        h["lr"] * (0.5 if h["step"] > 18 else 1.0) for h in plain["history"]
+        h["lr"] * (0.5 if h["step"] > best else 1.0) for h in plain["history"]
     ]
 
 
-def test_a_second_rollback_to_the_same_checkpoint_halves_the_learning_rate_again(tmp_path, monkeypatch):
-    plain = run(tmp_path / "plain", ROLLBACK_SETTINGS)
-    lr_at_18 = next(h["lr"] for h in plain["history"] if h["step"] == 18)
-    _overflow_once_at(monkeypatch, [19, 20])
-    record = run(tmp_path / "twice", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
+def test_each_rollback_halves_the_rate_once_also_from_a_checkpoint_written_after_one(tmp_path, monkeypatch):
+    # select_on=last: no best validation, so the latest checkpoint is the one to go back to
+    settings = ROLLBACK_SETTINGS + ["train.select_on=last", "train.rollbacks=3"]
+    plain = run(tmp_path / "plain", ROLLBACK_SETTINGS + ["train.select_on=last"])
+    lr = {h["step"]: h["lr"] for h in plain["history"]}  # 18: epoch 3; 27: epoch 5, after the halving at 20
+    _overflow_once_at(monkeypatch, [19, 20, 23])
+    record = run(tmp_path / "thrice", settings)
     assert record["status"] == "finished"
     assert record["metrics"]["rollbacks"] == [
-        {"failed_at": 19, "to_step": 18, "lr": lr_at_18 * 0.5},
-        {"failed_at": 20, "to_step": 18, "lr": lr_at_18 * 0.25},
+        {"failed_at": 19, "to_step": 18, "lr": lr[18] * 0.5},
+        {"failed_at": 20, "to_step": 18, "lr": lr[18] * 0.25},
+        {"failed_at": 23, "to_step": 20, "lr": lr[27] * 0.125},
     ]
+    assert not (tmp_path / "thrice" / "run" / "rollback.pt").exists()
 
 
 def test_rollbacks_stop_at_the_configured_number_and_need_a_checkpoint(tmp_path, monkeypatch):
     _overflow_once_at(monkeypatch, [24, 25])
     record = run(tmp_path / "budget", ROLLBACK_SETTINGS + ["train.rollbacks=1"])
     assert record["status"] == "diverged"
-    assert [(r["failed_at"], r["to_step"]) for r in record["metrics"]["rollbacks"]] == [(24, 20)]
+    assert [r["failed_at"] for r in record["metrics"]["rollbacks"]] == [24]
 
     _overflow_once_at(monkeypatch, [4])  # before the first checkpoint: nothing to go back to
     record = run(tmp_path / "early", ROLLBACK_SETTINGS + ["train.rollbacks=3"])

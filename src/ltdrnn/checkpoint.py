@@ -26,6 +26,7 @@ from .tasks.base import build_task
 
 CHECKPOINT = "last.pt"
 BEST = "best.pt"
+ROLLBACK_POINT = "rollback.pt"  # a full checkpoint of the best validation, kept when train.rollbacks > 0
 LOCK = ".lock"
 
 

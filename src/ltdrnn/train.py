@@ -38,6 +38,7 @@ from .cells.base import apply_constraints_
 from .checkpoint import (
     BEST,
     CHECKPOINT,
+    ROLLBACK_POINT,
     atomic_save,
     build_task_and_model,
     load_checkpoint,
@@ -227,12 +228,16 @@ class Run:
         self.progress = _progress(self.total_steps(), self.step, cfg.progress and D.is_main(), self.run_label())
         try:
             while self.status == "finished" and not self.finished():
-                self.model.set_epoch(self.epoch)
-                self.task.set_epoch(self.epoch)
-                order = epoch_order(len(self.train_set), cfg.batch_size, cfg.seed, self.epoch)
-                while self.status == "finished" and self.batch_in_epoch < len(order) and not self.finished():
+                epoch = self.epoch
+                self.model.set_epoch(epoch)
+                self.task.set_epoch(epoch)
+                order = epoch_order(len(self.train_set), cfg.batch_size, cfg.seed, epoch)
+                # a rollback may go back to an earlier epoch, whose batch order this one is not
+                while self.status == "finished" and self.epoch == epoch and not self.finished():
+                    if self.batch_in_epoch >= len(order):
+                        break
                     self.one_step(order[self.batch_in_epoch])
-                if self.status == "finished" and self.batch_in_epoch >= len(order):
+                if self.status == "finished" and self.epoch == epoch and self.batch_in_epoch >= len(order):
                     self.end_epoch()
             if self.status == "finished" and not self.history_has(self.step):
                 self.validate({})
@@ -273,22 +278,24 @@ class Run:
             )
 
     def roll_back(self) -> bool:
-        """After a non-finite loss: restore the latest checkpoint and halve every learning rate in use, if
-        ``train.rollbacks`` allows another and a checkpoint exists. Every epoch ends with a checkpoint, so
-        the run goes back within its current epoch and learning-rate schedule step. The time spent since
-        the checkpoint still counts as training time."""
+        """After a non-finite loss: if ``train.rollbacks`` allows another, go back to the checkpoint of the
+        best validation so far (the latest checkpoint when there is none) with every learning rate halved
+        once per rollback. The latest checkpoint can hold the start of the runaway; the best one is what
+        the test would use. The time spent since the checkpoint still counts as training time."""
         if len(self.rollbacks) >= self.cfg.train.rollbacks:
             return False
-        checkpoint = D.load_on_main(load_checkpoint, self.run_dir / CHECKPOINT)
+        checkpoint = D.load_on_main(load_checkpoint, self.run_dir / ROLLBACK_POINT)
+        if checkpoint is None:
+            checkpoint = D.load_on_main(load_checkpoint, self.run_dir / CHECKPOINT)
         if checkpoint is None or checkpoint.get("run_id") != self.run_id:  # none yet, or another run's
             return False
         failed_at, train_time, rollbacks = self.step, self.train_time, self.rollbacks
-        rates = [group["lr"] for group in self.optimizer.param_groups]
         self._restore(checkpoint)
         self.train_time = train_time
-        # half the rates in use, not the checkpoint's: a second rollback to the same checkpoint halves again
-        for group, rate in zip(self.optimizer.param_groups, rates):
-            group["lr"] = rate * 0.5
+        # the checkpoint's rates already carry the rollbacks made before it was written
+        factor = 0.5 ** (len(rollbacks) + 1 - len(self.rollbacks))
+        for group in self.optimizer.param_groups:
+            group["lr"] *= factor
         self.rollbacks = rollbacks + [
             {"failed_at": failed_at, "to_step": self.step, "lr": self.optimizer.param_groups[0]["lr"]}
         ]
@@ -449,27 +456,27 @@ class Run:
         rng_by_rank = D.all_gather_object(rng_states())
         if not D.is_main():
             return
-        atomic_save(
-            {
-                "run_id": self.run_id,
-                "config": self.cfg.to_dict(),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-                "rng": rng_by_rank[0],
-                "rng_by_rank": rng_by_rank,
-                "step": self.step,
-                "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch,
-                "best": self.best,
-                "history": self.history,
-                "train_time": self.train_time,
-                "status": self.status,
-                "running": self.running,
-                "rollbacks": self.rollbacks,
-            },
-            self.run_dir / CHECKPOINT,
-        )
+        checkpoint = {
+            "run_id": self.run_id,
+            "config": self.cfg.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "rng": rng_by_rank[0],
+            "rng_by_rank": rng_by_rank,
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "best": self.best,
+            "history": self.history,
+            "train_time": self.train_time,
+            "status": self.status,
+            "running": self.running,
+            "rollbacks": self.rollbacks,
+        }
+        atomic_save(checkpoint, self.run_dir / CHECKPOINT)
+        if self.cfg.train.rollbacks and self.best is not None and self.best["step"] == self.step:
+            atomic_save(checkpoint, self.run_dir / ROLLBACK_POINT)
 
     def _find_checkpoint(self, resume: bool | str) -> Optional[Dict[str, Any]]:
         if resume not in (False, True, "auto"):
