@@ -122,9 +122,10 @@ class TrainConfig:
     final weights (no selection; needed when the validation split is empty, which is refused otherwise).
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
-    ``rollbacks``: when the training loss turns non-finite, go back to the latest checkpoint, halve the
-    learning rate and go on, at most this many times; 0 (the default): the run ends there with status
-    ``diverged``. Each rollback is recorded in the result (``metrics.rollbacks``).
+    ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
+    validation so far (the latest one without selection), halve the learning rate and go on, at most this
+    many times; 0 (the default): the run ends there with status ``diverged``. Each rollback is recorded in
+    the result (``metrics.rollbacks``).
     """
 
     epochs: Optional[int] = None
