@@ -488,7 +488,7 @@ def test_lr_scales_give_matching_parameters_their_own_learning_rate(tmp_path):
     step is lr * sign(grad)), every other one by lr; a pattern that matches nothing is refused."""
     from ltdrnn.config import ConfigError
     from ltdrnn.models import build_model
-    from ltdrnn.train import build_optimizer
+    from ltdrnn.optimizers import build_optimizer
 
     cfg = load_config(
         tiny_config(tmp_path),

@@ -18,7 +18,6 @@ interrupted run to the same weights and metrics as a run that was never interrup
 from __future__ import annotations
 
 import copy
-import fnmatch
 import json
 import math
 import random
@@ -55,6 +54,7 @@ from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import checkpoint_file as checkpoint_file
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .memory import tune_malloc
+from .optimizers import build_optimizer, build_scheduler
 from .results.stamps import new_run_id, version_info
 
 # re-exported: callers imported these from ltdrnn.train before results/store.py held them
@@ -198,11 +198,7 @@ class Run:
         self.net = D.wrap_model(self.model, self.device)
         D.seed_rank(cfg.train.seed)
         self.optimizer = build_optimizer(cfg, self.model)
-        self.scheduler = (
-            torch.optim.lr_scheduler.StepLR(self.optimizer, cfg.optim.halve_every, gamma=0.5)
-            if cfg.optim.halve_every
-            else None
-        )
+        self.scheduler = build_scheduler(cfg, self.optimizer)
         self.train_set = self.task.dataset("train")
         self.validates = validation_size(cfg, self.task) > 0
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
@@ -572,35 +568,6 @@ def validation_size(cfg: RunConfig, task) -> int:
             "to validate at val_fraction 0.2)"
         )
     return size
-
-
-def build_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """Adam, RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``;
-    parameters matched by ``optim.lr_scales`` form groups with their own learning rate."""
-    o = cfg.optim
-    params = parameter_groups(model, o.lr, o.lr_scales)
-    if o.name == "adam":
-        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
-    if o.name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, momentum=o.momentum, weight_decay=o.weight_decay)
-    return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-
-
-def parameter_groups(model: nn.Module, lr: float, scales: Dict[str, float]) -> List[Dict[str, Any]]:
-    """The trainable parameters in groups of one learning rate: ``lr`` times the factor of the first
-    pattern of ``scales`` (``fnmatch`` on the parameter's name) that the name matches, 1 otherwise."""
-    groups: Dict[float, List[nn.Parameter]] = {}
-    used = set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        pattern = next((pat for pat in scales if fnmatch.fnmatchcase(name, pat)), None)
-        used.add(pattern)
-        groups.setdefault(lr * scales[pattern] if pattern else lr, []).append(p)
-    unused = [pattern for pattern in scales if pattern not in used]
-    if unused:
-        raise ConfigError(f"optim.lr_scales: pattern {unused[0]!r} matches no trainable parameter of the model")
-    return [{"params": ps, "lr": group_lr} for group_lr, ps in groups.items()]
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
