@@ -229,11 +229,9 @@ class Run:
                 self.task.set_epoch(epoch)
                 order = epoch_order(len(self.train_set), cfg.batch_size, cfg.seed, epoch)
                 # a rollback may go back to an earlier epoch, whose batch order this one is not
-                while self.status == "finished" and self.epoch == epoch and not self.finished():
-                    if self.batch_in_epoch >= len(order):
-                        break
+                while self.running_in(epoch) and self.batch_in_epoch < len(order) and not self.finished():
                     self.one_step(order[self.batch_in_epoch])
-                if self.status == "finished" and self.epoch == epoch and self.batch_in_epoch >= len(order):
+                if self.running_in(epoch) and self.batch_in_epoch >= len(order):
                     self.end_epoch()
             if self.status == "finished" and not self.history_has(self.step):
                 self.validate({})
@@ -272,6 +270,9 @@ class Run:
             callback(
                 {"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model, "run_dir": self.run_dir}
             )
+
+    def running_in(self, epoch: int) -> bool:
+        return self.status == "finished" and self.epoch == epoch
 
     def roll_back(self) -> bool:
         """After a non-finite loss: if ``train.rollbacks`` allows another, go back to the checkpoint of the
