@@ -4,6 +4,7 @@ registries (every registered cell on a tiny task; every generated task with a sm
 import inspect
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -102,6 +103,29 @@ def test_resume_refuses_a_changed_config(tmp_path):
     changed = load_config(tiny_config(tmp_path), ["train.steps=3", "optim.lr=0.5"])
     with pytest.raises(ConfigError, match="optim.lr"):
         train(changed, resume=True)
+
+
+def test_a_run_started_on_another_device_and_moved_resumes_here(tmp_path):
+    """A GPU run finished on a CPU in another directory: the checkpoint's train.device and run_dir differ."""
+    settings = ["train.steps=6", "train.eval_every=2", "train.checkpoint_every=2"]
+    whole = run(tmp_path / "a", settings)
+    cfg = load_config(tiny_config(tmp_path / "b"), settings)
+
+    def stop_at_5(state):
+        if state["step"] == 5:
+            raise TrainingInterrupted("simulated interruption")
+
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stop_at_5])
+    path = tmp_path / "b" / "run" / "last.pt"
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["config"]["train"]["device"] = "cuda"
+    torch.save(checkpoint, path)
+    shutil.move(tmp_path / "b" / "run", tmp_path / "moved")
+    resumed = train(load_config(tiny_config(tmp_path / "b"), [*settings, f"run_dir={tmp_path / 'moved'}"]), resume=True)
+    assert resumed["status"] == "finished" and resumed["metrics"]["test"] == whole["metrics"]["test"]
+    for key, weight in _final_weights(whole).items():
+        assert torch.equal(weight, _final_weights(resumed)[key]), key
 
 
 def test_checkpoints_hold_the_resolved_config(tmp_path):

@@ -37,11 +37,13 @@ def build(name: str, input_size: int = 3, hidden_size: int = 20, seed: int = 0, 
 
 
 def sequence(cell, steps: int, batch: int, seed: int = 1):
-    """Input ``(T, B, d)``, a random initial state and lengths from 1 to T (None for T = 1)."""
+    """Input ``(T, B, d)``, a random initial state (its tensor part, without the time-step counter of
+    per-time-step step sizes) and lengths from 1 to T (None for T = 1)."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(steps, batch, cell.input_size, generator=generator, dtype=DTYPE).to(DEVICE)
     state = cell.init_state(batch, DEVICE, DTYPE)
-    state = torch.randn(state.shape, generator=generator, dtype=DTYPE).to(DEVICE) * 0.5
+    shape = state[0].shape if isinstance(state, tuple) else state.shape
+    state = torch.randn(shape, generator=generator, dtype=DTYPE).to(DEVICE) * 0.5
     lengths = None if steps == 1 else torch.randint(1, steps + 1, (batch,), generator=generator)
     if lengths is not None:
         lengths[0] = steps  # the longest runs to the end

@@ -492,13 +492,11 @@ class Run:
                 "the run directory of the interrupted run?); to start a new run when "
                 "there is no checkpoint, resume with 'auto' (--resume=auto)"
             )
-        saved = comparable_config(checkpoint["config"])
-        if saved != comparable_config(self.cfg.to_dict()):
-            changed = sorted(
-                k
-                for k in set(saved) | set(comparable_config(self.cfg.to_dict()))
-                if saved.get(k) != comparable_config(self.cfg.to_dict()).get(k)
-            )
+        # a run may move between devices and directories (started on a GPU, finished on a CPU elsewhere)
+        saved, now = ({k: v for k, v in comparable_config(c).items() if k not in ("train.device", "run_dir")}
+                      for c in (checkpoint["config"], self.cfg.to_dict()))  # fmt: skip
+        changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        if changed:
             raise ConfigError(f"resume: the config differs from the checkpoint's in {', '.join(changed)}")
         return checkpoint
 

@@ -106,9 +106,9 @@ class TARNN(EulerCell):
         eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
             ``"exp"``: none unless given; not with ``"raw"``).
         impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
-            ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A, activation:
-            :mod:`ltdrnn.cells.fused.tarnn_triton`; the default for CUDA tensors when Triton is installed;
-            where Triton cannot run, ``"fused"``).
+            ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A, activation, shared
+            or per-time-step step sizes: :mod:`ltdrnn.cells.fused.tarnn_triton`; the default for CUDA tensors
+            when Triton is installed; where Triton cannot run, ``"fused"``).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
 
@@ -347,14 +347,17 @@ class TARNN(EulerCell):
         return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        """Whole sequence in :class:`FusedTARNN`. The first Euler step starts at ``z_0 = s``, so its
-        ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with ``[B2 + A; W2 + U; U_s]``.
-        Per-time-step step sizes run there when the compiled loops do and every sequence starts at the
-        same time step (the rows ``eta[c : c + T]``); otherwise, and for the authors' gate-outside body
-        (``A - I``), the reference loop runs."""
-        if impl == "triton" and not self.per_time_step and triton_runs_on(x):
-            return self._triton_scan(x, state, lengths)
+        """Whole sequence in the Triton kernels (``impl="triton"``) or :class:`FusedTARNN`. The first Euler step
+        starts at ``z_0 = s``, so its ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with
+        ``[B2 + A; W2 + U; U_s]``. Per-time-step step sizes run in either when every sequence starts at the same
+        time step (the rows ``eta[c : c + T]``), in FusedTARNN only where the compiled loops do; otherwise, and in
+        FusedTARNN for the authors' gate-outside body (``A - I``), the reference loop runs."""
         s, counter = split_counter(self.per_time_step, state)
+        if impl == "triton" and triton_runs_on(x):
+            eta = self.sequence_step_sizes(x.shape[0], counter)
+            if eta is not None:
+                outputs, final = self._triton_scan(x, s, eta, lengths)
+                return outputs, _with_counter(final, counter, x, lengths)
         compiled = counter is None or compiled_loop_runs(x, self.K, self.gate)  # per time step: compiled only
         eta = self.sequence_step_sizes(x.shape[0], counter) if compiled else None
         if eta is None or self.double_damping:
@@ -372,13 +375,11 @@ class TARNN(EulerCell):
         )
         self.aux["beta"] = mask_outputs(betas, lengths)
         final = final_state_at_lengths(outputs, lengths)
-        if counter is not None:
-            final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
-        return mask_outputs(outputs, lengths), final
+        return mask_outputs(outputs, lengths), _with_counter(final, counter, x, lengths)
 
-    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
+    def _triton_scan(self, x: Tensor, state: Tensor, eta: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
         """The whole sequence in one Triton launch per direction (:mod:`ltdrnn.cells.fused.tarnn_triton`), the
-        input map one GEMM before it; records ``aux["beta"]``."""
+        input map one GEMM before it, ``eta`` ``(K,)`` or this call's rows ``(T, K)``; records ``aux["beta"]``."""
         from .fused.tarnn_triton import tarnn_scan
 
         device = x.device.type
@@ -387,7 +388,7 @@ class TARNN(EulerCell):
             state,
             autocast_weight(self.state_weights(), device),
             autocast_weight(self.weight_U, device),
-            self.steps.values(),
+            eta,
             lengths,
             self.activation,
             self.A_kind == "coupled",
@@ -402,3 +403,10 @@ class TARNN(EulerCell):
             f"{super().extra_repr()}, K={self.K}, A={self.A_kind!r}, activation={self.activation!r}, "
             f"gate={self.gate!r}, reading={self.reading!r}"
         )
+
+
+def _with_counter(final: Tensor, counter: Tensor | None, x: Tensor, lengths: Tensor | None) -> State:
+    """The final state, with per-time-step step sizes joined by each sequence's counter moved past this call."""
+    if counter is None:
+        return final
+    return join_counter(final, counter + (x.shape[0] if lengths is None else lengths))

@@ -65,10 +65,19 @@ def _a_transposed_times(dg_ptr, dg, rows, cols, row_mask, H, COUPLED: tl.constex
 
 
 @triton.jit
+def _step_size(eta_ptr, t, k, K, PER_STEP: tl.constexpr, ACC: tl.constexpr):
+    """``eta[t, k]`` of per-time-step step sizes ``(T, K)``, else the shared ``eta[k]``."""
+    if PER_STEP:
+        return tl.load(eta_ptr + t * K + k).to(ACC)
+    return tl.load(eta_ptr + k).to(ACC)
+
+
+@triton.jit
 def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_ptr,
                     B, T, H, K, HAS_LENGTHS: tl.constexpr, ACT: tl.constexpr, COUPLED: tl.constexpr,
-                    A_DIAG: tl.constexpr, INSIDE: tl.constexpr, BB: tl.constexpr, HP: tl.constexpr, BK: tl.constexpr,
-                    DOT: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
+                    A_DIAG: tl.constexpr, INSIDE: tl.constexpr, PER_STEP: tl.constexpr, BB: tl.constexpr,
+                    HP: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
+                    ACC: tl.constexpr):  # fmt: skip
     rows = tl.program_id(0) * BB + tl.arange(0, BB)
     cols = tl.arange(0, HP)
     row_mask = rows < B
@@ -97,7 +106,7 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
             else:
                 arg = q
                 g = activate(arg, ACT) + c
-            eta = tl.load(eta_ptr + k).to(ACC)
+            eta = _step_size(eta_ptr, t, k, K, PER_STEP, ACC)
             if INSIDE:
                 delta += eta * beta * g
             else:
@@ -121,8 +130,8 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
 def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr,
                      dp_ptr, dargs_ptr, dg_ptr, ds0_ptr, eta_sums_ptr, B, T, H, K, HAS_LENGTHS: tl.constexpr,
                      ACT: tl.constexpr, COUPLED: tl.constexpr, A_DIAG: tl.constexpr, INSIDE: tl.constexpr,
-                     BB: tl.constexpr, HP: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
-                     ACC: tl.constexpr):  # fmt: skip
+                     PER_STEP: tl.constexpr, BB: tl.constexpr, HP: tl.constexpr, BK: tl.constexpr,
+                     DOT: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     rows = pid * BB + tl.arange(0, BB)
@@ -159,7 +168,7 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
                 g = phi + c + _a_times(last, delta, rows, cols, row_mask, H, COUPLED, A_DIAG)
             else:
                 g = phi + c
-            eta = tl.load(eta_ptr + k).to(ACC)
+            eta = _step_size(eta_ptr, t, k, K, PER_STEP, ACC)
             if INSIDE:
                 dg = dd * eta * beta
                 dbeta += dd * eta * g
@@ -207,11 +216,12 @@ def tarnn_forward(
     p: Tensor, s0: Tensor, sw: Tensor, u: Tensor, eta: Tensor, lengths: Optional[Tensor], activation: int,
     coupled: bool, a_diag: float, inside: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    """``P (T, B, 3H)``, ``s0 (B, H)``, ``SW (3H, H)``, ``U (H, H)``, ``eta (K,)`` -> ``states (T + 1, B, H)`` (row 0
+    """``P (T, B, 3H)``, ``s0 (B, H)``, ``SW (3H, H)``, ``U (H, H)``, ``eta (K,)`` shared or ``(T, K)`` per time
+    step -> ``states (T + 1, B, H)`` (row 0
     ``s0``, 0 past lengths), ``beta (T, B, H)`` and the saved ``c (T, B, H)``, ``arg``, ``delta`` ``(T, K, B, H)``,
     in float32 (float64 for a float64 s0)."""
     steps, batch, three_h = p.shape
-    hidden, k = three_h // 3, eta.shape[0]
+    hidden, k = three_h // 3, eta.shape[-1]
     dtype = kernel_state_dtype(s0)
     states = p.new_empty((steps + 1, batch, hidden), dtype=dtype)
     states[0] = s0
@@ -220,7 +230,8 @@ def tarnn_forward(
     _forward_kernel[grid(batch)](
         p.contiguous(), sw.contiguous(), u.contiguous(), eta.to(dtype).contiguous(), lengths_operand(lengths, p),
         states, betas, cs, args, deltas, batch, steps, hidden, k, HAS_LENGTHS=lengths is not None, ACT=activation,
-        COUPLED=coupled, A_DIAG=a_diag, INSIDE=inside, **launch_options(hidden, sw, dtype),
+        COUPLED=coupled, A_DIAG=a_diag, INSIDE=inside, PER_STEP=eta.dim() == 2,
+        **launch_options(hidden, sw, dtype),
     )  # fmt: skip
     return states, betas, cs, args, deltas
 
@@ -231,7 +242,7 @@ def _(p, s0, sw, u, eta, lengths, activation, coupled, a_diag, inside):
     steps, batch, three_h = p.shape
     states = p.new_empty((steps + 1, batch, three_h // 3), dtype=dtype)
     betas, cs = (p.new_empty((steps, batch, three_h // 3), dtype=dtype) for _ in range(2))
-    args, deltas = (p.new_empty(_euler_shape(p, eta.shape[0]), dtype=dtype) for _ in range(2))
+    args, deltas = (p.new_empty(_euler_shape(p, eta.shape[-1]), dtype=dtype) for _ in range(2))
     return states, betas, cs, args, deltas
 
 
@@ -250,7 +261,7 @@ def tarnn_backward(
         grad.to(args.dtype).contiguous(), states, betas, cs, args, deltas, sw.contiguous(), u.contiguous(),
         eta.to(args.dtype).contiguous(), lengths_operand(lengths, args), dp, dargs, dg, ds0, eta_sums, batch, steps,
         hidden, k, HAS_LENGTHS=lengths is not None, ACT=activation, COUPLED=coupled, A_DIAG=a_diag, INSIDE=inside,
-        **launch_options(hidden, sw, args.dtype),
+        PER_STEP=eta.dim() == 2, **launch_options(hidden, sw, args.dtype),
     )  # fmt: skip
     return dp, ds0, dargs, eta_sums
 
@@ -280,7 +291,7 @@ def _backward(ctx, grad_states, *_unused):
     du = None
     if k > 1:  # arg_k = q + U delta_k for k >= 1: dL/dU = sum dL/darg_k^T delta_k, one product
         du = (dargs[:, 1:].reshape(-1, hidden).t() @ deltas[:, :-1].reshape(-1, hidden)).to(u_dtype)
-    d_eta = eta_sums.sum((0, 1)).to(eta_dtype)
+    d_eta = (eta_sums.sum(1) if eta.dim() == 2 else eta_sums.sum((0, 1))).to(eta_dtype)  # (T, K) or (K,)
     return dp.to(p_dtype), ds0.to(s_dtype), dsw.to(sw_dtype), du, d_eta, None, None, None, None, None
 
 
