@@ -70,3 +70,23 @@ def test_a_returned_output_is_not_changed_by_later_steps():
         kept = y.clone()
         rnn.step(torch.randn(1, 3, device="cuda"), state)
     assert torch.equal(y, kept)
+
+
+@cuda
+def test_a_failed_capture_streams_eagerly_and_leaves_random_numbers_working(monkeypatch):
+    """A step that reads data back (here the NaN check as it ran before captures skipped it) cannot be captured:
+    the layer warns, streams eagerly with the eager values, and the device's generator still draws."""
+    import ltdrnn.cells.tarnn as tarnn_module
+
+    rnn = layer("tarnn", "cuda")
+    xs = torch.randn(6, 1, 3, device="cuda")
+    eager, _ = stream(rnn, xs, graphs=False)
+    monkeypatch.setattr(tarnn_module, "holds_non_finite", lambda x, s: not bool(torch.isfinite(x).all()))
+    with pytest.warns(RuntimeWarning, match="CUDA graph capture failed"):
+        streamed, _ = stream(rnn, xs, graphs=True)
+    assert rnn.__dict__.get("_graph_failed")
+    torch.testing.assert_close(streamed, eager)
+    torch.manual_seed(3)
+    first = torch.randn(4, device="cuda")
+    torch.manual_seed(3)
+    assert torch.equal(first, torch.randn(4, device="cuda"))

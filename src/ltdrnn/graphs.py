@@ -11,7 +11,8 @@ device with batch 1, autograd is off, autocast is off, and between-layer dropout
 captured again when the input's or state's layout changes or when any parameter is moved or changed in place
 (the key holds each parameter's address and version counter, so an optimiser step or ``load_state_dict``
 between steps is seen, as the cells' own operand caches see it). If capture fails, that layer streams eagerly
-from then on, with one warning. ``LTDRNN_NO_CUDA_GRAPHS=1`` turns the path off.
+from then on, with one warning, and the device's random numbers keep working (:func:`release_generator`).
+``LTDRNN_NO_CUDA_GRAPHS=1`` turns the path off.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def graphed_step(layer, step, x: Tensor, parts: List[State]) -> Tuple[Tensor, St
         except Exception as error:  # a cell whose step cannot be captured: stream eagerly
             layer.__dict__["_graph_failed"] = True
             _GRAPHS.pop(layer, None)
+            release_generator(x.device)
             warnings.warn(
                 f"Recurrent.step: CUDA graph capture failed ({type(error).__name__}: {error}); streaming eagerly",
                 RuntimeWarning,
@@ -104,3 +106,13 @@ def graphed_step(layer, step, x: Tensor, parts: List[State]) -> Tuple[Tensor, St
             return None
         _GRAPHS[layer] = cached
     return cached[1].run(x, parts)
+
+
+def release_generator(device: torch.device) -> None:
+    """After a capture that failed part-way: PyTorch clears the device generator's capture mark only in a
+    successful ``capture_end``, and while it stays set every random op on the device fails ("Offset increment
+    outside graph capture"). The generator gets a fresh state with the same seed and offset."""
+    generator = torch.cuda.default_generators[torch.cuda.current_device() if device.index is None else device.index]
+    saved = generator.get_state()
+    generator.graphsafe_set_state(torch.Generator(device=device).graphsafe_get_state())
+    generator.set_state(saved)

@@ -272,7 +272,9 @@ class Cell(nn.Module):
         dtype and on the device of ``like``. The expected layout is computed once per
         ``(batch_size, dtype, device)`` and kept, so a call costs one comparison of shapes."""
         key = (batch_size, like.dtype, like.device)
-        layouts = self.__dict__.setdefault("_state_layouts", {})
+        layouts = getattr(self, "_state_layouts", None)
+        if layouts is None:  # (not __dict__.setdefault: torch.compile before torch 2.13 cannot trace it)
+            layouts = self._state_layouts = {}
         if key not in layouts:
             layouts[key] = state_layout(self._expected_state(batch_size, like))
         if state_layout(state) != layouts[key]:
@@ -388,7 +390,11 @@ def holds_non_finite(x: Tensor, state: State) -> bool:
     forms) and compiled code is built with ``-ffast-math``: on finite values they agree to rounding,
     but an infinity can meet another in one order and not in the other. :meth:`Cell.scan` gives such
     input to the reference, so every path returns its NaN and Inf exactly (one pass over the input).
+    While a CUDA graph is captured (:mod:`ltdrnn.graphs`) the answer is False: the graphed step keeps the
+    fast path, as compiled graphs do.
     """
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return False  # a CUDA graph cannot branch on data (reading it back ends the capture): the fast path
     tensors = (x, *state) if isinstance(state, tuple) else (x, state)
     return not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
 
