@@ -386,15 +386,29 @@ def test_each_rollback_halves_the_rate_once_also_from_a_checkpoint_written_after
     assert not (tmp_path / "thrice" / "run" / "rollback.pt").exists()
 
 
-def test_rollbacks_stop_at_the_configured_number_and_need_a_checkpoint(tmp_path, monkeypatch):
+def test_rollbacks_stop_at_the_configured_number(tmp_path, monkeypatch):
     _overflow_once_at(monkeypatch, [24, 25])
     record = run(tmp_path / "budget", ROLLBACK_SETTINGS + ["train.rollbacks=1"])
     assert record["status"] == "diverged"
     assert [r["failed_at"] for r in record["metrics"]["rollbacks"]] == [24]
 
-    _overflow_once_at(monkeypatch, [4])  # before the first checkpoint: nothing to go back to
-    record = run(tmp_path / "early", ROLLBACK_SETTINGS + ["train.rollbacks=3"])
+    _overflow_once_at(monkeypatch, [4])  # without rollbacks no checkpoint is written before the first evaluation
+    record = run(tmp_path / "none", ROLLBACK_SETTINGS)
     assert record["status"] == "diverged" and record["metrics"]["rollbacks"] == []
+
+
+def test_a_non_finite_loss_before_the_first_evaluation_rolls_back_to_the_start(tmp_path, monkeypatch):
+    """Back to step 0 at half the rate: the same run as one started at half the rate."""
+    lr = load_config(tiny_config(tmp_path / "plain")).optim.lr
+    halved = run(tmp_path / "halved", ROLLBACK_SETTINGS + [f"optim.lr={lr / 2}"])
+    _overflow_once_at(monkeypatch, [4])
+    rolled = run(tmp_path / "rolled", ROLLBACK_SETTINGS + ["train.rollbacks=3"])
+    assert rolled["status"] == "finished"
+    assert rolled["metrics"]["rollbacks"] == [{"failed_at": 4, "to_step": 0, "lr": lr / 2}]
+    weights, expected = _final_weights(rolled), _final_weights(halved)
+    for key in expected:
+        assert torch.equal(weights[key], expected[key]), key
+    assert rolled["metrics"]["test"] == halved["metrics"]["test"]
 
 
 def test_rollbacks_must_be_a_count(tmp_path):

@@ -123,7 +123,8 @@ class TrainConfig:
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
-    validation so far (the latest one without selection), halve the learning rate and go on, at most this
+    validation so far (the latest one without selection or before the first evaluation, the start at
+    least), halve the learning rate and go on, at most this
     many times; 0 (the default): the run ends there with status ``diverged``. Each rollback is recorded in
     the result (``metrics.rollbacks``).
     """

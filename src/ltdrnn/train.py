@@ -222,6 +222,8 @@ class Run:
         self.callbacks, self.judges = callbacks, list(judges)
         cfg = self.cfg.train
         self.progress = _progress(self.total_steps(), self.step, cfg.progress and D.is_main(), self.run_label())
+        if cfg.rollbacks and self.step == 0:  # a point to go back to before the first evaluation
+            self.save_checkpoint()
         try:
             while self.status == "finished" and not self.finished():
                 epoch = self.epoch
