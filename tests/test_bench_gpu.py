@@ -42,3 +42,15 @@ def test_a_gpu_run_without_a_gpu_is_a_clear_error(capsys):
         pytest.skip("a GPU is visible")
     assert main(["bench", "--device", "cuda"]) == 2
     assert "ltdrnn bench: --device cuda: no CUDA device is visible" in capsys.readouterr().err
+
+
+def test_a_graph_row_whose_capture_failed_is_an_error_not_an_eager_timing():
+    class Layer:
+        pass
+
+    layer = Layer()
+    timed = gpu.graphed_only(layer, lambda: None)
+    timed()  # captured: measured as is
+    layer._graph_failed = True  # what ltdrnn.graphs sets when the capture fails
+    with pytest.raises(RuntimeError, match="capture failed"):
+        timed()
