@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from triton_helpers import DEVICE, DTYPE, assert_triton_matches_reference, build, requires_triton, sequence
+from triton_helpers import DEVICE, DTYPE, TOLERANCE, assert_triton_matches_reference, build, requires_triton, sequence
 
 pytestmark = requires_triton
 
@@ -36,17 +36,22 @@ def test_hidden_size_above_one_product_chunk():
     assert_triton_matches_reference(cell, *sequence(cell, 3, 2))
 
 
-def test_fake_implementations_and_autograd_registration_pass_opcheck():
+@pytest.mark.parametrize("gated, eta_shape", [(False, (1,)), (True, (3, 1))], ids=["plain", "gated_per_step"])
+def test_fake_implementations_and_autograd_registration_pass_opcheck(gated, eta_shape):
     from ltdrnn.cells.fused import irnn_triton  # noqa: F401  (registers the operators)
 
-    def tensor(*shape):
-        return torch.randn(*shape, dtype=DTYPE, device=DEVICE, requires_grad=True)
+    def tensor(*shape, scale=1.0):
+        return (torch.randn(*shape, dtype=DTYPE, device=DEVICE) * scale).requires_grad_()
 
-    eta, alpha = torch.full((1,), 0.3, dtype=DTYPE, device=DEVICE), torch.ones((), dtype=DTYPE, device=DEVICE)
+    eta = torch.full(eta_shape, 0.3, dtype=DTYPE, device=DEVICE)
+    alpha = torch.ones((), dtype=DTYPE, device=DEVICE)
+    empty = torch.empty(0, dtype=DTYPE, device=DEVICE)
     args = (
         tensor(3, 5, 16),
+        tensor(3, 5, 16) if gated else empty,
         tensor(5, 16),
-        tensor(16, 16) * 0.2,
+        tensor(16, 16, scale=0.2),
+        tensor(16, 16, scale=0.2) if gated else empty,
         eta,
         alpha,
         torch.tensor([3, 1, 2, 3, 2]),
@@ -55,3 +60,41 @@ def test_fake_implementations_and_autograd_registration_pass_opcheck():
         0.0,
     )
     torch.library.opcheck(torch.ops.ltdrnn.irnn_triton_forward, args)
+
+
+@pytest.mark.parametrize("options", [{"gate": "outside"}, {"gate": "outside", "activation": "tanh", "rank": None}])
+def test_the_authors_gate_equals_the_reference(options):
+    cell = build("irnn", hidden_size=18, eta=0.3, **options)
+    with torch.no_grad():  # an open gate, so that both of its branches carry weight
+        cell.bias_gate.fill_(0.5)
+    assert_triton_matches_reference(cell, *sequence(cell, 6, 5))
+
+
+@pytest.mark.parametrize("gate", ["none", "outside"])
+def test_per_time_step_step_sizes_run_in_the_kernel_and_equal_the_reference(gate, monkeypatch):
+    """The copy preset's eta^i (projected, from row c = 2) with and without the gate: the kernel runs, the
+    counter moves by each length, and dL/deta lands on the call's rows alone."""
+    from ltdrnn.cells.fused import irnn_triton
+
+    cell = build("irnn", hidden_size=18, eta=0.2, eta_per_time_step=True, max_length=9, eta_param="projected",
+                 gate=gate, u_init="identity")  # fmt: skip
+    with torch.no_grad():
+        cell.steps.parameter.mul_(torch.linspace(0.5, 1.5, 9, dtype=DTYPE, device=DEVICE)[:, None])
+    x, h, lengths = sequence(cell, 5, 4)
+    calls = []
+    real = irnn_triton.irnn_forward
+    monkeypatch.setattr(irnn_triton, "irnn_forward", lambda *args: calls.append(1) or real(*args))
+    results = {}
+    for impl in ("triton", "reference"):
+        cell.zero_grad()
+        x_, h_ = x.clone().requires_grad_(), h.clone().requires_grad_()
+        counter = torch.full((4,), 2, dtype=torch.int64, device=DEVICE)
+        out, (final, moved) = cell.scan(x_, (h_, counter), lengths, impl=impl)
+        (out.square().sum() + final.sum()).backward()
+        results[impl] = (out, final, moved, x_.grad, h_.grad, *(p.grad for p in cell.parameters()))
+    assert calls == [1], "the per-time-step scan did not take the Triton kernel"
+    assert torch.equal(results["triton"][2], 2 + lengths.to(DEVICE))
+    eta_grad = results["triton"][5 + [p is cell.steps.parameter for p in cell.parameters()].index(True)]
+    assert eta_grad[2:7].abs().sum() > 0 and not eta_grad[:2].any() and not eta_grad[7:].any()
+    for got, want in zip(results["triton"], results["reference"]):
+        torch.testing.assert_close(got, want, **TOLERANCE)

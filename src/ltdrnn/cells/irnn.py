@@ -144,9 +144,9 @@ class IRNN(EulerCell):
             the dense ``U``) ``U(-1/sqrt(H), 1/sqrt(H))`` like the other weights, where ``||P U||_2`` is
             about 1.7 and the state grows geometrically with T (docs/cells/irnn.md, "Long inputs").
         impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
-            ``"triton"`` (K = 1: the time loop in one Triton launch per direction,
-            :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors when Triton is installed;
-            K > 1, per-time-step step sizes, the gate, or where Triton cannot run: ``"fused"``).
+            ``"triton"`` (K = 1, with or without the gate and per-time-step step sizes: the time loop in one
+            Triton launch per direction, :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors
+            when Triton is installed; K > 1, or where Triton cannot run: ``"fused"``).
             With the gate or per-time-step step sizes ``"fused"`` runs :class:`IRNNLoop`.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
@@ -352,16 +352,17 @@ class IRNN(EulerCell):
         return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.values()), alpha
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        """Whole sequence in :class:`FusedIRNN`: ``P U`` is one operator, and ``P (W x + b)`` is one
-        linear map of the input, applied for all steps before the loop. Per-time-step step sizes and
-        the gate run in :class:`IRNNLoop` (a PyTorch loop with a hand-written backward) when every
-        sequence starts at the same time step, else in the reference loop."""
+        """Whole sequence in the Triton kernels (``impl="triton"``, K = 1) or :class:`FusedIRNN`: ``P U`` is one
+        operator, and ``P (W x + b)`` is one linear map of the input, applied for all steps before the loop.
+        Per-time-step step sizes and the gate run in Triton or in :class:`IRNNLoop` (a PyTorch loop with a
+        hand-written backward) when every sequence starts at the same time step, else in the reference loop."""
         h, counter = split_counter(self.per_time_step, state)
         eta = self.sequence_step_sizes(x.shape[0], counter)
         if eta is None:
             return self.scan_reference(x, state, lengths)
-        if impl == "triton" and self.K == 1 and counter is None and not self.gated and triton_runs_on(x):
-            return self._triton_scan(x, state, lengths)
+        if impl == "triton" and self.K == 1 and triton_runs_on(x):
+            outputs, final = self._triton_scan(x, h, eta, lengths)
+            return outputs, final if counter is None else join_counter(final, counter + _advance(x, lengths))
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
         alpha = self.alpha()
@@ -379,13 +380,14 @@ class IRNN(EulerCell):
         outputs = IRNNLoop.apply(c, gate_x, h, m, eta, alpha, gate_h, self.activation, *READINGS[self.reading])
         final = final_state_at_lengths(outputs, lengths)
         if counter is not None:
-            final = join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
+            final = join_counter(final, counter + _advance(x, lengths))
         return mask_outputs(outputs, lengths), final
 
-    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None):
-        """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`): the input map
-        is one GEMM here, ``M`` is formed dense (its gradient reaches the low-rank factors through autograd).
-        The operators are formed in the parameters' dtype even under autocast; only the products take it."""
+    def _triton_scan(self, x: Tensor, h: Tensor, eta: Tensor, lengths: Tensor | None):
+        """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`), ``eta`` ``(1,)`` or
+        this call's rows ``(T, 1)``: the input map (and the gate's) is one GEMM here, ``M`` is formed dense (its
+        gradient reaches the low-rank factors through autograd). The operators are formed in the parameters'
+        dtype even under autocast; only the products take it."""
         from .fused.irnn_triton import irnn_scan
 
         device = x.device.type
@@ -397,7 +399,11 @@ class IRNN(EulerCell):
         m = autocast_weight(m, device)
         alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
         c = F.linear(x, weight, bias)
-        outputs = irnn_scan(c, state, m, self.steps.values(), alpha, lengths, self.activation, *READINGS[self.reading])
+        if self.gated:
+            a, ug = F.linear(x, self.weight_gate_x, self.bias_gate), autocast_weight(self.weight_gate_h, device)
+        else:
+            a, ug = c.new_empty(0), m.new_empty(0)
+        outputs = irnn_scan(c, a, h, m, ug, eta, alpha, lengths, self.activation, *READINGS[self.reading])
         return outputs, final_state_at_lengths(outputs, lengths)
 
     def extra_repr(self) -> str:
@@ -406,3 +412,8 @@ class IRNN(EulerCell):
             f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
             f"contractive={self.contractive}, activation={self.activation!r}, gate={self.gate!r}"
         )
+
+
+def _advance(x: Tensor, lengths: Tensor | None) -> Tensor | int:
+    """How far each sequence's time-step counter moves in a call."""
+    return x.shape[0] if lengths is None else lengths
