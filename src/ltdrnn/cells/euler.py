@@ -244,3 +244,11 @@ def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tenso
 
 def join_counter(h: Tensor, counter: Tensor | None) -> State:
     return h if counter is None else (h, counter)
+
+
+def join_moved_counter(final: Tensor, counter: Tensor | None, x: Tensor, lengths: Tensor | None) -> State:
+    """A sequence call's final state: with per-time-step step sizes, joined by each sequence's counter moved
+    past the call's ``x (T, B, d)`` (by its length where ``lengths`` are given)."""
+    if counter is None:
+        return final
+    return join_counter(final, counter + (x.shape[0] if lengths is None else lengths))

@@ -42,7 +42,7 @@ from .base import (
 from .base import (
     activation as activation_function,
 )
-from .euler import EulerCell, EulerSteps, join_counter, split_counter
+from .euler import EulerCell, EulerSteps, join_counter, join_moved_counter, split_counter
 from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
 from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
@@ -362,7 +362,7 @@ class IRNN(EulerCell):
             return self.scan_reference(x, state, lengths)
         if impl == "triton" and self.K == 1 and triton_runs_on(x):
             outputs, final = self._triton_scan(x, h, eta, lengths)
-            return outputs, final if counter is None else join_counter(final, counter + _advance(x, lengths))
+            return outputs, join_moved_counter(final, counter, x, lengths)
         weight, bias = self.input_map()
         first, second = self.recurrent_operator()
         alpha = self.alpha()
@@ -379,9 +379,7 @@ class IRNN(EulerCell):
         gate_h = self.weight_gate_h if self.gated else x.new_empty(0)
         outputs = IRNNLoop.apply(c, gate_x, h, m, eta, alpha, gate_h, self.activation, *READINGS[self.reading])
         final = final_state_at_lengths(outputs, lengths)
-        if counter is not None:
-            final = join_counter(final, counter + _advance(x, lengths))
-        return mask_outputs(outputs, lengths), final
+        return mask_outputs(outputs, lengths), join_moved_counter(final, counter, x, lengths)
 
     def _triton_scan(self, x: Tensor, h: Tensor, eta: Tensor, lengths: Tensor | None):
         """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`), ``eta`` ``(1,)`` or
@@ -412,8 +410,3 @@ class IRNN(EulerCell):
             f"alpha={self.alpha_init}, learn_alpha={self.learn_alpha}, reading={self.reading!r}, "
             f"contractive={self.contractive}, activation={self.activation!r}, gate={self.gate!r}"
         )
-
-
-def _advance(x: Tensor, lengths: Tensor | None) -> Tensor | int:
-    """How far each sequence's time-step counter moves in a call."""
-    return x.shape[0] if lengths is None else lengths

@@ -31,7 +31,7 @@ from ..kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
 from ..scan import ParameterCache, final_state_at_lengths, scalars
 from .base import State, check_choice, holds_non_finite, loop_scan, mask_outputs
 from .base import activation as activation_function
-from .euler import EulerCell, EulerSteps, join_counter, split_counter
+from .euler import EulerCell, EulerSteps, join_counter, join_moved_counter, split_counter
 from .fused.tarnn import ACTIVATION_CODES, EulerChain, FusedTARNN, compiled_loop_runs
 from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
@@ -357,7 +357,7 @@ class TARNN(EulerCell):
             eta = self.sequence_step_sizes(x.shape[0], counter)
             if eta is not None:
                 outputs, final = self._triton_scan(x, s, eta, lengths)
-                return outputs, _with_counter(final, counter, x, lengths)
+                return outputs, join_moved_counter(final, counter, x, lengths)
         compiled = counter is None or compiled_loop_runs(x, self.K, self.gate)  # per time step: compiled only
         eta = self.sequence_step_sizes(x.shape[0], counter) if compiled else None
         if eta is None or self.double_damping:
@@ -375,7 +375,7 @@ class TARNN(EulerCell):
         )
         self.aux["beta"] = mask_outputs(betas, lengths)
         final = final_state_at_lengths(outputs, lengths)
-        return mask_outputs(outputs, lengths), _with_counter(final, counter, x, lengths)
+        return mask_outputs(outputs, lengths), join_moved_counter(final, counter, x, lengths)
 
     def _triton_scan(self, x: Tensor, state: Tensor, eta: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
         """The whole sequence in one Triton launch per direction (:mod:`ltdrnn.cells.fused.tarnn_triton`), the
@@ -403,10 +403,3 @@ class TARNN(EulerCell):
             f"{super().extra_repr()}, K={self.K}, A={self.A_kind!r}, activation={self.activation!r}, "
             f"gate={self.gate!r}, reading={self.reading!r}"
         )
-
-
-def _with_counter(final: Tensor, counter: Tensor | None, x: Tensor, lengths: Tensor | None) -> State:
-    """The final state, with per-time-step step sizes joined by each sequence's counter moved past this call."""
-    if counter is None:
-        return final
-    return join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
