@@ -79,3 +79,30 @@ def assert_triton_matches_reference(cell, x, state, lengths, tolerance=None):
             continue
         assert grads[name] is not None, f"no gradient for {name}"
         torch.testing.assert_close(grads[name], grad, **tolerance, msg=lambda m: f"gradient of {name}: {m}")
+
+
+def assert_per_time_step_kernel_matches_reference(cell, kernel_module, operator: str, monkeypatch, start: int = 2):
+    """A cell with per-time-step step sizes (``max_length`` 9, T = 5, B = 4), each call reading the rows
+    ``eta[start : start + T]``: the ``"triton"`` path launches ``kernel_module.<operator>`` once, moves each
+    sequence's counter by its length, puts dL/deta on the call's rows alone, and equals the reference loop in
+    outputs, final state and every gradient."""
+    with torch.no_grad():  # distinct step sizes per row, so a row read at the wrong time step shows
+        cell.steps.parameter.mul_(torch.linspace(0.5, 1.5, cell.steps.max_length, dtype=DTYPE, device=DEVICE)[:, None])
+    x, h, lengths = sequence(cell, 5, 4)
+    calls, real = [], getattr(kernel_module, operator)
+    monkeypatch.setattr(kernel_module, operator, lambda *args: calls.append(1) or real(*args))
+    results = {}
+    for impl in ("triton", "reference"):
+        cell.zero_grad()
+        x_, h_ = x.clone().requires_grad_(), h.clone().requires_grad_()
+        counter = torch.full((4,), start, dtype=torch.int64, device=DEVICE)
+        out, (final, moved) = cell.scan(x_, (h_, counter), lengths, impl=impl)
+        (out.square().sum() + final.sum()).backward()
+        results[impl] = (out, final, moved, x_.grad, h_.grad, *(p.grad for p in cell.parameters()))
+    assert calls == [1], "the per-time-step scan did not take the Triton kernel"
+    assert torch.equal(results["triton"][2], start + lengths.to(DEVICE))
+    eta_grad = results["triton"][5 + [p is cell.steps.parameter for p in cell.parameters()].index(True)]
+    rows = slice(start, start + 5)
+    assert eta_grad[rows].abs().sum() > 0 and not eta_grad[:start].any() and not eta_grad[start + 5 :].any()
+    for got, want in zip(results["triton"], results["reference"]):
+        torch.testing.assert_close(got, want, **TOLERANCE)

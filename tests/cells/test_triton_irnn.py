@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from triton_helpers import DEVICE, DTYPE, TOLERANCE, assert_triton_matches_reference, build, requires_triton, sequence
+from triton_helpers import (
+    DEVICE,
+    DTYPE,
+    assert_per_time_step_kernel_matches_reference,
+    assert_triton_matches_reference,
+    build,
+    requires_triton,
+    sequence,
+)
 
 pytestmark = requires_triton
 
@@ -72,29 +80,9 @@ def test_the_authors_gate_equals_the_reference(options):
 
 @pytest.mark.parametrize("gate", ["none", "outside"])
 def test_per_time_step_step_sizes_run_in_the_kernel_and_equal_the_reference(gate, monkeypatch):
-    """The copy preset's eta^i (projected, from row c = 2) with and without the gate: the kernel runs, the
-    counter moves by each length, and dL/deta lands on the call's rows alone."""
+    """The copy preset's eta^i (projected) with and without the gate."""
     from ltdrnn.cells.fused import irnn_triton
 
     cell = build("irnn", hidden_size=18, eta=0.2, eta_per_time_step=True, max_length=9, eta_param="projected",
                  gate=gate, u_init="identity")  # fmt: skip
-    with torch.no_grad():
-        cell.steps.parameter.mul_(torch.linspace(0.5, 1.5, 9, dtype=DTYPE, device=DEVICE)[:, None])
-    x, h, lengths = sequence(cell, 5, 4)
-    calls = []
-    real = irnn_triton.irnn_forward
-    monkeypatch.setattr(irnn_triton, "irnn_forward", lambda *args: calls.append(1) or real(*args))
-    results = {}
-    for impl in ("triton", "reference"):
-        cell.zero_grad()
-        x_, h_ = x.clone().requires_grad_(), h.clone().requires_grad_()
-        counter = torch.full((4,), 2, dtype=torch.int64, device=DEVICE)
-        out, (final, moved) = cell.scan(x_, (h_, counter), lengths, impl=impl)
-        (out.square().sum() + final.sum()).backward()
-        results[impl] = (out, final, moved, x_.grad, h_.grad, *(p.grad for p in cell.parameters()))
-    assert calls == [1], "the per-time-step scan did not take the Triton kernel"
-    assert torch.equal(results["triton"][2], 2 + lengths.to(DEVICE))
-    eta_grad = results["triton"][5 + [p is cell.steps.parameter for p in cell.parameters()].index(True)]
-    assert eta_grad[2:7].abs().sum() > 0 and not eta_grad[:2].any() and not eta_grad[7:].any()
-    for got, want in zip(results["triton"], results["reference"]):
-        torch.testing.assert_close(got, want, **TOLERANCE)
+    assert_per_time_step_kernel_matches_reference(cell, irnn_triton, "irnn_forward", monkeypatch)

@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from triton_helpers import DEVICE, DTYPE, TOLERANCE, assert_triton_matches_reference, build, requires_triton, sequence
+from triton_helpers import (
+    DEVICE,
+    DTYPE,
+    assert_per_time_step_kernel_matches_reference,
+    assert_triton_matches_reference,
+    build,
+    requires_triton,
+    sequence,
+)
 
 pytestmark = requires_triton
 
@@ -75,35 +83,8 @@ def test_fake_implementations_and_autograd_registration_pass_opcheck(eta_shape):
 
 @pytest.mark.parametrize("options", [{"K": 2, "eta_param": "raw"}, {"K": 1, "gate": "outside", "eta_param": "exp"}])
 def test_per_time_step_step_sizes_run_in_the_kernel_and_equal_the_reference(options, monkeypatch):
-    """The copy presets' eta_k^i: each call reads its rows eta[c : c + T] (here from c = 2), the final counter
-    moves by each sequence's length, and dL/deta lands on those rows alone."""
+    """The copy presets' eta_k^i: each call reads its rows eta[c : c + T]."""
     from ltdrnn.cells.fused import tarnn_triton
 
     cell = build("tarnn", hidden_size=18, eta=0.2, eta_per_time_step=True, max_length=9, **options)
-    with torch.no_grad():  # distinct step sizes per row, so a row read at the wrong time step shows
-        cell.steps.parameter.mul_(torch.linspace(0.5, 1.5, 9, dtype=DTYPE, device=DEVICE)[:, None])
-    x, h, lengths = sequence(cell, 5, 4)
-    kernel_calls = []
-    monkeypatch.setattr(tarnn_triton, "tarnn_forward", _counting(tarnn_triton.tarnn_forward, kernel_calls))
-    results = {}
-    for impl in ("triton", "reference"):
-        cell.zero_grad()
-        x_, h_ = x.clone().requires_grad_(), h.clone().requires_grad_()
-        counter = torch.full((4,), 2, dtype=torch.int64, device=DEVICE)
-        out, (final, moved) = cell.scan(x_, (h_, counter), lengths, impl=impl)
-        (out.square().sum() + final.sum()).backward()
-        results[impl] = (out, final, moved, x_.grad, h_.grad, *(p.grad for p in cell.parameters()))
-    assert len(kernel_calls) == 1, "the per-time-step scan did not take the Triton kernel"
-    assert torch.equal(results["triton"][2], 2 + lengths.to(DEVICE))
-    eta_grad = results["triton"][5 + [p is cell.steps.parameter for p in cell.parameters()].index(True)]
-    assert eta_grad[2:7].abs().sum() > 0 and not eta_grad[:2].any() and not eta_grad[7:].any()
-    for got, want in zip(results["triton"], results["reference"]):
-        torch.testing.assert_close(got, want, **TOLERANCE)
-
-
-def _counting(function, calls):
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return function(*args, **kwargs)
-
-    return counted
+    assert_per_time_step_kernel_matches_reference(cell, tarnn_triton, "tarnn_forward", monkeypatch)
