@@ -25,6 +25,7 @@ from ltdrnn import metrics as M
 from ltdrnn.cells.registry import entry, list_cells
 from ltdrnn.config import ConfigError, load_config
 from ltdrnn.models import build_model
+from ltdrnn.optimizers import SpikeGuard
 from ltdrnn.tasks import build_task, list_tasks
 from ltdrnn.tasks.base import _TASKS
 from ltdrnn.tasks.speech import KAGGLE_WORDS
@@ -414,6 +415,101 @@ def test_a_non_finite_loss_before_the_first_evaluation_rolls_back_to_the_start(t
 def test_rollbacks_must_be_a_count(tmp_path):
     with pytest.raises(ConfigError, match=r"train.rollbacks: expected a non-negative value, got -1"):
         load_config(tiny_config(tmp_path), ["train.rollbacks=-1"])
+
+
+# ---- the spike guard (optim.skip_spikes) --------------------------------------------------------------
+def _guard_with_gradients(norms, factor=10.0, clip_norm=None):
+    """A guard fed one gradient of each norm in turn; returns it, its decisions and the gradients it left."""
+    guard, weight, decisions, left = SpikeGuard(factor, clip_norm), torch.nn.Parameter(torch.zeros(3)), [], []
+    for step, norm in enumerate(norms, start=1):
+        weight.grad = torch.tensor([norm, 0.0, 0.0])
+        decisions.append(guard.admits([weight], step))
+        left.append(float(weight.grad[0]))
+    return guard, decisions, left
+
+
+def test_the_guard_vetoes_a_norm_above_its_factor_times_the_median_once_it_has_seen_enough():
+    calm = [1.0, 2.0] * 5  # ten norms: median 1.5
+    guard, decisions, _ = _guard_with_gradients(calm + [15.1, 14.9, 1.0, math.inf, math.nan])
+    assert decisions == [True] * 10 + [False, True, True, False, False]
+    assert guard.skipped == [11, 14, 15]
+    # a vetoed norm does not enter the median: two spikes in a row are both judged against the calm steps
+    assert _guard_with_gradients(calm + [100.0, 100.0])[1][-2:] == [False, False]
+    # before ten norms are known only a non-finite one is vetoed
+    assert _guard_with_gradients([1.0, 1000.0, math.inf])[1] == [True, True, False]
+
+
+def test_the_guard_clips_as_clip_norm_does_and_without_a_factor_admits_everything():
+    _, decisions, left = _guard_with_gradients([0.5, 3.0, 1e6], factor=None, clip_norm=1.0)
+    assert decisions == [True, True, True] and left == pytest.approx([0.5, 1.0, 1.0], rel=1e-5)
+    _, decisions, left = _guard_with_gradients([0.5, 3.0], factor=10.0, clip_norm=1.0)
+    assert decisions == [True, True] and left == pytest.approx([0.5, 1.0], rel=1e-5)
+
+
+def _spike_gradients_at(monkeypatch, steps):
+    real = SpikeGuard.admits
+
+    def spiking(self, parameters, step):
+        if step in steps:
+            for parameter in parameters:
+                parameter.grad.mul_(1e3)
+        return real(self, parameters, step)
+
+    monkeypatch.setattr(SpikeGuard, "admits", spiking)
+
+
+SPIKE_SETTINGS = [
+    "train.steps=16",
+    "train.eval_every=4",
+    "train.checkpoint_every=3",
+    "model.dropout=0.3",
+    "model.num_layers=2",
+    "task.options.n_train=40",
+]
+
+
+def test_a_spiking_batch_is_skipped_as_if_its_update_were_never_made(tmp_path, monkeypatch):
+    real = SpikeGuard.admits
+
+    def vetoing_13(self, parameters, step):  # the reference: step 13 makes no update, by hand
+        return False if step == 13 else real(self, parameters, step)
+
+    monkeypatch.setattr(SpikeGuard, "admits", vetoing_13)
+    reference = run(tmp_path / "reference", SPIKE_SETTINGS + ["optim.skip_spikes=10"])
+    monkeypatch.setattr(SpikeGuard, "admits", real)
+    _spike_gradients_at(monkeypatch, {13})
+    guarded = run(tmp_path / "guarded", SPIKE_SETTINGS + ["optim.skip_spikes=10"])
+    unguarded = run(tmp_path / "unguarded", SPIKE_SETTINGS)
+    assert guarded["metrics"]["skipped_updates"] == [13] and unguarded["metrics"]["skipped_updates"] == []
+    for key, weight in _final_weights(reference).items():
+        assert torch.equal(weight, _final_weights(guarded)[key]), key
+    assert any(not torch.equal(w, _final_weights(guarded)[k]) for k, w in _final_weights(unguarded).items())
+
+
+def test_the_guard_s_memory_survives_an_interruption(tmp_path, monkeypatch):
+    """Resumed at step 9, the guard still knows the nine norms before it and vetoes the spike at step 13
+    as the uninterrupted run does (started afresh it would know only three and let it through)."""
+    _spike_gradients_at(monkeypatch, {13})
+    settings = SPIKE_SETTINGS + ["optim.skip_spikes=10"]
+    whole = run(tmp_path / "a", settings)
+    cfg = load_config(tiny_config(tmp_path / "b"), settings)
+
+    def stop_at_10(state):
+        if state["step"] == 10:
+            raise TrainingInterrupted("simulated interruption")
+
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stop_at_10])
+    resumed = train(cfg, resume=True)
+    assert resumed["metrics"]["skipped_updates"] == whole["metrics"]["skipped_updates"] == [13]
+    for key, weight in _final_weights(whole).items():
+        assert torch.equal(weight, _final_weights(resumed)[key]), key
+
+
+@pytest.mark.parametrize("value", ["1", "0.5", "-3"])
+def test_skip_spikes_must_be_a_factor_above_one(tmp_path, value):
+    with pytest.raises(ConfigError, match=rf"optim.skip_spikes: expected a factor above 1, got {value}"):
+        load_config(tiny_config(tmp_path), [f"optim.skip_spikes={value}"])
 
 
 # ---- smoke over the registries ------------------------------------------------------------------

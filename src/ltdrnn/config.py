@@ -4,7 +4,7 @@ A :class:`RunConfig` fully describes one experiment::
 
     model:  cell, hidden_size, num_layers, options (cell keywords), head, embedding
     task:   name, options (task keywords)
-    optim:  name (adam | rmsprop | sgd), lr, momentum, alpha, weight_decay, clip_norm,
+    optim:  name (adam | rmsprop | sgd), lr, momentum, alpha, weight_decay, clip_norm, skip_spikes,
             halve_every (tau epochs), loss_reduction (mean | sum)
     train:  epochs or steps, batch_size, eval_every, seed, device, loss_weights, ...
     run_dir, results (a SQLite path or a database URL), preset, study
@@ -86,6 +86,9 @@ class OptimConfig:
     uses SGD with 0.9). ``weight_decay``: L2 penalty coefficient (added to the gradient, as torch's
     ``weight_decay``). ``clip_norm``: clip the global gradient norm to this value (None: no clipping).
     ``halve_every``: halve the learning rate every tau epochs (None: constant; TARNN's tau).
+    ``skip_spikes``: skip the update of a batch whose gradient norm is above this factor (> 1) times the
+    median of the last 50 updates, or not finite (None: every batch updates;
+    :class:`ltdrnn.optimizers.SpikeGuard`); the steps skipped are in the result (``metrics.skipped_updates``).
     ``loss_reduction``: ``mean`` averages the task loss over the batch; ``sum`` sums it over the batch
     (MIST; its learning rates assume the sum). Per-step losses are averaged over each sequence's steps
     in both cases. ``lr_scales``: learning-rate multipliers by parameter name, ``{pattern: factor}``
@@ -101,6 +104,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     clip_norm: Optional[float] = None
     halve_every: Optional[int] = None
+    skip_spikes: Optional[float] = None
     loss_reduction: str = "mean"
     lr_scales: Dict[str, float] = field(default_factory=dict)
 
@@ -300,6 +304,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     for pattern, factor in cfg.optim.lr_scales.items():
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
             raise ConfigError(f"optim.lr_scales.{pattern}: expected a positive number, got {factor!r}")
+    if cfg.optim.skip_spikes is not None and not cfg.optim.skip_spikes > 1:
+        raise ConfigError(f"optim.skip_spikes: expected a factor above 1, got {cfg.optim.skip_spikes!r}")
     if not 0 < cfg.optim.alpha < 1:
         raise ConfigError(f"optim.alpha: expected a value in (0, 1), got {cfg.optim.alpha!r}")
     if cfg.train.epochs is None and cfg.train.steps is None:

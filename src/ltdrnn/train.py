@@ -54,7 +54,7 @@ from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import checkpoint_file as checkpoint_file
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .memory import tune_malloc
-from .optimizers import build_optimizer, build_scheduler
+from .optimizers import SpikeGuard, build_optimizer, build_scheduler
 from .results.stamps import new_run_id, version_info
 
 # re-exported: callers imported these from ltdrnn.train before results/store.py held them
@@ -199,6 +199,7 @@ class Run:
         D.seed_rank(cfg.train.seed)
         self.optimizer = build_optimizer(cfg, self.model)
         self.scheduler = build_scheduler(cfg, self.optimizer)
+        self.spikes = SpikeGuard(cfg.optim.skip_spikes, cfg.optim.clip_norm)
         self.train_set = self.task.dataset("train")
         self.validates = validation_size(cfg, self.task) > 0
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
@@ -317,9 +318,8 @@ class Run:
                 total = total + weight * terms[name]
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        if self.cfg.optim.clip_norm:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
-        self.optimizer.step()
+        if self.spikes.admits(list(self.model.parameters()), self.step + 1):
+            self.optimizer.step()
         apply_constraints_(self.model)
         return D.global_loss(loss.detach(), factor, reduction), {k: float(v.detach()) for k, v in terms.items()}
 
@@ -412,6 +412,7 @@ class Run:
             "test": test,
             "val_best": self.best["metric"] if self.best else None,
             "rollbacks": self.rollbacks,
+            "skipped_updates": self.spikes.skipped,
             "best_step": self.best["step"] if self.best else self.step,
             "checkpoint": "last" if self.best is None else f"best validation {cfg.select_on}",
             "params": M.parameter_count(self.model),
@@ -472,6 +473,7 @@ class Run:
             "status": self.status,
             "running": self.running,
             "rollbacks": self.rollbacks,
+            "spikes": self.spikes.state_dict(),
         }
         atomic_save(checkpoint, self.run_dir / CHECKPOINT)
         if self.cfg.train.rollbacks and self.best is not None and self.best["step"] == self.step:
@@ -513,6 +515,7 @@ class Run:
                 setattr(self, key, checkpoint[key])
             set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
             self.rollbacks = list(checkpoint.get("rollbacks", []))
+            self.spikes.load_state_dict(checkpoint.get("spikes"))
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
             raise CheckpointError(
                 f"{path}: not a checkpoint a run can resume from ({type(error).__name__}: {error})"
