@@ -433,10 +433,17 @@ def test_the_guard_vetoes_a_norm_above_its_factor_times_the_median_once_it_has_s
     guard, decisions, _ = _guard_with_gradients(calm + [15.1, 14.9, 1.0, math.inf, math.nan])
     assert decisions == [True] * 10 + [False, True, True, False, False]
     assert guard.skipped == [11, 14, 15]
-    # a vetoed norm does not enter the median: two spikes in a row are both judged against the calm steps
+    # one spike does not move the median: the next one is vetoed as well
     assert _guard_with_gradients(calm + [100.0, 100.0])[1][-2:] == [False, False]
     # before ten norms are known only a non-finite one is vetoed
     assert _guard_with_gradients([1.0, 1000.0, math.inf])[1] == [True, True, False]
+
+
+def test_a_lasting_change_of_scale_is_vetoed_for_half_a_window_then_admitted():
+    calm = [1.0, 2.0] * 25  # a full window of 50, median 1.5
+    guard, decisions, _ = _guard_with_gradients(calm + [30.0] * 30)
+    assert decisions[50:] == [False] * 25 + [True] * 5
+    assert guard.skipped == list(range(51, 76))
 
 
 def test_the_guard_clips_as_clip_norm_does_and_without_a_factor_admits_everything():

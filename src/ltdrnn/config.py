@@ -87,7 +87,7 @@ class OptimConfig:
     ``weight_decay``). ``clip_norm``: clip the global gradient norm to this value (None: no clipping).
     ``halve_every``: halve the learning rate every tau epochs (None: constant; TARNN's tau).
     ``skip_spikes``: skip the update of a batch whose gradient norm is above this factor (> 1) times the
-    median of the last 50 updates, or not finite (None: every batch updates;
+    median of the last 50 gradient norms, or not finite (None: every batch updates;
     :class:`ltdrnn.optimizers.SpikeGuard`); the steps skipped are in the result (``metrics.skipped_updates``).
     ``loss_reduction``: ``mean`` averages the task loss over the batch; ``sum`` sums it over the batch
     (MIST; its learning rates assume the sum). Per-step losses are averaged over each sequence's steps

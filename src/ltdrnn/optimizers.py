@@ -55,8 +55,10 @@ def build_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer) -> Optiona
 
 class SpikeGuard:
     """Clips the gradients (``optim.clip_norm``) and, with ``optim.skip_spikes = f``, vetoes the update of a
-    batch whose global gradient norm (before clipping) is not finite or above ``f`` times the median norm of
-    the last ``WINDOW`` updates taken (judged once ``MIN_SEEN`` are known).
+    batch whose global gradient norm (before clipping) is not finite or above ``f`` times the median of the
+    last ``WINDOW`` finite norms, vetoed or not (judged once ``MIN_SEEN`` are known). Vetoed norms count: a
+    lasting change of scale becomes the median within half a window and updates resume (a guard that
+    remembered only the norms it let through vetoed every step after one, docs/notes/tarnn.md).
 
     Why: a long copy run can meet a batch whose backward pass explodes at an ordinary loss (TARNN copy
     T = 500: the norm 1,000 x its median at a loss of 0.005, docs/notes/tarnn.md). Clipping bounds the
@@ -79,12 +81,14 @@ class SpikeGuard:
                 nn.utils.clip_grad_norm_(parameters, self.clip_norm)
             return True
         norm = float(nn.utils.clip_grad_norm_(parameters, self.clip_norm or math.inf))
-        known = len(self.norms) >= self.MIN_SEEN
-        if not math.isfinite(norm) or (known and norm > self.factor * statistics.median(self.norms)):
+        if not math.isfinite(norm):
             self.skipped.append(step)
             return False
+        spike = len(self.norms) >= self.MIN_SEEN and norm > self.factor * statistics.median(self.norms)
         self.norms.append(norm)
-        return True
+        if spike:
+            self.skipped.append(step)
+        return not spike
 
     def state_dict(self) -> Dict[str, Any]:
         return {"norms": list(self.norms), "skipped": list(self.skipped)}
