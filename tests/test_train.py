@@ -59,6 +59,16 @@ def test_epoch_order_depends_on_seed_and_epoch_only():
     assert sorted(i for batch in a for i in batch) == list(range(20)) and len(a[-1]) == 2
 
 
+def stopping_at(step):
+    """A trainer callback that interrupts the run right after ``step``, as a user's Ctrl-C would."""
+
+    def stop(state):
+        if state["step"] == step:
+            raise TrainingInterrupted("simulated interruption")
+
+    return stop
+
+
 def _final_weights(record):
     return torch.load(f"{record['run_dir']}/last.pt", weights_only=False)["model"]
 
@@ -77,13 +87,9 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     ]
     whole = run(tmp_path / "a", settings)
 
-    def stop_at_7(state):  # the latest checkpoint is step 6: steps 7.. are redone after resuming
-        if state["step"] == 7:
-            raise TrainingInterrupted("simulated interruption")
-
     cfg_b = load_config(tiny_config(tmp_path / "b"), settings)
-    with pytest.raises(TrainingInterrupted):
-        train(cfg_b, callbacks=[stop_at_7])
+    with pytest.raises(TrainingInterrupted):  # the latest checkpoint is step 6: steps 7.. are redone
+        train(cfg_b, callbacks=[stopping_at(7)])
     assert torch.load(tmp_path / "b" / "run" / "last.pt", weights_only=False)["step"] == 6
     resumed = train(cfg_b, resume=True)
 
@@ -111,13 +117,8 @@ def test_a_run_started_on_another_device_and_moved_resumes_here(tmp_path):
     settings = ["train.steps=6", "train.eval_every=2", "train.checkpoint_every=2"]
     whole = run(tmp_path / "a", settings)
     cfg = load_config(tiny_config(tmp_path / "b"), settings)
-
-    def stop_at_5(state):
-        if state["step"] == 5:
-            raise TrainingInterrupted("simulated interruption")
-
     with pytest.raises(TrainingInterrupted):
-        train(cfg, callbacks=[stop_at_5])
+        train(cfg, callbacks=[stopping_at(5)])
     path = tmp_path / "b" / "run" / "last.pt"
     checkpoint = torch.load(path, weights_only=False)
     checkpoint["config"]["train"]["device"] = "cuda"
@@ -340,13 +341,8 @@ def test_a_non_finite_loss_rolls_back_to_the_best_validation_and_goes_on_at_half
     # the reference: the same run stopped right after its checkpoint of that step, the checkpoint's
     # learning rates halved by hand, then resumed
     cfg = load_config(tiny_config(tmp_path / "reference"), ROLLBACK_SETTINGS + ["train.rollbacks=2"])
-
-    def stop_after_best(state):  # before the checkpoint at the end of the epoch
-        if state["step"] == best + 1:
-            raise TrainingInterrupted("simulated interruption")
-
-    with pytest.raises(TrainingInterrupted):
-        train(cfg, callbacks=[stop_after_best])
+    with pytest.raises(TrainingInterrupted):  # before the checkpoint at the end of the epoch
+        train(cfg, callbacks=[stopping_at(best + 1)])
     path = tmp_path / "reference" / "run" / "last.pt"
     checkpoint = torch.load(path, weights_only=False)
     assert checkpoint["step"] == best
@@ -500,13 +496,8 @@ def test_the_guard_s_memory_survives_an_interruption(tmp_path, monkeypatch):
     settings = SPIKE_SETTINGS + ["optim.skip_spikes=10"]
     whole = run(tmp_path / "a", settings)
     cfg = load_config(tiny_config(tmp_path / "b"), settings)
-
-    def stop_at_10(state):
-        if state["step"] == 10:
-            raise TrainingInterrupted("simulated interruption")
-
     with pytest.raises(TrainingInterrupted):
-        train(cfg, callbacks=[stop_at_10])
+        train(cfg, callbacks=[stopping_at(10)])
     resumed = train(cfg, resume=True)
     assert resumed["metrics"]["skipped_updates"] == whole["metrics"]["skipped_updates"] == [13]
     for key, weight in _final_weights(whole).items():
