@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -241,6 +243,8 @@ def test_layer_exposes_budget_and_masks():
 
 
 def test_clear_errors():
+    with pytest.raises(TypeError, match="coordinator_state_grad: expected a bool"):
+        ltdrnn.build("sarnn", 3, 8, coordinator_state_grad="no")
     with pytest.raises(ValueError, match="recurrence"):
         ltdrnn.build("sarnn", 3, 8, recurrence="rnn")
     with pytest.raises(ValueError, match="slope"):
@@ -631,3 +635,93 @@ def test_compiled_loops_accept_an_empty_batch(capfd):
     assert got["outputs"].shape == (40, 0, 5) and got["carry"].shape == (0, 5)
     printed = capfd.readouterr()
     assert "ERROR" not in printed.out + printed.err
+
+
+# ---- coordinator_state_grad=False: the straight-through gradient stops at the coordinator's read of h ----
+def hand_written_local_gradient_loop(cell, x, h0):
+    """SA-RNN (GRU) from its equations, the coordinator reading ``h_{t-1}`` detached: a_t = w_u sg(h) + W_i x_t
+    + b, u~ = clamp((alpha a + 1) / 2), u = [u~ > 1/2] with du/du~ = 1, h_t = h + u (GRU(x_t, h) - h)."""
+    gru = nn.GRUCell(cell.input_size, cell.hidden_size, dtype=x.dtype)
+    gru.weight_ih, gru.weight_hh, gru.bias_ih, gru.bias_hh = cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh
+    h, outputs, probs = h0, [], []
+    for x_t in x:
+        a = cell.coord_weight_hh * h.detach() + x_t @ cell.coord_weight_ih.t() + cell.coord_bias
+        prob = torch.clamp((cell.slope * a + 1) / 2, 0.0, 1.0)
+        u = (prob > 0.5).to(x.dtype) + prob - prob.detach()
+        h = h + u * (gru(x_t, h) - h)
+        outputs.append(h)
+        probs.append(prob)
+    return torch.stack(outputs), torch.stack(probs)
+
+
+def local_gradient_cell(seed=5):
+    cell = make(seed=seed, h=16, coordinator_state_grad=False, anneal_slope=False, slope=1.5, dtype=torch.float64)
+    with torch.no_grad():  # a coordinator that updates some units and skips others, and changes with h
+        cell.coord_bias.uniform_(-1.0, 1.0)
+        cell.coord_weight_hh.uniform_(-2.0, 2.0)
+    return cell
+
+
+def test_a_local_coordinator_gradient_is_the_hand_written_loop_with_the_state_read_detached():
+    cell = local_gradient_cell()
+    x = torch.randn(25, 3, 3, dtype=torch.float64, requires_grad=True)
+    h0 = (0.3 * torch.randn(3, 16, dtype=torch.float64)).requires_grad_()
+    expected_out, expected_prob = hand_written_local_gradient_loop(cell, x, h0)
+    loss = weighted_loss(expected_out, expected_out[-1]) + 0.1 * expected_prob.mean(-1).sum(0).mean()
+    names = ("x", "h0", *dict(cell.named_parameters()))
+    expected = dict(zip(names, torch.autograd.grad(loss, [x, h0, *cell.parameters()])))
+    got = differentiate(cell, x.detach(), h0.detach(), "reference", weighted_loss)
+    assert 0.1 < 1 - got["mask"].mean() < 0.9
+    torch.testing.assert_close(got["out"], expected_out.detach(), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(got["grad x"], expected["x"], atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(got["grad h0"], expected["h0"], atol=1e-10, rtol=1e-8)
+    for name, _ in cell.named_parameters():
+        torch.testing.assert_close(got[name], expected[name], atol=1e-10, rtol=1e-8, msg=name)
+
+
+def test_a_local_coordinator_gradient_changes_the_gradient_and_never_the_forward_pass():
+    x, h0 = torch.randn(25, 3, 3, dtype=torch.float64), 0.3 * torch.randn(3, 16, dtype=torch.float64)
+    local = differentiate(local_gradient_cell(), x, h0, "reference", weighted_loss)
+    through = local_gradient_cell()
+    through.coordinator_state_grad = True
+    full = differentiate(through, x, h0, "reference", weighted_loss)
+    assert torch.equal(local["out"], full["out"]) and torch.equal(local["mask"], full["mask"])
+    for key in ("grad h0", "coord_weight_hh", "weight_hh"):
+        assert not torch.allclose(local[key], full[key]), key
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["compiled", "pytorch-loop"])
+def test_fused_loops_with_a_local_coordinator_gradient_equal_the_reference(monkeypatch, kernels):
+    if kernels and not compiled_loop_available():
+        pytest.skip("no C++ compiler for csrc/sarnn.cpp")
+    if not kernels:
+        monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
+    import ltdrnn.cells.fused.sarnn as sarnn_module
+
+    calls = []
+    real = sarnn_module._compiled_forward
+    monkeypatch.setattr(sarnn_module, "_compiled_forward", lambda *a: calls.append(1) or real(*a))
+    cell = local_gradient_cell()
+    x, h0 = torch.randn(40, 3, 3, dtype=torch.float64), 0.3 * torch.randn(3, 16, dtype=torch.float64)
+    lengths = torch.tensor([40, 17, 29])
+    fused = differentiate(cell, x, h0, "fused", weighted_loss, lengths)
+    assert bool(calls) == kernels
+    reference = differentiate(cell, x, h0, "reference", weighted_loss, lengths)
+    for key, expected in reference.items():
+        torch.testing.assert_close(fused[key], expected, atol=1e-10, rtol=1e-8, msg=key)
+
+
+def test_without_the_coordinator_s_state_path_gradients_grow_slowly_where_they_explode_with_it(monkeypatch):
+    """docs/reliability.md, "SA-RNN's gradients grow with T": seed 1 at T = 3,000, the largest parameter
+    gradient of the last output 3.3e7 with the path and 866 without it. A cell without the path has no
+    gradient-length limit, so it does not warn."""
+    largest = {}
+    for state_grad in (True, False):
+        torch.manual_seed(1)
+        layer = ltdrnn.Recurrent("sarnn", 1, 64, coordinator_state_grad=state_grad)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore" if state_grad else "error")
+            out, _ = layer(torch.randn(8, 3000, 1))
+        out[:, -1].sum().backward()
+        largest[state_grad] = max(p.grad.norm().item() for p in layer.parameters())
+    assert largest[True] > 1e6 and largest[False] < 1e4

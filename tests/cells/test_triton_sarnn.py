@@ -26,6 +26,11 @@ def test_triton_equals_the_reference(steps, batch):
     assert_triton_matches_reference(cell, *sequence(cell, steps, batch))
 
 
+def test_a_local_coordinator_gradient_equals_the_reference():
+    cell = build("sarnn", hidden_size=20, slope=2.0, anneal_slope=False, coordinator_state_grad=False)
+    assert_triton_matches_reference(cell, *sequence(cell, 6, 5))
+
+
 def test_masks_probabilities_and_the_budget_gradient_equal_the_reference():
     cell = build("sarnn", hidden_size=18)
     x, state, lengths = sequence(cell, 6, 5)

@@ -48,7 +48,11 @@ _PAPER = (
     family="source",
     paper=_PAPER,
     gradcheck=False,
-    variants={"lstm": {"recurrence": "lstm"}, "fixed_slope": {"anneal_slope": False, "slope": 2.0}},
+    variants={
+        "lstm": {"recurrence": "lstm"},
+        "fixed_slope": {"anneal_slope": False, "slope": 2.0},
+        "local_coordinator_gradient": {"coordinator_state_grad": False},
+    },
 )
 class SARNN(MaskedCell):
     """Selective-activation RNN: a GRU (or LSTM) whose units are updated only where a coordinator says.
@@ -69,6 +73,11 @@ class SARNN(MaskedCell):
             prob = hard_sigmoid(w_u * h + W_i @ x[t] + b, alpha); u = prob > 0.5
             h = where(u, GRU(x[t], h), h)
 
+    Gradient: straight-through, ``du/du~ = 1``. With ``coordinator_state_grad=False`` the coordinator reads
+    ``h_{t-1}`` as a constant in the backward pass (``a_t = w_u * stop_grad(h_{t-1}) + ...``): the
+    surrogate still trains ``w_u``, ``W_i`` and ``b``, but adds nothing to ``dL/dh_{t-1}``. The forward pass
+    is the same either way.
+
     Slope: ``alpha = slope`` if not ``anneal_slope``, else ``alpha = min(max_slope, slope +
     slope_increment * epoch)`` after ``set_epoch(epoch)`` (paper: ``min(5, 1 + 0.04 epoch)``).
 
@@ -87,6 +96,8 @@ class SARNN(MaskedCell):
         input_size, hidden_size: d, H.
         recurrence: ``"gru"`` (paper) or ``"lstm"``.
         slope, anneal_slope, slope_increment, max_slope: the hard-sigmoid slope and its schedule.
+        coordinator_state_grad: whether the straight-through gradient flows from the coordinator into
+            ``h_{t-1}`` (True, as the authors' code) or stops there (False; docs/cells/sarnn.md, "Gradient").
         impl, device, dtype: see :class:`~ltdrnn.cells.base.Cell`.
 
     Init: recurrence as torch.nn (``U(-1/sqrt(H), 1/sqrt(H))``); coordinator ``W_i``, ``w_u``, ``b``
@@ -110,8 +121,9 @@ class SARNN(MaskedCell):
         (True, ['budget'])
     """
 
-    # The straight-through surrogate lets gradients grow with T; measured up to which T they stay usable:
-    # docs/reliability.md, "SA-RNN's gradients grow with T".
+    # The straight-through surrogate's path through the coordinator's read of h_{t-1} lets gradients grow
+    # geometrically with T; measured up to which T they stay usable: docs/reliability.md, "SA-RNN's
+    # gradients grow with T". Without that path (coordinator_state_grad=False) they grow about linearly.
     gradient_length_limit = 2000
 
     def __init__(
@@ -123,6 +135,7 @@ class SARNN(MaskedCell):
         anneal_slope: bool = True,
         slope_increment: float = 0.04,
         max_slope: float = 5.0,
+        coordinator_state_grad: bool = True,
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -137,6 +150,11 @@ class SARNN(MaskedCell):
             raise TypeError(f"anneal_slope: expected a bool, got {anneal_slope!r}")
         self.initial_slope = check_positive_float("slope", slope)
         self.anneal_slope = anneal_slope
+        if not isinstance(coordinator_state_grad, bool):
+            raise TypeError(f"coordinator_state_grad: expected a bool, got {coordinator_state_grad!r}")
+        self.coordinator_state_grad = coordinator_state_grad
+        if not coordinator_state_grad:
+            self.gradient_length_limit = None
         self.slope_increment = float(slope_increment)
         if not math.isfinite(self.slope_increment) or self.slope_increment < 0:
             raise ValueError(f"slope_increment: expected a finite number >= 0, got {slope_increment!r}")
@@ -197,7 +215,8 @@ class SARNN(MaskedCell):
         ``u~ = hard_sigmoid(w_u * h + W_i x + b, alpha)``, computed from ``coord_in`` of
         :meth:`precompute` as ``clamp(coord_in + (alpha / 2) w_u * h, 0, 1)``.
         """
-        prob = torch.clamp(torch.addcmul(coord_in, self.scaled_coord_weight(), h), 0.0, 1.0)
+        read = h if self.coordinator_state_grad else h.detach()
+        prob = torch.clamp(torch.addcmul(coord_in, self.scaled_coord_weight(), read), 0.0, 1.0)
         return prob, binary(prob, 0.5)
 
     def scaled_coord_weight(self) -> Tensor:
@@ -295,6 +314,7 @@ class SARNN(MaskedCell):
                 self.bias_hh,
                 self.scaled_coord_weight(),
                 self.bias_ih,
+                self.coordinator_state_grad,
             )
         self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
         return final_from_outputs(outputs, state, lengths)
@@ -307,7 +327,14 @@ class SARNN(MaskedCell):
         gi, coord_in = self.precompute(x)
         weight_hh = autocast_weight(self.weight_hh, x.device.type)
         outputs, probs, masks = sarnn_scan(
-            gi, coord_in, state, weight_hh, self.bias_hh, self.scaled_coord_weight(), lengths
+            gi,
+            coord_in,
+            state,
+            weight_hh,
+            self.bias_hh,
+            self.scaled_coord_weight(),
+            lengths,
+            self.coordinator_state_grad,
         )
         self.record_aux({"update_mask": masks.detach(), "update_prob": probs}, lengths)
         return outputs, final_state_at_lengths(outputs, lengths)
@@ -333,6 +360,7 @@ class SARNN(MaskedCell):
         return (
             super().extra_repr() + f", recurrence={self.recurrence!r}, slope={self.slope:g}, "
             f"anneal_slope={self.anneal_slope}"
+            + ("" if self.coordinator_state_grad else ", coordinator_state_grad=False")
         )
 
 

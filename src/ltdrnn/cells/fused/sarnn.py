@@ -21,7 +21,9 @@ class FusedSARNNGRU(torch.autograd.Function):
     """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
 
     Forward ``(x (T,B,d), weight_ih (3H,d), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh,
-    scaled_coord_weight (H,), bias_ih (3H,) or None) -> (outputs, probs, masks)``, each ``(T, B, H)``. The
+    scaled_coord_weight (H,), bias_ih (3H,) or None, state_grad) -> (outputs, probs, masks)``, each ``(T, B, H)``;
+    ``state_grad`` False leaves out the coordinator's term ``dL/du~ * (alpha/2) w_u`` of ``dL/dh_{t-1}``
+    (``SARNN(coordinator_state_grad=False)``). The
     input map ``gi = W_ih x`` is formed here, one product before the loop; the loop adds ``b_ih`` (the compiled
     loop as it goes, its gradient summed in the backward loop: one pass over ``gi`` and three over the
     gradients less), and the compiled backward loop also sums ``W_ih``'s gradient ``sum_t d_gi_t^T x_t`` while
@@ -37,9 +39,10 @@ class FusedSARNNGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight_ih, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None):
+    def forward(ctx, x, weight_ih, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None, state_grad=True):
         # an unused output's gradient arrives as None, not as a (T, B, H) tensor of zeros to fill and read
         ctx.set_materialize_grads(False)
+        ctx.state_grad = state_grad
         gi = torch.nn.functional.linear(x, weight_ih)
         ctx.compiled = _compiled_loop_runs(gi)
         ctx.bias_ih = bias_ih is not None
@@ -78,6 +81,7 @@ class FusedSARNNGRU(torch.autograd.Function):
         if ctx.compiled:
             return _compiled_backward(ctx, d_outputs, d_probs)
         x, weight_ih, h0, weight_hh, coord_weight, outputs, masks, pres = ctx.saved_tensors
+        carry_weight = state_path_weight(ctx, coord_weight)
         if d_probs is None:
             d_probs = torch.zeros_like(outputs)
         saved, ctx.saved = ctx.saved, None
@@ -115,7 +119,7 @@ class FusedSARNNGRU(torch.autograd.Function):
             delta = torch.lerp(n, hp, z).sub_(hp)
             aten.hardtanh_backward(torch.addcmul(d_prob, dh, delta), pre, 0.0, 1.0, grad_input=d_coord_t)
             d_coord_weight.addcmul_(d_coord_t, hp)
-            carry = torch.addcmul(dh - d_cand, d_cand, z).addcmul_(d_coord_t, coord_weight)
+            carry = torch.addcmul(dh - d_cand, d_cand, z).addcmul_(d_coord_t, carry_weight)
             carry.addmm_(d_gi_t[:, : 2 * hidden], weight_rz).addmm_(d_gh_n_t, weight_n)
         d_rz = d_gi[..., : 2 * hidden]
         d_weight_hh = torch.cat([weight_gradient(d_rz, outputs, h0), weight_gradient(d_gh_n, outputs, h0)])
@@ -123,7 +127,14 @@ class FusedSARNNGRU(torch.autograd.Function):
         d_bias_ih = d_gi.sum((0, 1)) if ctx.bias_ih else None
         d_weight_ih = d_gi.reshape(-1, d_gi.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
         d_x = d_gi @ weight_ih if ctx.needs_input_grad[0] else None
-        return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
+        return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih, None
+
+
+def state_path_weight(ctx, coord_weight: Tensor) -> Tensor:
+    """The weight of the coordinator's term in ``dL/dh_{t-1}``: ``(alpha/2) w_u``, or zeros when the
+    coordinator's read of the state is cut (``ctx.state_grad`` False). It is the only use of ``w_u`` in
+    every backward loop, so zeros cut that path and nothing else."""
+    return coord_weight if ctx.state_grad else torch.zeros_like(coord_weight)
 
 
 # ---- the whole time loop in compiled code (csrc/sarnn.cpp) ----------------------------------------
@@ -165,14 +176,15 @@ def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor | None) -> tuple:
     bias_sums = torch.empty(4 * hidden, dtype=torch.float64)  # [d_r | d_z | d_n | d_gh_n] over time and batch
     torch.ops.ltdrnn.sarnn_gru_backward(
         gates, news, outputs, h0, masks, probs, _unit_last_stride(d_outputs), _unit_last_stride(d_probs),
-        weight_hh.detach(), coord_weight.detach().contiguous(), d_gi, d_weight_hh, d_coord, d_coord_weight,
+        weight_hh.detach(), state_path_weight(ctx, coord_weight.detach()).contiguous(), d_gi, d_weight_hh, d_coord,
+        d_coord_weight,
         outputs.new_empty(batch, 3 * hidden), carry, bias_sums, x, d_weight_ih,
     )  # fmt: skip
     sums = bias_sums.to(outputs.dtype)
     d_bias_hh = torch.cat([sums[: 2 * hidden], sums[3 * hidden :]])
     d_bias_ih = sums[: 3 * hidden] if ctx.bias_ih else None
     d_x = d_gi @ weight_ih.detach() if ctx.needs_input_grad[0] else None
-    return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih
+    return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih, None
 
 
 def _unit_last_stride(gradient: Tensor | None) -> Tensor | None:

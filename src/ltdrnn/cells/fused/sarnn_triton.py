@@ -141,11 +141,13 @@ def _backward_kernel(grad_ptr, gprob_ptr, states_ptr, probs_ptr, masks_ptr, gate
 @torch.library.custom_op("ltdrnn::sarnn_triton_forward", mutates_args=())
 def sarnn_forward(
     gi: Tensor, coord_in: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor, coord_weight: Tensor,
-    lengths: Optional[Tensor],
+    lengths: Optional[Tensor], state_grad: bool = True,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """``gi (T, B, 3H)``, ``coord_in (T, B, H)``, ``h0 (B, H)``, ``W_hh (3H, H)``, ``b_hh (3H,)``, ``w (H,)`` ->
     ``states (T + 1, B, H)`` (row 0 ``h0``), ``prob``, ``u`` ``(T, B, H)`` (0 past lengths), and the saved
-    ``[r, z, gh_n]`` ``(T, B, 3H)`` and ``n`` ``(T, B, H)``; float32 (float64 for a float64 h0)."""
+    ``[r, z, gh_n]`` ``(T, B, 3H)`` and ``n`` ``(T, B, H)``; float32 (float64 for a float64 h0). ``state_grad``
+    False: the backward leaves out the coordinator's term of ``dL/dh_{t-1}`` (zeros for ``w`` there, its
+    only use in the backward kernel)."""
     steps, batch, hidden = coord_in.shape
     dtype = kernel_state_dtype(h0)
     states = gi.new_empty((steps + 1, batch, hidden), dtype=dtype)
@@ -161,7 +163,7 @@ def sarnn_forward(
 
 
 @sarnn_forward.register_fake
-def _(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths):
+def _(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths, state_grad=True):
     dtype = kernel_state_dtype(h0)
     steps, batch, hidden = coord_in.shape
     states = gi.new_empty((steps + 1, batch, hidden), dtype=dtype)
@@ -195,8 +197,9 @@ def _(grad, grad_probs, states, probs, masks, gates, news, w_hh, coord_weight, l
 
 
 def _setup(ctx, inputs, output):
-    gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths = inputs
+    gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths, state_grad = inputs
     states, probs, masks, gates, news = output
+    ctx.state_grad = state_grad
     ctx.save_for_backward(states, probs, masks, gates, news, w_hh, coord_weight, lengths)
     ctx.dtypes = (gi.dtype, coord_in.dtype, h0.dtype, w_hh.dtype, b_hh.dtype, coord_weight.dtype)
 
@@ -205,22 +208,23 @@ def _backward(ctx, grad_states, grad_probs, *_unused):
     states, probs, masks, gates, news, w_hh, coord_weight, lengths = ctx.saved_tensors
     if grad_probs is None:
         grad_probs = torch.zeros_like(probs)
+    carry_weight = coord_weight if ctx.state_grad else torch.zeros_like(coord_weight)
     dgh, dn, dci, dh0, dcw = sarnn_backward(grad_states, grad_probs, states, probs, masks, gates, news, w_hh,
-                                            coord_weight, lengths)  # fmt: skip
+                                            carry_weight, lengths)  # fmt: skip
     hidden = news.shape[-1]
     gi_dtype, ci_dtype, h_dtype, w_dtype, b_dtype, cw_dtype = ctx.dtypes
     d_gi = torch.cat([dgh[..., : 2 * hidden], dn], dim=-1)
     d_w = dgh.reshape(-1, 3 * hidden).t() @ states[:-1].reshape(-1, hidden)
     return (d_gi.to(gi_dtype), dci.to(ci_dtype), dh0.to(h_dtype), d_w.to(w_dtype), dgh.sum((0, 1)).to(b_dtype),
-            dcw.sum(0).to(cw_dtype), None)  # fmt: skip
+            dcw.sum(0).to(cw_dtype), None, None)  # fmt: skip
 
 
 sarnn_forward.register_autograd(_backward, setup_context=_setup)
 
 
 def sarnn_scan(gi: Tensor, coord_in: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor, coord_weight: Tensor,
-               lengths: Tensor | None) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+               lengths: Tensor | None, state_grad: bool = True) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """The cell's entry: outputs, update probabilities and masks, each ``(T, B, H)`` (0 past each length),
     in h0's dtype."""
-    states, probs, masks, _, _ = sarnn_forward(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths)
+    states, probs, masks, _, _ = sarnn_forward(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths, state_grad)
     return states[1:].to(h0.dtype), probs.to(h0.dtype), masks.to(h0.dtype)
