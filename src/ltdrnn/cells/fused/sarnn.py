@@ -133,7 +133,7 @@ class FusedSARNNGRU(torch.autograd.Function):
 def state_path_weight(ctx, coord_weight: Tensor) -> Tensor:
     """The weight of the coordinator's term in ``dL/dh_{t-1}``: ``(alpha/2) w_u``, or zeros when the
     coordinator's read of the state is cut (``ctx.state_grad`` False). It is the only use of ``w_u`` in
-    every backward loop, so zeros cut that path and nothing else."""
+    every backward loop (PyTorch, compiled and Triton), so zeros cut that path and nothing else."""
     return coord_weight if ctx.state_grad else torch.zeros_like(coord_weight)
 
 

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .sarnn import state_path_weight
 from .triton_blocks import (
     kernel_state_dtype,
     launch_options,
@@ -208,9 +209,8 @@ def _backward(ctx, grad_states, grad_probs, *_unused):
     states, probs, masks, gates, news, w_hh, coord_weight, lengths = ctx.saved_tensors
     if grad_probs is None:
         grad_probs = torch.zeros_like(probs)
-    carry_weight = coord_weight if ctx.state_grad else torch.zeros_like(coord_weight)
     dgh, dn, dci, dh0, dcw = sarnn_backward(grad_states, grad_probs, states, probs, masks, gates, news, w_hh,
-                                            carry_weight, lengths)  # fmt: skip
+                                            state_path_weight(ctx, coord_weight), lengths)  # fmt: skip
     hidden = news.shape[-1]
     gi_dtype, ci_dtype, h_dtype, w_dtype, b_dtype, cw_dtype = ctx.dtypes
     d_gi = torch.cat([dgh[..., : 2 * hidden], dn], dim=-1)
