@@ -1,5 +1,6 @@
 """The reproduction machinery: the claims table, verdict rules, one claim end to end at a tiny budget."""
 
+import json
 import math
 import re
 import sqlite3
@@ -456,6 +457,50 @@ def test_resume_trains_again_a_row_whose_analysis_was_interrupted(tmp_path, caps
     # --skip-done, the spelling before --resume, still works and says it is deprecated
     assert "ltdrnn: --skip-done is deprecated and goes in release 0.3; use --resume" in capsys.readouterr().err
     assert len(R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")) == 2
+
+
+def test_resume_continues_an_interrupted_run_in_its_directory(tmp_path):
+    # a claim run killed mid-training (here: a callback raising at step 2, after its checkpoint) is
+    # continued by --resume from that checkpoint, in the same directory, instead of trained again
+    from ltdrnn.reproduce.running import run_config
+    from ltdrnn.train import train
+
+    store, runs = str(tmp_path / "r.db"), tmp_path / "runs"
+    args = [
+        "run",
+        "tarnn-toy",
+        "--only",
+        "tarnn",
+        "--store",
+        store,
+        "--runs",
+        str(runs),
+        *TINY,
+        "--set",
+        "train.seed=5",
+    ]
+    claim = R.find_claim(R.load_claims(), "tarnn-toy")
+    spec = next(spec for spec in claim.runs if spec.label == "tarnn")
+
+    def killed(state):
+        if state["step"] == 2:
+            raise KeyboardInterrupt
+
+    cfg = run_config(claim, spec, "quick", store, str(runs), set_items(args), seed=5)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, callbacks=[killed])
+    (interrupted,) = list((runs / "tarnn-toy" / "quick").iterdir())
+    assert not (interrupted / "result.json").exists()
+    assert main(["reproduce", *args, "--resume"]) == 0
+    assert list((runs / "tarnn-toy" / "quick").iterdir()) == [interrupted]
+    (stored,) = R.Store(store).results.rows(study="reproduce/tarnn-toy/quick")
+    assert stored["config"]["run_dir"] == str(interrupted)
+    steps = [json.loads(line)["step"] for line in (interrupted / "history.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]  # steps 1-2 from the killed process, step 3 from the resumed one
+    # a directory of another config (a different --set) is not continued: that run starts afresh
+    (interrupted / "result.json").unlink()
+    assert main(["reproduce", *args, "--set", "train.eval_batches=1", "--resume"]) == 0
+    assert len(list((runs / "tarnn-toy" / "quick").iterdir())) == 2
 
 
 def test_an_analysis_stored_under_an_older_definition_makes_its_row_stale():

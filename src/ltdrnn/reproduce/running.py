@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..config import load_config
+from ..config import ConfigError, load_config
 from ..results import seed_of
 from .analyses import AnalysisWatcher
 from .claims import Claim, RunSpec
@@ -48,9 +48,12 @@ def run_config(
     extra: Sequence[str] = (),
     progress: bool = False,
     seed: int = DEFAULT_SEEDS[0],
+    resume: bool = False,
 ):
     """The config of one run and seed under ``budget``, stored as ``study = reproduce/<claim>/<budget>``,
-    ``name = <label>``, with the command lines that reproduce it in ``notes``."""
+    ``name = <label>``, with the command lines that reproduce it in ``notes``. Its run directory is new
+    (``<label>-s<seed>-<UTC stamp>``), or with ``resume`` the newest interrupted one of the same config
+    (:func:`interrupted_directory`), which training then continues."""
     from ..results import utc_stamp
 
     stamp = utc_stamp()
@@ -66,7 +69,38 @@ def run_config(
     ]
     cfg = load_config(spec.preset, overrides + bookkeeping)
     cfg.notes = notes
+    if resume and not watches_training(spec):
+        cfg.run_dir = str(interrupted_directory(Path(cfg.run_dir).parent, f"{spec.label}-s{seed}-", cfg) or cfg.run_dir)
     return cfg
+
+
+def interrupted_directory(parent: Path, prefix: str, cfg) -> Optional[Path]:
+    """The newest directory ``<prefix>*`` in ``parent`` that holds a checkpoint (``last.pt``) but no
+    result (``result.json``) and whose ``config.yaml`` equals ``cfg`` but for its run directory and
+    notes: a run killed before it finished, which ``--resume`` continues rather than starts again."""
+    wanted = _comparable(cfg.to_dict())
+    found = [
+        path
+        for path in parent.glob(f"{prefix}*")
+        if (path / "last.pt").is_file() and not (path / "result.json").exists() and (path / "config.yaml").is_file()
+    ]
+    for path in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            if _comparable(load_config(str(path / "config.yaml")).to_dict()) == wanted:
+                return path
+        except ConfigError:  # a config this release cannot read is not the same run
+            continue
+    return None
+
+
+def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
+    return {key: value for key, value in config.items() if key not in ("run_dir", "notes")}
+
+
+def watches_training(spec: RunSpec) -> bool:
+    """Whether an analysis of ``spec`` is measured during training (``jacobian_ratio``'s trace over the
+    steps): such a run cannot continue a checkpoint without losing part of it, so it starts again."""
+    return "jacobian_ratio" in spec.analyses
 
 
 def fresh_directory(path: Path) -> Path:
@@ -104,7 +138,7 @@ def run_claim(
     unknown = sorted(set(only or ()) - set(claim.labels))
     if unknown:
         raise ClaimError(f"--only: unknown run label {unknown[0]!r}; labels of {claim.id}: {', '.join(claim.labels)}")
-    runs = claim_runs(claim, budget, store, runs_dir, extra, only, progress, seeds)
+    runs = claim_runs(claim, budget, store, runs_dir, extra, only, progress, seeds, resume=skip_done)
     outcome = run_study(
         runs,
         store,
@@ -126,9 +160,10 @@ def claim_runs(
     only: Optional[Sequence[str]] = None,
     progress: bool = False,
     seeds: Sequence[int] = DEFAULT_SEEDS,
+    resume: bool = False,
 ) -> list:
     """The claim's runs under ``budget`` as study runs: each run label once per seed, its analyses
-    stored after training."""
+    stored after training; with ``resume`` an interrupted run continues its directory."""
     from functools import partial
 
     from ..studies import StudyRun
@@ -138,7 +173,7 @@ def claim_runs(
         for seed in seeds:
             if only and spec.label not in only:
                 continue
-            cfg = run_config(claim, spec, budget, store, runs_dir, extra, progress, seed)
+            cfg = run_config(claim, spec, budget, store, runs_dir, extra, progress, seed, resume)
             work = partial(train_with_analyses, spec, store, cfg.to_dict())
             runs.append(StudyRun(spec.label, seed, work, start_line=cfg.notes.splitlines()[1]))
     return runs
@@ -147,13 +182,14 @@ def claim_runs(
 def train_with_analyses(
     spec: RunSpec, store: str, config: Dict[str, Any], threads: Optional[int] = None, progress: Optional[bool] = None
 ) -> Dict[str, Any]:
-    """The work of one run of a claim: train it (storing its row), then store its analyses."""
+    """The work of one run of a claim: train it (storing its row), continuing its directory's checkpoint
+    if it has one, then store its analyses."""
     from ..studies import configured
     from ..train import train
 
     cfg = configured(config, threads, progress)
     watcher = AnalysisWatcher(spec, cfg)
-    record = train(cfg, callbacks=[watcher])
+    record = train(cfg, resume="auto", callbacks=[watcher])
     stored = Store(store)
     for kind, data in watcher.finish(record).items():
         stored.add_analysis(record["id"], cfg.study, spec.label, kind, data)
