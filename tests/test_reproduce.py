@@ -677,6 +677,25 @@ def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tm
     assert "`tarnn`: n = 1 (seeds 1; seeds missing)" in text
 
 
+def test_a_row_that_never_named_an_option_whose_default_changed_is_judged_by_the_old_default():
+    # SA-RNN's coordinator_state_grad was True until 2026-11-27T18:10 and False since: a pixel-MNIST row
+    # stored before then without the option counts for the preset that names True, and not for False
+    pixel = claim("pixel-mnist")
+    expected = R.staleness.expected_configs(pixel, "paper")["sarnn"]
+    assert expected["model.options"]["coordinator_state_grad"] is True
+    today = current_config(pixel, "sarnn", "paper", 1)
+    options = {k: v for k, v in today["model"]["options"].items() if k != "coordinator_state_grad"}
+    unnamed = {**today, "model": {**today["model"], "options": options}}
+    assert R.staleness.differences(unnamed, expected, "2026-11-26T09:00:00+00:00") == []
+    assert R.staleness.differences(unnamed, expected, "2026-11-27T18:30:00+00:00") == [
+        "model.options.coordinator_state_grad unset -> True"
+    ]
+    cut = {**expected["model.options"], "coordinator_state_grad": False}
+    assert R.staleness.differences(unnamed, {**expected, "model.options": cut}, "2026-11-26T09:00:00+00:00") == [
+        "model.options.coordinator_state_grad True -> False"
+    ]
+
+
 def test_a_row_differing_only_in_seed_threads_or_bookkeeping_counts_and_one_in_evaluation_does_not():
     adding = claim("adding-200")
     expected = R.staleness.expected_configs(adding, "paper")["tarnn"]

@@ -353,10 +353,15 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
         torch.testing.assert_close(compiled[key], pytorch_loop[key], **tight, msg=key)
 
 
+@pytest.mark.parametrize("state_grad", [True, False])
 @pytest.mark.parametrize("used", ["outputs", "probabilities", "both"])
-def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_one_as_none(monkeypatch, used):
+def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_one_as_none(
+    monkeypatch, used, state_grad
+):
     """Through a batch-first layer the output's gradient reaches the loop as a transposed view, and an
-    output nobody used as None (no zero tensor is filled): the gradients stay the reference's."""
+    output nobody used as None (no zero tensor is filled): the gradients stay the reference's. (Where only
+    the probabilities are used and their path into the state is cut, the recurrence gets no gradient: None
+    in the reference, zeros from the compiled loop.)"""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     import ltdrnn.cells.fused.sarnn as sarnn_module
@@ -370,7 +375,7 @@ def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_o
 
     def gradients(impl):
         torch.manual_seed(3)
-        layer = ltdrnn.Recurrent("sarnn", 3, 16, impl=impl).double()
+        layer = ltdrnn.Recurrent("sarnn", 3, 16, impl=impl, coordinator_state_grad=state_grad).double()
         with torch.no_grad():  # some units update, others skip
             layer.cells[0].coord_bias.uniform_(-1.0, 1.0)
             layer.cells[0].coord_weight_hh.uniform_(-2.0, 2.0)
@@ -385,9 +390,15 @@ def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_o
     assert (d_probs is None) == (used == "outputs")
     if used != "probabilities":
         assert not d_outputs.is_contiguous(), "a batch-first gradient arrives transposed"
-    assert compiled.keys() == reference.keys()
+    unreached = set(compiled) - set(reference)
+    assert unreached == (set() if state_grad or used != "probabilities" else {f"cells.0.{n}" for n in GRU_NAMES})
+    assert all(not compiled[name].any() for name in unreached)
+    assert set(reference) <= set(compiled)
     for name, expected in reference.items():
         torch.testing.assert_close(compiled[name], expected, atol=1e-9, rtol=1e-8, msg=name)
+
+
+GRU_NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
 def test_compiled_backward_operator_reads_strided_and_absent_incoming_gradients():
@@ -637,15 +648,16 @@ def test_compiled_loops_accept_an_empty_batch(capfd):
     assert "ERROR" not in printed.out + printed.err
 
 
-# ---- coordinator_state_grad=False: the straight-through gradient stops at the coordinator's read of h ----
-def hand_written_local_gradient_loop(cell, x, h0):
-    """SA-RNN (GRU) from its equations, the coordinator reading ``h_{t-1}`` detached: a_t = w_u sg(h) + W_i x_t
-    + b, u~ = clamp((alpha a + 1) / 2), u = [u~ > 1/2] with du/du~ = 1, h_t = h + u (GRU(x_t, h) - h)."""
+# ---- coordinator_state_grad: False (the default) stops the straight-through gradient at the coordinator's
+# read of h; True (the authors' code) lets it flow on into h ------------------------------------------------
+def hand_written_loop(cell, x, h0, state_grad):
+    """SA-RNN (GRU) from its equations: a_t = w_u h + W_i x_t + b (``h`` detached unless ``state_grad``),
+    u~ = clamp((alpha a + 1) / 2), u = [u~ > 1/2] with du/du~ = 1, h_t = h + u (GRU(x_t, h) - h)."""
     gru = nn.GRUCell(cell.input_size, cell.hidden_size, dtype=x.dtype)
     gru.weight_ih, gru.weight_hh, gru.bias_ih, gru.bias_hh = cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh
     h, outputs, probs = h0, [], []
     for x_t in x:
-        a = cell.coord_weight_hh * h.detach() + x_t @ cell.coord_weight_ih.t() + cell.coord_bias
+        a = cell.coord_weight_hh * (h if state_grad else h.detach()) + x_t @ cell.coord_weight_ih.t() + cell.coord_bias
         prob = torch.clamp((cell.slope * a + 1) / 2, 0.0, 1.0)
         u = (prob > 0.5).to(x.dtype) + prob - prob.detach()
         h = h + u * (gru(x_t, h) - h)
@@ -654,19 +666,20 @@ def hand_written_local_gradient_loop(cell, x, h0):
     return torch.stack(outputs), torch.stack(probs)
 
 
-def local_gradient_cell(seed=5):
-    cell = make(seed=seed, h=16, coordinator_state_grad=False, anneal_slope=False, slope=1.5, dtype=torch.float64)
+def coordinated_cell(seed=5, state_grad=False):
+    cell = make(seed=seed, h=16, coordinator_state_grad=state_grad, anneal_slope=False, slope=1.5, dtype=torch.float64)
     with torch.no_grad():  # a coordinator that updates some units and skips others, and changes with h
         cell.coord_bias.uniform_(-1.0, 1.0)
         cell.coord_weight_hh.uniform_(-2.0, 2.0)
     return cell
 
 
-def test_a_local_coordinator_gradient_is_the_hand_written_loop_with_the_state_read_detached():
-    cell = local_gradient_cell()
+@pytest.mark.parametrize("state_grad", [False, True])
+def test_the_reference_is_the_hand_written_loop_with_or_without_the_coordinator_s_state_path(state_grad):
+    cell = coordinated_cell(state_grad=state_grad)
     x = torch.randn(25, 3, 3, dtype=torch.float64, requires_grad=True)
     h0 = (0.3 * torch.randn(3, 16, dtype=torch.float64)).requires_grad_()
-    expected_out, expected_prob = hand_written_local_gradient_loop(cell, x, h0)
+    expected_out, expected_prob = hand_written_loop(cell, x, h0, state_grad)
     loss = weighted_loss(expected_out, expected_out[-1]) + 0.1 * expected_prob.mean(-1).sum(0).mean()
     names = ("x", "h0", *dict(cell.named_parameters()))
     expected = dict(zip(names, torch.autograd.grad(loss, [x, h0, *cell.parameters()])))
@@ -679,19 +692,19 @@ def test_a_local_coordinator_gradient_is_the_hand_written_loop_with_the_state_re
         torch.testing.assert_close(got[name], expected[name], atol=1e-10, rtol=1e-8, msg=name)
 
 
-def test_a_local_coordinator_gradient_changes_the_gradient_and_never_the_forward_pass():
+def test_the_coordinator_s_state_path_changes_the_gradient_and_never_the_forward_pass():
+    assert make().coordinator_state_grad is False  # the default since 2026-11-27
     x, h0 = torch.randn(25, 3, 3, dtype=torch.float64), 0.3 * torch.randn(3, 16, dtype=torch.float64)
-    local = differentiate(local_gradient_cell(), x, h0, "reference", weighted_loss)
-    through = local_gradient_cell()
-    through.coordinator_state_grad = True
-    full = differentiate(through, x, h0, "reference", weighted_loss)
+    local = differentiate(coordinated_cell(), x, h0, "reference", weighted_loss)
+    full = differentiate(coordinated_cell(state_grad=True), x, h0, "reference", weighted_loss)
     assert torch.equal(local["out"], full["out"]) and torch.equal(local["mask"], full["mask"])
     for key in ("grad h0", "coord_weight_hh", "weight_hh"):
         assert not torch.allclose(local[key], full[key]), key
 
 
+@pytest.mark.parametrize("state_grad", [False, True])
 @pytest.mark.parametrize("kernels", [True, False], ids=["compiled", "pytorch-loop"])
-def test_fused_loops_with_a_local_coordinator_gradient_equal_the_reference(monkeypatch, kernels):
+def test_fused_loops_equal_the_reference_with_or_without_the_coordinator_s_state_path(monkeypatch, kernels, state_grad):
     if kernels and not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     if not kernels:
@@ -701,7 +714,7 @@ def test_fused_loops_with_a_local_coordinator_gradient_equal_the_reference(monke
     calls = []
     real = sarnn_module._compiled_forward
     monkeypatch.setattr(sarnn_module, "_compiled_forward", lambda *a: calls.append(1) or real(*a))
-    cell = local_gradient_cell()
+    cell = coordinated_cell(state_grad=state_grad)
     x, h0 = torch.randn(40, 3, 3, dtype=torch.float64), 0.3 * torch.randn(3, 16, dtype=torch.float64)
     lengths = torch.tensor([40, 17, 29])
     fused = differentiate(cell, x, h0, "fused", weighted_loss, lengths)
@@ -712,9 +725,9 @@ def test_fused_loops_with_a_local_coordinator_gradient_equal_the_reference(monke
 
 
 def test_without_the_coordinator_s_state_path_gradients_grow_slowly_where_they_explode_with_it(monkeypatch):
-    """docs/reliability.md, "SA-RNN's gradients grow with T": seed 1 at T = 3,000, the largest parameter
-    gradient of the last output 3.3e7 with the path and 866 without it. A cell without the path has no
-    gradient-length limit, so it does not warn."""
+    """docs/reliability.md, "SA-RNN's gradients with the authors' surrogate path grow with T": seed 1 at
+    T = 3,000, the largest parameter gradient of the last output 3.3e7 with the path and 866 without it. A
+    cell without the path has no gradient-length limit, so it does not warn."""
     largest = {}
     for state_grad in (True, False):
         torch.manual_seed(1)

@@ -26,8 +26,9 @@ def test_triton_equals_the_reference(steps, batch):
     assert_triton_matches_reference(cell, *sequence(cell, steps, batch))
 
 
-def test_a_local_coordinator_gradient_equals_the_reference():
-    cell = build("sarnn", hidden_size=20, slope=2.0, anneal_slope=False, coordinator_state_grad=False)
+def test_the_authors_coordinator_gradient_equals_the_reference():
+    # the default cuts the coordinator's path into h (test_triton_equals_the_reference); True keeps it
+    cell = build("sarnn", hidden_size=20, slope=2.0, anneal_slope=False, coordinator_state_grad=True)
     assert_triton_matches_reference(cell, *sequence(cell, 6, 5))
 
 

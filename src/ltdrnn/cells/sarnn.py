@@ -51,7 +51,7 @@ _PAPER = (
     variants={
         "lstm": {"recurrence": "lstm"},
         "fixed_slope": {"anneal_slope": False, "slope": 2.0},
-        "local_coordinator_gradient": {"coordinator_state_grad": False},
+        "authors_coordinator_gradient": {"coordinator_state_grad": True},
     },
 )
 class SARNN(MaskedCell):
@@ -73,10 +73,11 @@ class SARNN(MaskedCell):
             prob = hard_sigmoid(w_u * h + W_i @ x[t] + b, alpha); u = prob > 0.5
             h = where(u, GRU(x[t], h), h)
 
-    Gradient: straight-through, ``du/du~ = 1``. With ``coordinator_state_grad=False`` the coordinator reads
-    ``h_{t-1}`` as a constant in the backward pass (``a_t = w_u * stop_grad(h_{t-1}) + ...``): the
-    surrogate still trains ``w_u``, ``W_i`` and ``b``, but adds nothing to ``dL/dh_{t-1}``. The forward pass
-    is the same either way.
+    Gradient: straight-through, ``du/du~ = 1``. By default (``coordinator_state_grad=False``) the coordinator
+    reads ``h_{t-1}`` as a constant in the backward pass (``a_t = w_u * stop_grad(h_{t-1}) + ...``): the
+    surrogate trains ``w_u``, ``W_i`` and ``b``, but adds nothing to ``dL/dh_{t-1}``. With True (the
+    authors' code) it also flows into ``h_{t-1}``, a term the forward function does not have, which
+    compounds along the sequence. The forward pass is the same either way.
 
     Slope: ``alpha = slope`` if not ``anneal_slope``, else ``alpha = min(max_slope, slope +
     slope_increment * epoch)`` after ``set_epoch(epoch)`` (paper: ``min(5, 1 + 0.04 epoch)``).
@@ -97,7 +98,8 @@ class SARNN(MaskedCell):
         recurrence: ``"gru"`` (paper) or ``"lstm"``.
         slope, anneal_slope, slope_increment, max_slope: the hard-sigmoid slope and its schedule.
         coordinator_state_grad: whether the straight-through gradient flows from the coordinator into
-            ``h_{t-1}`` (True, as the authors' code) or stops there (False; docs/cells/sarnn.md, "Gradient").
+            ``h_{t-1}`` (True, as the authors' code) or stops there (False, the default since 2026-11-27:
+            with True most adding T = 500 and pixel-MNIST runs jumped; docs/cells/sarnn.md, "Gradient").
         impl, device, dtype: see :class:`~ltdrnn.cells.base.Cell`.
 
     Init: recurrence as torch.nn (``U(-1/sqrt(H), 1/sqrt(H))``); coordinator ``W_i``, ``w_u``, ``b``
@@ -121,10 +123,11 @@ class SARNN(MaskedCell):
         (True, ['budget'])
     """
 
-    # The straight-through surrogate's path through the coordinator's read of h_{t-1} lets gradients grow
-    # geometrically with T; measured up to which T they stay usable: docs/reliability.md, "SA-RNN's
-    # gradients grow with T". Without that path (coordinator_state_grad=False) they grow about linearly.
-    gradient_length_limit = 2000
+    # With the straight-through surrogate's path through the coordinator's read of h_{t-1}
+    # (coordinator_state_grad=True) gradients grow geometrically with T; measured up to which T they stay
+    # usable: docs/reliability.md, "SA-RNN's gradients with the authors' surrogate path grow with T".
+    # Without it they grow about linearly.
+    authors_gradient_length_limit = 2000
 
     def __init__(
         self,
@@ -135,7 +138,7 @@ class SARNN(MaskedCell):
         anneal_slope: bool = True,
         slope_increment: float = 0.04,
         max_slope: float = 5.0,
-        coordinator_state_grad: bool = True,
+        coordinator_state_grad: bool = False,
         impl: str = "auto",
         device=None,
         dtype=None,
@@ -153,8 +156,8 @@ class SARNN(MaskedCell):
         if not isinstance(coordinator_state_grad, bool):
             raise TypeError(f"coordinator_state_grad: expected a bool, got {coordinator_state_grad!r}")
         self.coordinator_state_grad = coordinator_state_grad
-        if not coordinator_state_grad:
-            self.gradient_length_limit = None
+        if coordinator_state_grad:
+            self.gradient_length_limit = self.authors_gradient_length_limit
         self.slope_increment = float(slope_increment)
         if not math.isfinite(self.slope_increment) or self.slope_increment < 0:
             raise ValueError(f"slope_increment: expected a finite number >= 0, got {slope_increment!r}")
@@ -360,7 +363,7 @@ class SARNN(MaskedCell):
         return (
             super().extra_repr() + f", recurrence={self.recurrence!r}, slope={self.slope:g}, "
             f"anneal_slope={self.anneal_slope}"
-            + ("" if self.coordinator_state_grad else ", coordinator_state_grad=False")
+            + (", coordinator_state_grad=True" if self.coordinator_state_grad else "")
         )
 
 

@@ -57,10 +57,14 @@ def expected_configs(claim: Claim, budget: str, extra: Sequence[str] = ()) -> Di
     }
 
 
-# Cell options whose default changed after rows were stored without them: (cell, option, the value those
-# rows were trained with, the first day the option existed). The options mapping is free-form, so the
-# schema cannot fill these in; a preset that wants those rows to count names the old value.
-CHANGED_DEFAULTS = (("irnn", "u_init", "uniform", "2026-11-26T20:46"),)
+# Cell options whose default changed after rows were stored without them: (cell, option, the value a row
+# that does not name it was trained with if it was created before the given UTC time: the option's first day,
+# or the change of its default). The options mapping is free-form, so the schema cannot fill these in; a
+# preset that wants those rows to count names the old value.
+CHANGED_DEFAULTS = (
+    ("irnn", "u_init", "uniform", "2026-11-26T20:46"),
+    ("sarnn", "coordinator_state_grad", True, "2026-11-27T18:10"),
+)
 
 
 def as_trained(stored: Dict[str, Any], created: str = "") -> Dict[str, Any]:

@@ -23,7 +23,7 @@ class FusedSARNNGRU(torch.autograd.Function):
     Forward ``(x (T,B,d), weight_ih (3H,d), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh,
     scaled_coord_weight (H,), bias_ih (3H,) or None, state_grad) -> (outputs, probs, masks)``, each ``(T, B, H)``;
     ``state_grad`` False leaves out the coordinator's term ``dL/du~ * (alpha/2) w_u`` of ``dL/dh_{t-1}``
-    (``SARNN(coordinator_state_grad=False)``). The
+    (``SARNN(coordinator_state_grad=False)``, the default). The
     input map ``gi = W_ih x`` is formed here, one product before the loop; the loop adds ``b_ih`` (the compiled
     loop as it goes, its gradient summed in the backward loop: one pass over ``gi`` and three over the
     gradients less), and the compiled backward loop also sums ``W_ih``'s gradient ``sum_t d_gi_t^T x_t`` while
