@@ -678,12 +678,12 @@ def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tm
 
 
 def test_a_row_that_never_named_an_option_whose_default_changed_is_judged_by_the_old_default():
-    # SA-RNN's coordinator_state_grad was True until 2026-11-27T18:10 and False since: a pixel-MNIST row
+    # SA-RNN's coordinator_state_grad was True until 2026-11-27T18:10 and False since: a noisy-MNIST row
     # stored before then without the option counts for the preset that names True, and not for False
-    pixel = claim("pixel-mnist")
-    expected = R.staleness.expected_configs(pixel, "paper")["sarnn"]
+    noisy = claim("noisy-mnist")
+    expected = R.staleness.expected_configs(noisy, "paper")["sarnn"]
     assert expected["model.options"]["coordinator_state_grad"] is True
-    today = current_config(pixel, "sarnn", "paper", 1)
+    today = current_config(noisy, "sarnn", "paper", 1)
     options = {k: v for k, v in today["model"]["options"].items() if k != "coordinator_state_grad"}
     unnamed = {**today, "model": {**today["model"], "options": options}}
     assert R.staleness.differences(unnamed, expected, "2026-11-26T09:00:00+00:00") == []
