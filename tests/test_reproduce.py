@@ -678,22 +678,18 @@ def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tm
 
 
 def test_a_row_that_never_named_an_option_whose_default_changed_is_judged_by_the_old_default():
-    # SA-RNN's coordinator_state_grad was True until 2026-11-27T18:10 and False since: a noisy-MNIST row
-    # stored before then without the option counts for the preset that names True, and not for False
-    noisy = claim("noisy-mnist")
-    expected = R.staleness.expected_configs(noisy, "paper")["sarnn"]
-    assert expected["model.options"]["coordinator_state_grad"] is True
-    today = current_config(noisy, "sarnn", "paper", 1)
-    options = {k: v for k, v in today["model"]["options"].items() if k != "coordinator_state_grad"}
-    unnamed = {**today, "model": {**today["model"], "options": options}}
-    assert R.staleness.differences(unnamed, expected, "2026-11-26T09:00:00+00:00") == []
-    assert R.staleness.differences(unnamed, expected, "2026-11-27T18:30:00+00:00") == [
-        "model.options.coordinator_state_grad unset -> True"
-    ]
-    cut = {**expected["model.options"], "coordinator_state_grad": False}
-    assert R.staleness.differences(unnamed, {**expected, "model.options": cut}, "2026-11-26T09:00:00+00:00") == [
-        "model.options.coordinator_state_grad True -> False"
-    ]
+    # SA-RNN's coordinator_state_grad was True until 2026-11-27T18:10 and False since: a row stored before
+    # then without the option counts for a preset that names True and not for one that uses the default
+    pixel = claim("pixel-mnist")
+    default = R.staleness.expected_configs(pixel, "paper")["sarnn"]
+    assert "coordinator_state_grad" not in default["model.options"]
+    authors = {**default, "model.options": {**default["model.options"], "coordinator_state_grad": True}}
+    stored = current_config(pixel, "sarnn", "paper", 1)  # names no such option
+    before, after = "2026-11-26T09:00:00+00:00", "2026-11-27T18:30:00+00:00"
+    assert R.staleness.differences(stored, authors, before) == []
+    assert R.staleness.differences(stored, default, before) == ["model.options.coordinator_state_grad True -> unset"]
+    assert R.staleness.differences(stored, default, after) == []
+    assert R.staleness.differences(stored, authors, after) == ["model.options.coordinator_state_grad unset -> True"]
 
 
 def test_a_row_differing_only_in_seed_threads_or_bookkeeping_counts_and_one_in_evaluation_does_not():
