@@ -724,7 +724,7 @@ def test_fused_loops_equal_the_reference_with_or_without_the_coordinator_s_state
         torch.testing.assert_close(fused[key], expected, atol=1e-10, rtol=1e-8, msg=key)
 
 
-def test_without_the_coordinator_s_state_path_gradients_grow_slowly_where_they_explode_with_it(monkeypatch):
+def test_without_the_coordinator_s_state_path_gradients_grow_slowly_where_they_explode_with_it():
     """docs/reliability.md, "SA-RNN's gradients with the authors' surrogate path grow with T": seed 1 at
     T = 3,000, the largest parameter gradient of the last output 3.3e7 with the path and 866 without it. A
     cell without the path has no gradient-length limit, so it does not warn."""

@@ -14,6 +14,12 @@ from .claims import RunSpec
 DEFINITIONS = {"gradient_vs_lag": "the output h_t of each step"}
 
 
+def traces_training(spec: RunSpec) -> bool:
+    """Whether an analysis of ``spec`` is measured during training (``jacobian_ratio``'s trace over the
+    steps), so that a run continued from a checkpoint would lose part of it."""
+    return "jacobian_ratio" in spec.analyses
+
+
 class AnalysisWatcher:
     """A training callback: keeps the model, and for ``jacobian_ratio`` measures the ratio every
     ``train.eval_every`` steps on 32 fixed validation sequences (iRNN Fig. 3b over iterations).
@@ -28,7 +34,7 @@ class AnalysisWatcher:
 
     def __call__(self, state: Dict[str, Any]) -> None:
         self.model = state["model"]
-        if "jacobian_ratio" in self.spec.analyses and state["step"] % self.every == 0:
+        if traces_training(self.spec) and state["step"] % self.every == 0:
             x = self.batch("val", 32)[0][0]
             self.trace.append({"step": state["step"], **jacobian_ratio(self.model, x)})
 

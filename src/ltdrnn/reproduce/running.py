@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..config import ConfigError, load_config
 from ..results import seed_of
-from .analyses import AnalysisWatcher
+from .analyses import AnalysisWatcher, traces_training
 from .claims import Claim, RunSpec
 from .expressions import ClaimError
 from .measurements import Measurements
@@ -69,7 +69,7 @@ def run_config(
     ]
     cfg = load_config(spec.preset, overrides + bookkeeping)
     cfg.notes = notes
-    if resume and not watches_training(spec):
+    if resume and not traces_training(spec):  # its trace would lose the steps before the checkpoint
         cfg.run_dir = str(interrupted_directory(Path(cfg.run_dir).parent, f"{spec.label}-s{seed}-", cfg) or cfg.run_dir)
     return cfg
 
@@ -95,12 +95,6 @@ def interrupted_directory(parent: Path, prefix: str, cfg) -> Optional[Path]:
 
 def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
     return {key: value for key, value in config.items() if key not in ("run_dir", "notes")}
-
-
-def watches_training(spec: RunSpec) -> bool:
-    """Whether an analysis of ``spec`` is measured during training (``jacobian_ratio``'s trace over the
-    steps): such a run cannot continue a checkpoint without losing part of it, so it starts again."""
-    return "jacobian_ratio" in spec.analyses
 
 
 def fresh_directory(path: Path) -> Path:
