@@ -510,6 +510,32 @@ def test_skip_spikes_must_be_a_factor_above_one(tmp_path, value):
         load_config(tiny_config(tmp_path), [f"optim.skip_spikes={value}"])
 
 
+@pytest.mark.parametrize("beta2", [0.5, 0.999])
+def test_adam_takes_its_second_moment_decay_from_beta2(tmp_path, beta2):
+    """Two Adam steps with gradients 1 then 0: the second moves each weight by
+    lr * (0.09 / 0.19) / sqrt(beta2 / (1 + beta2)) (bias-corrected moments), which depends on beta2."""
+    from ltdrnn.models import build_model
+    from ltdrnn.optimizers import build_optimizer
+
+    cfg = load_config(tiny_config(tmp_path), ["optim.lr=0.01", f"optim.beta2={beta2}"])
+    model = build_model(cfg.model, TinyTask().info)
+    optimizer = build_optimizer(cfg, model)
+    for fill in (1.0, 0.0):
+        before = [p.detach().clone() for p in model.parameters()]
+        for p in model.parameters():
+            p.grad = torch.full_like(p, fill)
+        optimizer.step()
+    expected = 0.01 * (0.09 / 0.19) / math.sqrt(beta2 / (1 + beta2))
+    moved = [(b - p.detach()).abs().max().item() for b, p in zip(before, model.parameters())]
+    assert all(abs(m - expected) < 1e-6 for m in moved)
+
+
+@pytest.mark.parametrize("value", ["1", "0", "1.5"])
+def test_beta2_must_lie_strictly_between_zero_and_one(tmp_path, value):
+    with pytest.raises(ConfigError, match=rf"optim.beta2: expected a value in \(0, 1\), got {value}"):
+        load_config(tiny_config(tmp_path), [f"optim.beta2={value}"])
+
+
 # ---- smoke over the registries ------------------------------------------------------------------
 @pytest.mark.parametrize("cell", [c for c in list_cells()])
 def test_every_registered_cell_trains_one_batch_and_evaluates(tmp_path, cell):

@@ -82,7 +82,9 @@ class TaskConfig:
 class OptimConfig:
     """Optimiser and schedule.
 
-    ``alpha``: RMSprop smoothing constant (SRNN uses 0.9). ``momentum``: SGD/RMSprop momentum (MIST
+    ``alpha``: RMSprop smoothing constant (SRNN uses 0.9). ``beta2``: Adam's second-moment decay (torch's
+    0.999; a lower one lets a single outlying gradient move the weights less, as on TARNN's copy T = 500,
+    docs/notes/tarnn.md). ``momentum``: SGD/RMSprop momentum (MIST
     uses SGD with 0.9). ``weight_decay``: L2 penalty coefficient (added to the gradient, as torch's
     ``weight_decay``). ``clip_norm``: clip the global gradient norm to this value (None: no clipping).
     ``halve_every``: halve the learning rate every tau epochs (None: constant; TARNN's tau).
@@ -101,6 +103,7 @@ class OptimConfig:
     lr: float = 1e-3
     momentum: float = 0.0
     alpha: float = 0.99
+    beta2: float = 0.999
     weight_decay: float = 0.0
     clip_norm: Optional[float] = None
     halve_every: Optional[int] = None
@@ -308,6 +311,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"optim.skip_spikes: expected a factor above 1, got {cfg.optim.skip_spikes!r}")
     if not 0 < cfg.optim.alpha < 1:
         raise ConfigError(f"optim.alpha: expected a value in (0, 1), got {cfg.optim.alpha!r}")
+    if not 0 < cfg.optim.beta2 < 1:
+        raise ConfigError(f"optim.beta2: expected a value in (0, 1), got {cfg.optim.beta2!r}")
     if cfg.train.epochs is None and cfg.train.steps is None:
         raise ConfigError("train.epochs / train.steps: expected at least one of them, got neither")
     check_limits(cfg)

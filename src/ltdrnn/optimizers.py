@@ -17,12 +17,12 @@ from .config import ConfigError, RunConfig
 
 
 def build_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """Adam, RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``;
+    """Adam (``beta2``), RMSprop (``alpha``, ``momentum``) or SGD (``momentum``), all with L2 ``weight_decay``;
     parameters matched by ``optim.lr_scales`` form groups with their own learning rate."""
     o = cfg.optim
     params = parameter_groups(model, o.lr, o.lr_scales)
     if o.name == "adam":
-        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
+        return torch.optim.Adam(params, lr=o.lr, betas=(0.9, o.beta2), weight_decay=o.weight_decay)
     if o.name == "rmsprop":
         return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, momentum=o.momentum, weight_decay=o.weight_decay)
     return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)

@@ -811,18 +811,21 @@ def test_the_piecewise_linear_gate_sigmoid_is_torchs_to_rounding(dtype):
     [{}, {"gate": False}, {"activation": "tanh"}, {"activation": "tanh", "gate": False}],
     ids=["relu", "relu-nogate", "tanh", "tanh-nogate"],
 )
-def test_piecewise_linear_path_at_a_width_with_a_vector_tail(monkeypatch, dtype, options):
-    """H = 21 (float32: one vector of 16 and a tail of 5; float64: two of 8 and 5) at T = 1000, 1 and 2
-    threads, with and without dL/dx: outputs, final state and every gradient against the reference loop
-    (relu's derivative from the forward's bits, the float32 gate's inlined sigmoid). In float32 against the
+@pytest.mark.parametrize("hidden", [16, 21, 29])
+def test_piecewise_linear_path_at_a_width_with_a_vector_tail(monkeypatch, dtype, options, hidden):
+    """H = 21 (float32: one vector of 16 and a tail of 5, whose bits are one byte; float64: two of 8 and 5),
+    29 (float32: a tail of 13, two bytes of bits) and 16 (float32: no tail; the row's wrap-around lane in a
+    whole vector) at T = 1000, 1 and 2 threads, with and without dL/dx: outputs, final state and every
+    gradient against the reference loop (relu's derivative from the forward's bits, the float32 gate's
+    inlined sigmoid; with relu in float32 on AVX-512 the one-pass rows of piece512). In float32 against the
     loop in float64, within 1e-5 of each tensor's largest value: the float32 loop's own sums of ~1e3-sized
     weight gradients over 2000 rows are off by ~1e-5 relative, the kernel's by less."""
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
     torch.manual_seed(0)
-    cell = ltdrnn.build("srnn", 1, 21, hyper_size=8, dtype=dtype, **options)
+    cell = ltdrnn.build("srnn", 1, hidden, hyper_size=8, dtype=dtype, **options)
     x = 2 * torch.randn(1000, 2, 1, dtype=dtype)
-    h0 = torch.rand(2, 21, dtype=dtype)
+    h0 = torch.rand(2, hidden, dtype=dtype)
     exact = copy.deepcopy(cell).double()
     ref = outputs_and_grads(exact, x.double(), h0.double(), "reference")
 
@@ -849,6 +852,39 @@ def test_piecewise_linear_path_at_a_width_with_a_vector_tail(monkeypatch, dtype,
     for parameter, expected in zip(cell.parameters(), ref[4:]):
         check(parameter.grad, expected)
     assert calls == {"forward": 3, "backward": 3}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_the_piecewise_linear_backward_reads_every_layout_of_dh_alike(dtype):
+    """A broadcast dh (``out.sum()``'s gradient, stride 0) and a batch-first one (a transposed view, whose
+    rows the backward prefetches a step ahead) give exactly what the same values written out contiguous
+    give; relu with the gate at H = 29 (float32: a whole vector and a tail) and 3 batch rows."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    torch.manual_seed(0)
+    T, B, H, S = 300, 3, 29, 4
+    x = torch.randn(T, B, dtype=dtype)
+    knots = torch.randn(S - 1, dtype=dtype).sort().values
+    slope, offset = torch.randn(S, H, dtype=dtype), torch.randn(S, H, dtype=dtype)
+    w_g, b_g, h0 = torch.randn(H, dtype=dtype), torch.randn(H, dtype=dtype), torch.rand(B, H, dtype=dtype)
+    h, segment = torch.empty(T, B, H, dtype=dtype), torch.empty(T, B, dtype=torch.int32)
+    positive = torch.empty(T, B, (H + 7) // 8, dtype=torch.uint8)
+    torch.ops.ltdrnn.srnn_pwl_forward(x, knots, slope, offset, w_g, b_g, h0, True, h, segment, positive)
+
+    def gradients(dh):
+        dh0, d_x = torch.empty(B, H, dtype=dtype), torch.empty(T, B, dtype=dtype)
+        sums = [torch.empty(S, H, dtype=torch.float64) for _ in range(2)]
+        d_bg, d_wg = torch.empty(H, dtype=dtype), torch.empty(H, dtype=dtype)
+        torch.ops.ltdrnn.srnn_pwl_backward(
+            dh, None, x, segment, slope, offset, w_g, b_g, True, dh0, *sums, d_bg, d_wg, d_x, positive
+        )
+        return [dh0, *sums, d_bg, d_wg, d_x]
+
+    batch_first = torch.randn(B, T, H, dtype=dtype).transpose(0, 1)
+    broadcast = torch.full((), 0.5, dtype=dtype).expand(T, B, H)
+    for dh in (broadcast, batch_first):
+        for got, expected in zip(gradients(dh), gradients(dh.contiguous())):
+            assert torch.equal(got, expected)
 
 
 def test_short_scans_keep_the_general_kernel_scan(monkeypatch):

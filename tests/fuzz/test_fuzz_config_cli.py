@@ -36,6 +36,7 @@ KEYS = [
     "optim.name",
     "optim.lr",
     "optim.alpha",
+    "optim.beta2",
     "optim.clip_norm",
     "train.steps",
     "train.epochs",

@@ -30,17 +30,21 @@
 // (H, H) gradient of M. (The PyTorch loop applies the dense M: there each extra product
 // is a dispatch that costs more than the FLOPs it saves.)
 //
+// float32 relu with a low-rank M on an AVX-512 CPU (the benchmark's iRNN) runs its own loops, in fused tiles
+// (namespace fused below: the product through V' or H and the step's elementwise work in one tile).
+//
 // Threads: as TARNN's loops (csrc/tarnn.cpp, "Threads"): the batch is split once into one block of rows
 // per thread, and each thread runs all T steps of its rows with single-threaded BLAS (over_batch_blocks),
 // so nothing is handed between threads per step. Only the parameter gradients are shared: each block
 // keeps its own sums and they are added in block order (the same result for a given thread count).
 #include "common.h"
-#ifndef PFLOC
-#define PFLOC 0
-#endif
 
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <memory>
 #include <tuple>
+#include <utility>
 
 namespace {
 
@@ -213,6 +217,189 @@ void load_slopes(const uint8_t* bits, int64_t n, T* slopes) {
   for (; j < n; ++j) slopes[j] = T((bits[j / 8] >> (j % 8)) & 1);
 }
 
+// ---- fused tiles: relu, low rank, float32 with AVX-512 ---------------------------------------------------
+// The products of inner size R (+ d) and H columns (forward pre = b' + x_t W'^T + s z V'^T, backward carry +=
+// s eta w H) in StepProduct's 8 x 32 tiles did only R x R FMAs between zeroing the registers and storing them, and
+// the elementwise pass then re-read what they stored. Here one tile keeps a few rows' whole chunk of 128 columns
+// in registers over the sum and applies the step's elementwise work in its epilogue: pre and the product's share
+// of the carry are never stored (the training step 15-19 % less CPU time at one thread: docs/notes/irnn-speed.md,
+// 2026-11-27, eighth session). The products of inner size H (z = h H^T, w = d V') stay StepProduct's.
+#if defined(__AVX512F__)
+namespace fused {
+
+using avx512::kLanes;
+constexpr int kVectors = 8;                   // registers per row of a tile
+constexpr int64_t kChunk = kVectors * kLanes;  // columns per tile
+constexpr int kRows = 3;                      // rows per tile: 24 accumulators, the A values and one B register
+
+// The weights of a fused product, prepared once per call: chunk by chunk of kChunk columns, the rows of each part
+// in order (part: k rows of scale * B, B's entry (i, j) at data[i * row + j * col]), each kChunk floats, zero
+// past n; a tile reads its chunk's rows one after another.
+class Panels {
+ public:
+  struct Part {
+    Strided<float> b;
+    int64_t k;
+    float scale;
+  };
+
+  Panels(int64_t n, std::initializer_list<Part> parts) {
+    for (const Part& part : parts) depth_ += part.k;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    const size_t bytes = size_t(std::max<int64_t>(1, chunks * depth_) * kChunk) * sizeof(float);  // a multiple of 64
+    data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    TORCH_CHECK(data_, "irnn: out of memory packing a ", depth_, " x ", n, " weight");
+    float* out = data_.get();
+    for (int64_t col = 0; col < chunks * kChunk; col += kChunk) {
+      for (const Part& part : parts) {
+        for (int64_t i = 0; i < part.k; ++i, out += kChunk) {
+          for (int64_t j = 0; j < kChunk; ++j) {
+            out[j] = col + j < n ? part.scale * part.b.data[i * part.b.row + (col + j) * part.b.col] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+
+  // The rows of the chunk that starts at column col (a multiple of kChunk).
+  const float* chunk(int64_t col) const { return data_.get() + col / kChunk * depth_ * kChunk; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  int64_t depth_ = 0;
+};
+
+// acc[r] += sum over kk < k of a[r * lda + kk] b[kk] (b: k rows of kChunk floats). One register of B at a time
+// and the Rows values of A held, so that 24 accumulators fit with them (a whole row of B held would not).
+template <int Rows, int Vectors>
+__attribute__((always_inline)) inline void accumulate_rows(__m512 (&acc)[Rows][Vectors], const float* a, int64_t lda,
+                                                           const float* b, int64_t k) {
+  for (int64_t kk = 0; kk < k; ++kk, b += kChunk) {
+    __m512 av[Rows];
+    #pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) av[r] = _mm512_set1_ps(a[r * lda + kk]);
+    #pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) {
+      const __m512 bv = _mm512_load_ps(b + v * kLanes);
+      #pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r) acc[r][v] = _mm512_fmadd_ps(av[r], bv, acc[r][v]);
+    }
+  }
+}
+
+// Runs Tile<rows, vectors>::run(args) for rows in 1 .. kRows and vectors in 1 .. kVectors.
+template <template <int, int> class Tile, typename Args, int... I>
+void run_tile_of(int64_t rows, int64_t vectors, const Args& args, std::integer_sequence<int, I...>) {
+  const int64_t index = (rows - 1) * kVectors + vectors - 1;
+  (void)((index == I ? (Tile<I / kVectors + 1, I % kVectors + 1>::run(args), true) : false) || ...);
+}
+
+template <template <int, int> class Tile, typename Args>
+void run_tile(int64_t rows, int64_t vectors, const Args& args) {
+  run_tile_of<Tile>(rows, vectors, args, std::make_integer_sequence<int, kRows * kVectors>{});
+}
+
+// Calls tile(row, col, rows, vectors, last) over a block's rows, tile by tile, chunk by chunk (`last` masks the
+// lanes of a chunk's last register that lie inside the row).
+template <typename Body>
+void over_tiles(int64_t rows, int64_t hidden, const Body& tile) {
+  for (int64_t col = 0; col < hidden; col += kChunk) {
+    const int64_t columns = std::min(kChunk, hidden - col), vectors = (columns + kLanes - 1) / kLanes;
+    const __mmask16 last = avx512::lanes(columns - (vectors - 1) * kLanes);
+    for (int64_t row = 0; row < rows; row += kRows) tile(row, col, std::min<int64_t>(kRows, rows - row), vectors, last);
+  }
+}
+
+// One forward tile: its rows' pre-activations over one chunk, from the panel (bias, s V'^T, W'^T) and the rows
+// of z and x_t, then relu's step on pre + s h_{t-1} into the outputs and the sign bits. Pointers at the tile's
+// first row and the chunk's first column.
+struct ForwardTileArgs {
+  const float* panel;
+  const float *z, *x, *h;
+  float* out;
+  uint8_t* bits;
+  int64_t rank, dim, hidden;
+  __mmask16 last;
+  float eta, alpha, s, r;
+};
+
+template <int Rows, int Vectors>
+struct ForwardTile {
+  static void run(const ForwardTileArgs& arguments) {
+    const ForwardTileArgs args = arguments;  // a local copy: its fields stay in registers across the stores
+    const int64_t hidden = args.hidden, bit_row = sign_bytes(hidden);
+    __m512 acc[Rows][Vectors];
+    #pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) {
+      const __m512 bias = _mm512_load_ps(args.panel + v * kLanes);
+      #pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r) acc[r][v] = bias;
+    }
+    const float* weights = args.panel + kChunk;
+    accumulate_rows<Rows, Vectors>(acc, args.z, args.rank, weights, args.rank);
+    accumulate_rows<Rows, Vectors>(acc, args.x, args.dim, weights + args.rank * kChunk, args.dim);
+    const __m512 zero = _mm512_setzero_ps(), sv = _mm512_set1_ps(args.s), ev = _mm512_set1_ps(args.eta);
+    const __m512 av = _mm512_set1_ps(args.alpha), rv = _mm512_set1_ps(args.r);
+    #pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      const float* h = args.h + r * hidden;
+      float* out = args.out + r * hidden;
+      uint8_t* bits = args.bits + r * bit_row;
+      #pragma GCC unroll 8
+      for (int v = 0; v < Vectors; ++v) {
+        const bool whole = v + 1 < Vectors || args.last == 0xFFFF;  // masked stores are slow on Zen 4
+        const __m512 hv = whole ? _mm512_loadu_ps(h + v * kLanes) : _mm512_maskz_loadu_ps(args.last, h + v * kLanes);
+        const __m512 y = _mm512_mul_ps(sv, hv), pre = _mm512_add_ps(acc[r][v], y);
+        const __m512 phi = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(pre, zero, _CMP_NLE_UQ), pre);  // keeps NaN
+        const __m512 next = _mm512_fnmadd_ps(rv, hv, _mm512_fmadd_ps(ev, _mm512_fnmadd_ps(av, y, phi), y));
+        if (whole) {
+          const uint16_t positive = _mm512_cmp_ps_mask(pre, zero, _CMP_GT_OQ);
+          _mm512_storeu_ps(out + v * kLanes, next);
+          std::memcpy(bits + v * 2, &positive, sizeof positive);
+        } else {
+          const uint16_t positive = _mm512_cmp_ps_mask(pre, zero, _CMP_GT_OQ) & args.last;
+          _mm512_mask_storeu_ps(out + v * kLanes, args.last, next);
+          std::memcpy(bits + v * 2, &positive, args.last > 0xFF ? 2 : 1);
+        }
+      }
+    }
+  }
+};
+
+// The forward's products and relu step of one step over a block's rows: z = h_{t-1} H^T by StepProduct (inner
+// size H: its tiles run near their peak), then the fused tiles. first = V' (H, R), second = H (R, H), weight =
+// W' (H, d), bias = b', contiguous.
+class ReluForward {
+ public:
+  ReluForward(const float* first, const float* second, const float* weight, const float* bias, int64_t hidden,
+              int64_t rank, int64_t dim, float s)
+      : z_(rank, {second, 1, hidden}, hidden),
+        panels_(hidden, {{{bias, 0, 1}, 1, 1.0f}, {{first, 1, rank}, rank, s}, {{weight, 1, dim}, dim, 1.0f}}),
+        hidden_(hidden), rank_(rank), dim_(dim) {}
+
+  void run(const float* h, float* z, const float* x, float* out, uint8_t* bits, int64_t rows, float eta, float alpha,
+           float s, float r) const {
+    z_.run(rows, h, hidden_, nullptr, 0, z, rank_, Start::zero);
+    over_tiles(rows, hidden_, [&](int64_t row, int64_t col, int64_t tile_rows, int64_t vectors, __mmask16 last) {
+      const ForwardTileArgs args{panels_.chunk(col), z + row * rank_, x + row * dim_, h + row * hidden_ + col,
+                                 out + row * hidden_ + col, bits + row * sign_bytes(hidden_) + col / 8, rank_, dim_,
+                                 hidden_, last, eta, alpha, s, r};
+      run_tile<ForwardTile>(tile_rows, vectors, args);
+    });
+  }
+
+ private:
+  StepProduct<float> z_;
+  Panels panels_;
+  int64_t hidden_, rank_, dim_;
+};
+
+}  // namespace fused
+#endif
+
 // x (T, B, d) contiguous and the input map's weight (H, d) (any strides), T, B, H and the dtype those of
 // `lead` (named `lead_name`); returns d.
 int64_t check_input(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& lead, const char* lead_name,
@@ -223,6 +410,28 @@ int64_t check_input(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   check_tensor(weight, lead, {lead.size(2), x.size(2)}, op, "weight", false);
   return x.size(2);
 }
+
+#if defined(__AVX512F__)
+// irnn_k1_forward's loop in fused tiles (fused::ReluForward): relu, low rank, float32; operands checked, first,
+// second, weight and bias contiguous.
+void relu_forward_in_tiles(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& h0,
+                           const at::Tensor& first, const at::Tensor& second, float eta, float alpha, float s, float r,
+                           const at::Tensor& record, const at::Tensor& zs, const at::Tensor& outputs) {
+  const int64_t steps = outputs.size(0), batch = outputs.size(1), hidden = outputs.size(2);
+  const fused::ReluForward tiles(first.data_ptr<float>(), second.data_ptr<float>(), weight.data_ptr<float>(),
+                                 bias.data_ptr<float>(), hidden, first.size(1), x.size(2), s);
+  over_batch_blocks(batch, rows_per_thread(batch), [&](int64_t begin, int64_t end, int64_t) {
+    const int64_t rows = end - begin;
+    const StepPointer<float> x_rows(x, begin), outs(outputs, begin), z_rows(zs, begin);
+    const StepPointer<uint8_t> sign_rows(record, begin);
+    const float* first_h = h0.data_ptr<float>() + begin * hidden;
+    for (int64_t t = 0; t < steps && rows > 0; ++t) {
+      tiles.run(t == 0 ? first_h : outs.at(t - 1), z_rows.at(t), x_rows.at(t), outs.at(t), sign_rows.at(t), rows, eta,
+                alpha, s, r);
+    }
+  });
+}
+#endif
 
 void irnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& h0,
                      const at::Tensor& first, const at::Tensor& second, double eta, double alpha, double s, double r,
@@ -239,6 +448,12 @@ void irnn_k1_forward(const at::Tensor& x, const at::Tensor& weight, const at::Te
   // a copy only if strided
   const at::Tensor first_c = first.contiguous(), second_c = second.contiguous();
   const at::Tensor weight_c = weight.contiguous(), bias_c = bias.contiguous();
+#if defined(__AVX512F__)
+  if (outputs.scalar_type() == at::kFloat && rank > 0 && signs) {
+    return relu_forward_in_tiles(x, weight_c, bias_c, h0, first_c, second_c, float(eta), float(alpha), float(s),
+                                 float(r), record, zs, outputs);
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES(outputs.scalar_type(), op, [&] {
     const auto e = static_cast<scalar_t>(eta), a = static_cast<scalar_t>(alpha);
     const auto sv = static_cast<scalar_t>(s), rv = static_cast<scalar_t>(r);
@@ -338,6 +553,133 @@ void backward_rows(T* __restrict d, const T* __restrict phi, const T* __restrict
   }
 }
 
+#if defined(__AVX512F__)
+namespace fused {
+
+// One backward tile: its rows of step t over one chunk. The gradient of h_t is the carry kept from step t + 1
+// (keep g + s eta d, its part outside the product) plus s eta w_{t+1} H (the panel's R rows; none at the last
+// step, which has no step after it); with grad_out it makes g, then d = g where pre > 0 (the sign bits), and the
+// carry for step t - 1 is written in place of the old one. d is stored for the products after the tiles
+// (w = d V', the factor sums); its column sums, <d, h_{t-1}> (relu's share of <g, phi>, irnn_k1_backward) and
+// <g, h_{t-1}> are added to the block's sums. Pointers at the tile's first row and the chunk's first column;
+// grad_out's rows of unit stride, grad_row apart, grad_step from step to step.
+struct BackwardTileArgs {
+  const float *panel, *w;
+  float* carry;
+  const float* grad;
+  int64_t grad_row, grad_step;
+  const uint8_t* bits;
+  const float* prev;
+  float *d, *bias_sums;
+  double *dot_phi, *dot_y;
+  int64_t rank, hidden, t;
+  __mmask16 last;
+  float keep, s_eta, s;
+};
+
+template <int Rows, int Vectors>
+struct BackwardTile {
+  static void run(const BackwardTileArgs& arguments) {
+    const BackwardTileArgs args = arguments;  // a local copy: its fields stay in registers across the stores
+    const int64_t hidden = args.hidden, bit_row = sign_bytes(hidden);
+    __m512 acc[Rows][Vectors];
+    #pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      #pragma GCC unroll 8
+      for (int v = 0; v < Vectors; ++v) {
+        const float* carry = args.carry + r * hidden + v * kLanes;
+        acc[r][v] = v + 1 < Vectors ? _mm512_loadu_ps(carry) : _mm512_maskz_loadu_ps(args.last, carry);
+      }
+    }
+    accumulate_rows<Rows, Vectors>(acc, args.w, args.rank, args.panel, args.rank);
+    const __m512 keep = _mm512_set1_ps(args.keep), s_eta = _mm512_set1_ps(args.s_eta);
+    __m512 sum_phi = _mm512_setzero_ps(), sum_y = _mm512_setzero_ps();
+    #pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) {
+      const bool whole = v + 1 < Vectors || args.last == 0xFFFF;  // masked stores are slow on Zen 4
+      const __mmask16 lanes = v + 1 < Vectors ? __mmask16(0xFFFF) : args.last;
+      __m512 column_sum = _mm512_setzero_ps();
+      #pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r) {
+        const int64_t at = r * hidden + v * kLanes;
+        uint16_t positive = 0;
+        std::memcpy(&positive, args.bits + r * bit_row + v * 2, lanes > 0xFF ? 2 : 1);
+        const float* grad = args.grad + r * args.grad_row + v * kLanes;
+        const __m512 g = _mm512_add_ps(whole ? _mm512_loadu_ps(grad) : _mm512_maskz_loadu_ps(lanes, grad), acc[r][v]);
+        const __m512 d = _mm512_maskz_mov_ps(positive & lanes, g);
+        const __m512 prev = whole ? _mm512_loadu_ps(args.prev + at) : _mm512_maskz_loadu_ps(lanes, args.prev + at);
+        sum_y = _mm512_fmadd_ps(g, prev, sum_y);
+        sum_phi = _mm512_fmadd_ps(d, prev, sum_phi);
+        column_sum = _mm512_add_ps(column_sum, d);
+        const __m512 carry = _mm512_fmadd_ps(keep, g, _mm512_mul_ps(s_eta, d));
+        if (whole) {
+          _mm512_storeu_ps(args.d + at, d);
+          _mm512_storeu_ps(args.carry + at, carry);
+        } else {
+          _mm512_mask_storeu_ps(args.d + at, lanes, d);
+          _mm512_mask_storeu_ps(args.carry + at, lanes, carry);
+        }
+      }
+      float* bias = args.bias_sums + v * kLanes;
+      if (whole) {
+        _mm512_storeu_ps(bias, _mm512_add_ps(_mm512_loadu_ps(bias), column_sum));
+      } else {
+        _mm512_mask_storeu_ps(bias, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, bias), column_sum));
+      }
+    }
+    // after this step's rows are read: a step's rows share the same few L1 sets (common.h), so fetched before, they
+    // evict what the tile is about to read
+    #pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      prefetch_previous_step(args.grad + r * args.grad_row, args.t, args.grad_step, args.grad_row, Vectors * kLanes);
+    }
+    *args.dot_phi += static_cast<double>(_mm512_reduce_add_ps(sum_phi));
+    *args.dot_y += static_cast<double>(args.s) * static_cast<double>(_mm512_reduce_add_ps(sum_y));
+  }
+};
+
+// The backward's relu step of step t over a block's rows in fused tiles (BackwardTile), then w = d V' for the
+// next step's tiles and the factor sums (StepProduct: inner size H); after step 0, finish() adds s eta w_0 H to
+// the carry (no step before it takes it in a tile). first = V' (H, R), second = H (R, H), contiguous.
+class ReluBackward {
+ public:
+  ReluBackward(const float* first, const float* second, int64_t hidden, int64_t rank, float s_eta)
+      : w_(rank, {first, rank, 1}, hidden),
+        carry_(hidden, {second, hidden, 1}, rank, {}, 0, s_eta),
+        panels_(hidden, {{{second, hidden, 1}, rank, s_eta}}),
+        hidden_(hidden),
+        rank_(rank) {}
+
+  // `w` holds step t + 1's w on entry (ignored at the last step) and step t's on return; grad_out's rows of unit
+  // stride, grad_row apart, grad_step from step to step.
+  void run(float* carry, float* d, float* w, const float* grad, int64_t grad_row, int64_t grad_step,
+           const uint8_t* bits, const float* prev, BlockSums<float>& sums, int64_t rows, int64_t t, int64_t steps,
+           float keep, float s_eta, float s) const {
+    const int64_t rank = t + 1 < steps ? rank_ : 0;
+    over_tiles(rows, hidden_, [&](int64_t row, int64_t col, int64_t tile_rows, int64_t vectors, __mmask16 last) {
+      const int64_t at = row * hidden_ + col;
+      const BackwardTileArgs args{panels_.chunk(col), w + row * rank_, carry + at, grad + row * grad_row + col,
+                                  grad_row, grad_step, bits + row * sign_bytes(hidden_) + col / 8, prev + at, d + at,
+                                  sums.bias.data() + col, &sums.dot_phi, &sums.dot_y, rank, hidden_, t, last, keep,
+                                  s_eta, s};
+      run_tile<BackwardTile>(tile_rows, vectors, args);
+    });
+    w_.run(rows, d, hidden_, nullptr, 0, w, rank_, Start::zero);
+  }
+
+  void finish(float* carry, const float* w, int64_t rows) const {
+    carry_.run(rows, w, rank_, nullptr, 0, carry, hidden_, Start::add);
+  }
+
+ private:
+  StepProduct<float> w_, carry_;
+  Panels panels_;
+  int64_t hidden_, rank_;
+};
+
+}  // namespace fused
+#endif
+
 // The backward's products through M per step, packed once (products.h): carry += s eta d M, dense; low rank
 // through w = d V' (for the gradient of H too): carry += s eta w H (the identity's part is in backward_rows).
 template <typename T>
@@ -394,6 +736,24 @@ void add_blocks(at::Tensor& out, const std::vector<BlockSums<T>>& parts, std::ve
   for (int64_t i = 0; i < out.numel(); ++i) total[i] *= scale;
 }
 
+// Writes the gradients of the parameters from the blocks' sums: of M (dense) or V' and H, s eta times the sums
+// (y_0 = s h_{t-1}); of the input map, eta times. Returns the blocks' (<g, phi>, <g, y_0>) added.
+template <typename T>
+std::tuple<double, double> write_gradients(const std::vector<BlockSums<T>>& parts, at::Tensor& grad_first,
+                                           at::Tensor& grad_second, at::Tensor& grad_weight, at::Tensor& grad_bias,
+                                           double s, double eta) {
+  add_blocks(grad_first, parts, &BlockSums<T>::first, s * eta);
+  add_blocks(grad_second, parts, &BlockSums<T>::second, s * eta);
+  add_blocks(grad_weight, parts, &BlockSums<T>::weight, eta);
+  add_blocks(grad_bias, parts, &BlockSums<T>::bias, eta);
+  double dot_phi = 0.0, dot_y = 0.0;
+  for (const auto& part : parts) {
+    dot_phi += part.dot_phi;
+    dot_y += part.dot_y;
+  }
+  return {dot_phi, dot_y};
+}
+
 // The gradients the backward writes: of h0 (carry, (B, H)), of x ((T, B, d), or an empty tensor when it is
 // not wanted), of first and second (their shapes; second empty for a dense M) and of the input map's weight
 // (H, d) and bias (H).
@@ -426,6 +786,71 @@ double relu_dot_phi(const BlockSums<T>& sums, const T* bias, const T* weight, co
          s * sums.dot_phi;
 }
 
+#if defined(__AVX512F__)
+// rows x hidden values of grad_out (rows grad_strides[0] apart, entries grad_strides[1]: 0 when expanded) into `out`.
+inline void copy_grad_rows(const float* grad, const int64_t* grad_strides, int64_t rows, int64_t hidden, float* out) {
+  for (int64_t b = 0; b < rows; ++b, out += hidden) {
+    const float* row = grad + b * grad_strides[0];
+    for (int64_t j = 0; j < hidden; ++j) out[j] = row[j * grad_strides[1]];
+  }
+}
+
+// irnn_k1_backward's loop in fused tiles (fused::ReluBackward): relu, low rank, float32; operands checked, first,
+// second, weight and bias contiguous. Each block's sums as irnn_k1_backward's loop keeps them.
+std::tuple<double, double> relu_backward_in_tiles(const at::Tensor& record, const at::Tensor& outputs,
+                                                  const at::Tensor& h0, const at::Tensor& grad_outputs,
+                                                  const at::Tensor& x, const at::Tensor& zs, const at::Tensor& first,
+                                                  const at::Tensor& second, const at::Tensor& weight,
+                                                  const at::Tensor& bias, double eta, double alpha, double s, double r,
+                                                  at::Tensor& carry, at::Tensor& grad_x, at::Tensor& grad_first,
+                                                  at::Tensor& grad_second, at::Tensor& grad_weight,
+                                                  at::Tensor& grad_bias) {
+  const int64_t steps = outputs.size(0), batch = outputs.size(1), hidden = outputs.size(2);
+  const int64_t rank = first.size(1), dim = x.size(2);
+  const int64_t grad_strides[2] = {grad_outputs.stride(1), grad_outputs.stride(2)}, grad_step = grad_outputs.stride(0);
+  const int64_t chunk = rows_per_thread(batch);
+  const auto keep = static_cast<float>(s * (1.0 - eta * alpha) - r);  // d h_t / d h_{t-1} outside M
+  const auto s_eta = static_cast<float>(s * eta), e = static_cast<float>(eta), sv = static_cast<float>(s);
+  const float *m_first = first.data_ptr<float>(), *input_weight = weight.data_ptr<float>();
+  const fused::ReluBackward tiles(m_first, second.data_ptr<float>(), hidden, rank, s_eta);
+  std::vector<BlockSums<float>> parts;
+  for (int64_t part = 0; part < batch_blocks(batch, chunk); ++part) parts.emplace_back(0, 0, 0, 0);
+  over_batch_blocks(batch, chunk, [&](int64_t begin, int64_t end, int64_t part) {
+    const int64_t rows = end - begin;
+    // allocated by the thread that fills it: each block's sums and scratch in its own memory
+    BlockSums<float> sums(first.numel(), second.numel(), hidden, dim);
+    std::vector<float> d(rows * hidden), w(rows * rank);  // this step's dpre and dpre V'
+    // the step's rows of grad_out when they are not of unit stride (the tiles read whole registers)
+    std::vector<float> grad_rows(grad_strides[1] == 1 ? 0 : rows * hidden);
+    float* own_carry = carry.data_ptr<float>() + begin * hidden;
+    std::fill_n(own_carry, rows * hidden, 0.0f);
+    const float* grad_base = grad_outputs.data_ptr<float>() + begin * grad_strides[0];
+    const StepPointer<float> outs(outputs, begin), x_rows(x, begin), z_rows(zs, begin);
+    const StepPointer<uint8_t> sign_rows(record, begin);
+    const StepPointer<float> grad_x_rows = grad_x.numel() > 0 ? StepPointer<float>(grad_x, begin) : StepPointer<float>();
+    const float* first_h = h0.data_ptr<float>() + begin * hidden;
+    for (int64_t t = steps - 1; t >= 0 && rows > 0; --t) {
+      const float* prev = t == 0 ? first_h : outs.at(t - 1);
+      const float* grad_t = grad_base + t * grad_step;
+      if (grad_rows.empty()) {
+        tiles.run(own_carry, d.data(), w.data(), grad_t, grad_strides[0], grad_step, sign_rows.at(t), prev, sums, rows,
+                  t, steps, keep, s_eta, sv);
+      } else {
+        copy_grad_rows(grad_t, grad_strides, rows, hidden, grad_rows.data());
+        tiles.run(own_carry, d.data(), w.data(), grad_rows.data(), hidden, 0, sign_rows.at(t), prev, sums, rows, t,
+                  steps, keep, s_eta, sv);
+      }
+      add_operator_factor_sums(sums, d.data(), w.data(), z_rows.at(t), prev, rows, hidden, rank);
+      add_input_gradients(sums, grad_x_rows.at(t), d.data(), x_rows.at(t), input_weight, rows, hidden, dim, e);
+    }
+    if (rows > 0) tiles.finish(own_carry, w.data(), rows);
+    sums.dot_phi = relu_dot_phi(sums, bias.data_ptr<float>(), input_weight, m_first, s);
+    parts[part] = std::move(sums);
+  });
+  return write_gradients(parts, grad_first, grad_second, grad_weight, grad_bias, s, eta);
+}
+#endif
+
 // Last step to first: carry becomes dL/dh0, grad_x (when not empty) dL/dx, and grad_first, grad_second,
 // grad_weight, grad_bias the gradients of M's factors and of the input map (each block sums its rows' share
 // step by step; the blocks' sums are added in block order). dpre is never stored: each step's lives in a
@@ -457,6 +882,12 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& record, const at::
   // a copy only if strided
   const at::Tensor first_c = first.contiguous(), second_c = second.contiguous(), weight_c = weight.contiguous();
   const at::Tensor bias_c = bias.contiguous();
+#if defined(__AVX512F__)
+  if (outputs.scalar_type() == at::kFloat && rank > 0 && act == 0) {
+    return relu_backward_in_tiles(record, outputs, h0, grad_outputs, x, zs, first_c, second_c, weight_c, bias_c, eta,
+                                  alpha, s, r, carry, grad_x, grad_first, grad_second, grad_weight, grad_bias);
+  }
+#endif
   double dot_phi = 0.0, dot_y = 0.0;
   AT_DISPATCH_FLOATING_TYPES(outputs.scalar_type(), op, [&] {
     const auto sv = static_cast<scalar_t>(s), e = static_cast<scalar_t>(eta);
@@ -511,15 +942,7 @@ std::tuple<double, double> irnn_k1_backward(const at::Tensor& record, const at::
         });
       });
     });
-    // gradient of M (dense) or V' and H: s eta times the sums (y_0 = s h_{t-1}); of the input map: eta
-    add_blocks(grad_first, parts, &BlockSums<scalar_t>::first, s * eta);
-    add_blocks(grad_second, parts, &BlockSums<scalar_t>::second, s * eta);
-    add_blocks(grad_weight, parts, &BlockSums<scalar_t>::weight, eta);
-    add_blocks(grad_bias, parts, &BlockSums<scalar_t>::bias, eta);
-    for (const auto& part : parts) {
-      dot_phi += part.dot_phi;
-      dot_y += part.dot_y;
-    }
+    std::tie(dot_phi, dot_y) = write_gradients(parts, grad_first, grad_second, grad_weight, grad_bias, s, eta);
   });
   return {dot_phi, dot_y};
 }

@@ -428,7 +428,8 @@ void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& 
 // act' comes from h for tanh; for relu from `positive`, the bits [h > 0] the forward writes (pack_positive): the
 // backward then reads 1.6 MB instead of h's 51 MB at the pixel-MNIST shape. In float32 the gate's sigmoid is
 // inlined (sigmoid_inline): the libm call it replaces took over half of each loop's time (forward 13-25 ->
-// 10 ms at one thread; docs/notes/srnn-speed.md, 2026-11-27).
+// 10 ms at one thread; docs/notes/srnn-speed.md, 2026-11-27). With relu in float32 on AVX-512 each row is one
+// pass in registers (piece512, below).
 // Layouts: x and segment (T, B) (segment int32 in [0, S)), knots (S - 1), slope and offset (S, H), w_g, b_g (H),
 // h (T, B, H), positive uint8 (T, B, ceil(H / 8)), all contiguous; dh as in srnn_backward (own time and batch
 // strides, last axis contiguous or broadcast).
@@ -578,6 +579,148 @@ inline void zero_where_not_positive(T* gz, const uint8_t* bits, int64_t hidden) 
     if (!((bits[i / 8] >> (i % 8)) & 1)) gz[i] = T(0);
 }
 
+// ---- the relu rows in float32 with AVX-512 ----------------------------------------------------------------
+// With relu, float32 and AVX-512 each row of both piece loops is one pass over its 16-lane chunks, in registers:
+// the forward forms f, the gate, the shifted add, relu and the bits [h > 0] of a chunk before storing it, where
+// the generic code below makes four passes over the row (f times the gate, the shifted add, relu, the bits);
+// the backward forms gz, applies relu's bits and adds the chunk into all its running sums, where the generic
+// code makes three. The gate's sigmoid (sigmoid16) is ~22 vector operations, gcc's vectorised sigmoid_inline
+// ~28. At the pixel-MNIST shape, one thread: forward 11.2 -> 8.0 ms, backward 17.3 -> 11.7 ms with the
+// prefetch into L2 below (docs/notes/srnn-speed.md, 2026-11-27, eighth session).
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+namespace piece512 {
+
+using avx512::kLanes;
+using avx512::lanes;
+
+// The chunk of `in` lanes at p: the whole register or, at a row's end, its first lanes (the rest 0).
+inline __m512 load(const float* p, __mmask16 in) {
+  return in == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(in, p);
+}
+
+// Masked stores are slow on Zen 4: only at a row's end.
+inline void store(float* p, __mmask16 in, __m512 v) {
+  if (in == 0xFFFF) {
+    _mm512_storeu_ps(p, v);
+  } else {
+    _mm512_mask_storeu_ps(p, in, v);
+  }
+}
+
+// Runs chunk(i, whole) over the 16-lane chunks of a row of n values, `whole` a std::bool_constant: true for
+// the full chunks, so that their masks and byte counts are constants (with a run-time mask gcc kept the
+// loop's values on the stack), false for the last one when n is no multiple of 16.
+template <typename Chunk>
+inline void over_chunks(int64_t n, const Chunk& chunk) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) chunk(i, std::true_type{});
+  if (i < n) chunk(i, std::false_type{});
+}
+
+// The lanes of the chunk at i of a row of n values.
+template <bool Whole>
+inline __mmask16 chunk_lanes(int64_t i, int64_t n) {
+  return Whole ? __mmask16(0xFFFF) : lanes(n - i);
+}
+
+// The bytes of a chunk's bits (pack_positive's layout): 2, or 1 for a last chunk of at most 8 lanes.
+template <bool Whole>
+inline size_t bit_bytes(int64_t i, int64_t n) {
+  return Whole || n - i > 8 ? 2 : 1;
+}
+
+// sigmoid_inline's arithmetic on 16 lanes: 2^n by vscalefps on the rounded n (no conversion to integers and
+// back), rcp14 with one Newton step for the division (what gcc makes of the scalar code's division too).
+// Exactly 0 below -88 and NaN kept, as sigmoid_inline: the clamp replaces NaN by a bound (min and max under
+// -ffast-math, and vrangeps too, tried), so NaN lanes are selected back at the end.
+inline __m512 sigmoid16(__m512 v) {
+  const __m512 clamped = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(87.0f));
+  // exp(-clamped) = 2^n e^r, n = round(-clamped log2 e), r = -clamped - n ln 2 with ln 2 in two parts
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(-1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f),
+                                   _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693359375f), clamped));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f, 1.0f,
+                        1.0f})
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 d = _mm512_add_ps(one, _mm512_scalef_ps(p, n));
+  const __m512 guess = _mm512_rcp14_ps(d);
+  const __m512 s = _mm512_fmadd_ps(guess, _mm512_fnmadd_ps(d, guess, one), guess);
+  constexpr int kNaN = 0x81;  // vfpclassps: quiet or signalling NaN
+  return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(-88.0f), _CMP_NLT_UQ), s),
+                            _mm512_fpclass_ps_mask(v, kNaN), v);
+}
+
+// One forward row: out = relu(roll(prev, 1) + (slope x + offset) * gate) and its bits [out > 0], slope and
+// offset the row's segment's.
+template <bool Gated>
+inline void forward_row(const Pieces<float>& p, const float* slope, const float* offset, float x, const float* prev,
+                        float* out, uint8_t* bits) {
+  const int64_t hidden = p.hidden;
+  const __m512 xv = _mm512_set1_ps(x), zero = _mm512_setzero_ps(), wrap = _mm512_set1_ps(prev[hidden - 1]);
+  over_chunks(hidden, [&](int64_t i, auto whole) {
+    const __mmask16 in = chunk_lanes<whole>(i, hidden);
+    // roll(prev, 1) holds prev[i - 1 + lane]; lane 0 of the first chunk is prev[H - 1]
+    const __m512 shifted = i ? load(prev + i - 1, in)
+                             : _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(load(prev, in)),
+                                                                       _mm512_castps_si512(wrap), kLanes - 1));
+    const __m512 f = _mm512_fmadd_ps(load(slope + i, in), xv, load(offset + i, in));
+    __m512 q;
+    if constexpr (Gated) {
+      const __m512 gate = sigmoid16(_mm512_fmadd_ps(load(p.w_g + i, in), xv, load(p.b_g + i, in)));
+      q = _mm512_fmadd_ps(f, gate, shifted);
+    } else {
+      q = _mm512_add_ps(f, shifted);
+    }
+    store(out + i, in, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(q, zero, _CMP_NLE_UQ), q));  // relu keeping NaN
+    const uint16_t positive = _mm512_cmp_ps_mask(q, zero, _CMP_GT_OQ) & in;
+    std::memcpy(bits + i / 8, &positive, bit_bytes<whole>(i, hidden));
+  });
+}
+
+// One backward row: gz = (d_h + roll(next, -1)) where the bits are set, else 0, into gz; adds df (gz times the
+// gate) and df x into m0, m1 (the row's segment's), the gate's logit gradient and its product with x into sum_g,
+// sum_wg; returns dL/dx of the row when InputGradient. d_h is one value for the whole row when broadcast.
+template <bool Gated, bool InputGradient>
+inline float backward_row(const Pieces<float>& p, const float* slope, const float* offset, float x, const float* d_h,
+                          bool broadcast, const float* next, const uint8_t* bits, float* gz, float* m0, float* m1,
+                          float* sum_g, float* sum_wg) {
+  const int64_t hidden = p.hidden;
+  const __m512 xv = _mm512_set1_ps(x), wrap = _mm512_set1_ps(next[0]);
+  __m512 dx = _mm512_setzero_ps();
+  over_chunks(hidden, [&](int64_t i, auto whole) {
+    const __mmask16 in = chunk_lanes<whole>(i, hidden);
+    // roll(next, -1) holds next[i + 1 + lane]; the row's last lane is next[0]
+    const int64_t last = hidden - 1 - i;
+    const __mmask16 inner = last < kLanes ? __mmask16(in & ~(1u << last)) : in;
+    const __m512 rolled = _mm512_mask_loadu_ps(wrap, inner, next + i + 1);
+    uint16_t positive = 0;
+    std::memcpy(&positive, bits + i / 8, bit_bytes<whole>(i, hidden));
+    const __m512 g = _mm512_maskz_add_ps(positive & in, broadcast ? _mm512_set1_ps(d_h[0]) : load(d_h + i, in), rolled);
+    store(gz + i, in, g);
+    __m512 df = g;
+    if constexpr (Gated) {
+      const __m512 w = load(p.w_g + i, in);
+      const __m512 s = sigmoid16(_mm512_fmadd_ps(w, xv, load(p.b_g + i, in)));
+      const __m512 f = _mm512_fmadd_ps(load(slope + i, in), xv, load(offset + i, in));
+      df = _mm512_mul_ps(g, s);
+      const __m512 d_logit = _mm512_mul_ps(df, _mm512_fnmadd_ps(f, s, f));  // gz f s (1 - s)
+      store(sum_g + i, in, _mm512_add_ps(load(sum_g + i, in), d_logit));
+      store(sum_wg + i, in, _mm512_fmadd_ps(d_logit, xv, load(sum_wg + i, in)));
+      if constexpr (InputGradient) dx = _mm512_fmadd_ps(d_logit, w, dx);
+    }
+    store(m0 + i, in, _mm512_add_ps(load(m0 + i, in), df));
+    store(m1 + i, in, _mm512_fmadd_ps(df, xv, load(m1 + i, in)));
+    if constexpr (InputGradient) dx = _mm512_fmadd_ps(df, load(slope + i, in), dx);
+  });
+  return InputGradient ? _mm512_reduce_add_ps(dx) : 0.0f;
+}
+
+}  // namespace piece512
+#endif
+
 // The forward over the rows [begin, end) of the batch; writes each row's segment into `segment`.
 template <typename T>
 void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, const T* h0, T* h, uint8_t* positive,
@@ -591,6 +734,15 @@ void piece_forward_loop(const Pieces<T>& p, const T* knots, int32_t* segment, co
       const int64_t start = (segment[row] = knots_below(knots, p.segments - 1, v)) * hidden;
       const T *slope = p.slope + start, *offset = p.offset + start;
       T* out = h + row * hidden;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (positive) {  // relu
+          (p.gated() ? piece512::forward_row<true> : piece512::forward_row<false>)(
+              p, slope, offset, v, prev_t + b * hidden, out, positive + row * bytes);
+          continue;
+        }
+      }
+#endif
       if (p.gated()) {
         for (int64_t i = 0; i < hidden; ++i) out[i] = (slope[i] * v + offset[i]) * gate_sigmoid(p.w_g[i] * v + p.b_g[i]);
       } else {
@@ -683,6 +835,19 @@ void flush_sums(std::vector<T>& running, double* sums) {
   std::fill(running.begin(), running.end(), T(0));
 }
 
+// Fetches n values from `row` on into the L2 cache, not L1 (prefetcht1). The piece backward fetches each row of
+// a batch-first output gradient a whole step early this way: a step's rows (B H 4 bytes, 64 KB at the
+// pixel-MNIST shape) fit in L2, while in L1 they all map to the same 8 sets (common.h, kPrefetchRowsAhead), so
+// only the rows two ahead are fetched on from there into L1. With the rows' arithmetic in one pass (piece512)
+// the backward waited for these loads: 13.7 -> 11.9 ms at one thread (docs/notes/srnn-speed.md, 2026-11-27,
+// eighth session).
+template <typename T>
+inline void prefetch_row_into_l2(const T* row, int64_t n) {
+  constexpr int kRead = 0, kL2 = 2;  // __builtin_prefetch's rw and locality: 2 is prefetcht1
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t byte = 0; byte < n * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(bytes + byte, kRead, kL2);
+}
+
 // The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
 template <bool Gated, bool InputGradient, typename T>
 void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positive, const Pieces<T>& p, T* dh0, T* dx,
@@ -702,8 +867,23 @@ void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positi
     for (int64_t b = begin; b < end; ++b) {
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
-      if (batch_first && b + kPrefetchRowsAhead < end) prefetch_row(d_h + kPrefetchRowsAhead * batch_stride, hidden);
+      if (batch_first) {
+        if (t > 0) prefetch_row_into_l2(d_h - time_stride, hidden);
+        if (b + kPrefetchRowsAhead < end) prefetch_row(d_h + kPrefetchRowsAhead * batch_stride, hidden);
+      }
       T* gz = cur + (b - begin) * hidden;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (positive) {  // relu
+          const int64_t start = p.segment[row] * hidden;
+          const float d_x = piece512::backward_row<Gated, InputGradient>(
+              p, p.slope + start, p.offset + start, p.x[row], d_h, broadcast, next + (b - begin) * hidden,
+              positive + row * bytes, gz, m0 + start, m1 + start, sum_g, sum_wg);
+          if constexpr (InputGradient) dx[row] = d_x;
+          continue;
+        }
+      }
+#endif
       if (positive) {  // relu
         state_gradient(gz, d_h, next + (b - begin) * hidden, hidden, broadcast);
         zero_where_not_positive(gz, positive + row * bytes, hidden);
