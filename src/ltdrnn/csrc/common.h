@@ -311,18 +311,24 @@ inline void pack_positive(uint8_t* bits, const T* v, int64_t hidden) {
 //                           (docs/notes/srnn-speed.md).
 constexpr int64_t kPrefetchRowsAhead = 2;
 
+// Which caches a prefetch fills (__builtin_prefetch's locality): every level (prefetcht0), or L2 and beyond
+// only (prefetcht1), for lines needed a whole step later that would evict the step's own rows from L1.
+enum class Into : int { l1 = 3, l2 = 2 };
+
 // Fetches n values from `row` on into the cache.
-template <typename T>
+template <Into level = Into::l1, typename T>
 inline void prefetch_row(const T* row, int64_t n) {
   const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t byte = 0; byte < n * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(bytes + byte);
+  for (int64_t byte = 0; byte < n * int64_t(sizeof(T)); byte += 64) {
+    __builtin_prefetch(bytes + byte, 0, static_cast<int>(level));
+  }
 }
 
 // Fetches the row of step t - 1 (time_stride elements before `row`, n values) when the rows of a step lie
 // apart (batch_stride > n; a contiguous step is the hardware prefetcher's own case) and t > 0.
-template <typename T>
+template <Into level = Into::l1, typename T>
 inline void prefetch_previous_step(const T* row, int64_t t, int64_t time_stride, int64_t batch_stride, int64_t n) {
-  if (t > 0 && batch_stride > n) prefetch_row(row - time_stride, n);
+  if (t > 0 && batch_stride > n) prefetch_row<level>(row - time_stride, n);
 }
 
 }  // namespace ltdrnn

@@ -835,19 +835,6 @@ void flush_sums(std::vector<T>& running, double* sums) {
   std::fill(running.begin(), running.end(), T(0));
 }
 
-// Fetches n values from `row` on into the L2 cache, not L1 (prefetcht1). The piece backward fetches each row of
-// a batch-first output gradient a whole step early this way: a step's rows (B H 4 bytes, 64 KB at the
-// pixel-MNIST shape) fit in L2, while in L1 they all map to the same 8 sets (common.h, kPrefetchRowsAhead), so
-// only the rows two ahead are fetched on from there into L1. With the rows' arithmetic in one pass (piece512)
-// the backward waited for these loads: 13.7 -> 11.9 ms at one thread (docs/notes/srnn-speed.md, 2026-11-27,
-// eighth session).
-template <typename T>
-inline void prefetch_row_into_l2(const T* row, int64_t n) {
-  constexpr int kRead = 0, kL2 = 2;  // __builtin_prefetch's rw and locality: 2 is prefetcht1
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t byte = 0; byte < n * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(bytes + byte, kRead, kL2);
-}
-
 // The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
 template <bool Gated, bool InputGradient, typename T>
 void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positive, const Pieces<T>& p, T* dh0, T* dx,
@@ -868,7 +855,10 @@ void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positi
       const int64_t row = t * batch + b;
       const T* d_h = dh_base + t * time_stride + b * batch_stride;
       if (batch_first) {
-        if (t > 0) prefetch_row_into_l2(d_h - time_stride, hidden);
+        // a step early into L2 only: a step's rows (64 KB at the pixel-MNIST shape) fit there, while in L1 they
+        // share 8 sets; the backward waited for these loads (13.7 -> 11.9 ms at one thread,
+        // docs/notes/srnn-speed.md, 2026-11-27, eighth session)
+        prefetch_previous_step<Into::l2>(d_h, t, time_stride, batch_stride, hidden);
         if (b + kPrefetchRowsAhead < end) prefetch_row(d_h + kPrefetchRowsAhead * batch_stride, hidden);
       }
       T* gz = cur + (b - begin) * hidden;
