@@ -408,6 +408,43 @@ def test_a_non_finite_loss_before_the_first_evaluation_rolls_back_to_the_start(t
     assert rolled["metrics"]["test"] == halved["metrics"]["test"]
 
 
+def _loss_jumps_at(monkeypatch, step, value):
+    """Make the training loss of ``step`` the finite ``value`` once (not again after a rollback) without
+    touching the weights."""
+    from ltdrnn.train import Run
+
+    real, pending = Run.train_step, {step}
+
+    def jumping(self, indices):
+        loss, terms = real(self, indices)
+        if self.step + 1 in pending:
+            pending.discard(self.step + 1)
+            return value, terms
+        return loss, terms
+
+    monkeypatch.setattr(Run, "train_step", jumping)
+
+
+def test_a_finite_loss_above_max_loss_diverges_like_a_non_finite_one(tmp_path, monkeypatch):
+    _overflow_once_at(monkeypatch, [24])
+    non_finite = run(tmp_path / "nan", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
+    _loss_jumps_at(monkeypatch, 24, 1e30)  # wraps the overflow, which has fired its one time
+    capped = run(tmp_path / "capped", ROLLBACK_SETTINGS + ["train.rollbacks=2", "train.max_loss=25"])
+    assert capped["metrics"]["rollbacks"] == non_finite["metrics"]["rollbacks"] != []
+    assert capped["metrics"]["test"] == non_finite["metrics"]["test"]
+    _loss_jumps_at(monkeypatch, 24, 1e30)
+    stopped = run(tmp_path / "stopped", ROLLBACK_SETTINGS + ["train.max_loss=25"])
+    assert stopped["status"] == "diverged" and stopped["timings"]["steps"] == 24
+    _loss_jumps_at(monkeypatch, 24, 1e30)
+    unlimited = run(tmp_path / "unlimited", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
+    assert unlimited["status"] == "finished" and unlimited["metrics"]["rollbacks"] == []
+
+
+def test_max_loss_must_be_positive(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.max_loss: expected a positive value, got 0"):
+        load_config(tiny_config(tmp_path), ["train.max_loss=0"])
+
+
 def test_rollbacks_must_be_a_count(tmp_path):
     with pytest.raises(ConfigError, match=r"train.rollbacks: expected a non-negative value, got -1"):
         load_config(tiny_config(tmp_path), ["train.rollbacks=-1"])

@@ -133,7 +133,9 @@ class TrainConfig:
     validation so far (the latest one without selection or before the first evaluation, the start at
     least), halve the learning rate and go on, at most this
     many times; 0 (the default): the run ends there with status ``diverged``. Each rollback is recorded in
-    the result (``metrics.rollbacks``).
+    the result (``metrics.rollbacks``). ``max_loss``: a finite training loss above this counts as
+    diverged too, as a non-finite one does (a runaway that stays finite, e.g. at 1e30; None: only a
+    non-finite loss).
     """
 
     epochs: Optional[int] = None
@@ -154,6 +156,7 @@ class TrainConfig:
     malloc_tuning: bool = True
     select_on: str = "metric"
     rollbacks: int = 0
+    max_loss: Optional[float] = None
 
 
 @dataclass
@@ -283,6 +286,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         "train.eval_batch_size",
         "train.eval_batches",
         "train.test_batches",
+        "train.max_loss",
         "optim.clip_norm",
         "optim.halve_every",
         "train.threads",

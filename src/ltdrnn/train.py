@@ -260,7 +260,7 @@ class Run:
         self.running = loss if self.running is None else 0.95 * self.running + 0.05 * loss
         self.progress.update(1)
         self.progress.set_postfix(loss=f"{self.running:.4g}", epoch=self.epoch, refresh=False)
-        if not math.isfinite(loss):
+        if self.diverged(loss):
             if not self.roll_back():
                 self.status = "diverged"
             return
@@ -274,14 +274,19 @@ class Run:
                 {"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model, "run_dir": self.run_dir}
             )
 
+    def diverged(self, loss: float) -> bool:
+        """A non-finite training loss, or a finite one above ``train.max_loss``."""
+        limit = self.cfg.train.max_loss
+        return not math.isfinite(loss) or (limit is not None and loss > limit)
+
     def running_in(self, epoch: int) -> bool:
         return self.status == "finished" and self.epoch == epoch
 
     def roll_back(self) -> bool:
-        """After a non-finite loss: if ``train.rollbacks`` allows another, go back to the checkpoint of the
-        best validation so far (the latest checkpoint when there is none) with every learning rate halved
-        once per rollback. The latest checkpoint can hold the start of the runaway; the best one is what
-        the test would use. The time spent since the checkpoint still counts as training time."""
+        """After a diverged loss (:meth:`diverged`): if ``train.rollbacks`` allows another, go back to the
+        checkpoint of the best validation so far (the latest checkpoint when there is none) with every
+        learning rate halved once per rollback. The latest checkpoint can hold the start of the runaway; the
+        best one is what the test would use. The time spent since the checkpoint still counts as training time."""
         if len(self.rollbacks) >= self.cfg.train.rollbacks:
             return False
         checkpoint = D.load_on_main(load_checkpoint, self.run_dir / ROLLBACK_POINT)
