@@ -408,41 +408,59 @@ def test_a_non_finite_loss_before_the_first_evaluation_rolls_back_to_the_start(t
     assert rolled["metrics"]["test"] == halved["metrics"]["test"]
 
 
-def _loss_jumps_at(monkeypatch, step, value):
-    """Make the training loss of ``step`` the finite ``value`` once (not again after a rollback) without
-    touching the weights."""
-    from ltdrnn.train import Run
+def _validation_runs_away_once_at(monkeypatch, call):
+    """Make the ``call``-th validation (1-based) report a finite loss of 1e30, as a runaway model does."""
+    import ltdrnn.train as T
 
-    real, pending = Run.train_step, {step}
+    real, calls = T.evaluate, []
 
-    def jumping(self, indices):
-        loss, terms = real(self, indices)
-        if self.step + 1 in pending:
-            pending.discard(self.step + 1)
-            return value, terms
-        return loss, terms
+    def evaluating(model, task, split, *args, **kwargs):
+        summary, skip = real(model, task, split, *args, **kwargs)
+        if split == "val":
+            calls.append(1)
+            if len(calls) == call:
+                summary = {**summary, "loss": 1e30}
+        return summary, skip
 
-    monkeypatch.setattr(Run, "train_step", jumping)
+    monkeypatch.setattr(T, "evaluate", evaluating)
 
 
-def test_a_finite_loss_above_max_loss_diverges_like_a_non_finite_one(tmp_path, monkeypatch):
-    _overflow_once_at(monkeypatch, [24])
+def test_a_validation_loss_above_max_val_loss_rolls_back_as_a_non_finite_training_loss_does(tmp_path, monkeypatch):
+    # evaluations at steps 9, 18, 27: the runaway at 18 and a non-finite training loss at 18 both go back
+    # to step 9 at half the rate and replay the same batches
+    _overflow_once_at(monkeypatch, [18])
     non_finite = run(tmp_path / "nan", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
-    _loss_jumps_at(monkeypatch, 24, 1e30)  # wraps the overflow, which has fired its one time
-    capped = run(tmp_path / "capped", ROLLBACK_SETTINGS + ["train.rollbacks=2", "train.max_loss=25"])
-    assert capped["metrics"]["rollbacks"] == non_finite["metrics"]["rollbacks"] != []
-    assert capped["metrics"]["test"] == non_finite["metrics"]["test"]
-    _loss_jumps_at(monkeypatch, 24, 1e30)
-    stopped = run(tmp_path / "stopped", ROLLBACK_SETTINGS + ["train.max_loss=25"])
-    assert stopped["status"] == "diverged" and stopped["timings"]["steps"] == 24
-    _loss_jumps_at(monkeypatch, 24, 1e30)
+    monkeypatch.undo()
+    install(monkeypatch)
+    _validation_runs_away_once_at(monkeypatch, 2)
+    runaway = run(tmp_path / "runaway", ROLLBACK_SETTINGS + ["train.rollbacks=2", "train.max_val_loss=100"])
+    (rollback,) = non_finite["metrics"]["rollbacks"]
+    assert (rollback["failed_at"], rollback["to_step"]) == (18, 9)
+    assert runaway["metrics"]["rollbacks"] == [{**rollback, "val_loss": 1e30}]
+    assert runaway["status"] == "finished" and runaway["timings"]["steps"] == 30
+    assert runaway["metrics"]["test"] == non_finite["metrics"]["test"]
+    assert [h["step"] for h in runaway["history"]] == [9, 18, 27, 30]  # the runaway's entry was rolled back
+
+    _validation_runs_away_once_at(monkeypatch, 2)
+    stopped = run(tmp_path / "stopped", ROLLBACK_SETTINGS + ["train.max_val_loss=100"])
+    assert stopped["status"] == "diverged" and stopped["timings"]["steps"] == 18
+    assert stopped["history"][-1]["val_loss"] == 1e30 and stopped["metrics"]["best_step"] == 9
+
+    _validation_runs_away_once_at(monkeypatch, 2)
     unlimited = run(tmp_path / "unlimited", ROLLBACK_SETTINGS + ["train.rollbacks=2"])
     assert unlimited["status"] == "finished" and unlimited["metrics"]["rollbacks"] == []
 
 
-def test_max_loss_must_be_positive(tmp_path):
-    with pytest.raises(ConfigError, match=r"train.max_loss: expected a positive value, got 0"):
-        load_config(tiny_config(tmp_path), ["train.max_loss=0"])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (["train.max_val_loss=0"], r"train.max_val_loss: expected a positive value, got 0"),
+        (["train.max_val_loss=100", "train.eval_every=0"], r"train.max_val_loss: .*eval_every > 0, got 0"),
+    ],
+)
+def test_max_val_loss_must_be_positive_and_have_evaluations(tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(tiny_config(tmp_path), settings)
 
 
 def test_rollbacks_must_be_a_count(tmp_path):

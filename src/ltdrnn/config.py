@@ -133,9 +133,10 @@ class TrainConfig:
     validation so far (the latest one without selection or before the first evaluation, the start at
     least), halve the learning rate and go on, at most this
     many times; 0 (the default): the run ends there with status ``diverged``. Each rollback is recorded in
-    the result (``metrics.rollbacks``). ``max_loss``: a finite training loss above this counts as
-    diverged too, as a non-finite one does (a runaway that stays finite, e.g. at 1e30; None: only a
-    non-finite loss).
+    the result (``metrics.rollbacks``). ``max_val_loss``: a validation loss above this (or not finite) at
+    an evaluation counts as diverged too, as a non-finite training loss does: a runaway that stays finite
+    (e.g. at 1e30). Judged at evaluations, not on the training loss, whose transients early in training
+    can pass 1e9 and recover (needs ``eval_every`` > 0; None: off).
     """
 
     epochs: Optional[int] = None
@@ -156,7 +157,7 @@ class TrainConfig:
     malloc_tuning: bool = True
     select_on: str = "metric"
     rollbacks: int = 0
-    max_loss: Optional[float] = None
+    max_val_loss: Optional[float] = None
 
 
 @dataclass
@@ -286,7 +287,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         "train.eval_batch_size",
         "train.eval_batches",
         "train.test_batches",
-        "train.max_loss",
+        "train.max_val_loss",
         "optim.clip_norm",
         "optim.halve_every",
         "train.threads",
@@ -317,6 +318,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"optim.alpha: expected a value in (0, 1), got {cfg.optim.alpha!r}")
     if not 0 < cfg.optim.beta2 < 1:
         raise ConfigError(f"optim.beta2: expected a value in (0, 1), got {cfg.optim.beta2!r}")
+    if cfg.train.max_val_loss is not None and not cfg.train.eval_every:
+        raise ConfigError("train.max_val_loss: judged at evaluations, expected train.eval_every > 0, got 0")
     if cfg.train.epochs is None and cfg.train.steps is None:
         raise ConfigError("train.epochs / train.steps: expected at least one of them, got neither")
     check_limits(cfg)

@@ -260,13 +260,19 @@ class Run:
         self.running = loss if self.running is None else 0.95 * self.running + 0.05 * loss
         self.progress.update(1)
         self.progress.set_postfix(loss=f"{self.running:.4g}", epoch=self.epoch, refresh=False)
-        if self.diverged(loss):
+        if not math.isfinite(loss):
             if not self.roll_back():
                 self.status = "diverged"
             return
         evaluated = cfg.eval_every and self.step % cfg.eval_every == 0
         if evaluated:
             self.validate(terms)
+            runaway = self.runaway_loss()
+            if runaway is not None:
+                # "nan"/"inf" as text: the record goes to JSON
+                if not self.roll_back({"val_loss": runaway if math.isfinite(runaway) else str(runaway)}):
+                    self.status = "diverged"
+                return
         if evaluated or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
             self.save_checkpoint()
         for callback in self.callbacks:
@@ -274,19 +280,24 @@ class Run:
                 {"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model, "run_dir": self.run_dir}
             )
 
-    def diverged(self, loss: float) -> bool:
-        """A non-finite training loss, or a finite one above ``train.max_loss``."""
-        limit = self.cfg.train.max_loss
-        return not math.isfinite(loss) or (limit is not None and loss > limit)
+    def runaway_loss(self) -> Optional[float]:
+        """The validation loss of this step's evaluation if it is not finite or above
+        ``train.max_val_loss`` (a runaway), else None."""
+        limit, latest = self.cfg.train.max_val_loss, self.history[-1] if self.history else {}
+        if limit is None or latest.get("step") != self.step:
+            return None
+        loss = latest["val_loss"]
+        return loss if not math.isfinite(loss) or loss > limit else None
 
     def running_in(self, epoch: int) -> bool:
         return self.status == "finished" and self.epoch == epoch
 
-    def roll_back(self) -> bool:
-        """After a diverged loss (:meth:`diverged`): if ``train.rollbacks`` allows another, go back to the
-        checkpoint of the best validation so far (the latest checkpoint when there is none) with every
-        learning rate halved once per rollback. The latest checkpoint can hold the start of the runaway; the
-        best one is what the test would use. The time spent since the checkpoint still counts as training time."""
+    def roll_back(self, cause: Optional[Dict[str, float]] = None) -> bool:
+        """After a non-finite training loss, or a runaway validation loss (``cause``, recorded with the
+        rollback): if ``train.rollbacks`` allows another, go back to the checkpoint of the best validation
+        so far (the latest checkpoint when there is none) with every learning rate halved once per rollback.
+        The latest checkpoint can hold the start of the runaway; the best one is what the test would use.
+        The time spent since the checkpoint still counts as training time."""
         if len(self.rollbacks) >= self.cfg.train.rollbacks:
             return False
         checkpoint = D.load_on_main(load_checkpoint, self.run_dir / ROLLBACK_POINT)
@@ -302,7 +313,7 @@ class Run:
         for group in self.optimizer.param_groups:
             group["lr"] *= factor
         self.rollbacks = rollbacks + [
-            {"failed_at": failed_at, "to_step": self.step, "lr": self.optimizer.param_groups[0]["lr"]}
+            {"failed_at": failed_at, "to_step": self.step, "lr": self.optimizer.param_groups[0]["lr"], **(cause or {})}
         ]
         self.progress.n = self.step
         self.progress.refresh()
@@ -366,7 +377,7 @@ class Run:
         # every judge sees every entry; rank 0 judges and every rank follows
         if D.broadcast_object(any([judge(entry) for judge in self.judges]) if D.is_main() else None):
             self.status = "pruned"
-        if self.cfg.train.select_on == "last":
+        if self.cfg.train.select_on == "last" or self.runaway_loss() is not None:  # a runaway is never the best
             return
         score = summary[self.cfg.train.select_on]
         if self.best is None or self.better(score, self.best["score"]):
