@@ -214,7 +214,7 @@ def test_set_epoch_is_called_each_epoch(tmp_path, monkeypatch):
 def test_fresh_train_draws_new_training_items_every_epoch(tmp_path, monkeypatch, fresh):
     import ltdrnn.train as train_module
 
-    real, seen = train_module._batch, []
+    real, seen = train_module.batch_on, []
 
     def recording(task, dataset, indices, device):
         batch = real(task, dataset, indices, device)
@@ -222,7 +222,7 @@ def test_fresh_train_draws_new_training_items_every_epoch(tmp_path, monkeypatch,
             seen.append(dict(zip(indices, batch[0].unbind(0))))
         return batch
 
-    monkeypatch.setattr(train_module, "_batch", recording)
+    monkeypatch.setattr(train_module, "batch_on", recording)
     options = {"T": 6, "n_train": 4, "n_val": 4, "n_test": 4, "fresh_train": fresh}
     run(
         tmp_path,

@@ -281,30 +281,19 @@ def validate(cfg: RunConfig) -> RunConfig:
         if value not in choices:
             raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
     positive = ["model.hidden_size", "model.num_layers", "train.batch_size", "optim.lr"]
-    optional_positive = [
-        "train.epochs",
-        "train.steps",
-        "train.eval_batch_size",
-        "train.eval_batches",
-        "train.test_batches",
-        "train.max_val_loss",
-        "optim.clip_norm",
-        "optim.halve_every",
-        "train.threads",
-    ]
+    optional_positive = (
+        "train.epochs train.steps train.eval_batch_size train.eval_batches train.test_batches train.max_val_loss "
+        "optim.clip_norm optim.halve_every train.threads"
+    ).split()
     for key in positive + optional_positive:
         value = get_key(cfg, key)
         if value is not None and not value > 0:
             raise ConfigError(f"{key}: expected a positive value, got {value!r}")
-    for key in [
-        "optim.momentum",
-        "optim.weight_decay",
-        "train.eval_every",
-        "train.checkpoint_every",
-        "train.rollbacks",
-        "model.embedding",
-        "train.seed",
-    ]:
+    non_negative = (
+        "optim.momentum optim.weight_decay train.eval_every train.checkpoint_every train.rollbacks model.embedding "
+        "train.seed"
+    ).split()
+    for key in non_negative:
         if get_key(cfg, key) < 0:
             raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
     if not 0 <= cfg.model.dropout < 1:

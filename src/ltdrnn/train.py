@@ -29,7 +29,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 import torch
-from torch import nn
 
 from . import distributed as D
 from . import metrics as M
@@ -44,7 +43,6 @@ from .checkpoint import (
     load_weights,
     lock_run_dir,
     remove_stale_temp_files,
-    restore_model,
     rng_states,
     set_rng_states,
 )
@@ -53,6 +51,8 @@ from .checkpoint import (
 from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import checkpoint_file as checkpoint_file
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
+from .evaluation import batch_on, chunks, evaluate, validation_size
+from .evaluation import evaluate_checkpoint as evaluate_checkpoint  # re-exported: its home before evaluation.py
 from .memory import tune_malloc
 from .optimizers import SpikeGuard, build_optimizer, build_scheduler
 from .results.stamps import new_run_id, version_info
@@ -115,14 +115,6 @@ def train(
     return record
 
 
-def evaluate_checkpoint(
-    path: str | Path, split: str = "test", overrides: Optional[List[str]] = None
-) -> Dict[str, float]:
-    """Metrics of a saved checkpoint (``best.pt``/``last.pt`` or a run dir) on ``split``."""
-    cfg, task, model = restore_model(path, overrides)
-    return evaluate(model, task, split, cfg.train.eval_batch_size or cfg.train.batch_size)[0]
-
-
 def resolve_device(name: str) -> torch.device:
     """The torch device called ``name`` (``cuda`` -> this rank's GPU under torchrun), checked usable."""
     try:
@@ -140,38 +132,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def evaluate(
-    model: nn.Module, task, split: str, batch_size: int, max_batches: Optional[int] = None, device: str = "cpu"
-):
-    """``(summary, skip_fraction)`` of ``model`` on ``split``; ``max_batches`` caps the work."""
-    evaluator = M.Evaluator(task.info)
-    kept = total = 0.0
-    dataset = task.dataset(split)
-    if len(dataset) == 0:  # a metric of nothing would be an invented number (a loss of 0.0)
-        raise ConfigError(
-            f"split: the {split!r} split of task {task.info.name!r} is empty; there is nothing to evaluate"
-        )
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        for i, indices in enumerate(_chunks(range(len(dataset)), batch_size)):
-            if max_batches is not None and i >= max_batches:
-                break
-            if not D.owns(i):
-                continue
-            x, y, lengths = _batch(task, dataset, indices, device)
-            pred = model(x, lengths)
-            evaluator.add(pred, y, lengths)
-            skip = M.skip_fraction(model.aux, lengths)
-            if skip is not None:
-                kept += (1 - skip) * len(indices)
-                total += len(indices)
-    model.train(was_training)
-    D.reduce_sums(evaluator)
-    kept, total = D.all_reduce_sum([kept, total])
-    return evaluator.summary(), (1 - kept / total if total else None)
 
 
 # ---- the run ---------------------------------------------------------------------------------------
@@ -322,7 +282,7 @@ class Run:
     def train_step(self, indices: List[int]):
         reduction = self.cfg.optim.loss_reduction
         indices, factor = D.local_part(indices, reduction)
-        x, y, lengths = _batch(self.task, self.train_set, indices, self.device)
+        x, y, lengths = batch_on(self.task, self.train_set, indices, self.device)
         self.model.train()
         pred = self.net(x, lengths)
         loss = M.task_loss(pred, y, self.info, lengths, reduction)
@@ -369,7 +329,7 @@ class Run:
         if cfg.track_gradients:
             from .analysis.gradients import state_jacobian_norm
 
-            entry["jacobian_norm"] = state_jacobian_norm(self.model, self.example_batch())
+            entry["jacobian_norm"] = state_jacobian_norm(self.model, self.examplebatch_on())
         self.history.append(entry)
         if D.is_main():
             with open(self.run_dir / "history.jsonl", "a") as f:
@@ -553,9 +513,9 @@ class Run:
     def history_has(self, step: int) -> bool:
         return bool(self.history) and self.history[-1]["step"] == step
 
-    def example_batch(self):
+    def examplebatch_on(self):
         dataset = self.task.dataset("val")
-        return _batch(self.task, dataset, list(range(min(len(dataset), 32))), self.device)
+        return batch_on(self.task, dataset, list(range(min(len(dataset), 32))), self.device)
 
     def run_label(self) -> str:
         return f"{self.cfg.model.cell}/{self.cfg.task.name}"
@@ -573,37 +533,10 @@ class Run:
 
 
 # ---- pieces ----------------------------------------------------------------------------------------
-def validation_size(cfg: RunConfig, task) -> int:
-    """Items in the task's validation split. An empty one is refused here, before any training, unless
-    ``train.select_on`` is ``last``: selecting a checkpoint on nothing kept the first one evaluated (its
-    "loss" of 0.0 was never beaten), and the reported test came from it."""
-    size = len(task.dataset("val"))
-    if size == 0 and cfg.train.select_on != "last":
-        options = cfg.task.options
-        why = f" (val_fraction {options['val_fraction']})" if "val_fraction" in options else ""
-        raise ConfigError(
-            f"train.select_on: the validation split of task {cfg.task.name!r} is empty{why}, so no checkpoint "
-            f"can be selected on its {cfg.train.select_on}; expected train.select_on=last (test the final "
-            "weights) or a task with a validation split (UCR sets: a class needs 3 training series for one "
-            "to validate at val_fraction 0.2)"
-        )
-    return size
-
-
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
     """The batches of an epoch: a permutation drawn from ``(seed, epoch)`` only, cut into batches."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    return _chunks(torch.randperm(n, generator=generator).tolist(), batch_size)
-
-
-def _chunks(items, size: int) -> List[List[int]]:
-    items = list(items)
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _batch(task, dataset, indices: List[int], device):
-    x, y, lengths = task.collate([dataset[i] for i in indices])
-    return x.to(device), y.to(device), (lengths.to(device) if lengths is not None else None)
+    return chunks(torch.randperm(n, generator=generator).tolist(), batch_size)
 
 
 def _progress(total: int, initial: int, enabled: bool, label: str):

@@ -45,6 +45,8 @@ KEYS = [
     "train.seed",
     "train.loss_weights.budget",
     "train.select_on",
+    "train.max_val_loss",
+    "train.eval_every",
     "results",
     "nosuch",
     "model",

@@ -145,7 +145,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from ..train import evaluate_checkpoint
+    from ..evaluation import evaluate_checkpoint
 
     print(json.dumps(evaluate_checkpoint(args.path, args.split), indent=2))
     return 0

@@ -224,7 +224,7 @@ def empty_validation(dataset: str, sizes: SplitSizes, val_fraction: float) -> st
 def set_problem(cfg, validates: bool = True) -> Optional[str]:
     """What makes the set of the run config ``cfg`` unusable, in words that name it, or None: the set is
     read and split as its runs will read it (both files, scaling, classes), and with ``validates`` its
-    validation split is checked as training checks it (:func:`ltdrnn.train.validation_size`): an empty
+    validation split is checked as training checks it (:func:`ltdrnn.evaluation.validation_size`): an empty
     one is a problem unless ``train.select_on`` is ``last``, and the message gives that override."""
     from ..config import ConfigError
     from ..data import DataFileError, DataNotFoundError
