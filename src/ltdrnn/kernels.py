@@ -32,8 +32,11 @@ from torch import Tensor
 # -ffast-math lets gcc call glibc's vectorised expf/tanhf (libmvec); results agree with torch's to
 # float rounding, which the tests check against the reference loops. It is given to the compile step
 # only: linked with -ffast-math, gcc adds crtfastmath.o, whose constructor switches the whole process
-# to flush-denormals-to-zero as soon as the library is loaded.
-COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC")
+# to flush-denormals-to-zero as soon as the library is loaded. -fopenmp (compile and link) runs a time
+# loop's batch blocks on torch's own OpenMP team: the library needs libgomp.so.1, which is the copy torch
+# ships and has already loaded, so the process keeps one OpenMP runtime and one team (common.h,
+# over_batch_blocks).
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-fopenmp")
 #: The header every ``csrc/<cell>.cpp`` includes; its bytes are part of each build's cache key.
 COMMON_HEADER = "common.h"
 #: Every header of ``csrc/`` (common.h includes the others); all are copied beside a build and keyed.
@@ -97,7 +100,7 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
     libraries = cpp_extension.library_paths()
     links = [f"-L{path}" for path in libraries] + [f"-Wl,-rpath,{path}" for path in libraries]
     compile_flags = [*COMPILE_FLAGS, "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes]
-    return compiler, compile_flags, [*links, "-lc10", "-ltorch_cpu"]
+    return compiler, compile_flags, [*links, "-fopenmp", "-lc10", "-ltorch_cpu"]
 
 
 def _sources(cell: str) -> dict[str, bytes]:

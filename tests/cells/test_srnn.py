@@ -225,9 +225,10 @@ def test_scratch_buffers_are_reused_never_handed_out_twice_and_capped():
     memory.release_scratch()
 
 
-def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone():
+def test_loading_the_kernels_keeps_the_processes_denormal_handling_and_its_one_openmp_runtime():
     """A library's constructors run when it is first loaded: in a fresh process, load every cell's
-    operators, then multiply a float32 subnormal."""
+    operators, then multiply a float32 subnormal. The kernels run their batch blocks on torch's OpenMP
+    team: a second libgomp would be a second team whose threads compete with torch's."""
     import os
     import shutil
     import subprocess
@@ -238,11 +239,15 @@ def test_loading_the_kernels_leaves_the_processes_denormal_handling_alone():
     script = (
         "import torch\n"
         "from ltdrnn import kernels\n"
+        "def openmp_runtimes():\n"
+        "    return {line.split()[-1] for line in open('/proc/self/maps') if 'omp' in line.rsplit('/', 1)[-1]}\n"
+        "before = openmp_runtimes()\n"
         "tiny = torch.tensor([1e-40])\n"
         "assert (tiny * 1).item() != 0, 'flushing before any kernel was loaded'\n"
         "for cell in ('srnn', 'mist', 'tarnn', 'irnn', 'sarnn'):\n"
         "    assert kernels.load_torch_ops(cell), cell\n"
         "assert (tiny * 1).item() != 0, 'a kernel switched the process to flush-to-zero'\n"
+        "assert openmp_runtimes() == before, (before, openmp_runtimes())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "LTDRNN_NO_KERNELS"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1800, env=env)

@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/ParallelGuard.h>
+#include <omp.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -21,7 +22,6 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -229,10 +229,14 @@ inline int64_t batch_blocks(int64_t batch, int64_t chunk) {
   return std::max<int64_t>(1, (batch + chunk - 1) / chunk);
 }
 
-// Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch: the first on
-// the calling thread, each other on a thread of its own, joined before returning (errors rethrown). Not
-// at::parallel_for: these files are built without -fopenmp, where it runs serially; and OpenMP's
-// spin-waiting costs whole time slices on a loaded machine. Here a block only blocks on the final join.
+// Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch, one block per
+// thread of torch's own OpenMP team (these files are built with -fopenmp and link the libgomp.so.1 torch has
+// loaded), joined before returning (errors rethrown). Not at::parallel_for, which splits a range for each
+// call: here the split is the batch's, fixed for all T steps. Not threads of our own: after each ATen
+// operator the team's idle threads spin-wait for more work, and on a 2-core machine they took one of the two
+// cores from our second block (SRNN's forward at 2 threads 7.3 ms with our own thread, 4.0 ms with the
+// spinning turned off; docs/notes/benchmarks.md, 2026-11-28). If the team gives fewer threads than blocks,
+// a thread runs several blocks, in turn.
 template <typename Body>
 void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
   const int64_t blocks = batch_blocks(batch, chunk);
@@ -245,10 +249,12 @@ void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
       errors[part] = std::current_exception();
     }
   };
-  std::vector<std::thread> workers;
-  for (int64_t part = 1; part < blocks; ++part) workers.emplace_back(run, part);
-  run(0);
-  for (auto& worker : workers) worker.join();
+  if (blocks == 1) {
+    run(0);
+  } else {
+#pragma omp parallel num_threads(static_cast<int>(blocks))
+    for (int64_t part = omp_get_thread_num(); part < blocks; part += omp_get_num_threads()) run(part);
+  }
   for (auto& error : errors) {
     if (error) std::rethrow_exception(error);
   }
