@@ -265,9 +265,9 @@ class SARNN(MaskedCell):
         if outputs is None:
             return None
         out, prob, mask = outputs
-        # what record_aux(..., lengths=None) keeps; set through __dict__ because nn.Module's
-        # __setattr__ costs microseconds, a large share of a streaming step
-        vars(self).update(aux={"update_mask": mask[None], "update_prob": prob[None]}, _valid=None)
+        # what record_aux(..., lengths=None) keeps (the operator gives prob and mask as (1, B, H)); set
+        # through __dict__ because nn.Module's __setattr__ costs microseconds, a large share of a step
+        vars(self).update(aux={"update_mask": mask, "update_prob": prob}, _valid=None)
         return out
 
     def _stream_operands(self) -> StreamOperands:
