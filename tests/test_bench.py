@@ -208,6 +208,23 @@ def test_health_warns_on_a_busy_machine_and_a_slow_lstm(isa, load, fraction, war
     assert health["lstm"][0]["far_below_usual"] == ("far below" in warned if isa == "AVX-512" else None)
 
 
+def test_a_host_kept_below_its_isa_gets_no_verdict_on_nn_lstm(monkeypatch):
+    """ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU times another kind of host: its nn.LSTM is not judged by
+    the AVX-512 share, and the run records the limits."""
+    for name in (*bench.host.ISA_LIMITS, "LTDRNN_KERNEL_ARCH"):
+        monkeypatch.delenv(name, raising=False)
+    assert bench.host.isa_limits() == {}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("LTDRNN_KERNEL_ARCH", "x86-64-v3")
+    assert bench.host.isa_limits() == {"ONEDNN_MAX_CPU_ISA": "AVX2", "LTDRNN_KERNEL_ARCH": "x86-64-v3"}
+    result, lstm = fake_result("AVX-512", 1.9, 0.5)
+    result["machine"]["isa_limits"] = bench.host.isa_limits()
+    health = bench.host.health(result, lstm)
+    assert health["warnings"] == [] and health["lstm"][0]["far_below_usual"] is None
+    line = bench.report.limited(result["machine"])
+    assert line == ", limited by ONEDNN_MAX_CPU_ISA=AVX2 LTDRNN_KERNEL_ARCH=x86-64-v3"
+
+
 def test_markdown_has_the_target_rows_and_the_tables(report):
     result, markdown = report
     assert result["command"] in markdown

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -36,7 +37,8 @@ from torch import Tensor
 # loop's batch blocks on torch's own OpenMP team: the library needs libgomp.so.1, which is the copy torch
 # ships and has already loaded, so the process keeps one OpenMP runtime and one team (common.h,
 # over_batch_blocks).
-COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-fopenmp")
+# -march is kernel_arch()'s.
+COMPILE_FLAGS = ("-O3", "-ffast-math", "-fPIC", "-fopenmp")
 #: The header every ``csrc/<cell>.cpp`` includes; its bytes are part of each build's cache key.
 COMMON_HEADER = "common.h"
 #: Every header of ``csrc/`` (common.h includes the others); all are copied beside a build and keyed.
@@ -48,6 +50,21 @@ _TORCH_OPS: dict[str, bool] = {}  # registered operators stay for the life of th
 def kernels_enabled() -> bool:
     """False when the environment variable ``LTDRNN_NO_KERNELS`` is set to a non-empty, non-0 value."""
     return os.environ.get("LTDRNN_NO_KERNELS", "") in ("", "0")
+
+
+def kernel_arch() -> str:
+    """The ``-march`` the kernels are built for: ``$LTDRNN_KERNEL_ARCH``, else ``native`` (this CPU).
+
+    Another value builds the code paths of another CPU on this one, to test or time them: ``x86-64-v3``
+    (AVX2 and FMA, no AVX-512) and ``x86-64`` (no vector extensions beyond SSE2) compile the AVX2 and the
+    portable loops of ``csrc/`` that an AVX-512 machine never builds otherwise. Raises ValueError for a
+    value that is not a plain architecture name."""
+    arch = os.environ.get("LTDRNN_KERNEL_ARCH", "") or "native"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", arch):
+        raise ValueError(
+            f"LTDRNN_KERNEL_ARCH: expected a -march name such as native, x86-64-v3 or x86-64, got {arch!r}"
+        )
+    return arch
 
 
 def kernel_cache_dir() -> Path:
@@ -99,7 +116,13 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
     includes = [f"-I{path}" for path in cpp_extension.include_paths()]
     libraries = cpp_extension.library_paths()
     links = [f"-L{path}" for path in libraries] + [f"-Wl,-rpath,{path}" for path in libraries]
-    compile_flags = [*COMPILE_FLAGS, "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *includes]
+    compile_flags = [
+        *COMPILE_FLAGS,
+        f"-march={kernel_arch()}",
+        "-std=c++20",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        *includes,
+    ]
     return compiler, compile_flags, [*links, "-fopenmp", "-lc10", "-ltorch_cpu"]
 
 

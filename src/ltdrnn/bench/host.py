@@ -88,10 +88,25 @@ def library_versions() -> Dict[str, Optional[str]]:
     }
 
 
+#: Environment variables that keep torch's libraries or our kernels below the CPU's widest instruction set
+#: (to time another host's code paths on this one); a run records those that are set.
+ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
+def isa_limits() -> Dict[str, str]:
+    """The :data:`ISA_LIMITS` set in this process, and our kernels' ``-march`` when it is not ``native``."""
+    from ..kernels import kernel_arch
+
+    limits = {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)}
+    if kernel_arch() != "native":
+        limits["LTDRNN_KERNEL_ARCH"] = kernel_arch()
+    return limits
+
+
 def host_description() -> Dict[str, Any]:
-    """The ``machine`` fields this module adds: ISA flags and label, library versions."""
+    """The ``machine`` fields this module adds: ISA flags and label, what limits them, library versions."""
     flags = cpu_flags()
-    return {"isa_flags": flags, "isa": isa_label(flags), **library_versions()}
+    return {"isa_flags": flags, "isa": isa_label(flags), "isa_limits": isa_limits(), **library_versions()}
 
 
 def load_average() -> Optional[List[float]]:
@@ -111,7 +126,8 @@ def health(result: Dict[str, Any], lstm_flops: Sequence[Dict[str, Any]]) -> Dict
             f"the machine was not quiet: 1-minute load average {busiest:.1f} > {limit:.1f} (torch threads + "
             f"{QUIET_LOAD_MARGIN:g}); every time is too slow and the ratios to nn.LSTM are unreliable"
         )
-    usual = LSTM_USUAL_PEAK_FRACTION.get(machine.get("isa", ""))
+    # a host whose libraries are kept below its ISA is no host of that kind: no usual share, no verdict
+    usual = None if machine.get("isa_limits") else LSTM_USUAL_PEAK_FRACTION.get(machine.get("isa", ""))
     lstm = []
     for record in lstm_flops:
         fraction = record.get("train_peak_fraction")

@@ -298,7 +298,7 @@ def health_lines(result: Dict[str, Any]) -> List[str]:
         for r in health["lstm"]
     )
     lines = [
-        f"Host: {machine.get('isa', '?')} ({' '.join(machine.get('isa_flags', []))}); BLAS "
+        f"Host: {machine.get('isa', '?')} ({' '.join(machine.get('isa_flags', []))}){limited(machine)}; BLAS "
         f"{machine.get('blas_version') or machine.get('blas')}; oneDNN {machine.get('onednn')}; load average "
         f"{fmt_load(machine.get('load_average'))} at the start, {fmt_load(machine.get('load_average_end'))} at the end "
         f"(quiet up to {health['quiet_load_limit']:g}); nn.LSTM's training step at {lstm or '-'} of the sgemm peak.",
@@ -307,6 +307,12 @@ def health_lines(result: Dict[str, Any]) -> List[str]:
     if health["warnings"]:
         lines += ["## Warnings", ""] + [f"- **{w}**" for w in health["warnings"]] + [""]
     return lines
+
+
+def limited(machine: Dict[str, Any]) -> str:
+    """``, limited by NAME=VALUE ...`` for a run kept below its CPU's instruction set; else nothing."""
+    limits = machine.get("isa_limits") or {}
+    return ", limited by " + " ".join(f"{k}={v}" for k, v in limits.items()) if limits else ""
 
 
 def fmt_load(values: Optional[Sequence[float]]) -> str:

@@ -1,0 +1,72 @@
+"""The compiled kernels' code for other CPUs, built and checked on this one.
+
+``csrc/`` holds AVX-512 code, AVX2 code and portable loops, chosen when the kernels are compiled; a build
+for this machine (``-march=native``) compiles only one of them. ``LTDRNN_KERNEL_ARCH`` builds the others
+here: each build must load, and the tests that compare the compiled paths with the reference loops
+(outputs, gradients, non-finite values, streaming steps) must pass with it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ltdrnn import kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+CELLS = ("srnn", "mist", "tarnn", "irnn", "sarnn")
+#: The tests of the compiled paths: every comparison with a reference, in the files that hold them.
+COMPILED_PATH_TESTS = [
+    "tests/cells/test_srnn.py",
+    "tests/cells/test_irnn.py",
+    "tests/cells/test_mist.py",
+    "tests/cells/test_tarnn.py",
+    "tests/cells/test_sarnn.py",
+    "tests/cells/test_non_finite.py",
+    "tests/test_kernels.py",
+]
+SELECTION = "kernel or compiled or fused or stream or piecewise or equal or non_finite"
+
+
+def test_kernel_arch_is_native_by_default_and_refuses_what_is_not_an_architecture_name(monkeypatch):
+    monkeypatch.delenv("LTDRNN_KERNEL_ARCH", raising=False)
+    assert kernels.kernel_arch() == "native"
+    monkeypatch.setenv("LTDRNN_KERNEL_ARCH", "x86-64-v3")
+    assert kernels.kernel_arch() == "x86-64-v3"
+    monkeypatch.setenv("LTDRNN_KERNEL_ARCH", "native -fplugin=evil.so")
+    with pytest.raises(ValueError, match="LTDRNN_KERNEL_ARCH: expected a -march name"):
+        kernels.kernel_arch()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["x86-64-v3", "x86-64"])  # AVX2 and FMA; SSE2 only
+def test_the_kernels_built_for_another_cpu_load_and_equal_the_references(arch):
+    if platform.machine() not in ("x86_64", "AMD64") or not kernels.kernels_enabled():
+        pytest.skip("x86-64 architectures, with the kernels on")
+    if shutil.which("g++") is None and shutil.which("c++") is None and not os.environ.get("CXX"):
+        pytest.skip("no C++ compiler on this machine")
+    env = {**os.environ, "LTDRNN_KERNEL_ARCH": arch}
+    build = (
+        "import warnings\n"
+        "warnings.simplefilter('error')\n"  # a failed build warns and falls back: make it fail here
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from ltdrnn import kernels\n"
+        "with ThreadPoolExecutor(2) as pool:\n"  # the compiler runs in processes of its own: two at once
+        f"    list(pool.map(kernels._build, {CELLS!r}))\n"
+        f"for cell in {CELLS!r}:\n"
+        "    assert kernels.load_torch_ops(cell), cell\n"
+    )
+    built = subprocess.run([sys.executable, "-c", build], capture_output=True, text=True, timeout=850, env=env)
+    assert built.returncode == 0, built.stderr[-3000:]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", SELECTION]
+    run = subprocess.run(
+        [*command, *COMPILED_PATH_TESTS], capture_output=True, text=True, timeout=850, env=env, cwd=ROOT
+    )
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-2000:])
+    assert " passed" in run.stdout.splitlines()[-1], run.stdout[-500:]
