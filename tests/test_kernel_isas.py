@@ -1,9 +1,10 @@
-"""The compiled kernels' code for other CPUs, built and checked on this one.
+"""The compiled kernels' code for other CPUs and another torch, built and checked on this machine.
 
 ``csrc/`` holds AVX-512 code, AVX2 code and portable loops, chosen when the kernels are compiled; a build
 for this machine (``-march=native``) compiles only one of them. ``LTDRNN_KERNEL_ARCH`` builds the others
-here: each build must load, and the tests that compare the compiled paths with the reference loops
-(outputs, gradients, non-finite values, streaming steps) must pass with it.
+here. And where torch does not run on libgomp the kernels are built without OpenMP and start threads of
+their own. Each such build must load, and the tests that compare the compiled paths with the reference
+loops (outputs, gradients, non-finite values, streaming steps) must pass with it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CELLS = ("srnn", "mist", "tarnn", "irnn", "sarnn")
 #: The tests of the compiled paths (every comparison with a reference): each cell's file, and two for all.
 CELL_TESTS = {cell: f"tests/cells/test_{cell}.py" for cell in CELLS}
 SHARED_TESTS = ["tests/cells/test_non_finite.py", "tests/test_kernels.py"]
-SELECTION = "kernel or compiled or fused or stream or piecewise or equal or non_finite"
+SELECTION = "(kernel or compiled or fused or stream or piecewise or equal or non_finite) and not one_openmp_runtime"
 
 
 def test_kernel_arch_is_native_by_default_and_refuses_what_is_not_an_architecture_name(monkeypatch):
@@ -37,25 +38,37 @@ def test_kernel_arch_is_native_by_default_and_refuses_what_is_not_an_architectur
         kernels.kernel_arch()
 
 
+#: Runs a Python script with the kernels built as if torch ran on another OpenMP runtime (no -fopenmp: the
+#: batch blocks on threads of their own).
+WITHOUT_OPENMP = "import ltdrnn.kernels\nltdrnn.kernels.torch_runs_on_libgomp = lambda: False\n"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "arch, cells",
+    "arch, cells, openmp",
     [
-        ("x86-64-v3", CELLS),  # AVX2 and FMA: every branch an AVX-512 build leaves out
-        ("x86-64", ("srnn", "irnn")),  # SSE2 only: the portable loops beside the AVX2 ones (srnn.cpp, common.h)
+        ("x86-64-v3", CELLS, True),  # AVX2 and FMA: every branch an AVX-512 build leaves out
+        ("x86-64", ("srnn", "irnn"), True),  # SSE2 only: the portable loops beside the AVX2 ones (srnn.cpp, common.h)
+        # a torch on another OpenMP runtime: the blocks on threads of their own (common.h's code for every cell;
+        # SRNN's elementwise loops and MIST's per-block products)
+        ("native", ("srnn", "mist"), False),
     ],
 )
-def test_the_kernels_built_for_another_cpu_load_and_equal_the_references(arch, cells):
+def test_the_kernels_built_for_another_cpu_or_runtime_load_and_equal_the_references(arch, cells, openmp):
     if platform.machine() not in ("x86_64", "AMD64") or not kernels.kernels_enabled():
         pytest.skip("x86-64 architectures, with the kernels on")
     if shutil.which("g++") is None and shutil.which("c++") is None and not os.environ.get("CXX"):
         pytest.skip("no C++ compiler on this machine")
+    if openmp and not kernels.torch_runs_on_libgomp():
+        pytest.skip("torch does not run on libgomp here")
     env = {**os.environ, "LTDRNN_KERNEL_ARCH": arch}
-    build = (
+    prelude = "" if openmp else WITHOUT_OPENMP
+    build = prelude + (
         "import warnings\n"
         "warnings.simplefilter('error')\n"  # a failed build warns and falls back: make it fail here
         "from concurrent.futures import ThreadPoolExecutor\n"
         "from ltdrnn import kernels\n"
+        f"assert ('-fopenmp' in kernels._toolchain()[1]) == {openmp}\n"
         "with ThreadPoolExecutor(2) as pool:\n"  # the compiler runs in processes of its own: two at once
         f"    list(pool.map(kernels._build, {cells!r}))\n"
         f"for cell in {cells!r}:\n"
@@ -65,7 +78,8 @@ def test_the_kernels_built_for_another_cpu_load_and_equal_the_references(arch, c
     assert built.returncode == 0, built.stderr[-3000:]
     files = [CELL_TESTS[cell] for cell in cells] + SHARED_TESTS
     selection = SELECTION if cells == CELLS else f"({SELECTION}) and ({' or '.join(cells)})"
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", selection, *files]
+    pytest_main = prelude + "import sys, pytest\nsys.exit(pytest.main(sys.argv[1:]))\n"
+    command = [sys.executable, "-c", pytest_main, "-q", "-x", "-p", "no:cacheprovider", "-k", selection, *files]
     run = subprocess.run(command, capture_output=True, text=True, timeout=850, env=env, cwd=ROOT)
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-2000:])
     assert " passed" in run.stdout.splitlines()[-1], run.stdout[-500:]

@@ -33,12 +33,9 @@ from torch import Tensor
 # -ffast-math lets gcc call glibc's vectorised expf/tanhf (libmvec); results agree with torch's to
 # float rounding, which the tests check against the reference loops. It is given to the compile step
 # only: linked with -ffast-math, gcc adds crtfastmath.o, whose constructor switches the whole process
-# to flush-denormals-to-zero as soon as the library is loaded. -fopenmp (compile and link) runs a time
-# loop's batch blocks on torch's own OpenMP team: the library needs libgomp.so.1, which is the copy torch
-# ships and has already loaded, so the process keeps one OpenMP runtime and one team (common.h,
-# over_batch_blocks).
-# -march is kernel_arch()'s.
-COMPILE_FLAGS = ("-O3", "-ffast-math", "-fPIC", "-fopenmp")
+# to flush-denormals-to-zero as soon as the library is loaded. -march is kernel_arch()'s; -fopenmp is added
+# where torch runs on libgomp (openmp_flags).
+COMPILE_FLAGS = ("-O3", "-ffast-math", "-fPIC")
 #: The header every ``csrc/<cell>.cpp`` includes; its bytes are part of each build's cache key.
 COMMON_HEADER = "common.h"
 #: Every header of ``csrc/`` (common.h includes the others); all are copied beside a build and keyed.
@@ -65,6 +62,26 @@ def kernel_arch() -> str:
             f"LTDRNN_KERNEL_ARCH: expected a -march name such as native, x86-64-v3 or x86-64, got {arch!r}"
         )
     return arch
+
+
+def torch_runs_on_libgomp() -> bool:
+    """Whether this process has loaded ``libgomp.so.1``, the OpenMP runtime torch's CPU wheels ship and link."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(line.rstrip().endswith("/libgomp.so.1") for line in maps)
+    except OSError:
+        return False
+
+
+def openmp_flags() -> list[str]:
+    """``["-fopenmp"]`` where torch runs on libgomp, else nothing.
+
+    With it a time loop's batch blocks run on torch's own OpenMP team (``csrc/common.h``,
+    ``over_batch_blocks``): the library needs ``libgomp.so.1``, which resolves to the copy torch has already
+    loaded, so the process keeps one runtime and one team. A torch on another runtime (LLVM's or Intel's)
+    would get a second one beside it; the kernels then start threads of their own instead.
+    """
+    return ["-fopenmp"] if torch_runs_on_libgomp() else []
 
 
 def kernel_cache_dir() -> Path:
@@ -116,14 +133,16 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
     includes = [f"-I{path}" for path in cpp_extension.include_paths()]
     libraries = cpp_extension.library_paths()
     links = [f"-L{path}" for path in libraries] + [f"-Wl,-rpath,{path}" for path in libraries]
+    openmp = openmp_flags()
     compile_flags = [
         *COMPILE_FLAGS,
+        *openmp,
         f"-march={kernel_arch()}",
         "-std=c++20",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *includes,
     ]
-    return compiler, compile_flags, [*links, "-fopenmp", "-lc10", "-ltorch_cpu"]
+    return compiler, compile_flags, [*links, *openmp, "-lc10", "-ltorch_cpu"]
 
 
 def _sources(cell: str) -> dict[str, bytes]:

@@ -13,7 +13,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/ParallelGuard.h>
-#include <omp.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -22,8 +21,13 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <type_traits>
 #include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -230,13 +234,13 @@ inline int64_t batch_blocks(int64_t batch, int64_t chunk) {
 }
 
 // Runs body(begin, end, part) for the blocks [part * chunk, (part + 1) * chunk) of the batch, one block per
-// thread of torch's own OpenMP team (these files are built with -fopenmp and link the libgomp.so.1 torch has
-// loaded), joined before returning (errors rethrown). Not at::parallel_for, which splits a range for each
-// call: here the split is the batch's, fixed for all T steps. Not threads of our own: after each ATen
-// operator the team's idle threads spin-wait for more work, and on a 2-core machine they took one of the two
-// cores from our second block (SRNN's forward at 2 threads 7.3 ms with our own thread, 4.0 ms with the
-// spinning turned off; docs/notes/benchmarks.md, 2026-11-28). If the team gives fewer threads than blocks,
-// a thread runs several blocks, in turn.
+// thread, joined before returning (errors rethrown). Not at::parallel_for, which splits a range for each call:
+// here the split is the batch's, fixed for all T steps. Where torch runs its threads on libgomp, these files
+// are built with -fopenmp against that same libgomp.so.1 (kernels.py) and the blocks run on torch's own team:
+// after each ATen operator the team's idle threads spin-wait for more work, and on a 2-core machine they took
+// one of the two cores from a thread of ours (SRNN's forward at 2 threads 7.3 ms with our own thread, 4.0 ms
+// with the spinning turned off; docs/notes/benchmarks.md, 2026-11-28). With another OpenMP runtime in torch,
+// where a second one of ours would compete the same way, each block but the first gets a thread of its own.
 template <typename Body>
 void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
   const int64_t blocks = batch_blocks(batch, chunk);
@@ -252,8 +256,16 @@ void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
   if (blocks == 1) {
     run(0);
   } else {
+#if defined(_OPENMP)
+    // a team smaller than asked for runs several blocks per thread, in turn
 #pragma omp parallel num_threads(static_cast<int>(blocks))
     for (int64_t part = omp_get_thread_num(); part < blocks; part += omp_get_num_threads()) run(part);
+#else
+    std::vector<std::thread> workers;
+    for (int64_t part = 1; part < blocks; ++part) workers.emplace_back(run, part);
+    run(0);
+    for (auto& worker : workers) worker.join();
+#endif
   }
   for (auto& error : errors) {
     if (error) std::rethrow_exception(error);
