@@ -244,7 +244,7 @@ class SARNN(MaskedCell):
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`. Without autograd, with a GRU, a fast
         ``impl`` and batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`, the whole step is one call of
-        ``torch.ops.ltdrnn.sarnn_stream`` (which computes the candidate only for the units it updates)."""
+        ``torch.ops.ltdrnn.sarnn_stream`` (which forms the ``W_hh`` products only for the units it updates)."""
         if state is not None and self.resolved_impl() != "reference":
             h = self._stream_in_kernel(x_t, state)
             if h is not None:

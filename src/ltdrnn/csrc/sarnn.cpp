@@ -334,7 +334,7 @@ void sarnn_gru_backward(const at::Tensor& gates, const at::Tensor& news, const a
 // ---- the streaming step -------------------------------------------------------------------------------
 // weights: [W_ih (3H, d), b_ih (3H), W_hh (3H, H), b_hh (3H), (alpha/2) W_i (H, d), (alpha/2) b + 1/2 (H),
 // (alpha/2) w_u (H)]; no options. Per unit: pre = (alpha/2)(W_i x + b + w_u h) + 1/2, u = [pre > 1/2],
-// prob = clamp(pre, 0, 1); the GRU candidate (torch.nn.GRU's equations) is computed only for updated
+// prob = clamp(pre, 0, 1); the GRU update (torch.nn.GRU's equations) forms its W_hh products only for updated
 // units, skipped units keep h. Returns h' (B, H) and prob, u (1, B, H).
 constexpr const char* kStream = "sarnn_stream";
 
