@@ -1,21 +1,21 @@
 #!/bin/bash
-# Issue 39, Musts 3 and 4: the seed screens, as one-thread jobs in parallel, each logged per step by
+# The seed screens, as one-thread jobs in parallel, each logged per step by
 # step_probe.py (loss, gradient norm before clipping, eta, ||P U|| for iRNN, skip and in-band fraction for
-# SA-RNN). Analysis and predictions: docs/notes/irnn.md, tarnn.md, sarnn.md ("2026-11-26: issue 39, seeds").
+# SA-RNN). Analysis and predictions: lab/notes/irnn.md, tarnn.md, sarnn.md (2026-11-26 onwards).
 #
-# usage: reproduction/fidelity/issue39_screens.sh GROUP [JOBS]      (run from the repository root)
+# usage: lab/2026-11-26-seed-screens/seed_screens.sh GROUP [JOBS]      (run from the repository root)
 #   GROUP: smoke | device | irnn-k | irnn-k10 | irnn-750 | tarnn-750 | sarnn | sarnn-slope | list     JOBS: parallel jobs (default: the cores)
-# Two files in $OUT (default /tmp/issue39): summary.jsonl (one line per job: the step_probe summary:
+# Two files in $OUT (default /tmp/seed-screens): summary.jsonl (one line per job: the step_probe summary:
 # status, test metric, largest loss and its step, spikes) and screens.tgz (per-step logs, each run's
 # history.jsonl and best.pt, one results database per job; the work folder is $WORK, default
-# /tmp/issue39-work). LIMIT: seconds per job (default 540);
+# /tmp/seed-screens-work). LIMIT: seconds per job (default 540);
 # PYTHON: the interpreter with ltdrnn installed (default python3).
-# The iRNN ratio after training: python reproduction/fidelity/irnn_ratio.py RUN_DIR (from the tarball).
+# The iRNN ratio after training: python lab/2026-11-23-readings/irnn_ratio.py RUN_DIR (from the tarball).
 set -euo pipefail
-group=${1:?usage: issue39_screens.sh GROUP [JOBS]}
+group=${1:?usage: seed_screens.sh GROUP [JOBS]}
 jobs=${2:-$(nproc)}
-out=${OUT:-/tmp/issue39}
-work=${WORK:-/tmp/issue39-work}
+out=${OUT:-/tmp/seed-screens}
+work=${WORK:-/tmp/seed-screens-work}
 limit=${LIMIT:-540}
 py=${PYTHON:-python3}
 common="train.threads=1 train.latency=false"
@@ -56,7 +56,7 @@ screens() {
       echo "smoke_irnn|reproduce/irnn-adding200-k|model.options.K=1 $small|1"
       echo "smoke_irnn_k2|reproduce/irnn-adding200-k|model.options.K=2 $small|1"
       echo "smoke_sarnn|reproduce/sarnn-adding500|$small|1" ;;
-    *) echo "issue39_screens.sh: GROUP: expected smoke, device, irnn-k, irnn-k10, irnn-750, tarnn-750, sarnn, sarnn-slope or list, got $1" >&2; exit 2 ;;
+    *) echo "seed_screens.sh: GROUP: expected smoke, device, irnn-k, irnn-k10, irnn-750, tarnn-750, sarnn, sarnn-slope or list, got $1" >&2; exit 2 ;;
   esac
 }
 
@@ -74,7 +74,7 @@ done | xargs -P "$jobs" -L 1 bash -c '
   label=$0 seed=$1 preset=$2; shift 2
   name=$label-s$seed
   # shellcheck disable=SC2086
-  if ! timeout "$limit" "$py" -u reproduction/fidelity/step_probe.py "$preset" "$work/logs/$name.jsonl" "$@" $common \
+  if ! timeout "$limit" "$py" -u lab/2026-11-26-seed-screens/step_probe.py "$preset" "$work/logs/$name.jsonl" "$@" $common \
       train.seed="$seed" --label "$label" --store "$work/db/$name.db" --run-dir "$work/runs/$name" \
       >> "$out/summary.jsonl" 2> "$work/logs/$name.err"; then
     echo "{\"label\": \"$label\", \"seed\": $seed, \"status\": \"killed or failed\"}" >> "$out/summary.jsonl"

@@ -4,8 +4,8 @@ the same with that read detached (the surrogate kept for the gate itself): norms
 the cosine of the two whole gradients. At init (seeds 1-3), or for the weights of a checkpoint (a run
 directory or a .pt file; its config's seed, T and a few of its training batches).
 
-    python reproduction/fidelity/issue39/sarnn_grad.py [T]
-    python reproduction/fidelity/issue39/sarnn_grad.py --checkpoint RUN_DIR [BATCHES]
+    python lab/2026-11-26-seed-screens/sarnn_grad.py [T]
+    python lab/2026-11-26-seed-screens/sarnn_grad.py --checkpoint RUN_DIR [BATCHES]
 """
 
 import sys

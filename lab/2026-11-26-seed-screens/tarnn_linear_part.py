@@ -3,7 +3,7 @@ part of an eigenvalue of A + B2. Within one time step the Euler rounds move the 
 + bounded terms), so an eigenvalue of A + B2 with positive real part is a direction the state grows in
 wherever eta beta is not small, and nothing in the vector field bounds it (phi is).
 
-    python reproduction/fidelity/issue39/tarnn_linear_part.py CHECKPOINT.pt [CHECKPOINT.pt ...]
+    python lab/2026-11-26-seed-screens/tarnn_linear_part.py CHECKPOINT.pt [CHECKPOINT.pt ...]
 """
 
 import json

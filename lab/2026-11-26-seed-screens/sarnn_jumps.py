@@ -1,6 +1,6 @@
 """SA-RNN adding T=500: the "jumps" in the stored histories, and what the skip fraction did meanwhile.
 
-    python reproduction/fidelity/issue39/sarnn_jumps.py        (from the repository root)
+    python lab/2026-11-26-seed-screens/sarnn_jumps.py        (from the repository root)
 
 A jump is an evaluation interval whose training-loss EMA (the trainer's 0.95 moving average) ends above
 the 0.167 baseline and at least 1.5 times its previous value. Printed per run: the best validation MSE,
@@ -27,7 +27,7 @@ def slope_at(config: dict, epoch: int) -> float:
 
 def main() -> None:
     rows = sqlite3.connect("reproduction/results.db").execute(CLAIM + " order by name, created").fetchall()
-    rows += sqlite3.connect("reproduction/fidelity/screens.db").execute(SCREENS).fetchall()
+    rows += sqlite3.connect("lab/2026-11-23-screens/screens.db").execute(SCREENS).fetchall()
     jump_changes, calm_changes = [], []
     for name, config, history, metric in rows:
         config, history = json.loads(config), json.loads(history)

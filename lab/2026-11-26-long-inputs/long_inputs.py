@@ -1,8 +1,8 @@
-"""Each source cell's default layer on long random inputs at initialisation (issue 39, Must 2): the
+"""Each source cell's default layer on long random inputs at initialisation (the long-input check): the
 largest |output| and whether the output and every parameter gradient are finite, at T = 1,000, 10,000
 and 100,000.
 
-    python reproduction/fidelity/long_inputs.py [--cells tarnn,srnn,mist,irnn,sarnn] [--lengths 1000,10000,100000]
+    python lab/2026-11-26-long-inputs/long_inputs.py [--cells tarnn,srnn,mist,irnn,sarnn] [--lengths 1000,10000,100000]
         [--set irnn.u_init=uniform]
 
 The layer is ``ltdrnn.Recurrent(cell, input_size=4, hidden_size=64)`` with the cell's defaults (plus any

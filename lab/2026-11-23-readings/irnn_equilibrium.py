@@ -1,6 +1,6 @@
 """Why iRNN at its equilibrium cannot add: the state alternates sign from one time step to the next.
 
-    python reproduction/fidelity/irnn_equilibrium.py RUN_DIR [RUN_DIR ...] [--n 512]
+    python lab/2026-11-23-readings/irnn_equilibrium.py RUN_DIR [RUN_DIR ...] [--n 512]
 
 At Eq. 8's equilibrium ``h_k + h_{k-1} = y*(x_k)``, a function of the input alone, so
 ``dh_k/dh_{k-1} = -I`` (Theorem 1) and ``h_T = sum_t (-1)^(T-t) y*(x_t) + (-1)^T h_0``: every input enters the

@@ -1,12 +1,16 @@
 """Copy a run directory and set config keys in its checkpoints, so that ``--resume`` continues the run under
 a setting it was not started with (the trainer refuses a resume whose config differs from the checkpoint's).
 
-    python reproduction/fidelity/issue39/with_override.py RUN_DIR COPY_DIR KEY=VALUE [KEY=VALUE ...]
+    python lab/2026-11-26-seed-screens/with_override.py RUN_DIR COPY_DIR KEY=VALUE [KEY=VALUE ...]
 
 Used to replay the last steps of a long run with a remedy switched on, e.g. the step-2,700 checkpoint of a
 TARNN copy T = 500 run with ``optim.skip_spikes=10``, each step logged:
-``python reproduction/fidelity/step_probe.py COPY_DIR/config.yaml OUT.jsonl optim.skip_spikes=10
+``python lab/2026-11-26-seed-screens/step_probe.py COPY_DIR/config.yaml OUT.jsonl optim.skip_spikes=10
 train.device=cpu --run-dir COPY_DIR --resume``. Values are parsed as the config loader parses overrides.
+
+A lab tool, not part of the package: it gets past the trainer's resume check on purpose (on the copy only;
+the original run directory is left as it was). A run continued this way is a replay, not the run its config
+names, so its rows are screens, never a claim's evidence.
 """
 
 import shutil

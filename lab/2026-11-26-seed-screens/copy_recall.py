@@ -1,6 +1,6 @@
 """Where a copy model's recall fails: cross entropy and accuracy at each of the ten recall steps.
 
-    python reproduction/fidelity/issue39/copy_recall.py CHECKPOINT_OR_RUN_DIR [N]
+    python lab/2026-11-26-seed-screens/copy_recall.py CHECKPOINT_OR_RUN_DIR [N]
 
 Runs the model on the first N (default 512) sequences of its test split and prints one JSON line: the mean
 cross entropy, the cross entropy and accuracy at each recall step (the last ten), and the cross entropy on the

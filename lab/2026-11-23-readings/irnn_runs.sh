@@ -1,8 +1,8 @@
 #!/bin/bash
-# The iRNN fidelity runs of issue 12 (docs/cells/irnn.md, "Readings"): the presets' paper settings
+# The iRNN fidelity runs of the readings (docs/cells/irnn.md, "Readings"): the presets' paper settings
 # (H=128, batch 128, Adam lr 1e-2, eta_0 = 1e-2, relu, K=1), fewer steps than the presets' 2,000 (the
-# machine was shared; see the doc), 3 seeds each, one thread, rows in reproduction/fidelity/irnn.db.
-# usage: reproduction/fidelity/irnn_runs.sh NAME SEED   (NAME: one of the cases below); run from the repo root.
+# machine was shared; see the doc), 3 seeds each, one thread, rows in lab/2026-11-23-readings/irnn.db.
+# usage: lab/2026-11-23-readings/irnn_runs.sh NAME SEED   (NAME: one of the cases below); run from the repo root.
 set -euo pipefail
 name=$1 seed=$2
 small="train.eval_every=50 train.eval_batches=2 task.options.n_val=256 task.options.n_test=1000 train.latency=false"
@@ -17,4 +17,4 @@ case $name in
      exit 2 ;;
 esac
 exec nice -n 10 ltdrnn train $args $small train.threads=1 train.seed=$seed \
-    --store reproduction/fidelity/irnn.db --run-dir "${RUNS:-runs/fidelity}/irnn-$name-s$seed" --quiet
+    --store lab/2026-11-23-readings/irnn.db --run-dir "${RUNS:-runs/fidelity}/irnn-$name-s$seed" --quiet

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 39 on one GPU, in one call of the device tool (about 9 minutes):
+# The copy claim runs on one GPU, in one call of the device tool (about 9 minutes):
 #   1. the TARNN copy claim runs at the paper budget, seeds 1-3, on the GPU (TARNN's Triton kernels, per-time-step
 #      step sizes): copy T=500 (reproduce/copy500-tarnn) and copy T=200 with rollbacks (reproduce/copy200-tarnn),
 #      six processes under CUDA MPS where it starts; each writes a checkpoint every 50 steps, so a run cut off at
@@ -12,7 +12,7 @@
 # Results in $OUT (else ./gpu_out): env.txt, gpu_tests.log, copy-500.log, copy-200.log, runs.tgz (run directories
 # and the two results databases), bench_gpu.json, bench_gpu.md, bench_gpu.log.
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu_out}"
 WORK="${WORK:-/tmp/ltdrnn-gpu-runs}"
 DEVICE="${DEVICE:-cuda}"

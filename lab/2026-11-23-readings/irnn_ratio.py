@@ -1,6 +1,6 @@
 """iRNN's ratio ||dh_T/dh_1|| / ||dh_T/dh_{T-1}|| (iRNN Fig. 3b) in float64, at init and after training.
 
-    python reproduction/fidelity/irnn_ratio.py [RUN_DIR ...] [--init K=1,5,10] [--seeds 1,2,3]
+    python lab/2026-11-23-readings/irnn_ratio.py [RUN_DIR ...] [--init K=1,5,10] [--seeds 1,2,3]
 
 ``--init``: for each K and seed, the preset irnn/adding-750 at T=200 (paper settings, default reading)
 right after initialisation (seeded as ``ltdrnn train ... train.seed=S`` seeds it). Each RUN_DIR: the

@@ -1,6 +1,6 @@
-"""Train a preset with the library's trainer and log every optimiser step (issue 39's seed screens).
+"""Train a preset with the library's trainer and log every optimiser step (the seed screens).
 
-    python reproduction/fidelity/step_probe.py PRESET OUT.jsonl [KEY=VALUE ...] [--store DB] [--run-dir DIR]
+    python lab/2026-11-26-seed-screens/step_probe.py PRESET OUT.jsonl [KEY=VALUE ...] [--store DB] [--run-dir DIR]
                                                [--stop-after N] [--label NAME] [--resume]
 
 One JSON line per step in OUT.jsonl: ``step``, ``loss`` (this batch's task loss), ``grad_norm`` (global

@@ -2,7 +2,7 @@
 the largest |h_T| on 128 training sequences, and the Jacobian ratio ||dh_T/dh_1|| / ||dh_T/dh_{T-1}||
 (float64, 32 validation sequences), seeds 1-3.
 
-    python reproduction/fidelity/issue39/irnn_init.py K:ETA [K:ETA ...]     e.g. 10:0.01 10:0.001
+    python lab/2026-11-26-seed-screens/irnn_init.py K:ETA [K:ETA ...]     e.g. 10:0.01 10:0.001
 """
 
 import json

@@ -1,7 +1,7 @@
 """Where a TARNN runaway's gradient comes from: replay a run to the step whose backward pass exploded and
 split the adjoint ``dL/ds_t`` by the paths through which ``s_{t-1}`` reaches ``s_t``.
 
-    python reproduction/fidelity/issue39/tarnn_adjoint.py RUN_DIR STEP
+    python lab/2026-11-26-seed-screens/tarnn_adjoint.py RUN_DIR STEP
 
 RUN_DIR is a copy of a run directory whose ``last.pt`` is before STEP (the replay writes into it; use
 ``with_override.py RUN_DIR COPY`` with no override to copy it). The trainer resumes it bit for bit on the CPU,

@@ -1,6 +1,6 @@
 """Continue a copy-200 TARNN claim run from its step-3,500 checkpoint with ``train.rollbacks`` on.
 
-    python reproduction/fidelity/issue39/tarnn_rollback_replay.py RUN_DIR COPY_DIR ROLLBACKS STORE >> OUT.jsonl
+    python lab/2026-11-26-seed-screens/tarnn_rollback_replay.py RUN_DIR COPY_DIR ROLLBACKS STORE >> OUT.jsonl
 
 The claim runs of 2026-11-26 went non-finite after step 3,500 in every seed, so a run with rollbacks on is
 the same run up to there: only the rest is trained here, on a copy of the run directory whose checkpoint
@@ -29,7 +29,7 @@ def main(source: Path, copy: Path, rollbacks: int, store: str) -> None:
         raise SystemExit(f"{source}: expected the step-3,500 checkpoint, found step {checkpoint['step']}")
     cfg = checkpoint["config"]
     cfg["train"].update(rollbacks=rollbacks, threads=1, latency=False, progress=False)
-    cfg.update(run_dir=str(copy), results=store, study="issue39/tarnn-copy200-rollbacks")
+    cfg.update(run_dir=str(copy), results=store, study="seed-screens/tarnn-copy200-rollbacks")
     cfg["name"] = f"tarnn-rollbacks{rollbacks}"
     torch.save(checkpoint, copy / "last.pt")
     torch.save(checkpoint, copy / "rollback.pt")
