@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from harness_helpers import install, tiny_config
+from ltdrnn.checkpoint import CheckpointError, atomic_save, load_checkpoint, remove_stale_temp_files
 from ltdrnn.cli import main
 from ltdrnn.config import MAX_CONFIG_VALUES, ConfigError, load_config
 from ltdrnn.results import ResultStore
-from ltdrnn.train import CheckpointError, StoreError, atomic_save, load_checkpoint, remove_stale_temp_files, train
+from ltdrnn.results.store import StoreError
+from ltdrnn.train import train
 
 
 @pytest.fixture(autouse=True)

@@ -209,3 +209,168 @@ def test_every_committed_database_has_its_text_export_beside_it_in_sync():
         if not path.is_file() or path.read_text() != expected:
             stale.append(f"ltdrnn report --store {db.relative_to(root)} --export-jsonl")
     assert not stale, "text exports missing or out of date; write them with:\n" + "\n".join(stale)
+
+
+# ---- the run record: one builder for every producer's row ----------------------------------------------
+def _raw_rows(location, where=""):
+    """The rows of ``runs`` as the database holds them (JSON columns as text), without the ``run_key``."""
+    import sqlite3
+
+    connection = sqlite3.connect(f"file:{location}?mode=ro", uri=True)
+    connection.row_factory = sqlite3.Row
+    try:
+        rows = [dict(r) for r in connection.execute(f"SELECT * FROM runs {where} ORDER BY created, id")]
+    finally:
+        connection.close()
+    return [{k: v for k, v in row.items() if k != "run_key"} for row in rows]
+
+
+@pytest.mark.parametrize("committed", ["reproduction/results.db", "docs/ucr/results.db"])
+def test_committed_rows_rebuilt_by_the_record_builder_are_stored_byte_for_byte(tmp_path, committed):
+    """One row of every (cell, status) of a committed store, trained or MiniRocket's, decoded, built again
+    with ``run_record`` and stored: the new store holds exactly the committed row."""
+    from pathlib import Path
+
+    from ltdrnn.results.record import RECORD_KEYS, run_record
+
+    source = Path(__file__).resolve().parents[1] / committed
+    if not source.is_file():
+        pytest.skip(f"{committed} is not in this checkout")
+    first = {}
+    for row in _raw_rows(source):
+        first.setdefault((row["cell"], row["status"]), row)
+    assert len(first) >= 2
+    store = ResultStore(str(tmp_path / "r.db"))
+    for row in first.values():
+        decoded = ResultStore(str(source), read_only=True).rows(study=row["study"], cell=row["cell"])
+        stored = next(r for r in decoded if r["id"] == row["id"])
+        parts = {k: stored[k] for k in RECORD_KEYS if k not in ("id", "status", "cell", "task", "config", "metrics")}
+        record = run_record(
+            stored["id"],
+            status=stored["status"],
+            cell=stored["cell"],
+            task=stored["task"],
+            config=stored["config"],
+            metrics=stored["metrics"],
+            **parts,
+        )
+        assert list(record) == list(RECORD_KEYS)
+        store.add(record)
+    store.checkpoint()
+    rebuilt = {r["id"]: r for r in _raw_rows(tmp_path / "r.db")}
+    assert rebuilt == {row["id"]: row for row in first.values()}
+
+
+def test_the_trainer_and_a_failed_trial_store_their_records_with_every_key_in_order(tmp_path, monkeypatch):
+    import json
+
+    from harness_helpers import install, tiny_config
+    from ltdrnn.config import load_config
+    from ltdrnn.results.record import RECORD_KEYS
+    from ltdrnn.sweep.trials import failed_row
+    from ltdrnn.train import train
+
+    install(monkeypatch)
+    cfg = load_config(tiny_config(tmp_path), ["study=st", "name=trial-0"])
+    record = train(cfg)
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert list(saved) == list(RECORD_KEYS) and saved["id"] == record["id"]
+    trial = load_config(cfg.to_dict(), ["name=trial-1", f"run_dir={tmp_path / 'trial-1'}"])
+    failed_row(trial, "RuntimeError: boom")
+    trained, failed = _raw_rows(tmp_path / "results.db")
+    assert trained["id"] == record["id"] and trained["git_commit"] == record["version"]["git_commit"]
+    assert trained["timings"] == json.dumps(record["timings"]) and trained["metric"] == record["metrics"]["metric"]
+    # what a failed trial's row always held: its config's fields, the error, and nothing measured
+    assert failed["id"].startswith("st-trial-1-failed-") and failed["created"] > trained["created"]
+    assert {k: v for k, v in failed.items() if k not in ("id", "created")} == {
+        "status": "failed",
+        "cell": "tiny",
+        "task": "tiny",
+        "preset": None,
+        "study": "st",
+        "name": "trial-1",
+        "metric_name": None,
+        "metric": None,
+        "params": None,
+        "train_time_s": None,
+        "git_commit": None,
+        "run_dir": str(tmp_path / "trial-1"),
+        "config": json.dumps(trial.to_dict()),
+        "metrics": '{"error": "RuntimeError: boom"}',
+        "timings": "null",
+        "history": "null",
+        "version": "null",
+    }
+
+
+def test_minirocket_stores_the_row_it_always_stored(tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+
+    pytest.importorskip("aeon", reason="MiniRocket comes from aeon")
+    import aeon.classification.convolution_based as convolution_based
+
+    from fixture_data import toy_rows, write_ts_set
+    from ltdrnn.results import version_info
+    from ltdrnn.results.record import RECORD_KEYS
+    from ltdrnn.ucr.benchmark import fit_minirocket
+
+    class Constant:
+        """Stands in for MiniRocket (whose first fit compiles for a minute): always class 0."""
+
+        def __init__(self, random_state, n_jobs):
+            pass
+
+        def fit(self, x, y):
+            return self
+
+        def predict(self, x):
+            return np.zeros(len(x), dtype=int)
+
+    monkeypatch.setattr(convolution_based, "MiniRocketClassifier", Constant)
+    rng = np.random.default_rng(0)
+    write_ts_set(tmp_path, toy_rows(9, 1, rng), toy_rows(6, 1, rng), name="Toy")
+    record = fit_minirocket("Toy", 3, "ucr/tiny", str(tmp_path / "r.db"), data_dir=str(tmp_path))
+    assert list(record) == list(RECORD_KEYS)
+    (row,) = _raw_rows(tmp_path / "r.db")
+    assert row["id"] == record["id"] and row["id"].split("-", 2)[2].startswith("minirocket-Toy-")
+    assert row["train_time_s"] == record["timings"]["train_s"] and row["timings"] == json.dumps(record["timings"])
+    assert {k: v for k, v in row.items() if k not in ("id", "created", "train_time_s", "timings")} == {
+        "status": "finished",
+        "cell": "minirocket",
+        "task": "uea_ucr",
+        "preset": None,
+        "study": "ucr/tiny",
+        "name": "Toy",
+        "metric_name": "accuracy",
+        "metric": 2 / 6,
+        "params": None,
+        "git_commit": version_info()["git_commit"],
+        "run_dir": None,
+        "config": json.dumps(
+            {
+                "model": {"cell": "minirocket", "n_kernels": 10000},
+                "task": {"name": "uea_ucr", "options": {"dataset": "Toy", "val_fraction": 0.0}},
+                "train": {"seed": 3},
+            }
+        ),
+        "metrics": json.dumps(
+            {
+                "metric_name": "accuracy",
+                "metric": 2 / 6,
+                "higher_is_better": True,
+                "baseline": 1 / 3,
+                "params": None,
+            }
+        ),
+        "history": "[]",
+        "version": json.dumps(version_info()),
+    }
+
+
+def test_a_record_with_an_unknown_status_is_refused_naming_it():
+    from ltdrnn.results.record import run_record
+
+    with pytest.raises(ValueError, match="status: expected one of finished, pruned, diverged, failed, got 'done'"):
+        run_record("x", status="done", cell="lstm", task="adding", config={}, metrics={})

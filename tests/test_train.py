@@ -24,12 +24,13 @@ from harness_helpers import TinyTask, install, tiny_config
 from ltdrnn import metrics as M
 from ltdrnn.cells.registry import entry, list_cells
 from ltdrnn.config import ConfigError, load_config
+from ltdrnn.evaluation import evaluate_checkpoint
 from ltdrnn.models import build_model
 from ltdrnn.optimizers import SpikeGuard
 from ltdrnn.tasks import build_task, list_tasks
 from ltdrnn.tasks.base import _TASKS
 from ltdrnn.tasks.speech import KAGGLE_WORDS
-from ltdrnn.train import TrainingInterrupted, epoch_order, evaluate_checkpoint, seed_everything, train
+from ltdrnn.train import TrainingInterrupted, epoch_order, seed_everything, train
 
 
 @pytest.fixture(autouse=True)

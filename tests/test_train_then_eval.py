@@ -6,7 +6,8 @@ import torch
 
 from ltdrnn.checkpoint import restore_model
 from ltdrnn.config import load_config
-from ltdrnn.train import evaluate_checkpoint, train
+from ltdrnn.evaluation import evaluate_checkpoint
+from ltdrnn.train import train
 
 SHORT = [
     "train.steps=24",

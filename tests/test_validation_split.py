@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from ltdrnn.config import ConfigError, load_config
+from ltdrnn.evaluation import evaluate, evaluate_checkpoint
 from ltdrnn.tasks import build_task
-from ltdrnn.train import evaluate, evaluate_checkpoint, train
+from ltdrnn.train import train
 
 
 def _two_per_class(tmp_path):

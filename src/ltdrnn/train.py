@@ -23,7 +23,6 @@ import math
 import random
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -37,6 +36,7 @@ from .checkpoint import (
     BEST,
     CHECKPOINT,
     ROLLBACK_POINT,
+    CheckpointError,
     atomic_save,
     build_task_and_model,
     load_checkpoint,
@@ -46,19 +46,12 @@ from .checkpoint import (
     rng_states,
     set_rng_states,
 )
-
-# re-exported: callers imported these from ltdrnn.train before checkpoint.py existed
-from .checkpoint import CheckpointError as CheckpointError
-from .checkpoint import checkpoint_file as checkpoint_file
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .evaluation import batch_on, chunks, evaluate, validation_size
-from .evaluation import evaluate_checkpoint as evaluate_checkpoint  # re-exported: its home before evaluation.py
 from .memory import tune_malloc
 from .optimizers import SpikeGuard, build_optimizer, build_scheduler
+from .results.record import config_record
 from .results.stamps import new_run_id, version_info
-
-# re-exported: callers imported these from ltdrnn.train before results/store.py held them
-from .results.store import StoreError as StoreError
 from .results.store import open_store_for_writing, store_record
 
 Callback = Callable[[Dict[str, Any]], None]
@@ -407,22 +400,16 @@ class Run:
         if cfg.latency:
             timings.update(M.latency(self.model, example))
         self.model.load_state_dict(last_state)
-        record = {
-            "id": self.run_id,
-            "status": self.status,
-            "created": datetime.now(timezone.utc).isoformat(),
-            "cell": self.cfg.model.cell,
-            "task": self.cfg.task.name,
-            "preset": self.cfg.preset,
-            "study": self.cfg.study,
-            "name": self.cfg.name,
-            "config": self.cfg.to_dict(),
-            "metrics": results,
-            "timings": timings,
-            "history": self.history,
-            "run_dir": str(self.run_dir),
-            "version": version_info(),
-        }
+        record = config_record(
+            self.cfg,
+            self.run_id,
+            status=self.status,
+            metrics=results,
+            timings=timings,
+            history=self.history,
+            run_dir=str(self.run_dir),
+            version=version_info(),
+        )
         if D.is_main():
             (self.run_dir / "result.json").write_text(json.dumps(record, indent=2, default=str))
         return record

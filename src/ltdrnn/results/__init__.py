@@ -1,7 +1,8 @@
-"""Results: the store (:mod:`.store`, one row per finished run in SQLite or any SQLAlchemy database), the
-report (:mod:`.report`, tables and plots from the store), and what identifies a run (:mod:`.stamps`). The
-names are re-exported here, where callers have always imported them from."""
+"""Results: the run record (:mod:`.record`, the one builder of a run's row), the store (:mod:`.store`, one
+row per finished run in SQLite or any SQLAlchemy database), the report (:mod:`.report`, tables and plots
+from the store), and what identifies a run (:mod:`.stamps`). The package's public names are these."""
 
+from .record import RECORD_KEYS, config_record, run_record
 from .report import (
     comparison_rows,
     detail_rows,
@@ -32,9 +33,11 @@ from .store import (
 )
 
 __all__ = [
+    "RECORD_KEYS",
     "ResultConflict",
     "ResultStore",
     "comparison_rows",
+    "config_record",
     "create_tables",
     "database_exists",
     "database_url",
@@ -51,6 +54,7 @@ __all__ = [
     "paper_rows",
     "render_report",
     "retry_creation_race",
+    "run_record",
     "seed_of",
     "setting_label",
     "sqlite_file",

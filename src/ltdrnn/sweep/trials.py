@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -123,19 +122,9 @@ def failed_row(cfg: RunConfig, error: str) -> None:
     if not cfg.results:
         return
     from ..results import ResultStore
+    from ..results.record import config_record
 
+    run_id = f"{cfg.study}-{cfg.name}-failed-{uuid.uuid4().hex[:8]}"
     ResultStore(cfg.results).add(
-        {
-            "id": f"{cfg.study}-{cfg.name}-failed-{uuid.uuid4().hex[:8]}",
-            "status": "failed",
-            "created": datetime.now(timezone.utc).isoformat(),
-            "cell": cfg.model.cell,
-            "task": cfg.task.name,
-            "preset": cfg.preset,
-            "study": cfg.study,
-            "name": cfg.name,
-            "config": cfg.to_dict(),
-            "metrics": {"error": error},
-            "run_dir": cfg.run_dir,
-        }
+        config_record(cfg, run_id, status="failed", metrics={"error": error}, run_dir=cfg.run_dir)
     )

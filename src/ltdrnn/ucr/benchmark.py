@@ -7,7 +7,6 @@ import csv
 import io
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -42,26 +41,34 @@ class BenchmarkOutcome:
 def available_sets(data_dir: Optional[str] = None) -> List[str]:
     """Names of the classification sets with a ``<Name>_TRAIN.ts`` / ``<Name>_TEST.ts`` pair in the places
     :func:`~ltdrnn.tasks.uea_ucr.find_ts_pair` searches (the data directory and aeon's folder)."""
+    return sorted((name for name, train in _set_pairs(data_dir) if _is_classification(train)), key=str.lower)
+
+
+def unlabelled_sets(data_dir: Optional[str] = None) -> List[str]:
+    """Names of the sets found as :func:`available_sets` finds them but without class labels (``@classLabel
+    false`` or none: regression sets): named, so that asking for one says why it cannot run."""
+    return sorted((name for name, train in _set_pairs(data_dir) if not _is_classification(train)), key=str.lower)
+
+
+def _set_pairs(data_dir: Optional[str]):
+    """``(name, TRAIN file)`` of every set with both files in the searched places (a name found twice,
+    once)."""
     from ..data import data_dir as resolve_data_dir
     from ..tasks.uea_ucr import aeon_data_dir
 
     root = resolve_data_dir(data_dir)
-    folders = [root / "ucr_uea", root, aeon_data_dir()]
-    names = set()
-    for folder in folders:
+    seen = set()
+    for folder in (root / "ucr_uea", root, aeon_data_dir()):
         if folder is None or not folder.is_dir():
             continue
         for place in folder.iterdir():
             name = place.name
-            if (
-                name in NOT_ARCHIVE_SETS
-                or not (place / f"{name}_TRAIN.ts").is_file()
-                or not (place / f"{name}_TEST.ts").is_file()
-            ):
+            train = place / f"{name}_TRAIN.ts"
+            if name in NOT_ARCHIVE_SETS or name in seen or not train.is_file():
                 continue
-            if _is_classification(place / f"{name}_TRAIN.ts"):
-                names.add(name)
-    return sorted(names, key=str.lower)
+            if (place / f"{name}_TEST.ts").is_file():
+                seen.add(name)
+                yield name, train
 
 
 def _is_classification(path: Path) -> bool:
@@ -317,6 +324,7 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     from aeon.classification.convolution_based import MiniRocketClassifier
 
     from ..results import new_run_id, version_info
+    from ..results.record import run_record
     from ..tasks.uea_ucr import UeaUcrTask
 
     task = UeaUcrTask(dataset, data_dir=data_dir, val_fraction=0.0)
@@ -328,29 +336,26 @@ def minirocket_record(dataset: str, seed: int, study: str, data_dir: Optional[st
     classifier.fit(padded_array(x_train, length), y_train)
     train_s = time.perf_counter() - started
     accuracy = float((classifier.predict(padded_array(x_test, length)) == y_test).mean())
-    return {
-        "id": new_run_id(REFERENCE, dataset),
-        "status": "finished",
-        "created": datetime.now(timezone.utc).isoformat(),
-        "cell": REFERENCE,
-        "task": "uea_ucr",
-        "preset": None,
-        "study": study,
-        "name": dataset,
-        "config": {
+    return run_record(
+        new_run_id(REFERENCE, dataset),
+        status="finished",
+        cell=REFERENCE,
+        task="uea_ucr",
+        study=study,
+        name=dataset,
+        config={
             "model": {"cell": REFERENCE, "n_kernels": 10000},
             "task": {"name": "uea_ucr", "options": {"dataset": dataset, "val_fraction": 0.0}},
             "train": {"seed": seed},
         },
-        "metrics": {
+        metrics={
             "metric_name": "accuracy",
             "metric": accuracy,
             "higher_is_better": True,
             "baseline": task.info.baseline,
             "params": None,
         },
-        "timings": {"train_s": train_s},
-        "history": [],
-        "run_dir": None,
-        "version": version_info(),
-    }
+        timings={"train_s": train_s},
+        history=[],
+        version=version_info(),
+    )
