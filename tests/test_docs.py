@@ -148,12 +148,12 @@ def test_each_source_cell_page_is_a_short_reference_with_its_measured_results_li
     measured = page[re.search(r"^## Measured", page, flags=re.M).start() :]
     assert "REPRODUCTION.md#" in measured and "| task |" in measured
     assert "sample std" in page, f"docs/cells/{cell}.md: say once that ± is the sample std"
-    assert f"../notes/{cell}" in page, f"docs/cells/{cell}.md: link its dated notes in docs/notes/"
-    assert len(page.split()) <= 3000, f"docs/cells/{cell}.md has {len(page.split())} words; move history to docs/notes/"
+    assert f"../../lab/notes/{cell}" in page, f"docs/cells/{cell}.md: link its dated notes in lab/notes/"
+    assert len(page.split()) <= 3000, f"docs/cells/{cell}.md has {len(page.split())} words; move history to lab/notes/"
 
 
 def test_each_notes_file_is_dated():
-    notes = sorted((ROOT / "docs" / "notes").glob("*.md"))
+    notes = sorted((ROOT / "lab" / "notes").glob("*.md"))
     assert notes
     dated = re.compile(r"^## \d{4}-\d{2}-\d{2}", re.M)
     undated = [p.name for p in notes if p.name != "README.md" and not dated.search(p.read_text())]
@@ -162,6 +162,7 @@ def test_each_notes_file_is_dated():
 
 def test_relative_links_in_the_docs_point_to_files_that_exist():
     pages = [ROOT / "README.md", ROOT / "REPRODUCTION.md", *(ROOT / "docs").rglob("*.md")]
+    pages += [*(ROOT / "reproduction").rglob("*.md"), *(ROOT / "lab").rglob("*.md")]
     broken = []
     for page in pages:
         for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text()):

@@ -172,7 +172,7 @@ def test_header_states_formats_and_memory(tmp_path):
 def test_accumulating_states_are_int32(cell, options, state_type):
     """A state that is its own old value plus a change keeps 15 more fractional bits (int32): on a trained
     TARNN (GunPoint, |state| up to 160) an int16 state lost the small per-step changes and the integer step
-    agreed with eager on 75% of the test sequences (docs/notes/deployment.md)."""
+    agreed with eager on 75% of the test sequences (lab/notes/deployment.md)."""
     from ltdrnn.export import ir
     from ltdrnn.export.c_fixed import WIDE_EXTRA, FixedDialect
     from ltdrnn.export.cells_ir import build_graph

@@ -383,9 +383,9 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
         ("tarnn", 2),
     ]
     text = doc.read_text()
-    notes = (tmp_path / "docs/notes/reproduction/tarnn-toy.md").read_text()
+    notes = (tmp_path / "reproduction/notes/tarnn-toy.md").read_text()
     section = text[text.index("## tarnn-toy") : text.index("## srnn-random-labels")]
-    assert "[Notes, numbers and commands](docs/notes/reproduction/tarnn-toy.md)" in section
+    assert "[Notes, numbers and commands](reproduction/notes/tarnn-toy.md)" in section
     assert "| TARNN test accuracy | 100% | TARNN Fig. 1 (table) | yes |" in notes
     assert "| random guess | 25% | TARNN Fig. 1 (table) | not tested: the chance level, shown for scale |" in notes
     tarnn = [r["metric"] for r in rows if r["name"] == "tarnn"]
@@ -406,7 +406,7 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     assert "![tarnn-toy-curves](plots/tarnn-toy-curves.png)" in section
     # claims without runs are listed as not run yet, with the command that would run them
     assert "**not run yet**" in text
-    copy_notes = (tmp_path / "docs/notes/reproduction/copy-500.md").read_text()
+    copy_notes = (tmp_path / "reproduction/notes/copy-500.md").read_text()
     assert "## Verdict: not run yet" in copy_notes and "ltdrnn reproduce run copy-500 --budget quick" in copy_notes
 
 
@@ -666,7 +666,7 @@ def test_a_row_trained_with_an_old_default_is_left_out_and_listed_on_the_page(tm
     assert measured.spread("metric", "tarnn", ()) == (0.9, 0.0, 1)
     assert measured.stale == [R.StaleRow("tarnn", 1234, "2026-11-22", ("model.options.eta 0.001 -> 0.01",))]
     doc = R.render(str(tmp_path / "r.db"), str(tmp_path / "R.md"), str(tmp_path / "plots"), [adding], plots=False)
-    text, notes = doc.read_text(), (tmp_path / "docs/notes/reproduction/adding-200.md").read_text()
+    text, notes = doc.read_text(), (tmp_path / "reproduction/notes/adding-200.md").read_text()
     assert (
         "Stale rows, left out of the verdict (stored value -> today's): paper budget, 1: `tarnn` "
         "(seed 1234; 2026-11-22): model.options.eta 0.001 -> 0.01." in notes
@@ -918,10 +918,10 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
             assert c.full_run and "GPU" in c.full_run.machine and "task.options.source=idx" in c.full_run.set
     # every rule of a judged claim that did not hold is explained at the top, with links
     failed = [line for line in top.splitlines() if line.startswith(("- ✗ **", "- ? **"))]
-    assert failed and all("[notes](docs/notes/reproduction/" in line for line in failed)
-    assert all("[docs](docs/cells/" in line or "[docs](docs/notes/" in line for line in failed)
+    assert failed and all("[notes](reproduction/notes/" in line for line in failed)
+    assert all("[docs](docs/cells/" in line or "[docs](lab/notes/" in line for line in failed)
     assert "*Structural*: MIST's delays" in text  # a structural claim says so
-    assert all((tmp_path / "docs/notes/reproduction" / f"{c.id}.md").exists() for c in claims)
+    assert all((tmp_path / "reproduction/notes" / f"{c.id}.md").exists() for c in claims)
 
 
 def test_new_rows_of_a_changed_copy_preset_are_judged_and_the_old_ones_listed_stale(tmp_path):

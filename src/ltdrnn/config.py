@@ -84,7 +84,7 @@ class OptimConfig:
 
     ``alpha``: RMSprop smoothing constant (SRNN uses 0.9). ``beta2``: Adam's second-moment decay (torch's
     0.999; a lower one lets a single outlying gradient move the weights less, as on TARNN's copy T = 500,
-    docs/notes/tarnn.md). ``momentum``: SGD/RMSprop momentum (MIST
+    lab/notes/tarnn.md). ``momentum``: SGD/RMSprop momentum (MIST
     uses SGD with 0.9). ``weight_decay``: L2 penalty coefficient (added to the gradient, as torch's
     ``weight_decay``). ``clip_norm``: clip the global gradient norm to this value (None: no clipping).
     ``halve_every``: halve the learning rate every tau epochs (None: constant; TARNN's tau).

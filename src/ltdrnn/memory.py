@@ -22,7 +22,7 @@ def empty_buffer(shape, like: Tensor) -> Tensor:
     On Linux CPUs the buffer's whole 2 MB pages are marked for transparent huge pages before first
     use (``madvise(MADV_HUGEPAGE)``; a hint the kernel may ignore), so the first write faults 2 MB
     pages in instead of 4 KB ones; whole-sequence scans allocate several such buffers per call
-    (measured: docs/notes/srnn-speed.md, "The fast paths in detail").
+    (measured: lab/notes/srnn-speed.md, "The fast paths in detail").
     """
     buffer = torch.empty(shape, dtype=like.dtype, device=like.device)
     nbytes = buffer.numel() * buffer.element_size()
@@ -50,7 +50,7 @@ _SCRATCH = _Scratch()
 def scratch_buffer(shape, like: Tensor) -> Tensor:
     """A work buffer like :func:`empty_buffer`, reusing one given back by :func:`release` if it fits.
 
-    Reuse spares the page faults of fresh memory (docs/notes/srnn-speed.md). Only for buffers
+    Reuse spares the page faults of fresh memory (lab/notes/srnn-speed.md). Only for buffers
     that live inside one call and of which no view escapes it: the caller must :func:`release` them.
     """
     count = 1

@@ -58,10 +58,10 @@ class SpikeGuard:
     batch whose global gradient norm (before clipping) is not finite or above ``f`` times the median of the
     last ``WINDOW`` finite norms, vetoed or not (judged once ``MIN_SEEN`` are known). Vetoed norms count: a
     lasting change of scale becomes the median within half a window and updates resume (a guard that
-    remembered only the norms it let through vetoed every step after one, docs/notes/tarnn.md).
+    remembered only the norms it let through vetoed every step after one, lab/notes/tarnn.md).
 
     Why: a long copy run can meet a batch whose backward pass explodes at an ordinary loss (TARNN copy
-    T = 500: the norm 1,000 x its median at a loss of 0.005, docs/notes/tarnn.md). Clipping bounds the
+    T = 500: the norm 1,000 x its median at a loss of 0.005, lab/notes/tarnn.md). Clipping bounds the
     step's length but not its direction, and Adam's second moment, small in the exploding coordinates,
     turns it into the largest step of the run; the next forward pass overflows. Skipping the batch keeps
     the weights and the optimiser's moments as they were. ``skipped`` lists the steps vetoed."""

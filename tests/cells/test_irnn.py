@@ -169,7 +169,7 @@ def test_large_K_reaches_the_equilibrium_of_eq5():
 
 def test_at_the_equilibrium_the_last_state_is_a_sum_of_inputs_with_alternating_signs():
     # h_k + h_{k-1} = y*(x_k) at the equilibrium, so h_T = sum_t (-1)^(T-t) y*(x_t) from h_0 = 0: why Theorem
-    # 1's regime cannot add (docs/notes/irnn.md, "Why the equilibrium cannot add")
+    # 1's regime cannot add (lab/notes/irnn.md, "Why the equilibrium cannot add")
     cell = cell64(rank=None, projection=False, K=150, activation="tanh", reading="paper")
     with torch.no_grad():
         cell.steps.assign_(0.5)

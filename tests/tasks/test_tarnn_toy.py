@@ -2,7 +2,7 @@
 
 The bits sit at fixed positions among U(0, 1) noise of the same range, so a cell must know *where* it is
 in the sequence. TARNN gets that from step sizes per time step (the authors' code); see
-docs/notes/tarnn.md, "the toy task".
+lab/notes/tarnn.md, "the toy task".
 """
 
 import pytest
@@ -74,7 +74,7 @@ def test_the_lstm_toy_preset_keeps_its_own_options():
 @pytest.mark.slow
 def test_the_toy_preset_learns_the_task(tmp_path):
     """The reproduce/toy-tarnn protocol cut to its first 300 steps (2,000 test items): seed 2 of the
-    evidence runs had 100% validation accuracy at step 300 (docs/notes/tarnn.md, "the toy task"); the
+    evidence runs had 100% validation accuracy at step 300 (lab/notes/tarnn.md, "the toy task"); the
     training data and order do not depend on the split sizes, so this is the same run."""
     from ltdrnn.train import train
 

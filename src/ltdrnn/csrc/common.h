@@ -206,7 +206,7 @@ inline int64_t option(at::IntArrayRef options, size_t expected, size_t i, const 
 
 // Keeps the BLAS calls of the current thread single-threaded while it lives (MKL would otherwise start
 // an OpenMP team for every product, whose threads spin-wait for each other: under load that made the
-// K = 5 forward many times slower at 2 threads than at 1, docs/notes/tarnn-speed.md), and
+// K = 5 forward many times slower at 2 threads than at 1, lab/notes/tarnn-speed.md), and
 // marks the thread as inside a parallel region, so ATen's own at::parallel_for runs inline.
 class SequentialBlock {
  public:
@@ -239,7 +239,7 @@ inline int64_t batch_blocks(int64_t batch, int64_t chunk) {
 // are built with -fopenmp against that same libgomp.so.1 (kernels.py) and the blocks run on torch's own team:
 // after each ATen operator the team's idle threads spin-wait for more work, and on a 2-core machine they took
 // one of the two cores from a thread of ours (SRNN's forward at 2 threads 7.3 ms with our own thread, 4.0 ms
-// with the spinning turned off; docs/notes/benchmarks.md, 2026-11-28). With another OpenMP runtime in torch,
+// with the spinning turned off; lab/notes/benchmarks.md, 2026-11-28). With another OpenMP runtime in torch,
 // where a second one of ours would compete the same way, each block but the first gets a thread of its own.
 template <typename Body>
 void over_batch_blocks(int64_t batch, int64_t chunk, const Body& body) {
@@ -326,7 +326,7 @@ inline void pack_positive(uint8_t* bits, const T* v, int64_t hidden) {
 //                           row of a step maps to the same 8 sets of the L1 cache;
 //   prefetch_row            a row kPrefetchRowsAhead rows on in the same step: SRNN's piece loop, whose row
 //                           work is long enough that two rows are ~1000 cycles early and stay in L1
-//                           (docs/notes/srnn-speed.md).
+//                           (lab/notes/srnn-speed.md).
 constexpr int64_t kPrefetchRowsAhead = 2;
 
 // Which caches a prefetch fills (__builtin_prefetch's locality): every level (prefetcht0), or L2 and beyond

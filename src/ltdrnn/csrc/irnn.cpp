@@ -21,7 +21,7 @@
 //       the gradients of W' (eta sum_t dpre_t^T x_t) and of x (eta dpre_t W').
 // The backward keeps no (T, B, H) gradient: each thread adds its rows' share of every parameter gradient
 // step by step, while the step's dpre is in cache (not by products over all steps after the loop, which
-// re-read dpre and the outputs: measured in docs/notes/irnn-speed.md).
+// re-read dpre and the outputs: measured in lab/notes/irnn-speed.md).
 // Per step, with the reading's (s, r) (ltdrnn.cells.irnn.READINGS):
 //   y_0 = s h_{t-1};  pre = M y_0 + c_t;  y_1 = y_0 + eta (phi(pre) - alpha y_0);  h_t = y_1 - r h_{t-1}
 //
@@ -222,7 +222,7 @@ void load_slopes(const uint8_t* bits, int64_t n, T* slopes) {
 // s eta w H) in StepProduct's 8 x 32 tiles did only R x R FMAs between zeroing the registers and storing them, and
 // the elementwise pass then re-read what they stored. Here one tile keeps a few rows' whole chunk of 128 columns
 // in registers over the sum and applies the step's elementwise work in its epilogue: pre and the product's share
-// of the carry are never stored (the training step 15-19 % less CPU time at one thread: docs/notes/irnn-speed.md,
+// of the carry are never stored (the training step 15-19 % less CPU time at one thread: lab/notes/irnn-speed.md,
 // 2026-11-27, eighth session). The products of inner size H (z = h H^T, w = d V') stay StepProduct's.
 #if defined(__AVX512F__)
 namespace fused {

@@ -341,7 +341,7 @@ constexpr const char* kStream = "sarnn_stream";
 // Three passes per row, so that the transcendental functions run over whole rows (gcc vectorises them with
 // libmvec), not one unit at a time: the coordinator; the products of the updated units only; the gates and
 // the update of every unit, a skipped unit's zero pre-activations discarded by the final select. Batch-1
-// operator call 8.6 -> 7.5 us (docs/notes/sarnn-speed.md, 2026-11-28).
+// operator call 8.6 -> 7.5 us (lab/notes/sarnn-speed.md, 2026-11-28).
 template <typename T>
 void stream_rows(at::TensorList w, const T* x, const T* h, T* out, T* prob, T* mask, int64_t batch, int64_t d,
                  int64_t hidden) {

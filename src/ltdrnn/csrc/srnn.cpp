@@ -428,7 +428,7 @@ void srnn_backward(const at::Tensor& dh, const at::Tensor& h, const at::Tensor& 
 // act' comes from h for tanh; for relu from `positive`, the bits [h > 0] the forward writes (pack_positive): the
 // backward then reads 1.6 MB instead of h's 51 MB at the pixel-MNIST shape. In float32 the gate's sigmoid is
 // inlined (sigmoid_inline): the libm call it replaces took over half of each loop's time (forward 13-25 ->
-// 10 ms at one thread; docs/notes/srnn-speed.md, 2026-11-27). With relu in float32 on AVX-512 each row is one
+// 10 ms at one thread; lab/notes/srnn-speed.md, 2026-11-27). With relu in float32 on AVX-512 each row is one
 // pass in registers (piece512, below).
 // Layouts: x and segment (T, B) (segment int32 in [0, S)), knots (S - 1), slope and offset (S, H), w_g, b_g (H),
 // h (T, B, H), positive uint8 (T, B, ceil(H / 8)), all contiguous; dh as in srnn_backward (own time and batch
@@ -596,7 +596,7 @@ inline void zero_where_not_positive(T* gz, const uint8_t* bits, int64_t hidden) 
 // the backward forms gz, applies relu's bits and adds the chunk into all its running sums, where the generic
 // code makes three. The gate's sigmoid (sigmoid16) is ~22 vector operations, gcc's vectorised sigmoid_inline
 // ~28. At the pixel-MNIST shape, one thread: forward 11.2 -> 8.0 ms, backward 17.3 -> 11.7 ms with the
-// prefetch into L2 below (docs/notes/srnn-speed.md, 2026-11-27, eighth session).
+// prefetch into L2 below (lab/notes/srnn-speed.md, 2026-11-27, eighth session).
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 namespace piece512 {
 
@@ -804,7 +804,7 @@ int64_t piece_sums_per_block(int64_t segments, int64_t hidden, bool gated) {
 
 // Rows summed in the data's type before the running sums move into double. Double accumulators cost a
 // conversion and twice the vector operations for each of the four sums per element; a run of 256 float32
-// terms stays accurate before the double sum over runs (both measured: docs/notes/srnn-speed.md).
+// terms stays accurate before the double sum over runs (both measured: lab/notes/srnn-speed.md).
 constexpr int64_t kRowsPerFlush = 256;
 
 // For gz = dL/dz of row `row` (pre-activation): adds df and df x into its segment's m0, m1, the gate's
@@ -867,7 +867,7 @@ void piece_backward_loop(const at::Tensor& dh, const T* h, const uint8_t* positi
       if (batch_first) {
         // a step early into L2 only: a step's rows (64 KB at the pixel-MNIST shape) fit there, while in L1 they
         // share 8 sets; the backward waited for these loads (13.7 -> 11.9 ms at one thread,
-        // docs/notes/srnn-speed.md, 2026-11-27, eighth session)
+        // lab/notes/srnn-speed.md, 2026-11-27, eighth session)
         prefetch_previous_step<Into::l2>(d_h, t, time_stride, batch_stride, hidden);
         if (b + kPrefetchRowsAhead < end) prefetch_row(d_h + kPrefetchRowsAhead * batch_stride, hidden);
       }

@@ -62,7 +62,7 @@ inline void add_gradient_row(T* __restrict g, const T* __restrict grad, int64_t 
 // ---- K = 1, the gate inside (tarnn_k1_forward / _backward) ---------------------------------------------
 // The forward forms each step's [c | q | r] = b_in + x_t W_in^T + s_{t-1} w_t in one product into the block's
 // scratch rows (not by an addmm over a whole (T, B, 3H) buffer before the loop; measured in
-// docs/notes/tarnn-speed.md, "input map and parameter gradients inside the K = 1 loops") and keeps of it only
+// lab/notes/tarnn-speed.md, "input map and parameter gradients inside the K = 1 loops") and keeps of it only
 // [G | phi] (saved) and beta. The backward reads saved and leaves it intact; each step's gradient of p lives
 // only in the block's scratch rows, from which the block adds the step's share of the parameter gradients
 // while they are in cache: dp^T s_{t-1} (the stacked state weights), dp^T x_t (W_in) and the column sums of

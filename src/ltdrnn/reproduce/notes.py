@@ -1,4 +1,4 @@
-"""The per-claim notes: one generated page per claim (``docs/notes/reproduction/<claim>.md``) with what
+"""The per-claim notes: one generated page per claim (``reproduction/notes/<claim>.md``) with what
 the summary page leaves out: the paper's numbers with their sources (tested or not), every rule with its
 numbers, the machinery's notes and the claim's long explanation, the runs with the commands that
 produced them, the budgets, the full-data run, the deviation, the readings and the stale rows."""

@@ -21,7 +21,7 @@ from .verdicts import MARKS, STATUSES, CheckResult, judge
 
 DEFAULT_DOC = "REPRODUCTION.md"
 DEFAULT_PLOTS = "reproduction"
-NOTES_DIR = "docs/notes/reproduction"  # beside the page: <page's folder>/docs/notes/reproduction
+NOTES_DIR = "reproduction/notes"  # beside the page: <page's folder>/reproduction/notes
 JUDGED = ("reproduced", "partly", "not reproduced")
 
 
@@ -35,7 +35,7 @@ def render(
     notes_dir: Optional[str] = None,
 ) -> Path:
     """Write the reproduction page, its plots and the per-claim notes (``notes_dir``, by default
-    ``docs/notes/reproduction`` beside the page) from the store; returns the page's path. Without
+    ``reproduction/notes`` beside the page) from the store; returns the page's path. Without
     ``plots`` the page shows the plots already in ``plots_dir``. Only the rows
     trained with the claims' configs of today plus the ``--set`` items ``extra`` are judged; the others
     are listed as stale."""

@@ -253,7 +253,7 @@ def segment_tables(w_in: Tensor, b_in: Tensor, w_f: Tensor, b_f: Tensor) -> Tupl
 
     Each sum is a prefix sum over s of the units' entries at their first and past their last segment
     (no matrix product: at 2 threads MKL's thread team for these tiny products costs more than the
-    arithmetic; measured in docs/notes/srnn-speed.md). Formed in float64 and rounded once.
+    arithmetic; measured in lab/notes/srnn-speed.md). Formed in float64 and rounded once.
     """
     slope_in, bias_in = w_in.detach().reshape(-1).double(), b_in.detach().double()
     width, dtype = slope_in.shape[0], w_in.dtype
@@ -306,14 +306,14 @@ def _sum_over_active_segments(active: Tensor, sums: Tensor) -> Tensor:
     """``out[:, j] = sum_{active[0, j] <= s < active[1, j]} sums[s]``: ``active (2, k)``, ``sums (k + 1, H)``
     -> ``(H, k)``, as a difference of prefix sums."""
     prefix = torch.cat([sums.new_zeros(1, sums.shape[1]), sums.cumsum(0)])
-    # index_select, not prefix[active]: advanced indexing starts an OpenMP team (docs/notes/srnn-speed.md)
+    # index_select, not prefix[active]: advanced indexing starts an OpenMP team (lab/notes/srnn-speed.md)
     return (prefix.index_select(0, active[1]) - prefix.index_select(0, active[0])).t()
 
 
 #: Fewest rows (T B) for which a scan with ``input_size=1``, ``fr_layers=1`` reads f_r from its table of
 #: linear pieces (:class:`PiecewiseLinearScan`). Building the tables and assembling the gradients are ~30
 #: small PyTorch ops per call, which the k multiply-adds saved per element repay from ~800 rows (measured
-#: against KernelScan: docs/notes/srnn-speed.md, "The fast paths in detail").
+#: against KernelScan: lab/notes/srnn-speed.md, "The fast paths in detail").
 PIECEWISE_LINEAR_MIN_ROWS = 1024
 
 #: Widest f_r features (k) for which, with the gate, the kernel forms f_r's last layer ``f_t`` itself.
