@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 35, in one run (about 6 minutes on one H100, Triton's compilation included):
+# The GPU check, in one run (about 6 minutes on one H100, Triton's compilation included):
 #   1. the Triton, CUDA-graph and autocast tests on the real GPU (LTDRNN_TEST_DEVICE=cuda: the compiled
 #      kernels, float32, against the reference loops);
 #   2. `ltdrnn bench --device cuda --tf32` (float32 products on TF32 tensor cores, as cuDNN's RNNs use them by

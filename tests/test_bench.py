@@ -164,7 +164,7 @@ def test_targets_follow_from_the_measurements(report):
 
 
 def test_json_records_the_host_and_the_health_of_the_run(report):
-    """ISA flags, library versions, load at both ends, nn.LSTM's share of the sgemm peak (issue 37)."""
+    """ISA flags, library versions, load at both ends, nn.LSTM's share of the sgemm peak."""
     result, markdown = report
     machine, health = result["machine"], result["health"]
     assert machine["isa"] in ("AMX", "AVX-512", "AVX2", "other")

@@ -1,4 +1,4 @@
-"""The copy presets learn the recall (issue 39): a short regression run of each source cell's copy preset
+"""The copy presets learn the recall: a short regression run of each source cell's copy preset
 at T = 20 (a delay of 20 steps), smaller than the paper's model so that it fits a test. What it guards:
 the per-time-step step sizes, their parametrisation and iRNN's gate. Before them iRNN stayed at 86% of the
 memoryless cross entropy at T = 20 for 10,000 steps (lab/notes/irnn.md)."""

@@ -119,7 +119,7 @@ def test_stability_probe_reports_a_diverging_state():
     assert "reset" in text and ("non-finite" in text or "grows" in text)
 
 
-# ---- what the export used to get wrong (issue 38, export) ------------------------------------------------
+# ---- what the export used to get wrong ------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "max"])
 def test_pooled_model_exports_what_it_computes(tmp_path, pooling):

@@ -1,4 +1,4 @@
-"""Issue 14: safe checkpoint loading, resuming, the results store under load, temp files, config limits,
+"""Safe checkpoint loading, resuming, the results store under load, temp files, config limits,
 and the CLI's one-line errors."""
 
 import os
@@ -316,7 +316,7 @@ def test_a_bug_still_shows_its_traceback(monkeypatch):
         main(["list", "cells"])
 
 
-# ---- issue 38 L2: damaged state dicts ----------------------------------------------------------------------
+# ---- damaged state dicts ----------------------------------------------------------------------------------
 def _damage(state, how):
     name = next(iter(state))
     if how == "missing key":

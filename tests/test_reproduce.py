@@ -597,7 +597,7 @@ def test_the_store_groups_rows_by_label_and_seed_and_the_latest_of_a_seed_wins(t
 
 
 # ---- stale rows ------------------------------------------------------------------------------------
-# The TARNN row of adding-200/paper as stored on 2026-11-22, before issue 12 moved TARNN's initial eta to
+# The TARNN row of adding-200/paper as stored on 2026-11-22, before the readings screens moved TARNN's initial eta to
 # 0.01 (keys the schema gained since, such as model.pooling, are absent, as in the stored row).
 OLD_TARNN_ADDING_200 = {
     "model": {
@@ -925,7 +925,7 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
 
 
 def test_new_rows_of_a_changed_copy_preset_are_judged_and_the_old_ones_listed_stale(tmp_path):
-    # what the lead does after a preset changes (issue 39): `ltdrnn reproduce run copy-200 --budget paper
+    # what the lead does after a preset changes: `ltdrnn reproduce run copy-200 --budget paper
     # --only tarnn` writes rows with the claim's config of today, which count; the older rows go stale
     copy = claim("copy-200")
     changed = [

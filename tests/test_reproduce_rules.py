@@ -1,6 +1,6 @@
 """The verdict rules: no rule passes on a run that learned nothing, speed comparisons are censored at
 each run's horizon, derived measures count only for solved runs, and each loophole an audit found in the
-rules (issue 33) stays closed. Synthetic rows throughout; the packaged claims where a loophole was in
+rules stays closed. Synthetic rows throughout; the packaged claims where a loophole was in
 the table."""
 
 import math
@@ -18,7 +18,7 @@ def reads(result, name, label):
     return (name, label) in result.check.expression.reads()
 
 
-# ---- the loopholes of issue 33, on the packaged claims --------------------------------------------
+# ---- the loopholes an audit found, on the packaged claims --------------------------------------------
 def test_a_competitor_at_chance_is_not_beaten_where_the_paper_has_it_learn():
     # pixel MNIST: our LSTM at 10% (ln 10 for 30 epochs); TARNN Table 1 reports it at 97.81%
     pixel = claim("pixel-mnist")

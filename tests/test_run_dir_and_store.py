@@ -1,4 +1,4 @@
-"""Issue 38 M5 and L5: one trainer per run directory, result rows unique per (study, config, seed), reports
+"""One trainer per run directory, result rows unique per (study, config, seed), reports
 that never write to the store they read, and damaged stores refused with one clear error."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 38: a checkpoint evaluated after training gives the training run's own test numbers, for every
+"""A checkpoint evaluated after training gives the training run's own test numbers, for every
 source cell (SA-RNN's annealed slope travels in its state dict as extra state)."""
 
 import pytest

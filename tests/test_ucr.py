@@ -318,7 +318,7 @@ def test_benchmark_end_to_end_on_two_small_sets_at_a_tiny_budget(tmp_path, capsy
     assert "seed" not in capsys.readouterr().out.replace("seeds", "")
 
 
-# ---- bad sets: found before any training, reported by name, the others run (issue 38, L6) ------------
+# ---- bad sets: found before any training, reported by name, the others run ---------------------------
 def _write_set(root, name, train, test, header="@classLabel true a b", start=""):
     """A set as two .ts files whose data lines are given as text, ``start`` written first."""
     folder = root / "ucr_uea" / name
@@ -430,7 +430,7 @@ def test_a_bad_set_is_skipped_before_training_and_the_good_one_runs(tmp_path, ca
     assert not (tmp_path / "runs" / "tiny" / "lstm-Bad-s0").exists()
 
 
-# ---- empty validation splits: skipped with the override that runs them (issue 38, M1) -------------------
+# ---- empty validation splits: skipped with the override that runs them ----------------------------------
 def _ucr_run(tmp_path, sets, study, *extra):
     argv = ["ucr", "run", "--sets", sets, "--cells", "lstm", "--seeds", "1", "--budget", "quick", "--no-minirocket"]
     argv += ["--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "model.hidden_size=4", *extra]

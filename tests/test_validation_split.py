@@ -1,4 +1,4 @@
-"""Issue 38 (M1): a run whose validation split is empty is refused before training unless it tests its
+"""A run whose validation split is empty is refused before training unless it tests its
 final weights (``train.select_on=last``); no metric of an empty split is ever reported."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Issue 38 (L1, streaming part): float16 and bfloat16 layers, which the reference supports, stream and
+"""Layers in float16 and bfloat16, which the reference supports, stream and
 scan on every path; the compiled steps, built for float32 and float64 only, are left to the general
 path instead of being called with a dtype they refuse (``tarnn_stream: x must be float32 or float64``)."""
 

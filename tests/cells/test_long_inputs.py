@@ -1,4 +1,4 @@
-"""The source cells' defaults on long random inputs at initialisation (issue 39): finite outputs and
+"""The source cells' defaults on long random inputs at initialisation: finite outputs and
 gradients over 10,000 steps, and iRNN's identity init keeping its state from growing geometrically
 (the measurements up to T = 100,000 are lab/2026-11-26-long-inputs/long_inputs.py's; docs/cells/*.md, "Long
 inputs")."""

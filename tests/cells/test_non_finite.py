@@ -1,4 +1,4 @@
-"""Issue 38 (M2): NaN and infinities in the input or the state come out of every fast path, compiled or
+"""NaN and infinities in the input or the state come out of every fast path, compiled or
 not, exactly where the reference puts them, in outputs, final states and gradients; NaN or infinite
 weights (a diverged model) never come out finite where the reference's are not."""
 

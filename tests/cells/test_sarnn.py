@@ -150,7 +150,7 @@ def test_a_steeper_slope_moves_probabilities_away_from_one_half():
 @pytest.mark.parametrize("impl", ["reference", "fused"])
 def test_the_slope_changes_the_gradient_and_never_the_forward_pass(impl):
     # u = [clamp((alpha a + 1) / 2) > 1/2] = [a > 0] for every alpha > 0: annealing cannot move a decision
-    # (lab/notes/sarnn.md, issue 39), only the straight-through gradient and the budget's value
+    # (lab/notes/sarnn.md, 2026-11-26), only the straight-through gradient and the budget's value
     x = torch.randn(40, 4, 3, dtype=torch.float64)
     runs = []
     for slope in (1.0, 1.04, 5.0):

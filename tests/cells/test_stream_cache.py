@@ -1,4 +1,4 @@
-"""Issue 38 (M3): the weights a streaming step caches follow every change of the parameters made after
+"""The weights a streaming step caches follow every change of the parameters made after
 ``Recurrent.step`` (in-place edits, ``load_state_dict``, optimiser steps, fused ones included)."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 14: every cell checks its input once per call, before any fused or compiled path, and keeps
+"""Every cell checks its input once per call, before any fused or compiled path, and keeps
 whatever sits past ``lengths`` (NaN, Inf) out of the outputs and the gradients."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""Fuzz: damaged checkpoints and damaged results stores (issue 38, L2 and L5).
+"""Fuzz: damaged checkpoints and damaged results stores.
 
 Property: ``ltdrnn eval`` of a damaged checkpoint exits 0 (the damage left a model that loads) or 2 with
 one line naming the file, never a traceback; ``ltdrnn report`` and ``ltdrnn ucr report`` of a damaged

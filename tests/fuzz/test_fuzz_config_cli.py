@@ -196,7 +196,7 @@ def test_the_cli_exits_with_a_code_never_a_traceback(command, config, middle):
             assert len(err.getvalue().strip().splitlines()) == 1 and "Traceback" not in err.getvalue(), argv
 
 
-# ---- issue 38 M6: what a config file may ask for ----------------------------------------------------------
+# ---- what a config file may ask for ----------------------------------------------------------
 from ltdrnn.config import LIMITS, MAX_ITEMS, MAX_STEPS, MAX_VALUES  # noqa: E402
 
 CAPS = {

@@ -72,7 +72,7 @@ def test_ts(data):
     _check_ts(_write(data.draw(mutated(TS)), "x.ts"))
 
 
-# the UCR edge sets of issue 38 (L6) as .ts files, each with the error it must give (None: read): a
+# the UCR edge sets as .ts files, each with the error it must give (None: read): a
 # missing label, ragged dimensions, NaN values, one row, unicode labels behind a byte-order mark, a label
 # the header does not declare (the one-row set and a class only in TEST are refused by the task, whole)
 TS_EDGES = {
@@ -186,7 +186,7 @@ def test_har(data):
     assert set(np.unique(part["activity"])) <= set(range(1, 7))
 
 
-# ---- issue 38 M7: UCR standardisation at any scale ------------------------------------------------------
+# ---- UCR standardisation at any scale ------------------------------------------------------
 TOY = toy_rows(12, 2, np.random.default_rng(1))
 GAP = st.tuples(st.integers(0, 11), st.integers(0, 1), st.integers(0, 5), st.sampled_from(["nan", "?", "inf", "-inf"]))
 
@@ -226,7 +226,7 @@ def test_ucr_standardisation_is_that_of_the_set_at_scale_one(exponent, gaps, opt
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"{split} at 1e{exponent}")
 
 
-# ---- issue 38 M6: .npy headers that claim more than their bytes -------------------------------------------
+# ---- .npy headers that claim more than their bytes -------------------------------------------
 @settings(max_examples=30)
 @given(
     shape=st.lists(st.integers(0, 2**40), min_size=1, max_size=3).map(tuple),

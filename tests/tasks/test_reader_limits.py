@@ -1,4 +1,4 @@
-"""Issue 14: the data readers refuse damaged or crafted files with a DataFileError naming the file,
+"""The data readers refuse damaged or crafted files with a DataFileError naming the file,
 and never read more than their size cap."""
 
 import gzip
@@ -130,7 +130,7 @@ def test_har_labels_must_be_whole_numbers(tmp_path):
         build_task("har2", data_dir=str(tmp_path))
 
 
-# ---- issue 38 M6: .npz members given with arrays= ------------------------------------------------------
+# ---- .npz members given with arrays= ----------------------------------------------------------------------
 def _npz(path, **members):
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, raw in members.items():

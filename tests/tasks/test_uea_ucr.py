@@ -123,7 +123,7 @@ def test_our_reader_equals_aeons_loader_on_every_set_aeon_ships():
         assert [ours.class_names[i].lower() for i in ours.labels] == [str(v).lower() for v in y], path
 
 
-# ---- issue 38 M7: standardisation in float64, non-finite statistics refused ------------------------------
+# ---- standardisation in float64, non-finite statistics refused ------------------------------
 @pytest.mark.parametrize("scale", [1.0, 1e19, 1e30])
 def test_standardisation_of_huge_values_is_that_of_the_same_set_scaled_down(tmp_path, scale):
 

@@ -17,7 +17,7 @@ Every registry entry (and the named variants the speed targets need) is built th
 Timings are medians over ``repeats`` runs after ``warmup`` runs; within a section the subjects are
 interleaved (each round runs every subject once, in a freshly shuffled order), so machine load
 affects all of them alike and the ratios stay meaningful on a busy machine. The results go to a
-JSON file and a markdown table with the issue's speed targets (see ``docs/benchmarks.md``).
+JSON file and a markdown table with the speed targets (see ``docs/benchmarks.md``).
 
 The package, by concern: :mod:`.subjects` (shapes, variants, targets, subjects), :mod:`.timing`
 (interleaved medians, ratios, the settings, the machine), :mod:`.sections` (the in-process sections),

@@ -14,7 +14,7 @@ Sections, in the order they run (a time budget stops the run between measurement
   ``nn.LSTM`` and ``nn.LSTMCell``.
 
 Times are medians of ``--repeats`` runs after ``--warmup`` runs, each run closed by ``torch.cuda.synchronize``;
-``first_call`` is the first warm-up run (it includes Triton's compilation of that kernel). Targets (issue 35):
+``first_call`` is the first warm-up run (it includes Triton's compilation of that kernel). Targets:
 each Triton training step at least 10x faster than the cell's own loop, and no slower than cuDNN nn.LSTM for
 SRNN, iRNN, MIST, TARNN K = 1 and SA-RNN, at H = 128.
 """
@@ -34,7 +34,7 @@ from ..results import markdown_table
 from .runner import int_list, parse_shapes, split_names
 
 SCHEMA = "ltdrnn.bench.gpu/1"
-#: (subject name, registry cell, options): the configurations the issue's targets name
+#: (subject name, registry cell, options): the configurations the GPU targets name
 CELLS = (
     ("srnn[relu]", "srnn", {"activation": "relu"}),
     ("irnn[K=1,lowrank]", "irnn", {"K": 1, "rank": 16}),
@@ -311,7 +311,7 @@ def measure_streaming(result, settings, budget) -> None:
 
 
 def evaluate(result: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The issue's targets at the first hidden size."""
+    """The GPU targets at the first hidden size."""
     hidden = result["settings"]["hidden_sizes"][0]
     train = {(r["subject"], r["impl"]): r["median"] for r in result.get("train", []) if r["hidden"] == hidden}
     lstm = train.get(("nn.LSTM", "cudnn"))

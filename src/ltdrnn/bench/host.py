@@ -37,7 +37,7 @@ ISA_FLAGS = (
 QUIET_LOAD_MARGIN = 1.0
 
 #: nn.LSTM's usual share of the sgemm peak, training step at pixel-MNIST shape (T = 784, d = 1, B = 128,
-#: H = 128), by the host's ISA label: the lowest of three quiet runs at 2 threads (issue 37: 93-120 % on a
+#: H = 128), by the host's ISA label: the lowest of three quiet runs at 2 threads (93-120 % on a
 #: 2-core AVX-512 EPYC). Only hosts we have measured quietly are listed.
 LSTM_USUAL_PEAK_FRACTION = {"AVX-512": 0.93}
 #: Below this fraction of its usual share, nn.LSTM is "far below": every ratio to it is then too kind.

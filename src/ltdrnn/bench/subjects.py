@@ -81,8 +81,8 @@ class Target:
         return measured >= self.limit if self.at_least else measured <= self.limit
 
 
-#: Issue 37's limits, for an nn.LSTM at its best (a quiet AVX-512 host, where oneDNN's LSTM reaches ~100 %
-#: of the sgemm peak), training at 2 threads with the same allocator tuning, in the same process.
+#: The CPU speed targets, as limits for an nn.LSTM at its best (a quiet AVX-512 host, where oneDNN's LSTM reaches
+#: ~100 % of the sgemm peak), training at 2 threads with the same allocator tuning, in the same process.
 TRAIN_TARGETS = (
     Target("SRNN (relu) training step", "srnn[relu]", "train", LSTM, 0.10),
     Target("iRNN K=1 low-rank training step", "irnn[K=1,lowrank]", "train", LSTM, 0.15),

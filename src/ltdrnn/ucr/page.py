@@ -224,7 +224,7 @@ def cost_rows(data: Dict[str, Any]) -> List[List[str]]:
 
 
 def goal_lines(data: Dict[str, Any]) -> List[str]:
-    """The issue's goal, checked on the sets every method ran: best source cell within 5 points of
+    """The benchmark's goal, checked on the sets every method ran: best source cell within 5 points of
     MiniRocket; every source cell above LSTM."""
     sets = complete_sets(data)
     if not sets:
