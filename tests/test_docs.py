@@ -2,6 +2,7 @@
 run (doctests), the cell map of docs/architecture.md is the one the registry generates, every cell
 module links its doc page, tests and kernel, and no doc cites a file outside the repository."""
 
+import ast
 import doctest
 import re
 import sys
@@ -67,6 +68,8 @@ def test_docs_and_sources_cite_no_file_outside_the_repository():
         ROOT / "README.md",
         ROOT / "REPRODUCTION.md",
         *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "reproduction").rglob("*.md"),
+        *(p for p in (ROOT / "lab").rglob("*") if p.suffix in (".md", ".py", ".sh")),
         *(
             p
             for p in (ROOT / "src" / "ltdrnn").rglob("*")
@@ -81,6 +84,36 @@ def test_docs_and_sources_cite_no_file_outside_the_repository():
         if OUTSIDE.search(line)
     ]
     assert not hits, "\n".join(hits)
+
+
+def _code_strings(path: Path):
+    """The string constants of a module that are not docstrings, with their line numbers."""
+    tree = ast.parse(path.read_text())
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, documented) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_the_package_neither_ships_nor_reads_the_lab():
+    # lab/ is the dated notebook: a comment or docstring may cite a note there, code may not open it
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["packages"]["find"]["where"] == ["src"]
+    assert not any("lab" in pattern for patterns in setuptools["package-data"].values() for pattern in patterns)
+    reads = [
+        f"{path.relative_to(ROOT)}:{line}: {text!r}"
+        for path in sorted((ROOT / "src" / "ltdrnn").rglob("*.py"))
+        for line, text in _code_strings(path)
+        if re.search(r"(^|[\s/\"'`(])lab/", text)
+    ]
+    assert not reads, "the package reads from lab/:\n" + "\n".join(reads)
 
 
 def test_ci_and_the_pytest_config_run_the_slow_tests_too():
