@@ -310,7 +310,7 @@ def test_unsupported_models_and_options_get_clear_errors(tmp_path):
         export(make_model("gru", {}), "pt2", tmp_path, int8=True, measure=False)
     with pytest.raises(ExportError, match="format: expected one of onnx, pt2, c, got 'tflite'"):
         export(make_model("gru", {}), "tflite", tmp_path)
-    with pytest.raises(ExportError, match="name: expected a C identifier"):
+    with pytest.raises(ExportError, match=r"name \(--name\): expected a C identifier"):
         c_export.generate_c(StreamingStep(make_model("gru", {})), "1net")
     with pytest.raises(ExportError, match="out: expected an export directory"):
         export(make_model("gru", {}), "c")

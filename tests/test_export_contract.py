@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+import ltdrnn.export as export_module
 from ltdrnn.cli import main
-from ltdrnn.export import ExportError, StreamingStep, c_build, contract, devices, export
+from ltdrnn.export import ExportError, StreamingStep, c_build, contract, device_table, devices, export
 from ltdrnn.export.c_export import check_name
+from ltdrnn.models import SequenceModel
 from test_export import make_model, needs_cc, sequences
 
 
@@ -251,3 +253,79 @@ def test_device_table_measures_a_standardised_run_from_its_raw_series(standardis
     assert row["int8"]["atmega328p"]["cycles_per_step"] < row["fp32"]["atmega328p"]["cycles_per_step"]
     printed = capsys.readouterr().out
     assert "| gru H=8 | fp32 |" in printed and "|  | int8 |" in printed
+
+
+# ---- refusals that used to fall back silently -----------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
+def test_mcu_is_refused_where_no_c_step_is_exported(tmp_path, monkeypatch, capsys, fmt):
+    """``--mcu`` only checks a C step against a chip; with onnx or pt2 it was ignored without a word."""
+    said = rf"mcu: applies to the C format only, got mcu 'cortex-m4' with format '{fmt}'"
+    with pytest.raises(ExportError, match=said):
+        export(make_model("gru", {}), fmt, tmp_path / "api", measure=False, mcu="cortex-m4")
+    monkeypatch.setattr(export_module, "load_trained", lambda path: (make_model("gru", {}), None, None))
+    assert main(["export", str(tmp_path), "--format", fmt, "--mcu", "atmega328p", "--no-measure"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("ltdrnn export: mcu: applies to the C format only") and "--format c" in error
+    assert "Traceback" not in error and len(error.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_an_empty_name_is_refused_not_replaced_by_the_default(tmp_path, monkeypatch, capsys):
+    with pytest.raises(ExportError, match=r"name \(--name\): expected a C identifier .*, got ''"):
+        export(make_model("gru", {}), "c", tmp_path / "api", name="", measure=False)
+    monkeypatch.setattr(export_module, "load_trained", lambda path: (make_model("gru", {}), None, None))
+    assert main(["export", str(tmp_path), "--format", "c", "--name", "", "--no-measure"]) == 2
+    error = capsys.readouterr().err
+    assert "--name" in error and "got ''" in error and "Traceback" not in error
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- device-table on a regressor ---------------------------------------------------------------------------
+def test_device_outputs_are_scored_by_accuracy_or_by_mse():
+    eager = np.array([[0.5, -1.0], [2.0, 1.0], [0.0, 0.25]])
+    device = eager + np.array([[0.0, 0.0], [0.0, 1.5], [0.125, 0.0]])
+    classes = device_table.scores(device, eager, np.array([0, 0, 0]), "cross_entropy")  # predicts 0, 1, 1
+    assert classes == {"accuracy": pytest.approx(1 / 3), "agreement": pytest.approx(2 / 3)}
+    targets = np.array([[0.5, -1.0], [2.0, 2.0], [0.0, 0.0]])
+    assert device_table.scores(device, eager, targets, "mse") == {
+        "mse": pytest.approx((0.25 + 0.125**2 + 0.25**2) / 6),
+        "max_abs_difference": pytest.approx(1.5),
+    }
+
+
+@needs_cc
+def test_device_table_reports_mse_and_the_output_difference_for_a_regressor(monkeypatch, capsys):
+    """A regression run on the device table read as "accuracy 0, agreement 1" (an argmax of one output);
+    it now gives the test MSE, eager -> device, and the largest difference from eager PyTorch. The
+    simulators are stood in for by outputs 0.25 off eager PyTorch's (the real ones: test_export_devices)."""
+    from types import SimpleNamespace
+
+    from harness_helpers import TinyTask
+
+    task = TinyTask(kind="regression", n_train=32, n_test=8)
+    torch.manual_seed(0)
+    model = SequenceModel("gru", 2, 8, 1, "regressor").eval()
+    cfg = SimpleNamespace(model=SimpleNamespace(cell="gru", hidden_size=8, options={}))
+    monkeypatch.setattr(device_table, "load_trained", lambda run: (model, cfg, task))
+    x, y, _ = task.collate([task.dataset("test")[i] for i in range(8)])
+    with torch.no_grad():
+        eager = model(x).numpy()
+
+    def simulated(generated, inputs, lengths):
+        return {"outputs": eager + 0.25, "flash": 4000, "ram": 300, "stack": 120, "cycles_per_step": 9000.0}
+
+    monkeypatch.setattr(devices, "run_avr", lambda *a: dict(simulated(*a), us_per_step_16mhz=562.5))
+    monkeypatch.setattr(devices, "run_cortex_m4", lambda *a: dict(simulated(*a), instructions_per_step=900.0))
+    assert main(["device-table", "regression-run"]) == 0
+    (row,) = device_table.measure_runs(["regression-run"])
+    mse_eager, mse_device = float(((eager - y.numpy()) ** 2).mean()), float(((eager + 0.25 - y.numpy()) ** 2).mean())
+    assert row["metric"] == "mse" and row["mse_eager"] == pytest.approx(mse_eager)
+    for kind in ("fp32", "int8"):
+        for chip in ("atmega328p", "cortex-m4"):
+            measured = row[kind][chip]
+            assert "accuracy" not in measured and "agreement" not in measured
+            assert measured["mse"] == pytest.approx(mse_device)
+            assert measured["max_abs_difference"] == pytest.approx(0.25)
+    printed = capsys.readouterr().out
+    assert "accuracy (MSE) eager -> device | agreement (max abs difference) |" in printed
+    assert printed.count(f"| MSE {mse_eager:.4g} -> {mse_device:.4g} | 0.25 |") == 2

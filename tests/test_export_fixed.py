@@ -140,6 +140,33 @@ def test_integer_step_refuses_what_it_cannot_do(tmp_path):
         export(make_model("gru", {}), "c", tmp_path, int8=True, measure=False)
 
 
+@pytest.mark.parametrize(
+    "cell,parameter,named",
+    [
+        ("gru", "weight_ih", r"parameter 'rnn\.cells\.0\.weight_ih' \(the C step's matrix l0_w_ih\)"),
+        ("tarnn", "weight_B1", r"matrix l0_w_in, computed from 'rnn\.cells\.0\.weight_B1' \(\|w\| up to 1e\+30\)"),
+        ("fastgrnn", "bias_gate", r"parameter 'rnn\.cells\.0\.bias_gate' \(\|values\| up to 1e\+30\)"),
+    ],
+    ids=["weight", "derived-matrix", "bias"],
+)
+def test_one_huge_parameter_is_an_int8_range_error_naming_it(cell, parameter, named):
+    """One value of 1e30 among weights near 1: the integer step cannot hold it, and the message says which
+    parameter, what range it reached, and that the float step takes it."""
+    model = make_model(cell, {})
+    with torch.no_grad():
+        getattr(model.rnn.cells[0], parameter).view(-1)[0] = 1e30
+    step = StreamingStep(model)
+    with pytest.raises(ExportError) as info:
+        c_export.generate_c(step, "net", True, calibration())
+    message = str(info.value)
+    assert re.search(named, message) and message.startswith("int8: ")
+    assert "out of the integer step's range" in message
+    assert message.endswith("export the fp32 C step instead (without --int8)")
+    if parameter.startswith("weight"):  # the weights' reach, and what the output reached on calibration
+        assert "its weights reach |w| = 1e+30" in message and re.search(r"the output reached \d", message)
+    assert c_export.generate_c(step, "net").weight_bytes > 0  # what the message suggests works
+
+
 @needs_cc
 def test_header_states_formats_and_memory(tmp_path):
     model = make_model("fastgrnn", {"w_rank": 2, "u_rank": 3})

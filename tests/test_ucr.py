@@ -1,5 +1,6 @@
 """The UCR/UEA benchmark (``ltdrnn ucr``), the pooled classifier heads and the arrays input of the recipe."""
 
+import re
 from datetime import datetime, timezone
 
 import numpy as np
@@ -428,6 +429,28 @@ def test_a_bad_set_is_skipped_before_training_and_the_good_one_runs(tmp_path, ca
     assert [(r["cell"], r["name"]) for r in ResultStore(str(store)).rows(study="tiny")] == [("lstm", "Good")]
     assert f"Bad (skipped: {why})" in page.read_text()
     assert not (tmp_path / "runs" / "tiny" / "lstm-Bad-s0").exists()
+
+
+def test_a_set_without_class_labels_is_skipped_by_name_saying_so(tmp_path, capsys):
+    """A regression set (``@classLabel false``) asked for by name was refused as an unknown name, as if it
+    did not exist; it is now skipped with the reason, and `ucr sets` says it is there but not listed."""
+    _write_set(tmp_path, "Good", _ramps(12), _ramps(6))
+    targets = [row.split(":")[0] + f":{0.5 * i}" for i, row in enumerate(_ramps(6))]
+    header = "@univariate true\n@equalLength true\n@seriesLength 8\n@classLabel false\n@targetLabel true"
+    _write_set(tmp_path, "Prices", targets, targets[:3], header=header)
+    assert "Prices" in ucr.unlabelled_sets(str(tmp_path)) and "Prices" not in ucr.available_sets(str(tmp_path))
+    argv = ["ucr", "run", "--sets", "Prices,Good", "--cells", "none", "--no-minirocket", "--data-dir", str(tmp_path)]
+    assert cli.main(argv + ["--store", str(tmp_path / "r.db"), "--runs", str(tmp_path / "runs")]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"skipped set Prices: \S*Prices_TRAIN\.ts: the set has no class labels \('@classLabel false'", out)
+    assert "1 sets skipped" in out and "skipped set Good" not in out
+    assert cli.main(["ucr", "sets", "--data-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    assert "Good" in printed.out.split() and "Prices" not in printed.out
+    assert re.search(r"not listed, without class labels \(regression sets\): .*Prices", printed.err)
+    assert cli.main(argv[:3] + ["Nope,Prices", "--data-dir", str(tmp_path)]) == 2  # an unknown name still is
+    error = capsys.readouterr().err
+    assert "--sets: expected comma-separated names among" in error and "got 'Nope'" in error
 
 
 # ---- empty validation splits: skipped with the override that runs them ----------------------------------

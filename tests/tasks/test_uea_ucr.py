@@ -78,6 +78,36 @@ def test_standardize_uses_the_training_part_statistics_for_every_split(tmp_path)
     assert scaled.info.extra["standardize"] is True and raw.info.extra["standardize"] is False
 
 
+REGRESSION_HEADER = """@problemName Prices
+@timeStamps false
+@missing false
+@univariate true
+@equalLength true
+@seriesLength 4
+@classLabel false
+@targetLabel true
+@data
+"""
+
+
+def test_a_set_without_class_labels_is_refused_as_such_not_as_missing(tmp_path):
+    """A regression set (``@classLabel false``, or no @classLabel line) is found, and the error says it
+    has no class labels; it was refused as if the header were damaged."""
+    folder = tmp_path / "ucr_uea" / "Prices"
+    folder.mkdir(parents=True)
+    for part in ("TRAIN", "TEST"):
+        (folder / f"Prices_{part}.ts").write_text(REGRESSION_HEADER + "1.0,2.5,3.0,4.0:3.5\n2.0,1.5,0.5,0.0:-1.25\n")
+    with pytest.raises(DataFileError) as info:
+        build_task("ucr", dataset="Prices", data_dir=str(tmp_path))
+    assert str(info.value) == (
+        f"{folder / 'Prices_TRAIN.ts'}: the set has no class labels ('@classLabel false'; a regression or "
+        "unlabelled set); the UCR/UEA task reads classification sets, whose header says '@classLabel true <classes>'"
+    )
+    (tmp_path / "bare.ts").write_text(REGRESSION_HEADER.replace("@classLabel false\n", "") + "1,2,3,4:3.5\n")
+    with pytest.raises(DataFileError, match=r"bare\.ts: the set has no class labels \(no @classLabel line;"):
+        read_ts(tmp_path / "bare.ts")
+
+
 def test_missing_set_names_places_searched(tmp_path):
     with pytest.raises(DataNotFoundError, match="NoSuchSet_TRAIN.ts"):
         build_task("ucr", dataset="NoSuchSet", data_dir=str(tmp_path))

@@ -3,6 +3,7 @@ beside MiniRocket (:mod:`ltdrnn.ucr`)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def add_commands(sub) -> None:
     run.add_argument("--no-minirocket", action="store_true", help="do not fit MiniRocket")
     run.add_argument("--page", help="also write the page here when done (e.g. benchmarks-ucr.md)")
     add_jobs(run, 1)
-    add_resume(run, default=True)
+    add_resume(run, default=True, what="finished: the study holds a finished row of the cell, set and seed")
     with_command(run, "ucr run", _cmd_run)
 
     report = sub.add_parser("report", help="write the page from the results database")
@@ -70,21 +71,29 @@ def add_commands(sub) -> None:
 
 
 def _cmd_sets(args) -> int:
-    from ..ucr import available_sets
+    from ..ucr import available_sets, unlabelled_sets
 
-    if not args.splits:
+    if args.splits:
+        _print_splits(args.data_dir)
+    else:
         for name in available_sets(args.data_dir):
             print(name)
-        return 0
+    unlabelled = unlabelled_sets(args.data_dir)
+    if unlabelled:  # on stderr: stdout stays the list of sets that run
+        print(f"not listed, without class labels (regression sets): {', '.join(unlabelled)}", file=sys.stderr)
+    return 0
+
+
+def _print_splits(data_dir) -> None:
     from ..data import DataFileError
     from ..results import markdown_table
-    from ..ucr import preset_split_sizes
+    from ..ucr import available_sets, preset_split_sizes
 
     rows = [["set", "fit", "validation", "test", "classes validated", "fewest per class in validation"]]
     unreadable = []
-    for name in available_sets(args.data_dir):
+    for name in available_sets(data_dir):
         try:
-            sizes = preset_split_sizes(name, data_dir=args.data_dir)
+            sizes = preset_split_sizes(name, data_dir=data_dir)
         except (DataFileError, ValueError) as error:
             rows.append([name, "unreadable", "-", "-", "-", "-"])
             unreadable.append(f"{name}: {error}")
@@ -93,15 +102,14 @@ def _cmd_sets(args) -> int:
             [name, sizes.fit, sizes.val, sizes.test, f"{sizes.val_classes} of {sizes.classes}", sizes.fewest_val]
         )
     print("\n".join([markdown_table(rows), *unreadable]))
-    return 0
 
 
 def _cmd_run(args) -> int:
     from ..cells.registry import list_cells
-    from ..ucr import available_sets, render_page, run_benchmark, run_config
+    from ..ucr import render_page, run_benchmark, run_config
 
     seeds, overrides = parse_seeds(args.seeds, args.overrides, range(SEEDS))
-    sets = names(args.sets, available_sets(args.data_dir), "--sets") or available_sets(args.data_dir)
+    sets = _chosen_sets(args.sets, args.data_dir)
     cells = [] if args.cells == "none" else names(args.cells, list_cells(), "--cells")
     study = args.study or default_study(args.budget, overrides)
     # check the overrides once before any training (a bad key fails here, not after an hour)
@@ -136,6 +144,21 @@ def _cmd_run(args) -> int:
     if args.page:
         print(f"written: {render_page(args.store, study, Path(args.page), skipped=skipped)}")
     return 1 if outcome.failed or skipped else 0
+
+
+def _chosen_sets(text, data_dir):
+    """The sets ``--sets`` names (default: every classification set found). A set found without class
+    labels passes here: the run skips it by name and says why, where an unknown name is refused."""
+    from ..ucr import available_sets, unlabelled_sets
+
+    found = available_sets(data_dir)
+    if text is None:
+        return found
+    unlabelled = unlabelled_sets(data_dir)
+    chosen = [n.strip() for n in text.split(",") if n.strip()]
+    if not chosen or any(n not in unlabelled for n in chosen):
+        names(",".join(n for n in chosen if n not in unlabelled) or text, found, "--sets")
+    return chosen
 
 
 def _cmd_report(args) -> int:

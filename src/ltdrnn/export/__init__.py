@@ -78,7 +78,7 @@ def export(
         split: the task split for parity.
         latency_steps: timed steps per latency figure, 1 to :data:`MAX_LATENCY_STEPS`.
         mcu: a microcontroller of :data:`ltdrnn.export.devices.MCUS`: refuse a C step whose constants
-            or RAM exceed it (the report lists the fit on every known one either way).
+            or RAM exceed it (the report lists the fit on every known one either way); C format only.
     """
     from . import devices
     from .c_export import check_c_supported, check_name
@@ -92,7 +92,7 @@ def export(
     out = Path(out) if out is not None else run_dir / f"export-{format}{'-int8' if int8 else ''}"
     step = StreamingStep(model)
     cells = [cell.registry_name for cell in step.cells]
-    name = check_name(name or re.sub(r"\W", "_", f"ltdrnn_{cells[0]}"))
+    name = check_name(re.sub(r"\W", "_", f"ltdrnn_{cells[0]}") if name is None else name)
     if format == "pt2" and int8:
         raise ExportError(
             "--int8: not supported for the pt2 format (torch.export keeps the float weights); "
@@ -109,7 +109,7 @@ def export(
         raise ExportError("int8: the integer C step is calibrated on the task's training split; pass task=")
     c_costs = _c_costs(step, name, calibration, agreed, format, "int8" if int8 else "fp32")
     fits = devices.fits(c_costs)
-    if mcu is not None and format == "c":
+    if mcu is not None:
         devices.require_fit(fits, mcu, "int8" if int8 else "fp32")
     written = _write(format, step, out, name, int8, cells, calibration, agreed)
     report = _report(format, int8, name, origin, step, cells, written, task, c_costs, fits, agreed)
@@ -133,6 +133,11 @@ def _check_arguments(format, int8, latency_steps, mcu, mcus) -> None:
         raise ExportError(f"latency_steps: expected an integer from 1 to {MAX_LATENCY_STEPS:,}, got {latency_steps!r}")
     if mcu is not None and mcu not in mcus:
         raise ExportError(f"mcu: expected one of {', '.join(mcus)}, got {mcu!r}")
+    if mcu is not None and format != "c":  # only the generated C runs on a microcontroller
+        raise ExportError(
+            f"mcu: applies to the C format only, got mcu {mcu!r} with format {format!r}; "
+            "export with --format c, or leave out --mcu"
+        )
 
 
 def check_finite(model) -> None:

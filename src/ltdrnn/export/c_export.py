@@ -77,17 +77,19 @@ def check_name(name) -> str:
     """``name`` if it can be a file base name and a C symbol prefix, else :class:`ExportError`."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ExportError(
-            f"name: expected a C identifier (letters, digits, _; not starting with a digit), got {name!r}"
+            f"name (--name): expected a C identifier (letters, digits, _; not starting with a digit), got {name!r}"
         )
     if len(name) > NAME_LIMIT:
-        raise ExportError(f"name: expected at most {NAME_LIMIT} characters, got {len(name)} ({name[:20]}...)")
+        raise ExportError(f"name (--name): expected at most {NAME_LIMIT} characters, got {len(name)} ({name[:20]}...)")
     if name.lower() in RESERVED or name.startswith("__") or re.match(r"_[A-Z]", name):
         raise ExportError(
-            f"name: {name!r} is a C keyword, a reserved identifier (leading __ or _ and a capital) or a "
+            f"name (--name): {name!r} is a C keyword, a reserved identifier (leading __ or _ and a capital) or a "
             "name the device program needs (main, setup, loop); choose another"
         )
     if re.fullmatch(r"(con|prn|aux|nul|com\d|lpt\d)", name.lower()):
-        raise ExportError(f"name: {name!r} is a device name on Windows, not a usable file name; choose another")
+        raise ExportError(
+            f"name (--name): {name!r} is a device name on Windows, not a usable file name; choose another"
+        )
     return name
 
 

@@ -177,6 +177,7 @@ class FixedDialect:
 
     def __init__(self, graph: Graph, ranges: Dict[int, float]) -> None:
         self.graph = graph
+        self.ranges = ranges
         self.constants = Constants()
         self.helpers: set = {"sat"}
         self.frac, self.wide = formats(graph, ranges)
@@ -225,6 +226,27 @@ class FixedDialect:
 
     # ---- elementwise -------------------------------------------------------------------------------
     def element(self, value: Value, emit: Emitter) -> str:
+        try:
+            return self._element(value, emit)
+        except ExportError as error:
+            if not str(error).startswith("fixed point: "):
+                raise
+            raise ExportError(self._far_apart(value, str(error)[len("fixed point: ") :])) from None
+
+    def _far_apart(self, value: Value, detail: str) -> str:
+        """An operation whose operands' formats are too far apart for an int32 shift, with the parameters
+        among its operands (a huge bias is the usual cause)."""
+        named = [a.attrs["origin"] for a in value.args if a.op == "const" and a.attrs.get("origin")]
+        what = " and ".join(
+            f"parameter {name!r} (|values| up to {self.graph.peaks[name]:.3g})" if name in self.graph.peaks else name
+            for name in named
+        )
+        return (
+            f"int8: {what + ' is' if what else 'the values of one operation are'} out of the integer step's range: "
+            f"{detail}; export the fp32 C step instead (without --int8)"
+        )
+
+    def _element(self, value: Value, emit: Emitter) -> str:
         out = self.frac[value.index]
         wide = value.index in self.wide
         saturate = "sat30" if wide else "sat16"
@@ -333,7 +355,7 @@ class FixedDialect:
             declarations.append(f"const int8_t *w{k} = {term.label}_q;")
             for source, source_frac, prep in self._inputs(vector, k, cols, emit):
                 declarations += prep
-                q, m_label, shift = self._matrix(term, source_frac, out)
+                q, m_label, shift = self._matrix(term, source_frac, out, value)
                 product = f"mul_hi(dot_q(w{k}, {source}, {cols}), {self.constants.read(m_label, 'r')})"
                 if wide:  # the int32 row sum keeps its bits: the sum of two rails-bound terms cannot overflow
                     lines.append(f"acc = sat30(acc + sat30({_wide_shift(product, shift)}));")
@@ -374,19 +396,37 @@ class FixedDialect:
             self.constants.define(label, kind, [str(v) if kind == "int16" else f"{v}L" for v in values])
         return f"(int32_t){self.constants.read(label, 'r')}"
 
-    def _matrix(self, term, source: int, out: int) -> Tuple[str, str, int]:
+    def _matrix(self, term, source: int, out: int, value: Value) -> Tuple[str, str, int]:
         """The int8 matrix, its per-row multipliers and the shift ``e`` of one linear term."""
         q, scale = quantize_rows(term.weight)
         exact = scale.astype(np.float64) * 2.0 ** (out - source + 16)
         shift = min(30, math.floor(math.log2(INT16_MAX / exact.max())))
         m = np.rint(exact * 2.0**shift).astype(np.int64)
         if 16 + shift < 0:
-            raise ExportError(f"{term.label}: its output format is too fine for its weights (shift {shift})")
+            raise ExportError(self._out_of_range(term, float(scale.max()), source, out, value))
         q_label, m_label = term.label + "_q", term.label + "_m"
         if q_label not in self.constants.kinds:  # m does not depend on the formats: the shift absorbs them
             self.constants.define(q_label, "int8", [str(v) for v in q.reshape(-1)])
             self.constants.define(m_label, "int16", [str(v) for v in m])
         return q_label, m_label, shift
+
+    def _out_of_range(self, term, step: float, source: int, out: int, value: Value) -> str:
+        """Why a matrix's int8 weights cannot reach its output's format (a weight far larger than the rest):
+        one int8 step of them times one step of the input is more than the output's format takes."""
+        what = f"parameter {term.origin!r} (the C step's matrix {term.label})"
+        if term.derived:  # name the layer's largest parameter, the likely cause
+            own = {k: v for k, v in self.graph.peaks.items() if k.startswith(term.origin + ".") or not term.origin}
+            largest = max(own, key=own.get, default=None)
+            what = f"the C step's matrix {term.label}" + (
+                f", computed from {largest!r} (|w| up to {own[largest]:.3g}) and others," if largest else ""
+            )
+        return (
+            f"int8: {what} is out of the integer step's range: its weights reach |w| = {127 * step:.3g}, and one "
+            f"int8 step of them ({step:.3g}) times one step of its input ({2.0**-source:.3g}) is more than its "
+            f"output's format takes ({INT16_MAX * 2.0**-out:.3g}; the output reached "
+            f"{self.ranges.get(value.index, 0.0):.3g} on the calibration data); export the fp32 C step instead "
+            "(without --int8)"
+        )
 
     def _softmax(self, value: Value, emit: Emitter) -> List[str]:
         self.helpers.add("exp")

@@ -302,6 +302,9 @@ def build_graph(step: StreamingStep) -> Graph:
     step = StreamingStep(copy.deepcopy(step.model).double())
     model = step.model
     g = Graph(step.input_size)
+    g.parameter_names = {id(p): name for name, p in model.named_parameters()}
+    g.peaks = {name: float(p.detach().abs().max()) for name, p in model.named_parameters() if p.numel()}
+    modules = {id(m): name for name, m in model.named_modules()}
     initial = step.init_state(1)[0].detach().double().cpu().numpy()
     by_layer: Dict[int, List[StatePart]] = {}
     for index, part in enumerate(step.parts):
@@ -312,7 +315,9 @@ def build_graph(step: StreamingStep) -> Graph:
     if model.embed is not None:
         x = g.linear([("embed_w", model.embed.weight, x)])
     for index, cell in enumerate(step.cells):
+        g.scope = modules.get(id(cell), "")
         x = BUILDERS[cell.registry_name](g, cell, f"l{index}_", x, by_layer[index])
+    g.scope = ""
     x = _pool(g, step, x, by_layer.get(len(step.cells), []))
     g.output(g.linear([("head_w", model.output.weight, x)], model.output.bias, "head"))
     return g

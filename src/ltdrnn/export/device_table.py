@@ -6,8 +6,9 @@ For every run: the float and the integer C step (``generate_c`` with the run's c
 standardises its raw input itself and the integer step takes ``NAME_quantise``'s int16 input), each on the
 ATmega328P (simavr, 16 MHz) and the Cortex-M4F (QEMU mps2-an386) over the first N test sequences (all by
 default) from their raw series. Per device: flash, static RAM, stack, cycles (AVR) or instructions (QEMU)
-per step, test accuracy and agreement with eager float32 PyTorch on the same sequences. Prints a markdown
-table; ``--json`` keeps every number.
+per step, and the outputs scored against the test labels and against eager float32 PyTorch on the same
+sequences (:func:`scores`): a classifier's accuracy and agreement, a regressor's MSE and largest output
+difference. Prints a markdown table; ``--json`` keeps every number.
 """
 
 from __future__ import annotations
@@ -57,8 +58,30 @@ def quantised(generated, x_raw: np.ndarray, work: Path) -> np.ndarray:
     return out.reshape(x_raw.shape)
 
 
+def scores(outputs: np.ndarray, eager: np.ndarray, labels: np.ndarray, loss: str) -> Dict[str, float]:
+    """A device's outputs ``(N, o)`` scored on the test labels and against eager PyTorch's outputs.
+
+    A classifier (``loss`` cross_entropy): ``accuracy`` and ``agreement``, the fraction of predictions
+    that eager PyTorch makes too. A regressor (``mse``): ``mse`` (over every output, as training reports
+    it) and ``max_abs_difference``, the largest ``|device - eager|``: an argmax of regression outputs
+    would score nothing meaningful.
+    """
+    if loss == "cross_entropy":
+        predicted = outputs.argmax(-1)
+        return {
+            "accuracy": float((predicted == labels).mean()),
+            "agreement": float((predicted == eager.argmax(-1)).mean()),
+        }
+    return {
+        "mse": float(((outputs - labels.reshape(outputs.shape)) ** 2).mean()),
+        "max_abs_difference": float(np.abs(outputs - eager).max()),
+    }
+
+
 def measure_run(run_dir: str, sequences: int | None, work: Path) -> Dict[str, Any]:
     model, cfg, task = load_trained(run_dir)
+    loss = task.info.loss
+    metric = "accuracy" if loss == "cross_entropy" else "mse"
     step = StreamingStep(model)
     agreed = contract(step, task, measured=False)
     dataset = task.dataset("train")
@@ -73,7 +96,8 @@ def measure_run(run_dir: str, sequences: int | None, work: Path) -> Dict[str, An
         "options": dict(cfg.model.options),
         "parameters": sum(p.numel() for p in model.parameters()),
         "sequences": int(x.shape[0]),
-        "accuracy_eager": float((eager.argmax(-1) == labels).mean()),
+        "metric": metric,
+        f"{metric}_eager": scores(eager, eager, labels, loss)[metric],
     }
     x_raw = raw(x, agreed)
     for kind in ("fp32", "int8"):
@@ -87,9 +111,7 @@ def measure_run(run_dir: str, sequences: int | None, work: Path) -> Dict[str, An
             except ExportError as error:  # does not fit, or a tool is missing: say so in the table
                 row[kind][target] = {"error": str(error)}
                 continue
-            predicted = result.pop("outputs").argmax(-1)
-            result["accuracy"] = float((predicted == labels).mean())
-            result["agreement"] = float((predicted == eager.argmax(-1)).mean())
+            result.update(scores(result.pop("outputs"), eager, labels, loss))
             result["simulated_in_s"] = time.perf_counter() - started
             row[kind][target] = result
             print(f"{row['cell']} {kind} {target}: {_brief(result)}", file=sys.stderr, flush=True)
@@ -97,7 +119,8 @@ def measure_run(run_dir: str, sequences: int | None, work: Path) -> Dict[str, An
 
 
 def _brief(result: Dict[str, Any]) -> str:
-    keys = ("flash", "ram", "stack", "cycles_per_step", "instructions_per_step", "accuracy", "agreement")
+    keys = ("flash", "ram", "stack", "cycles_per_step", "instructions_per_step")
+    keys += ("accuracy", "agreement", "mse", "max_abs_difference")
     return ", ".join(f"{k} {result[k]:.4g}" for k in keys if k in result)
 
 
@@ -108,10 +131,11 @@ def _config(row) -> str:
 
 def markdown(rows: List[Dict[str, Any]]) -> str:
     """cell x {ATmega328P, Cortex-M4} x {fp32, int8}: flash, RAM, stack, cycles or instructions per step,
-    accuracy, agreement."""
+    accuracy and agreement (a regressor: MSE and the largest output difference from eager PyTorch)."""
     head = (
         "| cell | C step | weights | AVR flash | AVR RAM (stack) | AVR cycles/step (us at 16 MHz) | "
-        "M4 flash | M4 RAM (stack) | M4 instructions/step | accuracy eager -> device | agreement |"
+        "M4 flash | M4 RAM (stack) | M4 instructions/step | accuracy (MSE) eager -> device | "
+        "agreement (max abs difference) |"
     )
     lines = [head, "|" + "---|" * 11]
     for row in rows:
@@ -119,16 +143,21 @@ def markdown(rows: List[Dict[str, Any]]) -> str:
             avr, m4 = row[kind].get("atmega328p", {}), row[kind].get("cortex-m4", {})
             cells = [_config(row) if kind == "fp32" else "", kind, f"{row[kind]['weight_bytes']:,} B"]
             cells += _device(avr, "cycles_per_step") + _device(m4, "instructions_per_step")
-            measured = avr if "accuracy" in avr else m4
-            if "accuracy" in measured:
-                cells += [
-                    f"{100 * row['accuracy_eager']:.1f}% -> {100 * measured['accuracy']:.1f}%",
-                    f"{100 * measured['agreement']:.1f}%",
-                ]
-            else:
-                cells += ["-", "-"]
+            cells += _quality(row, avr if row["metric"] in avr else m4)
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _quality(row: Dict[str, Any], measured: Dict[str, Any]) -> List[str]:
+    """The last two columns: the test metric eager -> device and the agreement with eager PyTorch."""
+    if row["metric"] not in measured:
+        return ["-", "-"]
+    if row["metric"] == "accuracy":
+        return [
+            f"{100 * row['accuracy_eager']:.1f}% -> {100 * measured['accuracy']:.1f}%",
+            f"{100 * measured['agreement']:.1f}%",
+        ]
+    return [f"MSE {row['mse_eager']:.4g} -> {measured['mse']:.4g}", f"{measured['max_abs_difference']:.2g}"]
 
 
 def _device(result: Dict[str, Any], speed: str) -> List[str]:

@@ -68,10 +68,16 @@ class StatePart:
 
 @dataclass(frozen=True)
 class Term:
-    """One product of a linear operation: ``label`` names the matrix, ``weight`` is ``(rows, cols)`` float64."""
+    """One product of a linear operation: ``label`` names the matrix, ``weight`` is ``(rows, cols)`` float64.
+
+    ``origin`` says where the matrix comes from, for messages: the model's parameter (its qualified name)
+    when it is one as it is, else the module whose parameters it is computed from (empty if unknown);
+    ``derived`` tells the two apart."""
 
     label: str
     weight: np.ndarray
+    origin: str = ""
+    derived: bool = False
 
 
 class Graph:
@@ -84,6 +90,11 @@ class Graph:
         self.result: Optional[Value] = None
         self.labels: set = set()
         self.matrices: Dict[str, np.ndarray] = {}  # a matrix used by several linear maps is stored once
+        # where matrices come from, for messages (build_graph fills them): parameters by id, the module
+        # being built, and the largest |value| of every parameter
+        self.parameter_names: Dict[int, str] = {}
+        self.scope = ""
+        self.peaks: Dict[str, float] = {}
         self.x = self._add("input", input_size)
 
     # ---- building --------------------------------------------------------------------------------
@@ -109,7 +120,8 @@ class Graph:
 
     def const(self, label: str, vector) -> Value:
         array = _array(vector).reshape(-1)
-        return self._add("const", array.size, label=self._label(label), data=array)
+        origin = self.parameter_names.get(id(vector), "")
+        return self._add("const", array.size, label=self._label(label), data=array, origin=origin)
 
     def scalar(self, number: float) -> Value:
         return self._add("scalar", 1, number=float(number))
@@ -127,7 +139,8 @@ class Graph:
                 w = self.matrices[name]  # the same matrix again (an Euler step's U): one copy in the C
             else:
                 self.matrices[self._label(name)] = w
-            built.append(Term(name, w))
+            parameter = self.parameter_names.get(id(weight))
+            built.append(Term(name, w, parameter or self.scope, parameter is None))
             inputs.append(vector)
         b = None if bias is None else _array(bias).reshape(-1)
         if addend is not None:

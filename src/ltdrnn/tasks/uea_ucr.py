@@ -122,8 +122,10 @@ def read_ts(path: Path, class_names: Optional[List[str]] = None) -> TsFile:
         raise DataFileError(f"{path}: no @data line; not a .ts file. {HOW_TO_GET}")
     class_spec = header.get("classlabel", "").split()
     if not class_spec or class_spec[0].lower() != "true":
+        said = f"'@classLabel {header['classlabel']}'" if header.get("classlabel") else "no @classLabel line"
         raise DataFileError(
-            f"{path}: expected '@classLabel true <classes>' (a classification set), got {header.get('classlabel')!r}"
+            f"{path}: the set has no class labels ({said}; a regression or unlabelled set); the UCR/UEA task "
+            "reads classification sets, whose header says '@classLabel true <classes>'"
         )
     names = class_names if class_names is not None else class_spec[1:]
     unknown = [(label, line_no) for label, line_no in raw_labels if label not in names]

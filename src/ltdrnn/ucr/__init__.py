@@ -17,11 +17,12 @@ overrides), stored in the results database under ``study``. MiniRocket (aeon's `
 stored in the same study as cell ``minirocket``. A run already in the store is not run again, so an
 interrupted benchmark continues where it stopped. Every set is read and checked before any training (both
 files, scaling, classes, the validation split); a bad set is reported by name with what is wrong and
-skipped, and the others run. A set whose validation split would be empty (every class with at most 2
-TRAIN series at ``val_fraction`` 0.2) is such a set: the protocol chooses the tested checkpoint on
-validation, and a choice on nothing is no choice, so the set is skipped with a message that gives the
-override that runs it, ``--set train.select_on=last`` (tested on the final weights, in a study of its
-own, which the page marks). It is never run on another rule without being asked.
+skipped, and the others run. A set without class labels (``@classLabel false``: a regression set) is
+such a set when asked for by name; it is never picked by default. A set whose validation split would be
+empty (every class with at most 2 TRAIN series at ``val_fraction`` 0.2) is such a set: the protocol
+chooses the tested checkpoint on validation, and a choice on nothing is no choice, so the set is skipped
+with a message that gives the override that runs it, ``--set train.select_on=last`` (tested on the final
+weights, in a study of its own, which the page marks). It is never run on another rule without being asked.
 
 ``report`` reads only the database (and the packaged published numbers,
 ``presets/ucr/published.csv``) and writes the page: per-set accuracy, average ranks with aeon's
@@ -58,6 +59,7 @@ from .benchmark import (
     run_config,
     set_problem,
     split_sizes,
+    unlabelled_sets,
 )
 from .page import (
     accuracy_rows,
@@ -114,4 +116,5 @@ __all__ = [
     "split_sizes",
     "split_rows",
     "tested_checkpoint",
+    "unlabelled_sets",
 ]
