@@ -42,7 +42,7 @@ def test_list_shows_the_registries_and_presets(capsys):
 
 def test_train_stores_a_row_and_eval_reproduces_the_test_metric(tmp_path, capsys):
     db = str(tmp_path / "r.db")
-    code = main(["train", "quick/toy-lstm", *TINY, "--store", db, "--run-dir", str(tmp_path / "run"), "--quiet"])
+    code = main(["train", "quick/toy-lstm", *TINY, "--store", db, "--run-dir", str(tmp_path / "run"), "--no-progress"])
     assert code == 0
     out = capsys.readouterr().out
     rows = ResultStore(db).rows()
@@ -54,7 +54,7 @@ def test_train_stores_a_row_and_eval_reproduces_the_test_metric(tmp_path, capsys
 
 def test_train_resume_of_a_finished_run_gives_the_same_result(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(tmp_path / "run"), "--quiet"]
+    args = ["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(tmp_path / "run"), "--no-progress"]
     assert main(args) == 0
     first = (tmp_path / "run" / "result.json").read_text()
     assert main(args + ["--resume"]) == 0
@@ -73,8 +73,9 @@ def test_unknown_key_exits_2_with_the_key_and_the_valid_ones(tmp_path, capsys):
 def test_train_overrides_may_follow_the_options_in_order_and_other_strays_are_refused(capsys):
     from ltdrnn.cli import parse
 
-    args = parse(["train", "quick/toy-lstm", "optim.lr=1", "--run-dir", "d", "optim.lr=2", "--quiet", "train.steps=3"])
-    assert args.overrides == ["optim.lr=1", "optim.lr=2", "train.steps=3"] and args.run_dir == "d" and args.quiet
+    argv = ["train", "quick/toy-lstm", "optim.lr=1", "--run-dir", "d", "optim.lr=2", "--progress", "train.steps=3"]
+    args = parse(argv)
+    assert args.overrides == ["optim.lr=1", "optim.lr=2", "train.steps=3"] and args.run_dir == "d" and args.progress
     with pytest.raises(SystemExit) as refused:
         parse(["train", "quick/toy-lstm", "--run-dir", "d", "stray"])
     assert refused.value.code == 2 and "unrecognized arguments: stray" in capsys.readouterr().err
@@ -199,6 +200,8 @@ def flags(parser):
 
 GRIDS = ("run", "ucr run", "reproduce run", "sweep run")
 WRITERS = ("run", "train", "report", "ucr run", "ucr report", "reproduce run", "reproduce list", "reproduce report")
+RESUMING = {"train": False, "run": True, "ucr run": True, "reproduce run": False}
+SHOWING_PROGRESS = {"train": None, "sweep run": True, "reproduce run": False}  # None: the config's
 SEEDED = ("run", "ucr run", "reproduce run")
 
 
@@ -207,7 +210,7 @@ def test_the_shared_flags_are_where_the_vocabulary_says_with_one_store_default()
 
     commands = command_parsers()
     assert DEFAULT_STORE == "results.db"
-    for name in WRITERS + ("sweep run",):
+    for name in WRITERS + ("sweep run", "sweep report"):
         store = flags(commands[name])["--store"]
         # train and sweep run fall back on the config's results, whose default is the same
         assert store.default == (None if name in ("train", "sweep run") else DEFAULT_STORE), name
@@ -217,9 +220,30 @@ def test_the_shared_flags_are_where_the_vocabulary_says_with_one_store_default()
         assert "--set" in flags(commands[name]), name
     for name in SEEDED:
         assert "--seeds" in flags(commands[name]) and "a count such as 3" in flags(commands[name])["--seeds"].help
-    for name in ("run", "ucr run", "reproduce run"):
+    for name, default in RESUMING.items():
         assert {"--resume", "--no-resume"} <= set(flags(commands[name])), name
+        assert flags(commands[name])["--resume"].default is default, name
+        assert "a run already finished is not trained again" in flags(commands[name])["--resume"].help, name
+    for name, default in SHOWING_PROGRESS.items():
+        assert {"--progress", "--no-progress"} <= set(flags(commands[name])), name
+        assert flags(commands[name])["--progress"].default is default, name
     assert "--set" in flags(commands["train"])
+
+
+def test_every_database_is_a_store_and_every_flag_has_one_spelling_with_no_alias():
+    import argparse
+
+    commands = command_parsers()
+    every = {option for parser in commands.values() for option in flags(parser)}
+    hidden = [
+        (name, action.option_strings)
+        for name, parser in commands.items()
+        for action in parser._actions
+        if action.help == argparse.SUPPRESS and action.option_strings
+    ]
+    assert not hidden  # no hidden spellings
+    assert not every & {"--storage", "--sweeps", "--quiet", "--workers", "--skip-done", "--resume-auto"}
+    assert {"--store", "--resume", "--progress"} <= every
 
 
 def test_seeds_are_a_count_or_a_list_everywhere():
@@ -238,31 +262,51 @@ def test_seeds_are_a_count_or_a_list_everywhere():
         parse_seeds("3", ["train.seed=1"], (7,))
 
 
-def test_old_flag_spellings_still_work_and_say_they_are_deprecated(capsys):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "run", "spec", "--workers", "3"],
+        ["sweep", "run", "spec", "--storage", "s.db"],
+        ["sweep", "run", "spec", "--quiet"],
+        ["sweep", "report", "--study", "x", "--storage", "s.db"],
+        ["report", "--sweeps", "s.db"],
+        ["reproduce", "run", "tarnn-toy", "--skip-done"],
+        ["train", "quick/toy-lstm", "--quiet"],
+        ["train", "quick/toy-lstm", "--resume=auto"],
+        ["train", "quick/toy-lstm", "--resume", "auto"],
+    ],
+)
+def test_the_old_spellings_are_usage_errors(argv, capsys):
     from ltdrnn.cli import parse
 
-    args = parse(["sweep", "run", "spec", "--workers", "3"])
-    assert args.jobs == 3
-    assert "ltdrnn: --workers is deprecated and goes in release 0.3; use --jobs" in capsys.readouterr().err
-    args = parse(["reproduce", "run", "tarnn-toy", "--skip-done"])
-    assert args.resume is True
-    assert "--skip-done is deprecated" in capsys.readouterr().err
-    assert parse(["reproduce", "run", "tarnn-toy"]).resume is False
-    assert parse(["ucr", "run"]).resume is True and parse(["ucr", "run", "--no-resume"]).resume is False
+    with pytest.raises(SystemExit) as refused:
+        parse(argv)
+    assert refused.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_jobs_must_be_a_positive_integer(capsys):
+    from ltdrnn.cli import parse
+
     with pytest.raises(SystemExit):
-        parse(["sweep", "run", "spec", "--workers", "0"])
-    assert "expected a positive integer, got '0'" in capsys.readouterr().err
+        parse(["sweep", "run", "spec", "--jobs", "0"])
+    assert "--jobs: expected a positive integer, got '0'" in capsys.readouterr().err
 
 
-def test_resume_never_swallows_the_override_that_follows_it(capsys):
+def test_a_bare_number_of_seeds_is_a_count_in_reproduce_run_too(monkeypatch):
+    import ltdrnn.reproduce as reproduce
+
+    asked = []
+    monkeypatch.setattr(reproduce, "run_claim", lambda *args, seeds, **kwargs: asked.append(seeds) or [])
+    assert main(["reproduce", "run", "tarnn-toy", "--seeds", "2"]) == 0
+    assert main(["reproduce", "run", "tarnn-toy", "--seeds", "2,"]) == 0
+    assert asked == [(0, 1), (2,)]
+
+
+def test_resume_never_swallows_the_override_that_follows_it():
     from ltdrnn.cli import parse
 
     args = parse(["train", "quick/toy-lstm", "--resume", "train.steps=3", "--run-dir", "d"])
     assert args.resume is True and args.overrides == ["train.steps=3"]
-    assert parse(["train", "quick/toy-lstm", "--resume=auto", "train.steps=3"]).resume == "auto"
-    assert parse(["train", "quick/toy-lstm", "--resume", "auto", "train.steps=3"]).resume == "auto"
     args = parse(["train", "quick/toy-lstm", "a.b=1", "--set", "c.d=2", "--resume", "e.f=3"])
     assert args.overrides == ["a.b=1", "e.f=3", "c.d=2"] and args.resume is True
-    with pytest.raises(SystemExit):
-        parse(["train", "quick/toy-lstm", "--resume=later"])
-    assert "--resume: expected nothing or 'auto'" in capsys.readouterr().err
+    assert parse(["train", "quick/toy-lstm", "--no-resume"]).resume is False

@@ -66,7 +66,7 @@ def test_a_crafted_checkpoint_runs_no_code(tmp_path, command, capsys):
     argv = {
         "eval": ["eval", str(run_dir)],
         "plot": ["plot", str(run_dir), "--kinds", "curves"],
-        "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--quiet"],
+        "resume": ["train", config, "--run-dir", str(run_dir), "--resume", "--no-store", "--no-progress"],
     }[command]
     assert main(argv) == 2
     assert not marker.exists()
@@ -98,19 +98,22 @@ def test_a_damaged_checkpoint_is_a_checkpoint_error(tmp_path):
 
 # ---- resuming ---------------------------------------------------------------------------------------
 def test_resume_without_a_checkpoint_is_an_error_unless_auto(tmp_path):
-    with pytest.raises(ConfigError, match="nothing to resume.*--resume=auto"):
+    with pytest.raises(ConfigError, match="nothing to resume.*resume with 'auto'"):
         _train(tmp_path, resume=True)
     assert not (tmp_path / "results.db").exists()
     record = _train(tmp_path, resume="auto")
     assert record["status"] == "finished" and record["timings"]["steps"] == 4
 
 
-def test_cli_resume_of_a_wrong_directory_exits_2_and_resume_auto_trains(tmp_path, capsys):
-    args = ["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(tmp_path / "empty"), "--quiet"]
-    assert main(args + ["--resume"]) == 2
+def test_cli_resume_of_a_directory_without_checkpoint_says_so_and_starts_the_run_there(tmp_path, capsys):
+    args = ["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(tmp_path / "empty"), "--no-progress"]
+    assert main(args + ["--resume"]) == 0
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ltdrnn train: run_dir: nothing to resume") and "\n" not in err
-    assert main(args + ["--resume=auto"]) == 0
+    assert err == f"ltdrnn train: no checkpoint in {tmp_path / 'empty'} to continue; a new run starts there"
+    assert (tmp_path / "empty" / "result.json").is_file()
+    assert main(["train", "quick/toy-lstm", *TINY, "--no-store", "--no-progress", "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ltdrnn train: run_dir: resuming needs the run directory") and "\n" not in err
     with pytest.raises(SystemExit) as caught:  # argparse's own one-line usage error
         main(args + ["--resume=yes"])
     assert caught.value.code == 2
@@ -162,7 +165,7 @@ def test_a_locked_store_loses_no_row_and_says_how_to_store_it(tmp_path, monkeypa
                 "--run-dir",
                 str(tmp_path / "run2"),
                 "--resume",
-                "--quiet",
+                "--no-progress",
             ]
         )
         == 0
@@ -204,7 +207,7 @@ def test_interrupt_prints_the_resume_hint_and_exits_130(tmp_path, capsys, monkey
     original = trainer.Run.fit
     monkeypatch.setattr(trainer.Run, "fit", lambda self, callbacks, judges=(): original(self, [ctrl_c], judges))
     run_dir = tmp_path / "run"
-    code = main(["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(run_dir), "--quiet"])
+    code = main(["train", "quick/toy-lstm", *TINY, "--no-store", "--run-dir", str(run_dir), "--no-progress"])
     assert code == 130
     err = capsys.readouterr().err
     assert f"--run-dir {run_dir} --resume" in err and "Traceback" not in err
@@ -247,7 +250,7 @@ def _cli_cases(tmp_path):
     bad_yaml.write_text("model: [unclosed\n")
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"model": ')
-    train = ["train", "quick/toy-lstm", "--no-store", "--quiet", "--run-dir", str(tmp_path / "r")]
+    train = ["train", "quick/toy-lstm", "--no-store", "--no-progress", "--run-dir", str(tmp_path / "r")]
     return {
         "malformed yaml": ["train", str(bad_yaml), "--no-store"],
         "malformed json": ["train", str(bad_json), "--no-store"],
@@ -264,10 +267,10 @@ def _cli_cases(tmp_path):
             "quick/adding-lstm",
             "--trials",
             "-1",
-            "--storage",
+            "--store",
             f"sqlite:///{tmp_path / 's.db'}",
         ],
-        "sweep no study": ["sweep", "report", "--study", "nosuch", "--storage", f"sqlite:///{tmp_path / 's.db'}"],
+        "sweep no study": ["sweep", "report", "--study", "nosuch", "--store", f"sqlite:///{tmp_path / 's.db'}"],
     }
 
 

@@ -440,7 +440,7 @@ def test_analysis_runs_are_stored_and_resume_skips_them(tmp_path):
     assert verdict.status == "not run yet" and "missing: k5, k10" in verdict.reason
 
 
-def test_resume_trains_again_a_row_whose_analysis_was_interrupted(tmp_path, capsys):
+def test_resume_trains_again_a_row_whose_analysis_was_interrupted(tmp_path):
     # the row is stored when training ends and its analyses after it: a process killed in between
     # (once, MIST's analysis out of memory) must not leave the pair counted as done
     store = str(tmp_path / "r.db")
@@ -452,10 +452,7 @@ def test_resume_trains_again_a_row_whose_analysis_was_interrupted(tmp_path, caps
     assert main(["reproduce", *args + ["--resume"]]) == 0
     stored = R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")
     assert [r["config"]["train"]["seed"] for r in stored] == [5, 5]
-    capsys.readouterr()
-    assert main(["reproduce", *args + ["--skip-done"]]) == 0  # now complete: nothing more
-    # --skip-done, the spelling before --resume, still works and says it is deprecated
-    assert "ltdrnn: --skip-done is deprecated and goes in release 0.3; use --resume" in capsys.readouterr().err
+    assert main(["reproduce", *args + ["--resume"]]) == 0  # now complete: nothing more
     assert len(R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")) == 2
 
 
@@ -524,7 +521,7 @@ def test_command_line_errors_exit_2(capsys):
     assert "--set train.seed=2 also chooses the seed" in capsys.readouterr().err
 
 
-def test_seeds_default_to_one_two_three_and_a_bare_number_is_still_one_seed_here_for_a_release(capsys):
+def test_seeds_default_to_one_two_three_and_a_bare_number_is_a_count():
     from ltdrnn.cli.common import parse_seeds
 
     default = R.running.DEFAULT_SEEDS
@@ -534,10 +531,7 @@ def test_seeds_default_to_one_two_three_and_a_bare_number_is_still_one_seed_here
     assert parse_seeds(None, ["train.seed=2", "train.threads=1"], default) == ((2,), ["train.threads=1"])
     with pytest.raises(ConfigError, match="distinct"):
         parse_seeds("1,1", [], default)
-    # before this release `reproduce run --seeds 2` meant the one seed 2 (REPRODUCTION.md quotes such
-    # commands): it still does, with a deprecation message; everywhere else a bare number is a count
-    assert parse_seeds("2", [], default, bare_number_is_a_seed="reproduce run") == ((2,), [])
-    assert "use --seeds 2, for the one seed 2" in capsys.readouterr().err
+    assert parse_seeds("2", [], default) == ((0, 1), [])
     assert parse_seeds("2,", [], default) == ((2,), [])
 
 

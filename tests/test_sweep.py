@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from harness_helpers import install, tiny_config
 from ltdrnn import sweep as S
 from ltdrnn.config import ConfigError, list_presets
-from ltdrnn.results import ResultStore
+from ltdrnn.results import ResultStore, database_url
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 BASE = {
@@ -54,7 +54,7 @@ def quadratic(trial, cfg):
 
 
 def trials_of(storage, study):
-    return optuna.load_study(study_name=study, storage=S.storage_url(storage)).get_trials(deepcopy=False)
+    return optuna.load_study(study_name=study, storage=database_url(storage)).get_trials(deepcopy=False)
 
 
 # ---- specs ------------------------------------------------------------------------------------------
@@ -305,10 +305,10 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
     )
     assert S.top_k(spec.report, 50, 50) == 5  # the paper's "top 5 of 50"
     spec.seed = 0
-    store = str(tmp_path / "results.db")
+    store = str(tmp_path / "results.db")  # the study and its runs in one database, as `--store` puts them
     counts = S.run_worker(
         spec,
-        str(tmp_path / "s.db"),
+        store,
         "mist-tiny",
         trials=10,
         overrides=TINY,
@@ -317,7 +317,7 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
         log=lambda s: None,
     )
     assert counts["complete"] + counts["pruned"] == 10 and counts["failed"] == 0
-    trials = trials_of(tmp_path / "s.db", "mist-tiny")
+    trials = trials_of(store, "mist-tiny")
     lrs = [t.params["optim.lr"] for t in trials]
     assert all(1e-4 <= lr <= 10 for lr in lrs)
     assert min(lrs) < 1e-2 and max(lrs) > 1e-1  # spread over the decades, not bunched linearly at the top
@@ -327,7 +327,7 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
     for t in trials:
         assert rows[t.user_attrs["run_id"]]["config"]["optim"]["lr"] == t.params["optim.lr"]
 
-    summary = S.study_summary("mist-tiny", str(tmp_path / "s.db"))
+    summary = S.study_summary("mist-tiny", store)
     ranked = summary["ranked"]
     assert summary["k"] == 1  # 10% of 10
     best = ranked[0]
@@ -335,7 +335,7 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
     assert summary["top"]["validation"].startswith(f"{best.value:.4g} ± 0")
     assert summary["top"]["test"].startswith(f"{rows[best.user_attrs['run_id']]['metric']:.4g}")
     assert summary["top"]["params"]["log10(optim.lr)"].startswith(f"{math.log10(best.params['optim.lr']):.4g}")
-    paths = S.study_report("mist-tiny", str(tmp_path / "s.db"), tmp_path / "report")
+    paths = S.study_report("mist-tiny", store, tmp_path / "report")
     text = paths["markdown"].read_text()
     assert "Top 1 of 10 finished trials by validation (top 10%" in text
     assert paths["sensitivity"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -353,8 +353,6 @@ def test_mist_protocol_searches_lr_log_uniformly_and_reports_the_top_tenth(tmp_p
                 str(tmp_path / "cli-report"),
                 "--study",
                 "mist-tiny",
-                "--sweeps",
-                str(tmp_path / "s.db"),
                 "--no-plots",
             ]
         )
@@ -425,12 +423,36 @@ def test_the_cli_lists_specs_and_refuses_a_bad_one_naming_the_key(tmp_path, caps
     assert main(["sweep", "list"]) == 0
     assert "mist/pmnist" in capsys.readouterr().out.split()
     bad = write_spec(tmp_path, sampler="annealing")
-    assert main(["sweep", "run", str(bad), "--storage", str(tmp_path / "s.db")]) == 2
+    assert main(["sweep", "run", str(bad), "--store", str(tmp_path / "s.db")]) == 2
     assert "sweep sampler: expected one of random, tpe, grid, got 'annealing'" in capsys.readouterr().err
 
 
-def test_has_study_tells_whether_a_storage_holds_the_study_without_creating_files(tmp_path):
+def test_sweep_run_keeps_the_study_and_its_runs_in_the_one_store(tmp_path, capsys):
+    from ltdrnn.cli import main
+
+    torch.set_num_threads(1)
+    spec, db = write_spec(tmp_path, trials=2), str(tmp_path / "one.db")
+    argv = ["sweep", "run", str(spec), "--study", "st", "--store", db, "--runs", str(tmp_path / "runs")]
+    assert main([*argv, "--no-progress"]) == 0
+    assert f"Report: ltdrnn sweep report --study st --store {db}" in capsys.readouterr().out
+    rows = ResultStore(db).rows(study="st")
+    assert len(rows) == 2 and {t.user_attrs["run_id"] for t in trials_of(db, "st")} == {r["id"] for r in rows}
+    assert main(["sweep", "report", "--study", "st", "--store", db, "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    assert "trials" in capsys.readouterr().out
+
+
+def _tables(path):
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        return {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_has_study_tells_whether_a_store_holds_the_study_without_writing_to_it(tmp_path):
     write_spec(tmp_path)
     assert not S.has_study("st", str(tmp_path / "missing.db")) and not (tmp_path / "missing.db").exists()
+    results = tmp_path / "results.db"  # a store of runs only: asking adds no table of Optuna's to it
+    ResultStore(str(results))
+    assert not S.has_study("st", str(results)) and _tables(results) == {"runs"}
     S.run_worker(str(tmp_path / "spec.json"), str(tmp_path / "s.db"), "st", 1, objective=quadratic, log=lambda s: None)
     assert S.has_study("st", str(tmp_path / "s.db")) and not S.has_study("other", str(tmp_path / "s.db"))

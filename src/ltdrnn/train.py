@@ -73,7 +73,8 @@ def train(
     Args:
         cfg: a RunConfig, plain data, or a preset name / config file.
         resume: True continues from ``<run_dir>/last.pt`` (``cfg.run_dir`` must be set) and raises
-            ConfigError if there is none; ``"auto"`` continues if it exists and starts afresh if not.
+            ConfigError if there is none; ``"auto"`` (``ltdrnn train --resume``) continues if it exists
+            and starts afresh if not.
             Resuming a finished run trains nothing: it stores the row if the store lacks it.
         callbacks: called after every optimiser step with the loop state (``step``, ``epoch``,
             ``loss``, ``model``); a callback may raise to stop the run.
@@ -457,7 +458,7 @@ class Run:
             raise ConfigError(
                 f"run_dir: nothing to resume, {path} does not exist (is {self.cfg.run_dir} "
                 "the run directory of the interrupted run?); to start a new run when "
-                "there is no checkpoint, resume with 'auto' (--resume=auto)"
+                "there is no checkpoint, resume with 'auto' (as the command line's --resume does)"
             )
         # a run may move between devices and directories (started on a GPU, finished on a CPU elsewhere)
         saved, now = ({k: v for k, v in comparable_config(c).items() if k not in ("train.device", "run_dir")}
@@ -527,7 +528,7 @@ def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int
 
 
 def _progress(total: int, initial: int, enabled: bool, label: str):
-    """The progress bar of a run; a disabled tqdm when ``enabled`` is False (not the main rank, --quiet)."""
+    """The progress bar of a run; a disabled tqdm when ``enabled`` is False (not the main rank, --no-progress)."""
     from tqdm.auto import tqdm  # the train extra
 
     return tqdm(

@@ -141,9 +141,9 @@ TINY_TAIL = [
 ]
 FLAGS = [
     "--resume",
-    "--resume=auto",
+    "--no-resume",
     "--no-store",
-    "--quiet",
+    "--no-progress",
     "--store",
     "--split",
     "test",
@@ -177,11 +177,11 @@ def test_the_cli_exits_with_a_code_never_a_traceback(command, config, middle):
         patch.chdir(folder)
         argv = [command] if command else []
         if command == "train":
-            argv += [config, *middle, *TINY_TAIL, "--no-store", "--quiet", "--run-dir", str(Path(folder) / "run")]
+            argv += [config, *middle, *TINY_TAIL, "--no-store", "--no-progress", "--run-dir", str(Path(folder) / "run")]
         elif command in ("eval", "plot"):
             argv += [str(Path(folder) / "nosuch"), *middle]
         elif command == "sweep":
-            argv += ["report", "--study", "nosuch", "--storage", f"sqlite:///{folder}/s.db", *middle]
+            argv += ["report", "--study", "nosuch", "--store", f"sqlite:///{folder}/s.db", *middle]
         else:
             argv += middle
         err = io.StringIO()

@@ -1,7 +1,7 @@
 """The ``ltdrnn`` command, the one place the package parses command lines.
 
 ltdrnn run [--group main] [--seeds ...] [--jobs N]    the comparison: every preset of a group, table + report
-ltdrnn train PRESET|FILE [KEY=VALUE ...] [--set KEY=VALUE] [--resume[=auto]] [--run-dir DIR]
+ltdrnn train PRESET|FILE [KEY=VALUE ...] [--set KEY=VALUE] [--resume] [--run-dir DIR]
 ltdrnn eval RUN_DIR|CHECKPOINT [--split test]
 ltdrnn report [--store DB] [--out report] [--study NAME]
 ltdrnn plot RUN_DIR [--kinds curves,lag,mask,beta,unshifted]
@@ -63,7 +63,7 @@ def parse(argv: List[str]) -> argparse.Namespace:
     """Parse a command line; a group may take words the parser leaves over (``train``'s KEY=VALUE
     overrides after its options: argparse alone stops collecting a positional list at the first option)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(harness.before_parsing(argv, parser))
+    args, extra = parser.parse_known_args(argv)
     extra = harness.after_parsing(args, extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -1,53 +1,42 @@
 """The flags every command shares, defined once: one word, one meaning, in every command that has it.
 
-=============================  ===================================================================
-``--seeds LIST|COUNT``         the training seeds: a list (``0,1,2``; one seed: ``5,``) or a count
-                               (``3`` = seeds 0, 1, 2); ``--set train.seed=S`` alone means the one
-                               seed S. Every command that runs seeds.
-``--store DB``                 the results database, a SQLite path or a database URL; default
-                               :data:`~ltdrnn.config.DEFAULT_STORE` (``results.db`` in the working
-                               directory). Every command that writes or reads results.
-``--set KEY=VALUE``            a config override, repeatable. Every command that trains or judges
-                               runs (``train`` also takes them as positional words).
-``--jobs N``                   runs trained at once, one process each. Every command that runs a
-                               grid of runs.
-``--resume`` / ``--no-resume`` a grid skips the (label, seed) pairs its study holds a finished row
-                               of, and continues half-finished run directories.
-=============================  ===================================================================
-
-Old spellings (``--workers``, ``--skip-done``) keep working for this release as aliases that print a
-deprecation message on stderr.
+=================================  ===============================================================
+``--seeds LIST|COUNT``             the training seeds: a list (``0,1,2``; one seed: ``5,``) or a
+                                   count (``3`` = seeds 0, 1, 2); ``--set train.seed=S`` alone means
+                                   the one seed S. Every command that runs seeds.
+``--store DB``                     the database of results, a SQLite path or a database URL: the runs'
+                                   rows and whatever else a command keeps beside them (a sweep's
+                                   Optuna study, the reproduction's analyses); default
+                                   :data:`~ltdrnn.config.DEFAULT_STORE` (``results.db`` in the working
+                                   directory). Every command that writes or reads results.
+``--set KEY=VALUE``                a config override, repeatable. Every command that trains or judges
+                                   runs (``train`` also takes them as positional words).
+``--jobs N``                       runs (a sweep: workers) at once, one process each. Every command
+                                   that runs several.
+``--resume`` / ``--no-resume``     continue what was started: a run already finished is not trained
+                                   again, a half-finished run directory continues from its last
+                                   checkpoint, any other run starts. ``train``, ``run``, ``ucr run``,
+                                   ``reproduce run`` (a sweep always continues its study).
+``--progress`` / ``--no-progress`` a progress bar per training run on stderr (never for runs trained
+                                   in parallel processes). ``train``, ``sweep run``, ``reproduce run``.
+=================================  ===============================================================
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..config import DEFAULT_STORE, ConfigError
 
-#: when the deprecated spellings go away
-REMOVED_IN = "0.3"
-STORE_HELP = f"results database, a SQLite path or a database URL (default: {DEFAULT_STORE} in the working directory)"
-
-
-def deprecation(old: str, new: str) -> None:
-    """One line on stderr: ``old`` still works in this release and goes in :data:`REMOVED_IN`."""
-    print(f"ltdrnn: {old} is deprecated and goes in release {REMOVED_IN}; use {new}", file=sys.stderr)
-
-
-class DeprecatedAlias(argparse.Action):
-    """An old flag that stores into the new one's ``dest`` and says so on stderr."""
-
-    def __init__(self, option_strings, dest, new: str, **kwargs):
-        self.new = new
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        deprecation(option_string, self.new)
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+STORE_DEFAULT_TEXT = f"{DEFAULT_STORE} in the working directory"
+STORE_HELP = f"results database, a SQLite path or a database URL (default: {STORE_DEFAULT_TEXT})"
+RESUME_HELP = (
+    "continue what was started: a run already finished is not trained again, a half-finished run directory "
+    "continues from its last checkpoint, any other run starts"
+)
+PROGRESS_HELP = "a progress bar per training run on stderr (none for runs trained in parallel processes)"
 
 
 def add_set(parser: argparse.ArgumentParser, help: str, dest: str = "overrides") -> None:
@@ -69,38 +58,31 @@ def add_seeds(parser: argparse.ArgumentParser, default_text: str) -> None:
     )
 
 
-def add_jobs(parser: argparse.ArgumentParser, default: int, default_text: Optional[str] = None, old: str = "") -> None:
-    """``--jobs N``; ``old`` is the command's earlier spelling (``--workers``), kept as a deprecated alias."""
+def add_jobs(parser: argparse.ArgumentParser, default: int, default_text: Optional[str] = None) -> None:
+    """``--jobs N``."""
     parser.add_argument(
         "--jobs",
         type=positive_int("--jobs"),
         default=default,
         help=f"runs trained at once, one process each (default: {default_text or default})",
     )
-    if old:
-        parser.add_argument(
-            old, dest="jobs", type=positive_int(old), action=DeprecatedAlias, new="--jobs", help=argparse.SUPPRESS
-        )
 
 
-def add_resume(parser: argparse.ArgumentParser, default: bool) -> None:
-    """``--resume`` / ``--no-resume`` of a grid, and ``--skip-done`` as the deprecated form of ``--resume``."""
-    state = "on" if default else "off"
+def add_resume(parser: argparse.ArgumentParser, default: bool, what: str = "") -> None:
+    """``--resume`` / ``--no-resume``; ``what`` says which runs the command continues."""
     parser.add_argument(
         "--resume",
         action=argparse.BooleanOptionalAction,
         default=default,
-        help="skip the label and seed pairs the study holds a finished row of, and continue half-finished "
-        f"run directories (default: {state})",
+        help=f"{RESUME_HELP}{f'; {what}' if what else ''} (default: {'on' if default else 'off'})",
     )
+
+
+def add_progress(parser: argparse.ArgumentParser, default: Optional[bool], default_text: str = "") -> None:
+    """``--progress`` / ``--no-progress``; ``default=None`` where the config's ``train.progress`` decides."""
+    state = default_text or ("on" if default else "off")
     parser.add_argument(
-        "--skip-done",
-        dest="resume",
-        nargs=0,
-        const=True,
-        action=DeprecatedAlias,
-        new="--resume",
-        help=argparse.SUPPRESS,
+        "--progress", action=argparse.BooleanOptionalAction, default=default, help=f"{PROGRESS_HELP} (default: {state})"
     )
 
 
@@ -124,14 +106,12 @@ def parse_seeds(
     text: Optional[str],
     overrides: Sequence[str],
     default: Sequence[int],
-    bare_number_is_a_seed: str = "",
 ) -> Tuple[Tuple[int, ...], List[str]]:
     """``(seeds, overrides without train.seed)`` from ``--seeds`` and the ``--set`` items.
 
     ``text``: a count (``"3"``: seeds 0, 1, 2), a list (``"0,1,2"``, one seed ``"5,"``) or None (the
-    seed of a ``--set train.seed=S``, else ``default``). ``bare_number_is_a_seed`` names a command where a
-    bare number meant one seed before this release (``reproduce run``): there it still does, with a
-    deprecation message. ConfigError names ``--seeds`` and what was expected."""
+    seed of a ``--set train.seed=S``, else ``default``). ConfigError names ``--seeds`` and what was
+    expected."""
     fixed = [item for item in overrides if item.split("=", 1)[0].strip() == "train.seed"]
     rest = [item for item in overrides if item not in fixed]
     if fixed and text is not None:
@@ -145,12 +125,6 @@ def parse_seeds(
         return tuple(default), rest
     words = text.strip()
     if re.fullmatch(r"\d+", words):
-        if bare_number_is_a_seed:
-            deprecation(
-                f"{bare_number_is_a_seed} --seeds {words} (one seed)",
-                f"--seeds {words}, for the one seed {words}: a bare number is a count of seeds in every command",
-            )
-            return (int(words),), rest
         if int(words) < 1:
             raise ConfigError(f"--seeds: expected a count of at least 1 or a list such as 0,1,2, got {text!r}")
         return tuple(range(int(words))), rest

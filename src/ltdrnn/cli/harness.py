@@ -7,9 +7,20 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import List
 
-from .common import STORE_HELP, add_jobs, add_resume, add_seeds, add_set, add_store, parse_seeds, with_command
+from .common import (
+    STORE_HELP,
+    add_jobs,
+    add_progress,
+    add_resume,
+    add_seeds,
+    add_set,
+    add_store,
+    parse_seeds,
+    with_command,
+)
 
 
 def add_commands(sub) -> None:
@@ -28,28 +39,18 @@ def add_commands(sub) -> None:
     run.add_argument(
         "--study", help="study name of the runs (default: <group>-<UTC time>; name an earlier one to resume it)"
     )
-    add_resume(run, default=True)
+    add_resume(run, default=True, what="finished: the study holds a finished row of the preset and seed")
     with_command(run, "run", cmd_run)
 
     train = sub.add_parser("train", help="train one configuration")
     train.add_argument("config", help="preset name (ltdrnn list presets) or YAML/JSON file")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. optim.lr=1e-3 train.steps=500")
     add_set(train, "override, the same as a KEY=VALUE word (repeatable)", dest="set_overrides")
-    train.add_argument(
-        "--resume",
-        dest="resume",
-        action="store_const",
-        const=True,
-        default=False,
-        help="continue from RUN_DIR/last.pt (an error if there is none); --resume=auto "
-        "starts a new run when there is no checkpoint; a finished run stores its row "
-        "if the store lacks it",
-    )
-    train.add_argument("--resume-auto", dest="resume", action="store_const", const="auto", help=argparse.SUPPRESS)
+    add_resume(train, default=False, what="the run is RUN_DIR's; a finished one stores its row if the store lacks it")
     train.add_argument("--run-dir", help="run directory (needed for --resume)")
     add_store(train, None, STORE_HELP.replace("(default: ", "(default: the config's results, else "))
     train.add_argument("--no-store", action="store_true", help="do not write a results row")
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress(train, None, "the config's train.progress, on")
     with_command(train, "train", cmd_train)
 
     evaluate = sub.add_parser("eval", help="evaluate a saved checkpoint")
@@ -60,12 +61,7 @@ def add_commands(sub) -> None:
     report = sub.add_parser("report", help="render the results store as markdown + HTML")
     add_store(report)
     report.add_argument("--out", default="report", help="report directory (default: ./report)")
-    report.add_argument("--study", help="only runs of this study (and its sweep summary, if any)")
-    report.add_argument(
-        "--sweeps",
-        default="sweeps.db",
-        help="Optuna storage of sweep studies (SQLite path or database URL; default: sweeps.db)",
-    )
+    report.add_argument("--study", help="only runs of this study (and its sweep summary, if the store holds one)")
     report.add_argument("--no-plots", action="store_true")
     report.add_argument(
         "--export-jsonl",
@@ -87,25 +83,6 @@ def add_commands(sub) -> None:
     with_command(listing, "list", cmd_list)
 
 
-def before_parsing(argv: List[str], parser: argparse.ArgumentParser) -> List[str]:
-    """``train``'s ``--resume=auto`` (and the older ``--resume auto``) as the hidden ``--resume-auto``, so
-    that ``--resume`` itself takes no value and never swallows the override that follows it."""
-    if _command(argv) != "train":
-        return argv
-    out: List[str] = []
-    for i, word in enumerate(argv):
-        if word == "auto" and i and argv[i - 1] == "--resume" and out[-1:] == ["--resume"]:
-            out[-1] = "--resume-auto"
-        elif word.startswith("--resume="):
-            value = word.split("=", 1)[1]
-            if value != "auto":
-                parser.error(f"--resume: expected nothing or 'auto' (--resume or --resume=auto), got {value!r}")
-            out.append("--resume-auto")
-        else:
-            out.append(word)
-    return out
-
-
 def after_parsing(args: argparse.Namespace, extra: List[str]) -> List[str]:
     """``train`` takes its KEY=VALUE overrides before or after the options and from ``--set``, in the
     order given; the words left over for the caller to refuse."""
@@ -122,6 +99,7 @@ def _command(argv: List[str]) -> str:
 
 # ---- commands ----------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
+    from ..checkpoint import CHECKPOINT
     from ..config import load_config
     from ..studies import summary_line
     from ..train import train
@@ -133,12 +111,15 @@ def cmd_train(args) -> int:
         overrides.append(f"results={args.store}")
     if args.no_store:
         overrides.append("results=null")
-    if args.quiet:
-        overrides.append("train.progress=false")
+    if args.progress is not None:
+        overrides.append(f"train.progress={str(args.progress).lower()}")
     cfg = load_config(args.config, overrides)
-    record = train(cfg, resume=args.resume)
-    # Under torchrun every rank returns here after the process group is gone; rank 0 speaks for all.
-    if int(os.environ.get("RANK", "0")) == 0:
+    # under torchrun every rank runs this command; rank 0 speaks for all
+    speaks = int(os.environ.get("RANK", "0")) == 0
+    if speaks and args.resume and cfg.run_dir and not (Path(cfg.run_dir) / CHECKPOINT).is_file():
+        print(f"ltdrnn train: no checkpoint in {cfg.run_dir} to continue; a new run starts there", file=sys.stderr)
+    record = train(cfg, resume="auto" if args.resume else False)
+    if speaks:
         print(f"{record['preset'] or record['cell']}: {summary_line(record)}")
         print(f"run dir: {record['run_dir']}" + (f"; stored in {cfg.results}" if cfg.results else ""))
     return 0 if record["status"] == "finished" else 1
@@ -170,8 +151,8 @@ def cmd_report(args) -> int:
     if args.study:
         from ..sweep import has_study, study_report
 
-        if has_study(args.study, args.sweeps):
-            print(study_report(args.study, args.sweeps, args.out, plots=not args.no_plots)["markdown"].read_text())
+        if has_study(args.study, args.store):
+            print(study_report(args.study, args.store, args.out, plots=not args.no_plots)["markdown"].read_text())
     return 0
 
 

@@ -9,7 +9,17 @@ import sys
 from ..reproduce.claims import BUDGETS
 from ..reproduce.page import DEFAULT_DOC, DEFAULT_PLOTS
 from ..reproduce.running import DEFAULT_RUNS, DEFAULT_SEEDS
-from .common import add_group, add_jobs, add_resume, add_seeds, add_set, add_store, parse_seeds, with_command
+from .common import (
+    add_group,
+    add_jobs,
+    add_progress,
+    add_resume,
+    add_seeds,
+    add_set,
+    add_store,
+    parse_seeds,
+    with_command,
+)
 
 
 def add_commands(sub) -> None:
@@ -38,11 +48,11 @@ def add_commands(sub) -> None:
     add_seeds(run, ",".join(str(s) for s in DEFAULT_SEEDS))
     run.add_argument("--only", help="comma-separated run labels to train (default: all of the claim)")
     add_jobs(run, 1)
-    add_resume(run, default=False)
+    add_resume(run, default=False, what="finished: a current row of the label and seed with its analyses")
     run.add_argument("--report", action="store_true", help="regenerate the document afterwards")
     run.add_argument("--out", default=DEFAULT_DOC, help=f"the document (default: {DEFAULT_DOC})")
     run.add_argument("--plots", default=DEFAULT_PLOTS, help=f"its plots' directory (default: {DEFAULT_PLOTS})")
-    run.add_argument("--progress", action="store_true", help="show a progress bar per run")
+    add_progress(run, False)
     with_command(run, "reproduce run", _cmd_run)
 
     report = sub.add_parser("report", help="write REPRODUCTION.md, the per-claim notes and the plots from the store")
@@ -92,7 +102,7 @@ def _cmd_run(args) -> int:
     claims = load_claims()
     chosen = claims if args.claims == ["all"] else [find_claim(claims, cid) for cid in args.claims]
     only = [s for s in args.only.split(",") if s] if args.only else None
-    seeds, extra = parse_seeds(args.seeds, args.extra, DEFAULT_SEEDS, bare_number_is_a_seed="reproduce run")
+    seeds, extra = parse_seeds(args.seeds, args.extra, DEFAULT_SEEDS)
     failed = []
     for claim in chosen:
         failed += [

@@ -83,6 +83,14 @@ def sqlite_file(url: str) -> Optional[Path]:
     return Path(url[len("sqlite:///") :])
 
 
+def read_only_url(location: str | Path) -> str:
+    """The URL that opens the database at ``location`` for reading only: a SQLite file in read-only mode
+    (nothing is created or written, not even an empty file), any other URL as it is."""
+    url = database_url(location)
+    path = sqlite_file(url)
+    return url if path is None else f"sqlite:///file:{path}?mode=ro&uri=true"
+
+
 def database_exists(location: str | Path) -> bool:
     """Whether there is a database at ``location`` to read from: a SQLite file (a path or a SQLite URL)
     that exists, or any other database URL (its server is asked only when it is opened)."""
@@ -175,8 +183,7 @@ class ResultStore:
         sa, path = self.sa, sqlite_file(self.url)
         if path is not None and not path.is_file():
             raise FileNotFoundError(f"{location}: no results database there")
-        url = self.url if path is None else f"sqlite:///file:{path}?mode=ro&uri=true"
-        self.engine = sa.create_engine(url)
+        self.engine = sa.create_engine(read_only_url(self.url))
         try:
             present = {c["name"] for c in sa.inspect(self.engine).get_columns("runs")}
         except sa.exc.NoSuchTableError:

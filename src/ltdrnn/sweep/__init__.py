@@ -28,12 +28,13 @@ of the selected checkpoint (``metrics.val_best``). The trainer reports every val
 (``train(..., on_validation=...)``) so a pruner can end hopeless trials; a pruned run is stored with
 status ``pruned``.
 
-Workers: any number of processes on any number of machines share one study through its storage
-(``--storage``: a SQLite file by default, any SQLAlchemy URL such as PostgreSQL for several machines).
+Workers: any number of processes on any number of machines share one study through its database
+(``--store``, the database of the runs' rows too: a SQLite file by default, any SQLAlchemy URL such as
+PostgreSQL for several machines).
 The trial budget is the study's total. Exactly-once bookkeeping, also on SQLite:
 
 - a trial runs where it was claimed: a worker inserts ``(study, first trial number, attempt)`` into the
-  table ``ltdrnn_sweep_claims`` of the storage database before it runs a trial; the primary key lets one
+  table ``ltdrnn_sweep_claims`` of the study's database before it runs a trial; the primary key lets one
   insert win, so a queued trial taken by two workers at once runs once;
 - the budget counts first attempts ("roots") by trial number, so when two workers start the last trial
   at the same moment, the one with the higher number gives its trial back unrun (state FAIL, user
@@ -52,15 +53,13 @@ configs, the default objective), :mod:`.storage` (Optuna storage, study, claims,
 markdown). The command line is :mod:`ltdrnn.cli.sweep`.
 """
 
-from ..results import database_url as storage_url  # the name callers of ltdrnn.sweep have used
 from .report import has_study, parameter_importance, study_markdown, study_report, study_summary, top_k
 from .spec import Param, Range, SweepSpec, list_sweeps, load_spec
 from .storage import open_storage, open_study
 from .trials import base_config, check_params_apply, resolve_direction, train_objective, trial_config
-from .worker import DEFAULT_STORAGE, run_worker, run_workers
+from .worker import run_worker, run_workers
 
 __all__ = [
-    "DEFAULT_STORAGE",
     "Param",
     "Range",
     "SweepSpec",
@@ -75,7 +74,6 @@ __all__ = [
     "resolve_direction",
     "run_worker",
     "run_workers",
-    "storage_url",
     "study_markdown",
     "study_report",
     "study_summary",

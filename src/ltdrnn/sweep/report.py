@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..analysis.plots import pyplot, save_figure
-from ..config import ConfigError
-from ..results import database_exists, database_url, file_slug, markdown_table
+from ..config import DEFAULT_STORE, ConfigError
+from ..results import database_exists, file_slug, markdown_table
+from ..results.store import read_only_url
 from .storage import BUDGET_ATTR, SPEC_ATTR, fail_stale_trials, open_storage, optuna_module
-from .worker import DEFAULT_STORAGE
 
 
 def top_k(spec_report: Dict[str, Any], finished: int, complete: int) -> int:
@@ -36,18 +36,17 @@ def _format_param(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def study_summary(study: str, storage: str = DEFAULT_STORAGE) -> Dict[str, Any]:
+def study_summary(study: str, store: str = DEFAULT_STORE) -> Dict[str, Any]:
     """The study as plain data: trials by state, the ranked finished trials, the top-k summary, importances."""
     optuna = optuna_module()
     from optuna.trial import TrialState
 
-    if not has_study(study, storage):
+    if not has_study(study, store):
         raise ConfigError(
-            f"study: no study {study!r} in {storage}; run one with 'ltdrnn sweep run' or name "
-            "the storage that holds it (--storage)"
+            f"study: no study {study!r} in {store}; run one with 'ltdrnn sweep run' or name "
+            "the database that holds it (--store)"
         )
-    store = open_storage(storage, heartbeat_s=30)
-    handle = optuna.load_study(study_name=study, storage=store)
+    handle = optuna.load_study(study_name=study, storage=open_storage(store, heartbeat_s=30))
     fail_stale_trials(handle)  # a dead worker's trial shows as FAIL, not as running forever
     trials = handle.get_trials(deepcopy=False)
     spec = handle.user_attrs.get(SPEC_ATTR) or {"params": [], "report": {"top_fraction": 0.1}}
@@ -247,20 +246,31 @@ def reason(trial) -> str:
     )
 
 
-def has_study(study: str, storage: str = DEFAULT_STORAGE) -> bool:
-    """Whether ``storage`` holds a study named ``study`` (False, without creating it, if a SQLite file is
-    missing or Optuna is not installed)."""
-    if not database_exists(storage):
+def has_study(study: str, store: str = DEFAULT_STORE) -> bool:
+    """Whether the database ``store`` holds a study named ``study``. It only reads: a SQLite file that
+    does not exist, or a results database without Optuna's tables, holds none and is left as it is (Optuna
+    would add its tables). False when Optuna is not installed."""
+    if not database_exists(store):
         return False
     try:
-        optuna = optuna_module()
+        optuna_module()
     except ImportError:
         return False
-    return study in optuna.study.get_all_study_names(storage=database_url(storage))
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(read_only_url(store))
+    try:
+        if "studies" not in sa.inspect(engine).get_table_names():
+            return False
+        query = sa.text("SELECT 1 FROM studies WHERE study_name = :name")
+        with engine.connect() as connection:
+            return connection.execute(query, {"name": study}).first() is not None
+    finally:
+        engine.dispose()
 
 
 def study_report(
-    study: str, storage: str = DEFAULT_STORAGE, out_dir: str | Path = "report", plots: bool = True
+    study: str, store: str = DEFAULT_STORE, out_dir: str | Path = "report", plots: bool = True
 ) -> Dict[str, Path]:
     """Write ``sweep-<study>.md`` (and ``sweep-<study>.png``) into ``out_dir``; returns their paths.
 
@@ -268,7 +278,7 @@ def study_report(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = study_summary(study, storage)
+    summary = study_summary(study, store)
     slug = file_slug(study)
     paths = {"markdown": out_dir / f"sweep-{slug}.md"}
     figure = out_dir / f"sweep-{slug}.png"

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..config import ConfigError
+from ..config import DEFAULT_STORE, ConfigError
 from .spec import SweepSpec, load_spec
 from .storage import (
     Claims,
@@ -25,12 +25,10 @@ from .storage import (
 )
 from .trials import Objective, check_params_apply, failed_row, resolve_direction, train_objective, trial_config
 
-DEFAULT_STORAGE = "sqlite:///sweeps.db"
-
 
 def run_worker(
     spec: SweepSpec | str,
-    storage: str = DEFAULT_STORAGE,
+    store: str = DEFAULT_STORE,
     study: Optional[str] = None,
     trials: Optional[int] = None,
     objective: Objective = train_objective,
@@ -45,6 +43,8 @@ def run_worker(
 ) -> Dict[str, int]:
     """Run trials of the study until its budget is used and nothing is waiting or running.
 
+    ``store``: the database of the study (Optuna's tables and the claims), a SQLite path or a URL;
+    ``results``: the trials' results store (None: the base config's ``results``).
     ``objective(trial, cfg)`` returns the value to optimise for the trial's config (``train_objective``
     by default); it may raise ``optuna.TrialPruned``. Returns counts of what this worker did.
     """
@@ -55,12 +55,12 @@ def run_worker(
     study_name = study or spec.study
     budget = spec.budget(trials)
     check_params_apply(spec, overrides)
-    store = open_storage(storage, spec.retries, heartbeat_s, grace_s)
-    handle = open_study(spec, store, study_name, resolve_direction(spec, overrides), worker, budget)
-    claims = Claims(storage)
+    storage = open_storage(store, spec.retries, heartbeat_s, grace_s)
+    handle = open_study(spec, storage, study_name, resolve_direction(spec, overrides), worker, budget)
+    claims = Claims(store)
     me = f"{socket.gethostname()}:{os.getpid()}:{worker}"
     done = {"complete": 0, "pruned": 0, "failed": 0, "given_back": 0}
-    poll_s = poll_s if poll_s is not None else max(1.0, store.get_heartbeat_interval() / 2)
+    poll_s = poll_s if poll_s is not None else max(1.0, storage.get_heartbeat_interval() / 2)
     try:
         while True:
             fail_stale_trials(handle)
@@ -71,8 +71,8 @@ def run_worker(
                 time.sleep(poll_s)  # another worker's trial may still fail and be queued again
                 continue
             trial = ask(handle)
-            store.record_heartbeat(trial._trial_id)  # at once, so a worker dying from here on is noticed
-            frozen = store.get_trial(trial._trial_id)
+            storage.record_heartbeat(trial._trial_id)  # at once, so a worker dying from here on is noticed
+            frozen = storage.get_trial(trial._trial_id)
             root, attempt = root_and_attempt(frozen)
             holder = claims.claim(study_name, root, attempt, trial.number, me)
             if holder == trial.number:
@@ -84,7 +84,7 @@ def run_worker(
                 done["given_back"] += 1
                 continue
             state = _run_trial(
-                handle, store, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results, log
+                handle, storage, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results, log
             )
             done[state] += 1
     finally:
@@ -93,7 +93,7 @@ def run_worker(
 
 
 def _run_trial(
-    handle, store, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results, log
+    handle, storage, trial, spec, study_name, root, attempt, objective, overrides, runs_dir, results, log
 ) -> str:
     optuna = optuna_module()
     from optuna.trial import TrialState
@@ -102,7 +102,7 @@ def _run_trial(
     cfg = trial_config(spec, values, root, study_name, overrides, runs_dir, results)
     label = f"trial {trial.number}" + (f" (retry {attempt} of trial {root})" if attempt else "")
     try:
-        with Heartbeat(store, trial._trial_id):
+        with Heartbeat(storage, trial._trial_id):
             value = objective(trial, cfg)
     except optuna.TrialPruned as pruned:
         handle.tell(trial, state=TrialState.PRUNED)
@@ -111,7 +111,7 @@ def _run_trial(
     except KeyboardInterrupt:
         trial.set_user_attr("error", "interrupted (KeyboardInterrupt)")
         failed = handle.tell(trial, state=TrialState.FAIL)
-        store.get_heartbeat_stale_trial_callback()(handle, failed)  # queue the retry now, not after the grace
+        storage.get_heartbeat_stale_trial_callback()(handle, failed)  # queue the retry now, not after the grace
         raise
     except Exception as error:  # the trial fails, the sweep goes on
         message = f"{type(error).__name__}: {error}"
@@ -128,7 +128,7 @@ def _run_trial(
 
 def _worker_process(
     spec_data,
-    storage,
+    store,
     study,
     trials,
     worker,
@@ -147,7 +147,7 @@ def _worker_process(
     extra = list(overrides) + [f"train.threads={threads}", f"train.progress={str(progress).lower()}"]
     counts = run_worker(
         load_spec(spec_data),
-        storage,
+        store,
         study,
         trials,
         worker=worker,
@@ -164,7 +164,7 @@ def _worker_process(
 def run_workers(
     spec: SweepSpec,
     workers: int,
-    storage: str,
+    store: str,
     study: str,
     trials: Optional[int],
     first_worker: int = 0,
@@ -172,10 +172,11 @@ def run_workers(
     runs_dir: str = "runs",
     results: Optional[str] = None,
     heartbeat_s: int = 30,
-    quiet: bool = False,
+    progress: bool = True,
 ) -> List[Dict[str, int]]:
     """``workers`` processes on this machine, each a ``run_worker`` of the same study; returns the counts
-    of the workers that ended normally (a worker that dies leaves its trial to the heartbeat rules)."""
+    of the workers that ended normally (a worker that dies leaves its trial to the heartbeat rules).
+    With ``progress`` the first worker's runs show their progress bars."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers: expected a positive number of worker processes, got {workers!r}")
     spec.budget(trials)  # a bad --trials fails here, before any worker starts
@@ -183,7 +184,7 @@ def run_workers(
     args = [
         (
             spec.to_spec_data(),
-            storage,
+            store,
             study,
             trials,
             first_worker + i,
@@ -192,15 +193,15 @@ def run_workers(
             results,
             heartbeat_s,
             threads,
-            not quiet and i == 0,
+            progress and i == 0,
         )
         for i in range(workers)
     ]
     if workers == 1:
         return [_worker_process(*args[0])]
     # create the tables first: workers starting together would race to create them
-    open_storage(storage, spec.retries, heartbeat_s)
-    Claims(storage).dispose()
+    open_storage(store, spec.retries, heartbeat_s)
+    Claims(store).dispose()
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
