@@ -86,6 +86,29 @@ def test_docs_and_sources_cite_no_file_outside_the_repository():
     assert not hits, "\n".join(hits)
 
 
+# a path into the repository's own folders, as prose and comments cite it ("lab/notes/tarnn.md")
+CITED_PATH = re.compile(r"(?<![\w./-])((?:docs|lab|reproduction|benchmarks|examples)/[\w./-]*\w)(?![\w-]*[*{])")
+
+
+def test_every_repository_path_the_docs_and_sources_cite_exists():
+    # moved files leave no stale citation behind: in a comment as much as in a link
+    files = [
+        ROOT / "README.md",
+        ROOT / "REPRODUCTION.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "reproduction").rglob("*.md"),
+        *(p for p in (ROOT / "src" / "ltdrnn").rglob("*") if p.suffix in (".py", ".h", ".cpp", ".yaml", ".md")),
+    ]
+    missing = [
+        f"{path.relative_to(ROOT)}:{number}: {cited}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        for cited in CITED_PATH.findall(line)
+        if not (ROOT / cited).exists()
+    ]
+    assert not missing, "\n".join(missing)
+
+
 def _code_strings(path: Path):
     """The string constants of a module that are not docstrings, with their line numbers."""
     tree = ast.parse(path.read_text())
