@@ -20,7 +20,6 @@ import torch
 from torch import Tensor
 
 from .base import Cell, FinalStateRecorder, State, mask_outputs, step_mask, time_slices, valid_steps
-from .base import init_uniform as init_uniform  # re-exported: sarnn.py imports it from here
 
 
 def hard_sigmoid(a: Tensor, slope: float) -> Tensor:

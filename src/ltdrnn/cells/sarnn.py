@@ -22,14 +22,13 @@ from torch import Tensor, nn
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
 from ..kernels import StreamOperands, stream_in_kernel
 from ..scan import ParameterCache, final_state_at_lengths
-from .base import State, check_choice, check_positive_float, holds_non_finite, mask_outputs
+from .base import State, check_choice, check_positive_float, holds_non_finite, init_uniform, mask_outputs
 from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
 from .fused.triton_support import autocast_weight, triton_runs_on
 from .masked import (
     MaskedCell,
     binary,
     gru_candidate,
-    init_uniform,
     lstm_candidate,
     straight_through_mix,
     sum_over_valid_steps,
