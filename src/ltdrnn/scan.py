@@ -29,16 +29,23 @@ ACTIVATION_BACKWARD_INTO = {
 class ParameterCache:
     """Values derived from some parameters, recomputed only when one of them changes.
 
-    The key is every given tensor's storage and version counter, and the number of optimiser steps
+    The key is every given tensor's data pointer and version counter, and the number of optimiser steps
     taken in this process: in-place updates (``with torch.no_grad(): p.add_(...)``, ``load_state_dict``,
-    optimisers with or without ``foreach``), new tensors (``module.to(...)``, ``load_state_dict(...,
-    assign=True)``) and fused optimisers (``torch.optim.Adam(..., fused=True)``, which write the
-    parameters without bumping their version counters) all invalidate it. Edits through ``p.data``
-    are invisible to version counters by torch's design; docs/reliability.md gives the remedy.
+    optimisers with or without ``foreach``), new tensors (``p.data = t``, ``module.to(...)``,
+    ``load_state_dict(..., assign=True)``) and fused optimisers (``torch.optim.Adam(..., fused=True)``,
+    which write the parameters without bumping their version counters) all invalidate it. The cache
+    holds the storages its value came from, so a replaced tensor's address cannot come back for another
+    one and be taken for it (``p.data = t`` twice in a row often gets the first address back).
+
+    A write into a parameter through the alias ``p.data`` returns (``p.data.copy_(w)``,
+    ``p.data[i] = v``) changes nothing this key can read: that alias has a version counter of its own,
+    and comparing the weights themselves at every step costs as much as the step at batch 1. After such
+    a write, ``torch.autograd.graph.increment_version(module.parameters())`` tells the cache
+    (docs/reliability.md, "Streaming follows parameter changes").
     """
 
     def __init__(self) -> None:
-        self.key, self.value = None, None
+        self.key, self.value, self.storages = None, None, []
         _count_optimiser_steps()
 
     def get(self, tensors, compute, extra=None):
@@ -46,6 +53,7 @@ class ParameterCache:
         key = (_OPTIMISER_STEPS[0], tuple([(p.data_ptr(), p._version) for p in tensors]), extra)
         if key != self.key:
             self.key, self.value = key, compute()
+            self.storages = [p.untyped_storage() for p in tensors]
         return self.value
 
 

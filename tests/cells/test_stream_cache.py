@@ -1,5 +1,6 @@
-"""The weights a streaming step caches follow every change of the parameters made after
-``Recurrent.step`` (in-place edits, ``load_state_dict``, optimiser steps, fused ones included)."""
+"""The weights a streaming step caches follow every change of the parameters made after ``Recurrent.step``
+or ``cell(x_t, state)`` (in-place edits, ``load_state_dict``, optimiser steps, fused ones included, new
+tensors through ``p.data = t``, and ``p.data`` writes once ``increment_version`` tells of them)."""
 
 import pytest
 import torch
@@ -34,8 +35,8 @@ def _vector_to_parameters(layer):
 
 
 def _data_edit_then_reload(layer):
-    """``p.data`` edits bypass autograd's version counters; reloading the layer's own state is the
-    documented way to make the streaming cache see them."""
+    """``p.data`` edits bypass autograd's version counters; reloading the layer's own state makes the
+    streaming cache see them."""
     for p in layer.parameters():
         p.data.add_(0.3)
     layer.load_state_dict(layer.state_dict())
@@ -72,3 +73,61 @@ def test_streaming_after_a_parameter_change_uses_the_new_parameters(name, edit, 
     fresh.load_state_dict(layer.state_dict())  # no cache yet; with autograd: the sequence path
     expected, _ = fresh(x[:, 2:3], state)
     torch.testing.assert_close(streamed, expected[:, 0].detach(), rtol=1e-5, atol=1e-6)
+
+
+# ---- the cell API: stream one step, edit, stream the next, against the reference step -----------------
+def _stream_edit_stream(name, edit):
+    """``(streamed, expected)``: the second of two streamed steps of a fresh ``name`` cell with ``edit(cell)``
+    between them, and the reference implementation's step from the same state with the edited weights."""
+    torch.manual_seed(0)
+    cell = ltdrnn.build(name, D, H)
+    x = torch.randn(2, 1, D, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _, state = cell(x[0], cell.init_state(1))  # fills the streaming cache; a state that is not zero
+        edit(cell)
+        streamed, _ = cell(x[1], state)
+        expected, _ = cell.scan(x[1:], state, impl="reference")
+    return streamed, expected[0]
+
+
+def _replace_until_the_address_returns(p, tries=16):
+    """``p.data = t`` with new values until ``p`` is back at its first address (the allocator hands a freed
+    block out again: about every second time here), at most ``tries`` times."""
+    first = p.data_ptr()
+    for _ in range(tries):
+        new = p.detach() + 0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2))
+        p.data = new
+        del new
+        if p.data_ptr() == first:
+            return
+
+
+def _write_data_then_tell(cell):
+    """What docs/reliability.md asks after writes through ``p.data``: ``increment_version``."""
+    for p in cell.parameters():
+        p.data.copy_(p.data + 0.1)
+    torch.autograd.graph.increment_version(list(cell.parameters()))
+
+
+CELL_EDITS = {
+    "p.data.copy_ then increment_version": _write_data_then_tell,
+    "load_state_dict": lambda cell: cell.load_state_dict(_shifted(cell), strict=False),
+}
+
+PARAMETERS = [(name, p) for name in STREAMING for p, _ in ltdrnn.build(name, D, H).named_parameters()]
+
+
+@pytest.mark.parametrize("name, parameter", PARAMETERS, ids=[f"{n}-{p}" for n, p in PARAMETERS])
+def test_streaming_follows_a_new_tensor_whose_address_was_the_old_ones(name, parameter):
+    def replace(cell):
+        _replace_until_the_address_returns(cell.get_parameter(parameter))
+
+    streamed, expected = _stream_edit_stream(name, replace)
+    torch.testing.assert_close(streamed, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit", list(CELL_EDITS))
+@pytest.mark.parametrize("name", STREAMING)
+def test_a_streamed_step_after_an_edit_matches_the_reference_step(name, edit):
+    streamed, expected = _stream_edit_stream(name, CELL_EDITS[edit])
+    torch.testing.assert_close(streamed, expected, rtol=1e-5, atol=1e-6)
