@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from ltdrnn import config
 from ltdrnn.cells.registry import list_cells
 from ltdrnn.config import (
     ConfigError,
@@ -156,3 +157,13 @@ def test_every_preset_validates_and_builds(name):
 
 def test_run_config_dict_is_json_serialisable():
     assert isinstance(RunConfig().to_json(), str)
+
+
+def test_every_preset_asks_for_a_fifth_of_the_work_cap_at_most(monkeypatch):
+    """Room under config.MAX_SPLIT_STEPS: every preset still loads with the cap cut to a fifth (the
+    largest split of all, copy-1000's training split, is 100,000 series of 1,000 steps as counted)."""
+    monkeypatch.setattr(config, "MAX_SPLIT_STEPS", config.MAX_SPLIT_STEPS // 5)
+    for name in list_presets():
+        load_config(name)
+    with pytest.raises(ConfigError, match="MAX_SPLIT_STEPS: 100,000,000 steps"):
+        load_config("srnn/copy-1000", ["task.options.T=1001"])

@@ -13,9 +13,10 @@ import torch
 from harness_helpers import install, tiny_config
 from ltdrnn.checkpoint import CheckpointError, atomic_save, load_checkpoint, remove_stale_temp_files
 from ltdrnn.cli import main
-from ltdrnn.config import MAX_CONFIG_VALUES, ConfigError, load_config
+from ltdrnn.config import DATA_SERIES, MAX_CONFIG_VALUES, MAX_SPLIT_STEPS, ConfigError, load_config
 from ltdrnn.results import ResultStore
 from ltdrnn.results.store import StoreError
+from ltdrnn.tasks import Task
 from ltdrnn.train import train
 
 
@@ -367,3 +368,68 @@ def test_a_damaged_resume_state_is_one_clear_error(tmp_path, key):
     torch.save(checkpoint, path)
     with pytest.raises(CheckpointError, match=r"last.pt: (its optimizer state|not a checkpoint a run can resume)"):
         _train(tmp_path, resume=True)
+
+
+# ---- work caps: one pass over a split is bounded, whatever a config file or a checkpoint asks for --------
+def _adding(**options):
+    return {"task": {"name": "adding", "options": options}, "train": {"steps": 1}}
+
+
+PER_SPLIT = MAX_SPLIT_STEPS // 100  # series of T = 100 steps that fill one split up to the cap
+
+
+@pytest.mark.parametrize(
+    "under, over, message",
+    [
+        # the option the config sets is named: the split's size, or the length when the size is the default
+        (
+            _adding(T=100, n_train=1000, n_test=PER_SPLIT),
+            _adding(T=100, n_train=1000, n_test=PER_SPLIT + 1),
+            rf"^task.options.n_test: expected at most {PER_SPLIT:,} series of 100 steps in the test split",
+        ),
+        (
+            _adding(T=MAX_SPLIT_STEPS // 100_000),
+            _adding(T=MAX_SPLIT_STEPS // 100_000 + 1),
+            r"^task.options.T: expected at most 5,000 steps a series for the 100,000 series of the train split",
+        ),
+        # a data set's split (noisy MNIST) counts as DATA_SERIES series, refused before any data is read
+        (
+            {"task": {"name": "noisy_mnist", "options": {"T": MAX_SPLIT_STEPS // DATA_SERIES}}, "train": {"steps": 1}},
+            {
+                "task": {"name": "noisy_mnist", "options": {"T": MAX_SPLIT_STEPS // DATA_SERIES + 1}},
+                "train": {"steps": 1},
+            },
+            r"^task.options.T: expected at most 8,333 steps a series",
+        ),
+    ],
+    ids=["n_test", "T", "noisy_mnist T"],
+)
+def test_a_split_at_the_work_cap_is_taken_and_one_step_past_it_names_the_option(under, over, message):
+    load_config(under)
+    with pytest.raises(ConfigError, match=message + r".*config.MAX_SPLIT_STEPS: 500,000,000 steps.*got"):
+        load_config(over)
+
+
+def test_eval_of_a_checkpoint_asking_for_a_split_past_the_work_cap_refuses_before_reading_data(
+    tmp_path, capsys, monkeypatch
+):
+    """The outside re-test's checkpoint: n_test = 9.99e6 at T = 100 is under every older cap (10 M series,
+    1e9 values) and kept ``ltdrnn eval`` busy past 150 s; it is now refused before a split is built."""
+    _train(tmp_path)
+    path = tmp_path / "run" / "last.pt"
+    (tmp_path / "run" / "best.pt").unlink(missing_ok=True)
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["config"]["task"]["options"].update(n_test=9_990_000, T=100)
+    torch.save(checkpoint, path)
+
+    def no_split(task, split):
+        raise AssertionError(f"the {split} split was built")
+
+    monkeypatch.setattr(Task, "dataset", no_split)
+    assert main(["eval", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "task.options.n_test: expected at most 5,000,000 series of 100 steps in the test split" in err, err
+    assert err.startswith("ltdrnn eval: ") and "\n" not in err
+    args = ["train", "quick/toy-lstm", *TINY, "task.options.n_test=9990000", "task.options.T=100", "--no-store"]
+    assert main([*args, "--run-dir", str(tmp_path / "again"), "--no-progress"]) == 2
+    assert "task.options.n_test: expected at most" in capsys.readouterr().err

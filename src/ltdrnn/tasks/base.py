@@ -12,6 +12,7 @@ Sequences of one task may differ in length; ``collate`` pads them and returns th
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
@@ -166,6 +167,16 @@ def build_task(name: str, **options: Any) -> Task:
     if name not in _TASKS:
         raise ValueError(f"task: unknown name {name!r}; expected one of {', '.join(sorted(_TASKS))}")
     return _TASKS[name](**options)
+
+
+def option_defaults(name: str) -> Dict[str, Any]:
+    """The options task ``name`` takes when a config leaves them out (its constructor's keyword defaults;
+    {} for an unknown name): what the config's caps on work count (``config.check_work``)."""
+    _load_all()
+    if name not in _TASKS:
+        return {}
+    parameters = inspect.signature(_TASKS[name]).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
 
 def list_tasks() -> List[str]:
