@@ -34,7 +34,7 @@ import numpy as np
 
 from ..data import DataFileError, DataNotFoundError
 
-log = logging.getLogger("ltdrnn.tasks.mnist")
+log = logging.getLogger(__name__)
 
 SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
 MEMBER = "mnist/data/mnist.pkl.gz"
