@@ -216,8 +216,9 @@ class Cell(nn.Module):
         return triton_runs_on(x)
 
     def check_room(self, state: State, steps: int) -> None:
-        """Raise unless ``steps`` more time steps can run from ``state``: a limit of cells with
-        per-time-step parameters (TARNN's and iRNN's ``eta_per_time_step``); none by default."""
+        """Raise unless ``steps`` more time steps can run from ``state``, whose layout
+        :meth:`check_state` has checked: the values of a step counter, in cells with per-time-step
+        parameters (TARNN's and iRNN's ``eta_per_time_step``), for every impl; none by default."""
 
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
         """The reference: ``for t: h_t, state = step(precompute(x)[t], state)``."""

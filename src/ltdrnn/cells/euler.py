@@ -138,15 +138,22 @@ class EulerSteps(nn.Module):
         return eta if counter is None else eta[counter]
 
     def check_room(self, counter: Tensor | None, steps: int) -> None:
-        """Raise unless every sequence can run ``steps`` more time steps within ``max_length``."""
+        """Raise unless every sequence can run ``steps`` more time steps within ``max_length``: each counter
+        in ``[0, max_length - steps]``. A counter outside would index the step sizes from their end (a
+        negative one, in PyTorch) or past it (in the fused and Triton paths)."""
         if counter is None or counter.numel() == 0:
             return
-        last = int(counter.max()) + steps
-        if last > self.max_length:
+        if steps > self.max_length:
             raise ValueError(
-                f"max_length: the per-time-step step sizes cover {self.max_length} time "
-                f"steps, but this call reaches time step {last}; build the cell with a "
-                f"larger max_length"
+                f"max_length: the per-time-step step sizes cover {self.max_length} time steps, but this "
+                f"call runs {steps}; build the cell with a larger max_length"
+            )
+        lowest, highest = (int(v) for v in torch.aminmax(counter))
+        last = self.max_length - steps
+        if lowest < 0 or highest > last:
+            raise ValueError(
+                f"state[1]: expected step counters in [0, {last}] (each counter + T within "
+                f"max_length={self.max_length}; T={steps} here), got min {lowest}, max {highest}"
             )
 
     def extra_repr(self) -> str:

@@ -38,7 +38,9 @@ from .triton_blocks import (
     sequence_lengths,
     sigmoid,
 )
-from .triton_support import grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+
+FORWARD, BACKWARD = "ltdrnn::irnn_triton_forward", "ltdrnn::irnn_triton_backward"
 
 
 @triton.jit
@@ -138,6 +140,48 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, us_ptr, m_ptr, ug_ptr, eta_
     tl.store(alpha_sums_ptr + pid, -tl.sum(tl.sum(alpha_sum, axis=1), axis=0))
 
 
+def _check_gated(check: Operands, name: str, t: Tensor, gated: bool, shape: tuple, **kind) -> None:
+    """``t`` (the gate's ``a`` or ``u``) of ``shape`` with the gate, empty without it (``ug`` decides)."""
+    if gated:
+        check.tensor(name, t, "(T, B, H)", shape, **kind)
+    elif t.numel():
+        raise ValueError(f"{check.op}: {name} must be empty without the gate (ug is empty), got shape {tuple(t.shape)}")
+
+
+def _check_shared(check: Operands, steps: int, batch: int, hidden: int, m, ug, eta, alpha, lengths, activation, s,
+                  r) -> None:  # fmt: skip
+    """The operands forward and backward share: M, the gate's U_g, the step sizes, alpha, lengths and the codes."""
+    check.tensor("m", m, "(H, H)", (hidden, hidden))
+    if ug.numel():
+        check.tensor("ug", ug, "(H, H)", (hidden, hidden))
+    check.step_sizes(eta, steps, 1)
+    if alpha.numel() != 1 or alpha.dim() > 1:
+        raise ValueError(f"{check.op}: alpha must be a () or (1,) tensor, got shape {tuple(alpha.shape)}")
+    check.kind("alpha", alpha)
+    check.lengths(lengths, batch, steps)
+    check.activation(activation)
+    check.finite("s", s)
+    check.finite("r", r)
+
+
+def _check_forward(c, a, h0, m, ug, eta, alpha, lengths, activation, s, r) -> None:
+    check = Operands(FORWARD, "c", c, "(T, B, H)")
+    steps, batch, hidden = c.shape
+    _check_gated(check, "a", a, ug.numel() > 0, c.shape)
+    check.tensor("h0", h0, "(B, H)", (batch, hidden))
+    _check_shared(check, steps, batch, hidden, m, ug, eta, alpha, lengths, activation, s, r)
+
+
+def _check_backward(grad, states, phis, us, m, ug, eta, alpha, lengths, activation, s, r) -> None:
+    check = Operands(BACKWARD, "phis", phis, "(T, B, H)", SAVED_DTYPES, contiguous=True)
+    steps, batch, hidden = phis.shape
+    saved = dict(dtypes=(phis.dtype,), contiguous=True)
+    check.tensor("states", states, "(T + 1, B, H)", (steps + 1, batch, hidden), **saved)
+    _check_gated(check, "us", us, ug.numel() > 0, phis.shape, **saved)
+    check.tensor("grad", grad, "(T + 1, B, H)", (steps + 1, batch, hidden))
+    _check_shared(check, steps, batch, hidden, m, ug, eta, alpha, lengths, activation, s, r)
+
+
 @torch.library.custom_op("ltdrnn::irnn_triton_forward", mutates_args=())
 def irnn_forward(
     c: Tensor, a: Tensor, h0: Tensor, m: Tensor, ug: Tensor, eta: Tensor, alpha: Tensor, lengths: Optional[Tensor],
@@ -147,6 +191,7 @@ def irnn_forward(
     (H, H)`` (empty without the gate), ``eta (1,)`` shared or ``(T, 1)`` per time step, ``alpha (1,)`` ->
     ``states (T + 1, B, H)`` (row 0 ``h0``, then ``h_t``, 0 past lengths), ``phi (T, B, H)`` and the gate's ``u``
     ``(T, B, H)`` (empty without it), in float32 (float64 for float64 h0)."""
+    _check_forward(c, a, h0, m, ug, eta, alpha, lengths, activation, s, r)
     steps, batch, hidden = c.shape
     dtype = kernel_state_dtype(h0)
     gated = ug.numel() > 0
@@ -178,6 +223,7 @@ def irnn_backward(
     """``dL/dstates (T + 1, B, H)`` -> ``dL/dpre (T, B, H)``, the gate's ``dL/da (T, B, H)`` (empty without it),
     ``dL/dh0 (B, H)``, the shares of ``dL/deta`` (``(programs,)``, or ``(T, programs)`` per time step) and of
     ``dL/dalpha`` ``(programs,)``."""
+    _check_backward(grad, states, phis, us, m, ug, eta, alpha, lengths, activation, s, r)
     steps, batch, hidden = phis.shape
     gated, programs = ug.numel() > 0, grid(batch)[0]
     dpre, dh0 = torch.empty_like(phis), phis.new_empty(batch, hidden)

@@ -35,7 +35,7 @@ from .triton_blocks import (
     sigmoid,
     tanh,
 )
-from .triton_support import grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 
 @triton.jit
@@ -136,6 +136,47 @@ def _backward_kernel(grad_ptr, states_ptr, gates_ptr, rm_ptr, whh_ptr, wmix_ptr,
         tl.debug_barrier()  # the step before reads its row of dL/dh
 
 
+def _check_weights(check: Operands, history: str, past: int, hidden: int, w_hh: Tensor, w_mix: Tensor) -> int:
+    """``W_hh (n_d + H, H)`` with ``1 <= n_d <= 20`` delays (as the cell allows) and ``W_mix (H, H)``; the
+    ``past`` rows of the operand ``history`` must hold the longest delay, ``2^(n_d-1)`` steps; returns ``n_d``."""
+    delays = w_hh.shape[0] - hidden if w_hh.dim() == 2 else 0
+    if not 1 <= delays <= 20:
+        raise ValueError(
+            f"{check.op}: w_hh must be (n_d + H, H) with 1 <= n_d <= 20 delays and H = {hidden}, "
+            f"got shape {tuple(w_hh.shape)}"
+        )
+    check.tensor("w_hh", w_hh, "(n_d + H, H)", (delays + hidden, hidden))
+    check.tensor("w_mix", w_mix, "(H, H)", (hidden, hidden))
+    if past < 1 << (delays - 1):
+        raise ValueError(
+            f"{check.op}: {history} must hold N >= 2^(n_d-1) = {1 << (delays - 1)} past states for n_d = {delays} "
+            f"delays, got N = {past}"
+        )
+    return delays
+
+
+def _check_forward(p, history0, w_hh, w_mix, lengths) -> None:
+    check = Operands("ltdrnn::mist_triton_forward", "p", p, "(T, B, n_d + 2H)")
+    steps, batch = p.shape[:2]
+    check.tensor("history0", history0, "(B, N, H)", (batch, None, None))
+    past, hidden = history0.shape[1:]
+    delays = _check_weights(check, "history0", past, hidden, w_hh, w_mix)
+    check.tensor("p", p, "(T, B, n_d + 2H)", (steps, batch, delays + 2 * hidden))
+    check.lengths(lengths, batch, steps)
+
+
+def _check_backward(grad, states, gates, reset_mixed, w_hh, w_mix, lengths) -> None:
+    check = Operands("ltdrnn::mist_triton_backward", "reset_mixed", reset_mixed, "(T, B, H)", SAVED_DTYPES, True)
+    steps, batch, hidden = reset_mixed.shape
+    saved = dict(dtypes=(reset_mixed.dtype,), contiguous=True)
+    check.tensor("states", states, "(N + T, B, H)", (None, batch, hidden), **saved)
+    past = states.shape[0] - steps
+    delays = _check_weights(check, "states", past, hidden, w_hh, w_mix)
+    check.tensor("gates", gates, "(T, B, n_d + H)", (steps, batch, delays + hidden), **saved)
+    check.tensor("grad", grad, "(N + T, B, H)", (past + steps, batch, hidden))
+    check.lengths(lengths, batch, steps)
+
+
 @torch.library.custom_op("ltdrnn::mist_triton_forward", mutates_args=())
 def mist_forward(
     p: Tensor, history0: Tensor, w_hh: Tensor, w_mix: Tensor, lengths: Optional[Tensor]
@@ -143,6 +184,7 @@ def mist_forward(
     """``P (T, B, n_d + 2H)``, ``history0 (B, N, H)``, ``W_hh (n_d + H, H)``, ``W_mix (H, H)`` -> ``states
     (N + T, B, H)`` (the history, then ``h_t``, 0 past lengths) and the saved ``[a | r]`` ``(T, B, n_d + H)`` and
     ``r * mix`` ``(T, B, H)``, in float32 (float64 for a float64 history)."""
+    _check_forward(p, history0, w_hh, w_mix, lengths)
     steps, batch = p.shape[:2]
     past, hidden = history0.shape[1], history0.shape[2]
     delays = w_hh.shape[0] - hidden
@@ -176,6 +218,7 @@ def mist_backward(
 ) -> Tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """``dL/dstates (N + T, B, H)`` -> ``dL/dh`` of every row ``(N + T, B, H)`` (rows ``0..N-1``: the initial
     history's), the gradients of the gate logits ``(T, B, n_d + H)`` and of the tanh argument ``(T, B, H)``."""
+    _check_backward(grad, states, gates, reset_mixed, w_hh, w_mix, lengths)
     steps, batch, hidden = reset_mixed.shape
     past = states.shape[0] - steps
     delays = w_hh.shape[0] - hidden

@@ -33,7 +33,7 @@ from .triton_blocks import (
     sigmoid,
     tanh,
 )
-from .triton_support import grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 
 @triton.jit
@@ -139,6 +139,33 @@ def _backward_kernel(grad_ptr, gprob_ptr, states_ptr, probs_ptr, masks_ptr, gate
     tl.store(dcw_ptr + pid * H + cols, tl.sum(cw_sum, axis=0), mask=col_mask)
 
 
+def _check_forward(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths, state_grad) -> None:
+    check = Operands("ltdrnn::sarnn_triton_forward", "coord_in", coord_in, "(T, B, H)")
+    steps, batch, hidden = coord_in.shape
+    check.tensor("gi", gi, "(T, B, 3H)", (steps, batch, 3 * hidden))
+    check.tensor("h0", h0, "(B, H)", (batch, hidden))
+    check.tensor("w_hh", w_hh, "(3H, H)", (3 * hidden, hidden))
+    check.tensor("b_hh", b_hh, "(3H,)", (3 * hidden,))
+    check.tensor("coord_weight", coord_weight, "(H,)", (hidden,))
+    check.lengths(lengths, batch, steps)
+    check.choice("state_grad", state_grad, (False, True))
+
+
+def _check_backward(grad, grad_probs, states, probs, masks, gates, news, w_hh, coord_weight, lengths) -> None:
+    check = Operands("ltdrnn::sarnn_triton_backward", "news", news, "(T, B, H)", SAVED_DTYPES, contiguous=True)
+    steps, batch, hidden = news.shape
+    saved = dict(dtypes=(news.dtype,), contiguous=True)
+    check.tensor("states", states, "(T + 1, B, H)", (steps + 1, batch, hidden), **saved)
+    check.tensor("probs", probs, "(T, B, H)", (steps, batch, hidden), **saved)
+    check.tensor("masks", masks, "(T, B, H)", (steps, batch, hidden), **saved)
+    check.tensor("gates", gates, "(T, B, 3H)", (steps, batch, 3 * hidden), **saved)
+    check.tensor("grad", grad, "(T + 1, B, H)", (steps + 1, batch, hidden))
+    check.tensor("grad_probs", grad_probs, "(T, B, H)", (steps, batch, hidden))
+    check.tensor("w_hh", w_hh, "(3H, H)", (3 * hidden, hidden))
+    check.tensor("coord_weight", coord_weight, "(H,)", (hidden,))
+    check.lengths(lengths, batch, steps)
+
+
 @torch.library.custom_op("ltdrnn::sarnn_triton_forward", mutates_args=())
 def sarnn_forward(
     gi: Tensor, coord_in: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor, coord_weight: Tensor,
@@ -149,6 +176,7 @@ def sarnn_forward(
     ``[r, z, gh_n]`` ``(T, B, 3H)`` and ``n`` ``(T, B, H)``; float32 (float64 for a float64 h0). ``state_grad``
     False: the backward leaves out the coordinator's term of ``dL/dh_{t-1}`` (zeros for ``w`` there, its
     only use in the backward kernel)."""
+    _check_forward(gi, coord_in, h0, w_hh, b_hh, coord_weight, lengths, state_grad)
     steps, batch, hidden = coord_in.shape
     dtype = kernel_state_dtype(h0)
     states = gi.new_empty((steps + 1, batch, hidden), dtype=dtype)
@@ -179,6 +207,7 @@ def sarnn_backward(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """-> ``dL/dgh (T, B, 3H)``, ``dL/dgi_n``, ``dL/dcoord_in`` ``(T, B, H)``, ``dL/dh0 (B, H)`` and the shares
     of ``dL/dw`` ``(programs, H)``."""
+    _check_backward(grad, grad_probs, states, probs, masks, gates, news, w_hh, coord_weight, lengths)
     steps, batch, hidden = news.shape
     dgh = torch.empty_like(gates)
     dn, dci, dh0 = torch.empty_like(news), torch.empty_like(news), news.new_empty(batch, hidden)

@@ -27,7 +27,7 @@ from .triton_blocks import (
     compute_type,
     kernel_state_dtype,
 )
-from .triton_support import lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, lengths_operand
 
 #: Lanes (elements of the flattened (B, H) state) per program.
 LANES = 256
@@ -83,7 +83,11 @@ def _launch_grid(batch: int, hidden: int) -> tuple:
 def srnn_forward(beta: Tensor, h0: Tensor, lengths: Optional[Tensor], activation: int) -> Tensor:
     """``beta (T, B, H)`` (any float dtype), ``h0 (B, H)`` -> ``h (T, B, H)``, 0 past lengths, in float32
     (float64 for a float64 h0)."""
+    check = Operands("ltdrnn::srnn_triton_forward", "beta", beta, "(T, B, H)")
     steps, batch, hidden = beta.shape
+    check.tensor("h0", h0, "(B, H)", (batch, hidden))
+    check.lengths(lengths, batch, steps)
+    check.activation(activation)
     beta, h0 = beta.contiguous(), h0.contiguous()
     out = torch.empty(beta.shape, dtype=kernel_state_dtype(h0), device=beta.device)
     _forward_kernel[_launch_grid(batch, hidden)](
@@ -101,7 +105,11 @@ def _(beta, h0, lengths, activation):
 @torch.library.custom_op("ltdrnn::srnn_triton_backward", mutates_args=())
 def srnn_backward(grad: Tensor, out: Tensor, lengths: Optional[Tensor], activation: int) -> Tuple[Tensor, Tensor]:
     """``dL/dh (T, B, H)`` and the forward's ``h`` -> ``(dL/dbeta (T, B, H), dL/dh0 (B, H))``, in h's dtype."""
+    check = Operands("ltdrnn::srnn_triton_backward", "out", out, "(T, B, H)", SAVED_DTYPES, contiguous=True)
     steps, batch, hidden = out.shape
+    check.tensor("grad", grad, "(T, B, H)", (steps, batch, hidden))
+    check.lengths(lengths, batch, steps)
+    check.activation(activation)
     grad = grad.to(out.dtype).contiguous()
     dbeta, dh0 = torch.empty_like(out), out.new_empty(batch, hidden)
     _backward_kernel[_launch_grid(batch, hidden)](

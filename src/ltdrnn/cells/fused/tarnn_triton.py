@@ -37,7 +37,9 @@ from .triton_blocks import (
     sequence_lengths,
     sigmoid,
 )
-from .triton_support import grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+
+FORWARD, BACKWARD = "ltdrnn::tarnn_triton_forward", "ltdrnn::tarnn_triton_backward"
 
 
 @triton.jit
@@ -207,6 +209,46 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
     tl.store(ds0_ptr + block, ds0, mask=mask)
 
 
+def _check_shared(check: Operands, steps: int, batch: int, hidden: int, k: int | None, sw, u, eta, lengths, activation,
+                  coupled, a_diag, inside) -> None:  # fmt: skip
+    """The operands forward and backward share: the weights, the step sizes, lengths and the codes."""
+    check.tensor("sw", sw, "(3H, H)", (3 * hidden, hidden))
+    check.tensor("u", u, "(H, H)", (hidden, hidden))
+    check.step_sizes(eta, steps, k)
+    check.lengths(lengths, batch, steps)
+    check.activation(activation)
+    check.choice("coupled", coupled, (False, True))
+    if coupled and hidden % 2:
+        raise ValueError(
+            f"{check.op}: coupled must be False with an odd H (it pairs unit i with i + H/2), got H = {hidden}"
+        )
+    check.choice("a_diag", a_diag, (-1.0, -2.0), "-1.0 (A = -I) or -2.0 (the doubly damped body)")
+    check.choice("inside", inside, (False, True))
+
+
+def _check_forward(p, s0, sw, u, eta, lengths, activation, coupled, a_diag, inside) -> None:
+    check = Operands(FORWARD, "p", p, "(T, B, 3H)")
+    steps, batch, three_h = p.shape
+    if three_h % 3:
+        raise ValueError(f"{FORWARD}: p must be a (T, B, 3H) tensor, got shape {tuple(p.shape)} ({three_h} not 3H)")
+    hidden = three_h // 3
+    check.tensor("s0", s0, "(B, H)", (batch, hidden))
+    _check_shared(check, steps, batch, hidden, None, sw, u, eta, lengths, activation, coupled, a_diag, inside)
+
+
+def _check_backward(grad, states, betas, cs, args, deltas, sw, u, eta, lengths, activation, coupled, a_diag,
+                    inside) -> None:  # fmt: skip
+    check = Operands(BACKWARD, "args", args, "(T, K, B, H)", SAVED_DTYPES, contiguous=True)
+    steps, k, batch, hidden = args.shape
+    saved = dict(dtypes=(args.dtype,), contiguous=True)
+    check.tensor("states", states, "(T + 1, B, H)", (steps + 1, batch, hidden), **saved)
+    check.tensor("betas", betas, "(T, B, H)", (steps, batch, hidden), **saved)
+    check.tensor("cs", cs, "(T, B, H)", (steps, batch, hidden), **saved)
+    check.tensor("deltas", deltas, "(T, K, B, H)", (steps, k, batch, hidden), **saved)
+    check.tensor("grad", grad, "(T + 1, B, H)", (steps + 1, batch, hidden))
+    _check_shared(check, steps, batch, hidden, k, sw, u, eta, lengths, activation, coupled, a_diag, inside)
+
+
 def _euler_shape(p: Tensor, k: int) -> tuple:
     return (p.shape[0], k, p.shape[1], p.shape[2] // 3)
 
@@ -220,6 +262,7 @@ def tarnn_forward(
     step -> ``states (T + 1, B, H)`` (row 0
     ``s0``, 0 past lengths), ``beta (T, B, H)`` and the saved ``c (T, B, H)``, ``arg``, ``delta`` ``(T, K, B, H)``,
     in float32 (float64 for a float64 s0)."""
+    _check_forward(p, s0, sw, u, eta, lengths, activation, coupled, a_diag, inside)
     steps, batch, three_h = p.shape
     hidden, k = three_h // 3, eta.shape[-1]
     dtype = kernel_state_dtype(s0)
@@ -253,6 +296,7 @@ def tarnn_backward(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """``dL/dstates (T + 1, B, H)`` -> ``dL/dP (T, B, 3H)``, ``dL/ds0 (B, H)``, ``dL/darg (T, K, B, H)`` (for
     k >= 1) and the shares of ``dL/deta`` ``(T, programs, K)``."""
+    _check_backward(grad, states, betas, cs, args, deltas, sw, u, eta, lengths, activation, coupled, a_diag, inside)
     steps, k, batch, hidden = args.shape
     dp = args.new_empty((steps, batch, 3 * hidden))
     dargs, ds0, dg = torch.zeros_like(args), args.new_empty(batch, hidden), args.new_empty(batch, hidden)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_support import BLOCK_B, dot_precision, hidden_block, interpreting, k_block, num_warps
+from .triton_support import ACTIVATION_NAMES, BLOCK_B, dot_precision, hidden_block, interpreting, k_block, num_warps
 
 #: Activation codes of the kernels' ``ACT`` argument.
-ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}
+ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATION_NAMES)}
 
 
 def compute_type(dtype):

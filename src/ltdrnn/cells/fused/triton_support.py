@@ -20,15 +20,20 @@ The layout every matrix-recurrent kernel follows (docs/architecture.md, "Triton 
   take the weights' dtype (bf16/fp16 weights: tensor cores), float32 products use TF32 only when
   ``torch.backends.cuda.matmul.allow_tf32`` allows it, as PyTorch's own matmuls do;
 - ``lengths`` inside the kernel: a row's steps at or past its length write zeros and pass no gradient.
+
+Every operator checks its operands before it launches (:class:`Operands`), as the C++ operators do: the kernels
+read raw pointers with the sizes they are given.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ...kernels import kernels_enabled
 from ...scan import autocast_dtype
@@ -108,3 +113,117 @@ def autocast_weight(weight: Tensor, device_type: str) -> Tensor:
     weight's dtype."""
     amp = autocast_dtype(device_type)
     return weight.to(amp) if amp is not None and weight.dtype == torch.float32 else weight
+
+
+# ---- operand checks ------------------------------------------------------------------------------------
+#: Dtypes of the buffers a forward kernel saves for its backward (:func:`triton_blocks.kernel_state_dtype`).
+SAVED_DTYPES = (torch.float32, torch.float64)
+#: The activations of the kernels' ``ACT`` codes 0, 1, 2 (:data:`triton_blocks.ACTIVATION_CODES`).
+ACTIVATION_NAMES = ("relu", "tanh", "sigmoid")
+#: lengths tensors whose values were checked (same tensor, unchanged): the backward gets its forward's lengths
+#: and need not read a device's lengths back again
+_CHECKED_LENGTHS = WeakIdKeyDictionary()
+
+
+class Operands:
+    """The checks of one Triton operator call's operands, as the C++ operators' ``TORCH_CHECK``\\ s make them:
+    each raises before any launch, naming the operator, the operand, what it expected and what came. The
+    kernels read raw pointers with the sizes they are given, so an operand of another shape, dtype or device
+    would be read out of bounds.
+
+    ``lead`` is the operand the sizes come from; every other tensor must be on its device, a CUDA device or the
+    CPU under the interpreter (:func:`interpreting`).
+    """
+
+    def __init__(
+        self, op: str, name: str, lead: Tensor, layout: str, dtypes: tuple = TRITON_DTYPES, contiguous: bool = False
+    ) -> None:
+        self.op, self.lead = op, name
+        dims = layout.strip("()").rstrip(",").count(",") + 1
+        if not isinstance(lead, Tensor) or lead.dim() != dims or 0 in lead.shape:
+            raise ValueError(f"{op}: {name} must be a non-empty {layout} tensor, got {_described(lead)}")
+        if not (lead.is_cuda or (lead.is_cpu and interpreting())):
+            raise ValueError(
+                f"{op}: {name} must be on a CUDA device (or the CPU with TRITON_INTERPRET=1), got one on {lead.device}"
+            )
+        self.device = lead.device
+        self.kind(name, lead, dtypes, contiguous)
+
+    def tensor(
+        self, name: str, t: Tensor, layout: str, shape: tuple, dtypes: tuple = TRITON_DTYPES, contiguous: bool = False
+    ) -> None:
+        """``t`` of exactly ``shape`` (written ``layout``, e.g. ``"(3H, H)"``; None: any positive size on that axis),
+        one of ``dtypes``, on the lead's device, and contiguous where the kernel reads it as it is."""
+        if not isinstance(t, Tensor) or not (t.shape == shape or _fits(t.shape, shape)):
+            sizes = ", ".join("any" if e is None else str(e) for e in shape) + ("," if len(shape) == 1 else "")
+            raise ValueError(f"{self.op}: {name} must be a {layout} = ({sizes}) tensor, got {_described(t)}")
+        self.kind(name, t, dtypes, contiguous)
+
+    def kind(self, name: str, t: Tensor, dtypes: tuple = TRITON_DTYPES, contiguous: bool = False) -> None:
+        """``t`` one of ``dtypes``, on the lead's device, and contiguous where asked."""
+        if t.dtype not in dtypes:
+            expected = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+            raise TypeError(f"{self.op}: {name} must have dtype {expected}, got {t.dtype}")
+        if t.device != self.device:
+            raise ValueError(f"{self.op}: {name} must be on {self.device} (where {self.lead} is), got {t.device}")
+        if contiguous and not t.is_contiguous():
+            raise ValueError(f"{self.op}: {name} must be contiguous (the kernel reads it as laid out)")
+
+    def lengths(self, lengths: Tensor | None, batch: int, steps: int) -> None:
+        """None, or ``(B,)`` integers in ``[1, T]`` on the lead's device. The values are read once per tensor and
+        T while the tensor is unchanged: the backward gets the forward's lengths, and reading a GPU's values back
+        waits for the device."""
+        if lengths is None:
+            return
+        integers = isinstance(lengths, Tensor) and lengths.dtype in (torch.int32, torch.int64)
+        if not integers or tuple(lengths.shape) != (batch,):
+            raise ValueError(
+                f"{self.op}: lengths must be None or an int32/int64 (B,) = ({batch},) tensor, got {_described(lengths)}"
+            )
+        self.kind("lengths", lengths, (lengths.dtype,), False)
+        if _CHECKED_LENGTHS.get(lengths) == (lengths._version, steps):
+            return
+        lowest, highest = (int(v) for v in torch.aminmax(lengths))
+        if lowest < 1 or highest > steps:
+            raise ValueError(
+                f"{self.op}: lengths must hold values in [1, {steps}] (T), got min {lowest}, max {highest}"
+            )
+        _CHECKED_LENGTHS[lengths] = (lengths._version, steps)
+
+    def step_sizes(self, eta: Tensor, steps: int, k: int | None = None) -> None:
+        """``eta`` ``(K,)`` shared or ``(T, K)`` per time step, ``K >= 1`` (``k``: the K the operator fixes)."""
+        if k is None:
+            k = eta.shape[-1] if isinstance(eta, Tensor) and eta.dim() in (1, 2) else 0
+        if k < 1 or not isinstance(eta, Tensor) or tuple(eta.shape) not in ((k,), (steps, k)):
+            sizes = f" = ({k},) or ({steps}, {k})" if k >= 1 else f" with K >= 1 and T = {steps}"
+            raise ValueError(
+                f"{self.op}: eta must be a (K,) shared or a (T, K) per-time-step tensor{sizes}, got {_described(eta)}"
+            )
+        self.kind("eta", eta, TRITON_DTYPES, False)
+
+    def activation(self, code: int) -> None:
+        codes = range(len(ACTIVATION_NAMES))
+        if code not in codes:
+            described = ", ".join(f"{i} ({name})" for i, name in enumerate(ACTIVATION_NAMES))
+            self.choice("activation", code, codes, described)
+
+    def choice(self, name: str, value, choices, described: str | None = None) -> None:
+        """``value`` one of ``choices`` (a code the kernels branch on at compile time)."""
+        if value not in choices:
+            expected = "one of " + (described or ", ".join(map(repr, choices)))
+            raise ValueError(f"{self.op}: {name} must be {expected}, got {value!r}")
+
+    def finite(self, name: str, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{self.op}: {name} must be a finite number, got {value!r}")
+
+
+def _fits(sizes: torch.Size, shape: tuple) -> bool:
+    """Whether ``sizes`` are ``shape``, where None stands for any positive size."""
+    return len(sizes) == len(shape) and all(n == e or (e is None and n > 0) for n, e in zip(sizes, shape))
+
+
+def _described(value) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return repr(value)
