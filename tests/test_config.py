@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ltdrnn import config
+from ltdrnn import limits
 from ltdrnn.cells.registry import list_cells
 from ltdrnn.config import (
     ConfigError,
@@ -160,9 +160,9 @@ def test_run_config_dict_is_json_serialisable():
 
 
 def test_every_preset_asks_for_a_fifth_of_the_work_cap_at_most(monkeypatch):
-    """Room under config.MAX_SPLIT_STEPS: every preset still loads with the cap cut to a fifth (the
+    """Room under limits.MAX_SPLIT_STEPS: every preset still loads with the cap cut to a fifth (the
     largest split of all, copy-1000's training split, is 100,000 series of 1,000 steps as counted)."""
-    monkeypatch.setattr(config, "MAX_SPLIT_STEPS", config.MAX_SPLIT_STEPS // 5)
+    monkeypatch.setattr(limits, "MAX_SPLIT_STEPS", limits.MAX_SPLIT_STEPS // 5)
     for name in list_presets():
         load_config(name)
     with pytest.raises(ConfigError, match="MAX_SPLIT_STEPS: 100,000,000 steps"):

@@ -13,7 +13,8 @@ import torch
 from harness_helpers import install, tiny_config
 from ltdrnn.checkpoint import CheckpointError, atomic_save, load_checkpoint, remove_stale_temp_files
 from ltdrnn.cli import main
-from ltdrnn.config import DATA_SERIES, MAX_CONFIG_VALUES, MAX_SPLIT_STEPS, ConfigError, load_config
+from ltdrnn.config import MAX_CONFIG_VALUES, ConfigError, load_config
+from ltdrnn.limits import DATA_SERIES, MAX_SPLIT_STEPS
 from ltdrnn.results import ResultStore
 from ltdrnn.results.store import StoreError
 from ltdrnn.tasks import Task
@@ -406,7 +407,7 @@ PER_SPLIT = MAX_SPLIT_STEPS // 100  # series of T = 100 steps that fill one spli
 )
 def test_a_split_at_the_work_cap_is_taken_and_one_step_past_it_names_the_option(under, over, message):
     load_config(under)
-    with pytest.raises(ConfigError, match=message + r".*config.MAX_SPLIT_STEPS: 500,000,000 steps.*got"):
+    with pytest.raises(ConfigError, match=message + r".*limits.MAX_SPLIT_STEPS: 500,000,000 steps.*got"):
         load_config(over)
 
 

@@ -197,7 +197,7 @@ def test_the_cli_exits_with_a_code_never_a_traceback(command, config, middle):
 
 
 # ---- what a config file may ask for ----------------------------------------------------------
-from ltdrnn.config import LIMITS, MAX_ITEMS, MAX_STEPS, MAX_VALUES  # noqa: E402
+from ltdrnn.limits import LIMITS, MAX_ITEMS, MAX_STEPS, MAX_VALUES  # noqa: E402
 
 CAPS = {
     **LIMITS,

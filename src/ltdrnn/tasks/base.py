@@ -171,7 +171,7 @@ def build_task(name: str, **options: Any) -> Task:
 
 def option_defaults(name: str) -> Dict[str, Any]:
     """The options task ``name`` takes when a config leaves them out (its constructor's keyword defaults;
-    {} for an unknown name): what the config's caps on work count (``config.check_work``)."""
+    {} for an unknown name): what the config's caps on work count (``limits.check_work``)."""
     _load_all()
     if name not in _TASKS:
         return {}
