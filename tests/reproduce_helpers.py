@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ltdrnn import reproduce as R
 
 CLAIM_YAML = """
@@ -15,6 +17,7 @@ claims:
     budgets:
       quick: {overrides: [train.steps=1], note: tiny}
       paper: {overrides: [], note: full}
+    conditions: [{what: "the presets' settings", keys: ["*"], source: ours}]
     checks: [{expr: "%s", says: "a beats b"}]
 """
 
@@ -40,28 +43,41 @@ def row(
     cell="tarnn",
     seed=1,
     train_s=1.0,
+    train=None,
+    optim=None,
+    steps=None,
+    **metrics,
 ):
     """A stored result row as the store returns it: the test metric, the validation history
-    ``[(step, value), ...]``, the task's direction and trivial baseline, the cell and the seed."""
+    ``[(step, value), ...]``, the task's direction and trivial baseline, the cell and the seed; ``train``
+    and ``optim``: more of its config, ``steps``: the steps it took, ``metrics``: more of its metrics."""
     return {
         "metric": metric,
         "status": status,
         "params": 10,
         "train_time_s": train_s,
         "cell": cell,
-        "config": {"train": {"seed": seed}},
+        "config": {"train": {"seed": seed, **(train or {})}, "optim": dict(optim or {})},
         "metrics": {
             "higher_is_better": higher,
             "skip_fraction": skip,
             "baseline": baseline,
             "metric_name": "accuracy" if higher else "mse",
+            **metrics,
         },
+        "timings": {} if steps is None else {"steps": steps},
         "history": [{"step": s, "val_metric": v} for s, v in history],
     }
 
 
 def claim(cid: str) -> R.Claim:
     return R.find_claim(R.load_claims(), cid)
+
+
+def without_variants(found: R.Claim) -> R.Claim:
+    """The claim as if its runs trained the papers' cells: its conditions without the variants that cap
+    its verdict at partly."""
+    return dataclasses.replace(found, conditions=[c for c in found.conditions if not c.variant])
 
 
 def outcome(verdict, says_start: str):

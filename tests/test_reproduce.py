@@ -1,5 +1,6 @@
 """The reproduction machinery: the claims table, verdict rules, one claim end to end at a tiny budget."""
 
+import dataclasses
 import json
 import math
 import re
@@ -12,7 +13,7 @@ import torch
 from ltdrnn import reproduce as R
 from ltdrnn.cli import main
 from ltdrnn.config import ConfigError, list_presets
-from reproduce_helpers import CLAIM_YAML, claim, row
+from reproduce_helpers import CLAIM_YAML, claim, row, without_variants
 
 TINY = [
     "--set",
@@ -85,9 +86,7 @@ def test_validate_reports_a_missing_preset_and_an_unregistered_cell():
 def test_validate_reports_a_reading_run_of_another_cell():
     claim = R.find_claim(R.load_claims(), "tarnn-toy")
     runs = (*claim.runs, R.RunSpec("tarnn_raw", "reproduce/toy-lstm", reading_of="tarnn"))
-    broken = R.Claim(
-        claim.id, claim.paper, claim.title, claim.claim, claim.paper_numbers, runs, claim.budgets, claim.checks
-    )
+    broken = dataclasses.replace(claim, runs=runs)
     assert R.validate([broken]) == [
         "tarnn-toy/tarnn_raw: reading_of 'tarnn' expects the same cell, got 'lstm' vs 'tarnn'"
     ]
@@ -252,8 +251,8 @@ def test_verdicts_read_the_mean_over_seeds_and_show_the_spread():
         }
     )
     verdict = R.judge(toy, seeds, "paper")
-    assert verdict.checks[0].passed is True  # seed 2 alone (0.98) would fail; the mean 0.9933 holds
-    assert verdict.checks[0].seeds == (2, 3)  # ... in two seeds of three
+    assert verdict.checks[0].passed is False  # the mean 0.9933 would hold; seed 2 alone (0.98) does not
+    assert verdict.checks[0].seeds == (2, 3) and "seed 2: metric(tarnn) = 98%" in verdict.checks[0].text()
     assert "metric(tarnn) = 99.3% ± 1.2% (n=3)" in verdict.reason  # the sample std: 0.01155
     assert "metric(lstm) = 40% ± 0% (n=3)" in verdict.reason  # equal values: exactly 0
     one_lucky = R.Measurements(
@@ -288,7 +287,7 @@ def test_steps_to_follows_the_metric_direction_and_is_inf_when_never_reached():
 
 
 def test_speed_check_compares_steps_and_unmeasured_checks_fail():
-    adding = claim("adding-200")
+    adding = without_variants(claim("adding-200"))
     fast = [(25, 0.1), (50, 0.004)]
     rows = {name: row(0.004, fast, higher=False, baseline=1 / 6, cell=name) for name in ("tarnn", "irnn", "srnn")}
     rows["lstm"] = row(0.01, [(25, 0.17), (50, 0.16), (500, 0.01)], higher=False, baseline=1 / 6, cell="lstm")
@@ -297,7 +296,7 @@ def test_speed_check_compares_steps_and_unmeasured_checks_fail():
     verdict = R.judge(adding, R.Measurements(rows), "quick")
     assert verdict.status == "partly" and "before LSTM" in verdict.reason and "-> no" in verdict.reason
 
-    sarnn = claim("sarnn-adding-500")
+    sarnn = without_variants(claim("sarnn-adding-500"))
     no_skip = {label: row(0.001, higher=False, cell="sarnn") for label in sarnn.labels}  # skip fraction missing
     verdict = R.judge(sarnn, R.Measurements(no_skip), "paper")
     assert verdict.status == "partly" and "not measured" in verdict.reason
@@ -728,7 +727,7 @@ def test_rows_trained_with_set_items_are_judged_only_with_the_same_items(tmp_pat
 
 
 def test_runs_of_another_reading_are_shown_but_never_judged():
-    adding = claim("adding-200")
+    adding = without_variants(claim("adding-200"))
     assert {"tarnn_raw", "irnn_printed"} <= set(adding.labels)
     assert "irnn_printed" not in adding.checked_labels
     rows = {
@@ -902,6 +901,7 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     summary = top[top.index("## Claims") : top.index("## What did not hold")]
     claims = R.load_claims()
     assert summary.count("\n| [") == len(claims)
+    conditions = {}
     for c in claims:
         row_text = next(line for line in summary.splitlines() if line.startswith(f"| [{c.id}]"))
         cells = [cell.strip() for cell in row_text.strip("|").split(" | ")]
@@ -910,6 +910,20 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
         if c.data == "proxy":
             assert cells[7] == "proxy" and cells[8] == "**proxy**" and "carry over" not in c.deviation
             assert c.full_run and "GPU" in c.full_run.machine and "task.options.source=idx" in c.full_run.set
+        # the conditions: the variants that cap a verdict, then the authors' code and ours
+        conditions[c.id] = cells[5]
+        assert all(f"{v.what} ({v.source})" in cells[5] for v in c.variants), c.id
+        if c.variants and c.data != "proxy":
+            assert cells[8] in ("**partly**", "**not reproduced**"), c.id
+    variant = "**variant**: iRNN: residual reading (ours); iRNN: TARNN's update gate (authors' code)"
+    assert variant in conditions["copy-200"]
+    # training hygiene of ours is shown with the rollbacks and the steps they replayed, seed by seed
+    assert "rollbacks per seed (steps replayed): tarnn 0, 2, 1 (0, 591, 70)" in conditions["copy-200"]
+    assert "**ours**: TARNN: η = exp(log η) ≤ 1 at 5x lr" in conditions["copy-200"]
+    assert re.search(r"took [\d,]+ CPU minutes and \d+ GPU minutes of training", top)  # copy-200's TARNN: a GPU
+    assert "| subset |" in summary and "| full |" in summary  # the random labels draw from 5,000 digits
+    notes = (tmp_path / "reproduction/notes/copy-200.md").read_text()
+    assert "## Conditions" in notes and "| iRNN: TARNN's update gate | irnn | authors' code |" in notes
     # every rule of a judged claim that did not hold is explained at the top, with links
     failed = [line for line in top.splitlines() if line.startswith(("- ✗ **", "- ? **"))]
     assert failed and all("[notes](reproduction/notes/" in line for line in failed)

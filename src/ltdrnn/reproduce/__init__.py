@@ -10,12 +10,15 @@
 The claims table is packaged data, ``ltdrnn/presets/reproduce/_claims.yaml``. A claim names the paper's
 numbers and their sources, the runs that measure ours (a label, a preset, overrides, analyses), two
 budgets (``quick``: what a small CPU carries; ``paper``: the paper's protocol), the full-data run and
-``checks``: expressions over the means over seeds such as ``metric(tarnn) >= 0.99`` or
-``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``, each yes, no or undecided. The machinery refuses a
-check that would pass on a run that learned nothing (:func:`evaluate_check`: a subject at chance fails,
-a competitor at chance, a censored speed comparison or a derived measure of an unsolved run leaves it
-undecided). All checks yes -> reproduced, a check about one of the claim's own cells yes -> partly,
-else not reproduced; a claim on proxy data is "proxy"; a claim with a judged run missing "not run yet".
+``checks``: expressions over measured numbers such as ``metric(tarnn) >= 0.99`` or
+``steps_to(tarnn, 0.05) < steps_to(lstm, 0.05)``, each yes, no or undecided and judged seed by seed (yes
+only in every seed). The machinery refuses a check that would pass on a run that learned nothing
+(:func:`evaluate_check`: a subject at chance fails, a competitor at chance or not trained alike, a
+censored speed comparison or a derived measure of an unsolved run leaves it undecided), and
+``conditions`` give every setting of the runs a source (paper, authors' code, ours). All checks yes ->
+reproduced (partly where a run trains a variant of the paper's cell), a check about one of the claim's
+own cells yes -> partly, else not reproduced; a claim on proxy data is "proxy"; a claim with a judged
+run missing "not run yet".
 
 Every run is a normal ``train(cfg)`` run stored in the results store (``--store``; this repository's is
 ``reproduction/results.db``) with

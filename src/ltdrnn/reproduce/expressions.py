@@ -49,6 +49,7 @@ MEASURES = {
     "steps_to": 1,
     "lag_ratio": 0,
     "jac_ratio": 0,
+    "recall": 0,
 }
 AGGREGATES = {"min": min, "max": max, "abs": abs}
 _ALLOWED = (
@@ -84,8 +85,9 @@ class Expression:
     Allowed: numbers, ``inf``, arithmetic (+ - * /), comparisons (also chained), and/or/not, the
     measures ``metric(run)``, ``baseline(run)``, ``params(run)``, ``train_s(run)``, ``skip(run)``,
     ``best_val(run)``, ``steps_to(run, threshold)``, ``lag_ratio(run)`` (gradient norm at the largest
-    lag / its peak over lags), ``jac_ratio(run)`` (``||dh_T/dh_1|| / ||dh_T/dh_{T-1}||``) (``run`` is a
-    label of the claim) and ``min``, ``max``, ``abs``. Anything else is refused when parsed.
+    lag / its peak over lags), ``jac_ratio(run)`` (``||dh_T/dh_1|| / ||dh_T/dh_{T-1}||``), ``recall(run)``
+    (accuracy on the copy task's recall steps, an interval) (``run`` is a label of the claim) and
+    ``min``, ``max``, ``abs``. Anything else is refused when parsed.
     """
 
     def __init__(self, text: str) -> None:

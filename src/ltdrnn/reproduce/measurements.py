@@ -10,6 +10,7 @@ is the interval of the means, so one censored seed leaves the mean censored too.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -130,23 +131,33 @@ class Measurements:
             return [(seed, float(data["ratio"]), float(data["ratio"])) for seed, data in found]
         return [(seed_of(row), *_row_bounds(row, name, label, args)) for row in rows]
 
-    def seed_ids(self, labels: Iterable[str]) -> List[Any]:
-        """The seeds every one of ``labels`` has a row of, in the order of the first label's rows."""
-        from ..results import seed_of
-
-        labels = [label for label in labels if label in self.seeds]
+    def draws(self, labels: Iterable[str]) -> List[Tuple[str, "Measurements"]]:
+        """The views a rule is judged on, one seed at a time: where every one of ``labels`` has the same
+        seeds, one per seed (``"seed 2"``); where their seeds differ, one per combination of their seeds
+        (``"lstm 0, tarnn 1"``), so that a rule holds only if it holds however the seeds are paired."""
+        labels = sorted(label for label in labels if label in self.seeds)
+        seeds = {label: unique_seeds(self.seeds[label]) for label in labels}
         if not labels:
             return []
-        common = set.intersection(*({seed_of(r) for r in self.seeds[label]} for label in labels))
-        return [seed_of(r) for r in self.seeds[labels[0]] if seed_of(r) in common]
+        if len({frozenset(found) for found in seeds.values()}) == 1:
+            return [(f"seed {seed}", self.pick(self._seed_everywhere(seed))) for seed in seeds[labels[0]]]
+        return [
+            (", ".join(f"{label} {seed}" for label, seed in zip(labels, chosen)), self.pick(dict(zip(labels, chosen))))
+            for chosen in itertools.product(*(seeds[label] for label in labels))
+        ]
 
-    def for_seed(self, seed: Any) -> "Measurements":
-        """The rows (and analyses) of one seed only, for the labels that have it."""
+    def _seed_everywhere(self, seed: Any) -> Dict[str, Any]:
+        """``{label: seed}`` for every label that has a row of ``seed``."""
+        return {label: seed for label, rows in self.seeds.items() if seed in unique_seeds(rows)}
+
+    def pick(self, chosen: Dict[str, Any]) -> "Measurements":
+        """The rows (and analyses) of the seed ``chosen[label]`` for each chosen label; the other labels
+        keep all their rows."""
         from ..results import seed_of
 
         rows, analyses = {}, {}
         for label, found in self.seeds.items():
-            kept = [i for i, row in enumerate(found) if seed_of(row) == seed]
+            kept = [i for i, row in enumerate(found) if label not in chosen or seed_of(row) == chosen[label]]
             if kept:
                 rows[label] = [found[i] for i in kept]
                 of = self.analyses_of.get(label, [])
@@ -202,6 +213,18 @@ class Measurements:
         return [label for label, cell in self.cells_of(labels).items() if cell in source]
 
 
+def unique_seeds(rows: Sequence[Dict[str, Any]]) -> List[Any]:
+    """The seeds of ``rows`` (``train.seed``), each once, in ascending order."""
+    from ..results import seed_of
+
+    return sorted({seed_of(row) for row in rows}, key=seed_key)
+
+
+def seed_key(seed: Any) -> Tuple[int, Any]:
+    """Sorts seeds as numbers, any other kind after them as text."""
+    return (0, seed) if isinstance(seed, int) else (1, str(seed))
+
+
 def _is_accuracy(row: Dict[str, Any]) -> bool:
     return ((row.get("metrics") or {}).get("metric_name") or row.get("metric_name")) == "accuracy"
 
@@ -212,6 +235,8 @@ def _row_bounds(row: Dict[str, Any], name: str, label: str, args: Tuple[float, .
         return value, value
     if name == "steps_to":
         return steps_to_bounds(row, args[0])
+    if name == "recall":
+        return recall_bounds(row, label)
     metrics = row.get("metrics") or {}
     value = {
         "baseline": metrics.get("baseline"),
@@ -223,6 +248,69 @@ def _row_bounds(row: Dict[str, Any], name: str, label: str, args: Tuple[float, .
     if value is None:
         raise Unmeasured(f"run {label!r} has no {name}")
     return float(value), float(value)
+
+
+def recall_bounds(row: Dict[str, Any], label: str) -> Bounds:
+    """The accuracy on the copy task's recall steps as an interval: the rows store the accuracy over all
+    ``T + 20`` steps, so every error may sit on a recall step (the lower bound) or on none (1); a row
+    without that accuracy says nothing, ``(0, 1)``."""
+    from ..tasks.synthetic import CopyTask
+
+    if row.get("task", "copy") != "copy":
+        raise Unmeasured(f"run {label!r} is not a run of the copy task: it has no recall steps")
+    metrics = row.get("metrics") or {}
+    accuracy, length = (metrics.get("test") or {}).get("accuracy"), metrics.get("seq_len")
+    if accuracy is None or not length:
+        return 0.0, 1.0
+    return max(0.0, 1 - (1 - float(accuracy)) * length / CopyTask.COPIED), 1.0
+
+
+# The training safeguards (ours or a paper's) a comparison between runs must share, as they read on the page
+STABILISERS = {
+    "optim.clip_norm": "gradient clipping at {}",
+    "optim.beta2": "Adam β2 {}",
+    "optim.skip_spikes": "skipped updates over {}x the median gradient norm",
+    "train.rollbacks": "up to {} rollbacks",
+    "train.max_val_loss": "a validation-loss limit of {}",
+}
+
+
+def stabilisers(row: Dict[str, Any]) -> Dict[str, Any]:
+    """The :data:`STABILISERS` a row was trained with (``{key: setting}``; off ones left out; Adam's β2 only
+    where it is not torch's 0.999). A key the stored config lacks takes the schema's default, off."""
+    from ..config import OptimConfig
+
+    config = row.get("config") or {}
+    optim, train = config.get("optim") or {}, config.get("train") or {}
+    found = {
+        "optim.clip_norm": optim.get("clip_norm"),
+        "optim.skip_spikes": optim.get("skip_spikes"),
+        "train.rollbacks": train.get("rollbacks") or None,
+        "train.max_val_loss": train.get("max_val_loss"),
+    }
+    beta2 = optim.get("beta2", OptimConfig.beta2)
+    if optim.get("name", OptimConfig.name) == "adam" and beta2 != OptimConfig.beta2:
+        found["optim.beta2"] = beta2
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def rollbacks(row: Dict[str, Any]) -> Tuple[int, int]:
+    """``(rollbacks, steps replayed)`` of a row: each rollback went back from the step that failed to an
+    earlier checkpoint and trained those steps again."""
+    found = (row.get("metrics") or {}).get("rollbacks") or []
+    return len(found), sum(max(0, int(r.get("failed_at", 0)) - int(r.get("to_step", 0))) for r in found)
+
+
+def step_budget(row: Dict[str, Any]) -> Optional[float]:
+    """The optimiser steps a row was given: ``train.steps``, or its epochs times the batches per epoch
+    (from its timings), and no more than it took (a run that stopped early, or never started); None if
+    the row says neither."""
+    train, timings = (row.get("config") or {}).get("train") or {}, row.get("timings") or {}
+    found = [train.get("steps"), timings.get("steps")]
+    if train.get("epochs") and timings.get("steps") and timings.get("epochs"):
+        found.append(train["epochs"] * round(timings["steps"] / timings["epochs"]))
+    found = [float(value) for value in found if value is not None]
+    return min(found) if found else None
 
 
 def mean_std(values: Sequence[float]) -> Tuple[float, float]:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..results import markdown_table, seed_of
 from .claims import Claim
 from .expressions import Underflow, Unmeasured
-from .measurements import Measurements, format_number, mean_text
+from .measurements import Measurements, format_number, mean_text, rollbacks, seed_key, stabilisers
 from .staleness import StaleRow
 from .verdicts import CheckResult, Verdict, unique
 
@@ -46,8 +46,49 @@ def budget_label(claim: Claim, budget: Optional[str]) -> str:
 
 
 def cpu_minutes(measurements: Measurements) -> float:
-    """Training minutes of every row shown (all labels, all seeds; evaluation excluded)."""
-    return sum(row.get("train_time_s") or 0.0 for rows in measurements.seeds.values() for row in rows) / 60
+    """Training minutes of every row shown that trained on a CPU (all labels, all seeds; evaluation
+    excluded)."""
+    return _minutes(measurements, on_gpu=False)
+
+
+def gpu_minutes(measurements: Measurements) -> float:
+    """Training minutes of every row shown that trained on a GPU (``train.device`` other than cpu)."""
+    return _minutes(measurements, on_gpu=True)
+
+
+def _minutes(measurements: Measurements, on_gpu: bool) -> float:
+    rows = [row for found in measurements.seeds.values() for row in found]
+    devices = [str(((row.get("config") or {}).get("train") or {}).get("device") or "cpu") for row in rows]
+    return sum(row.get("train_time_s") or 0.0 for row, d in zip(rows, devices) if d.startswith("cpu") != on_gpu) / 60
+
+
+def minutes_text(cpu: float, gpu: float, decimals: int = 0) -> str:
+    """``"2,610 CPU minutes and 11 GPU minutes"`` (the GPU part only where there is one)."""
+    return f"{cpu:,.{decimals}f} CPU minutes" + (f" and {gpu:,.{decimals}f} GPU minutes" if gpu else "")
+
+
+def conditions_rows(report: "ClaimReport") -> List[List[str]]:
+    """The conditions of the claim as a table: the settings, the runs, the source, where, the variant."""
+    labels = report.claim.labels
+    rows = [["settings", "runs", "source", "where", "variant (at most partly)"]]
+    for c in report.claim.conditions:
+        runs = ", ".join(c.runs) if c.runs and c.runs != labels else "all"
+        rows.append([c.what, runs, c.source, c.where or "-", c.variant or "-"])
+    return rows
+
+
+def rollbacks_text(report: "ClaimReport") -> str:
+    """Per judged run trained with rollbacks, their count and the steps replayed, seed by seed:
+    ``"rollbacks per seed (steps replayed): tarnn 0, 2, 1 (0, 591, 300)"``; empty if none had them."""
+    found = report.measurements
+    parts = []
+    for label in report.claim.checked_labels:
+        rows = sorted(found.seeds.get(label, []), key=lambda row: seed_key(seed_of(row)))
+        if not any(stabilisers(row).get("train.rollbacks") for row in rows):
+            continue
+        counts = [rollbacks(row) for row in rows]
+        parts.append(f"{label} {', '.join(str(n) for n, _ in counts)} ({', '.join(str(k) for _, k in counts)})")
+    return "rollbacks per seed (steps replayed): " + "; ".join(parts) if parts else ""
 
 
 METRIC_NAMES = {"mse": "MSE", "cross_entropy": "cross entropy"}
@@ -266,6 +307,7 @@ def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
             "",
         ]
     lines += _runs_part(report)
+    lines += _conditions_part(report)
     lines += _budget_part(claim, found)
     if report.stale:
         lines += [stale_text(report.stale), ""]
@@ -301,6 +343,15 @@ def _runs_part(report: ClaimReport) -> List[str]:
     return lines
 
 
+def _conditions_part(report: ClaimReport) -> List[str]:
+    """Where every setting of the runs comes from, the variants that cap the verdict, the rollbacks."""
+    if not report.claim.conditions:
+        return []
+    lines = ["## Conditions", "", markdown_table(conditions_rows(report)), ""]
+    rolled = rollbacks_text(report)
+    return lines + ([rolled[0].upper() + rolled[1:] + ".", ""] if rolled else [])
+
+
 def _budget_part(claim: Claim, found: Measurements) -> List[str]:
     quick, paper = claim.budgets["quick"], claim.budgets["paper"]
     paper_name = "proxy" if claim.data == "proxy" else f"paper (length given by: {paper.given_by})"
@@ -309,7 +360,7 @@ def _budget_part(claim: Claim, found: Measurements) -> List[str]:
         "",
         f"- quick (ours): `ltdrnn reproduce run {claim.id} --budget quick` ({quick.note}).",
         f"- {paper_name}: `ltdrnn reproduce run {claim.id} --budget paper` ({paper.note}).",
-        f"- Training time of the rows shown: {cpu_minutes(found):.1f} CPU minutes.",
+        f"- Training time of the rows shown: {minutes_text(cpu_minutes(found), gpu_minutes(found), 1)}.",
     ]
     if claim.success is not None:
         lines.append(

