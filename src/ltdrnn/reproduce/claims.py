@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..config import ConfigError, load_config, load_yaml, preset_path, typed
+from ..config import ConfigError, comparable_config, load_config, load_yaml, preset_path, typed
 from .expressions import ClaimError, Expression
 
 BUDGETS = ("quick", "paper")
@@ -381,7 +381,6 @@ def settings(cfg: Any) -> Dict[str, Any]:
     every other key whose value is not the schema's default, less the evaluation keys
     (:data:`MEASUREMENT_KEYS`) and those that change no number (seed, device, threads, ...)."""
     from ..config import RunConfig
-    from .staleness import comparable
 
     defaults = comparable(RunConfig().to_dict())
     out: Dict[str, Any] = {}
@@ -407,3 +406,17 @@ def untagged_settings(claim: Claim) -> List[str]:
         if missing:
             problems.append(f"{claim.id}/{spec.label}: conditions: no source for {', '.join(missing)}")
     return problems
+
+
+# Besides the trainer's cosmetic keys (progress, latency, threads, malloc tuning, store path, notes):
+# the seed (rows are grouped by it), the device (the same protocol on other hardware), the checkpoint
+# cadence (an interrupted run resumes exactly) and what the runner sets per row (name, study, preset
+# name, run directory). The evaluation cadence is not among them: it decides which checkpoint is tested
+# and the resolution of ``steps_to``.
+NEUTRAL_KEYS = frozenset({"train.seed", "train.device", "train.checkpoint_every", "name", "study", "preset", "run_dir"})
+
+
+def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The keys of a resolved config (plain data) that change a result, flattened (``optim.lr``; the
+    free-form option mappings stay whole)."""
+    return {key: value for key, value in comparable_config(config).items() if key not in NEUTRAL_KEYS}

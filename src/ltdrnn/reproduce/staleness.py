@@ -19,14 +19,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from ..config import ConfigError, from_dict, load_config
 from ..results import seed_of
 from .analyses import DEFINITIONS
-from .claims import Claim
-
-# Besides the trainer's cosmetic keys (progress, latency, threads, malloc tuning, store path, notes):
-# the seed (rows are grouped by it), the device (the same protocol on other hardware), the checkpoint
-# cadence (an interrupted run resumes exactly) and what the runner sets per row (name, study, preset
-# name, run directory). The evaluation cadence is not among them: it decides which checkpoint is tested
-# and the resolution of ``steps_to``.
-NEUTRAL_KEYS = frozenset({"train.seed", "train.device", "train.checkpoint_every", "name", "study", "preset", "run_dir"})
+from .claims import Claim, comparable
 
 
 @dataclass(frozen=True)
@@ -38,14 +31,6 @@ class StaleRow:
     seed: Any
     created: str
     differences: Tuple[str, ...]
-
-
-def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The keys of a resolved config (plain data) that change a result, flattened (``optim.lr``; the
-    free-form option mappings stay whole)."""
-    from ..config import comparable_config
-
-    return {key: value for key, value in comparable_config(config).items() if key not in NEUTRAL_KEYS}
 
 
 def expected_configs(claim: Claim, budget: str, extra: Sequence[str] = ()) -> Dict[str, Dict[str, Any]]:
