@@ -37,7 +37,8 @@ PROJECTED_MAX = 1.0
 class EulerSteps(nn.Module):
     """The learned Euler step sizes ``eta``, per Euler step and optionally per time step.
 
-    ``eta`` is ``(K,)``, or ``(max_length, K)`` with ``per_time_step=True`` (the paper's ``eta_k^i``);
+    ``eta`` is ``(K,)``, or ``(max_length, K)`` with ``per_time_step=True`` (the iRNN paper's ``eta_k^i``,
+    TARNN's authors' code);
     in that case the cell's state carries a step counter ``(B,)`` int64 so that chunked and streamed
     runs use the row of the true time step.
 

@@ -98,8 +98,8 @@ class TARNN(EulerCell):
         activation: phi, ``"relu"`` (paper default), ``"tanh"`` (paper: copy, PTB) or ``"sigmoid"``.
         gate: ``"inside"`` (paper, beta scales F) or ``"outside"`` (beta mixes after the Euler steps).
         eta: initial Euler step size (authors' code 0.01; paper Table 4 per task, see the docs).
-        eta_per_time_step: a separate row of K step sizes for every time step (the paper's ``eta_k^i``
-            and the authors' code; needs ``max_length``).
+        eta_per_time_step: a separate row of K step sizes for every time step (the authors' code;
+            the TARNN paper prints one eta; needs ``max_length``).
         max_length: number of time steps covered by ``eta_per_time_step``.
         eta_param: how the step sizes are learned: ``"exp"`` (default, ``exp(log eta)``), ``"raw"``
             (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
