@@ -58,11 +58,12 @@ def tiny_argv(tmp_path, *extra):
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    """One tiny benchmark run over the whole registry: (JSON result, markdown text)."""
+    """One tiny benchmark run over the whole registry, without the references' alone pass (its fresh
+    processes are tested below): (JSON result, markdown text)."""
     tmp_path = tmp_path_factory.mktemp("bench")
     threads = torch.get_num_threads()
     try:
-        assert main(["bench", *tiny_argv(tmp_path)]) == 0
+        assert main(["bench", *tiny_argv(tmp_path, "--no-alone-reference")]) == 0
     finally:  # the benchmark sets both for the whole process; give the other tests torch's defaults
         torch.set_num_threads(threads)
         torch.set_flush_denormal(False)
@@ -446,3 +447,200 @@ def test_a_run_of_variants_only_still_holds_every_source_cells_streaming_step_to
     rows = {r["target"]: r for r in bench.evaluate_targets({**result, "subjects": subjects})}
     assert rows["srnn[relu] streaming step, batch 1"]["passed"] is False
     assert rows["tarnn[K=1] streaming step, batch 1"]["passed"] is True
+
+
+# ---- the references alone: nn.LSTM and nn.GRU at their best --------------------------------------------
+def tiny_settings(sections, alone=True):
+    return bench.timing.Settings(
+        shapes=[bench.Shape("s", 8, 3)],
+        batch=2,
+        hidden=4,
+        repeats=2,
+        warmup=1,
+        lengths=[4, 8],
+        scaling_shape=bench.Shape("s", 8, 3),
+        stream_steps=2,
+        skip_fractions=[0.0],
+        sections=sections,
+        threads=1,
+        malloc_tuning=False,
+        alone_reference=alone,
+    )
+
+
+def inject_timings(monkeypatch, interleaved, alone):
+    """Interleaved samples of ``interleaved[name]`` seconds (``[name][part]`` when a run is keyed by part),
+    and alone probes that answer ``alone[name]``; returns the specs the probes received."""
+    specs = []
+
+    def fake_samples(runs, repeats, warmup, errors, context):
+        return {
+            key: [interleaved[key]] * repeats if isinstance(key, str) else [interleaved[key[0]][key[1]]] * repeats
+            for key in runs
+        }
+
+    def fake_probe(kind, spec, env=None):
+        specs.append((kind, spec))
+        return alone[spec["subject"]["name"]]
+
+    monkeypatch.setattr(bench.sections, "interleaved_samples", fake_samples)
+    monkeypatch.setattr(bench.alone, "run_probe", fake_probe)
+    return specs
+
+
+@pytest.mark.parametrize(
+    "lstm_interleaved, lstm_alone, used, slowed",
+    [(0.40, 0.30, "alone", True), (0.32, 0.30, "alone", False), (0.30, 0.33, "interleaved", False)],
+)
+def test_ratios_divide_by_the_faster_reference_time(monkeypatch, lstm_interleaved, lstm_alone, used, slowed):
+    interleaved = {"nn.LSTM": lstm_interleaved, "nn.GRU": 0.50, "srnn[relu]": 0.03}
+    specs = inject_timings(
+        monkeypatch, interleaved, {"nn.LSTM": {"run": [lstm_alone] * 2}, "nn.GRU": {"run": [0.60] * 2}}
+    )
+    subjects = bench.registry_subjects(["srnn[relu]"], {})
+    settings = tiny_settings(["train"])
+    errors = []
+    timings = bench.sections.measure_sequences(subjects, settings, errors)
+    assert errors == []
+    # the alone pass: one probe per reference, each given that reference only, none of our cells
+    assert sorted(spec["subject"]["name"] for _, spec in specs) == ["nn.GRU", "nn.LSTM"]
+    assert all(kind == "alone" and spec["section"] == "train" and "subjects" not in spec for kind, spec in specs)
+    records = {r["subject"]: r for r in timings["train"]}
+    best = min(lstm_interleaved, lstm_alone)
+    lstm, gru = records["nn.LSTM"], records["nn.GRU"]
+    assert (lstm["median"], lstm["alone_median"], lstm["reference"]) == (lstm_interleaved, lstm_alone, used)
+    assert gru["alone_samples"] == [0.60, 0.60] and gru["reference"] == "interleaved"
+    assert records["srnn[relu]"]["ratio_lstm"] == pytest.approx(0.03 / best)
+    assert records["srnn[relu]"]["ratio_gru"] == pytest.approx(0.03 / 0.50)
+    # the GFLOP/s comparison and the targets' verdicts use the same time
+    flops = {r["subject"]: r for r in bench.sections.flops_records(subjects, settings, timings, 100.0, errors)}
+    assert flops["nn.LSTM"]["train_gflops"] == pytest.approx(
+        3 * flops["nn.LSTM"]["forward_flops_per_sequence"] * 2 / best / 1e9
+    )
+    assert flops["nn.LSTM"]["train_reference"] == used and "train_reference" not in flops["srnn[relu]"]
+    result = {
+        "settings": {"shapes": ["s"], "sections": ["train"]},
+        "errors": [],
+        "subjects": {
+            s.name: {"family": s.family, "cell": s.cell, "aliases": s.aliases, "error": None} for s in subjects
+        },
+        **timings,
+    }
+    row = next(r for r in bench.evaluate_targets(result) if r["subject"] == "srnn[relu]")
+    assert row["measured"] == pytest.approx(0.03 / best) and row["baseline_reference"] == used
+    assert bench.report.target_limit(row).endswith(f"x nn.LSTM ({used})")
+    # the warning: interleaved more than 10% slower than alone
+    checks = {r["subject"]: r for r in bench.reference_checks(result)}
+    assert checks["nn.LSTM"]["slowdown"] == pytest.approx(lstm_interleaved / lstm_alone)
+    assert checks["nn.LSTM"]["slowed"] is slowed and checks["nn.GRU"]["slowed"] is False
+
+
+def test_the_streaming_references_are_timed_alone_too(monkeypatch):
+    interleaved = {
+        "nn.LSTM": {"cell": 0.8, "layer": 2.0},
+        "nn.GRU": {"cell": 0.7, "layer": 1.5},
+        "srnn": {"cell": 0.6, "layer": 1.0},
+    }
+    alone = {"nn.LSTM": {"cell": [0.6, 0.6], "layer": [2.2, 2.2]}, "nn.GRU": {"cell": [0.5, 0.5], "layer": [1.4, 1.4]}}
+    specs = inject_timings(monkeypatch, interleaved, alone)
+    subjects = bench.registry_subjects(["srnn"], {})
+    records = {r["subject"]: r for r in bench.sections.measure_stream(subjects, tiny_settings(["stream"]), [])}
+    assert sorted(spec["subject"]["name"] for _, spec in specs) == ["nn.GRU", "nn.LSTM"]
+    lstm = records["nn.LSTM"]  # 2 steps per sample: seconds per step are half a sample
+    assert (lstm["alone_cell_median"], lstm["cell_reference"]) == (0.3, "alone")
+    assert (lstm["alone_layer_median"], lstm["layer_reference"]) == (1.1, "interleaved")
+    assert records["srnn"]["ratio_lstmcell"] == pytest.approx(0.3 / 0.3)
+    assert records["srnn"]["ratio_lstm_layer"] == pytest.approx(0.5 / 1.0)
+    slowed = {
+        (r["subject"], r["key"]) for r in bench.reference_checks({"stream": list(records.values())}) if r["slowed"]
+    }
+    assert slowed == {("nn.LSTM", "cell_median"), ("nn.GRU", "cell_median")}  # 0.4 / 0.3, 0.35 / 0.25
+
+
+def test_no_alone_reference_runs_no_probe(monkeypatch):
+    def refuse(kind, spec, env=None):
+        raise AssertionError("a probe ran")
+
+    monkeypatch.setattr(bench.alone, "run_probe", refuse)
+    assert (
+        bench.alone.measure_alone(
+            bench.registry_subjects(["srnn"], {}),
+            "train",
+            bench.Shape("s", 8, 3),
+            tiny_settings(["train"], alone=False),
+            [],
+        )
+        == {}
+    )
+
+
+def test_the_alone_probe_builds_only_its_subject_on_the_shared_seeded_input(monkeypatch):
+    built, inputs = [], []
+    layer = bench.Subject.layer
+    monkeypatch.setattr(bench.Subject, "layer", lambda self, d, h: built.append(self.name) or layer(self, d, h))
+    monkeypatch.setattr(bench.alone, "train_step", lambda module, x: inputs.append(x) or (lambda: None))
+    spec = {
+        "section": "train",
+        "subject": bench.subject_spec(bench.Subject("nn.GRU", None)),
+        "shape": {"name": "s", "steps": 8, "input_size": 3, "one_hot": False},
+        "batch": 2,
+        "hidden": 4,
+        "threads": torch.get_num_threads(),
+        "malloc_tuning": False,
+        "repeats": 3,
+        "warmup": 1,
+        "stream_steps": 2,
+    }
+    try:
+        samples = bench.alone_probe(spec)
+    finally:
+        torch.set_flush_denormal(False)
+    assert built == ["nn.GRU"] and list(samples) == ["run"] and len(samples["run"]) == 3
+    torch.manual_seed(123)  # the input does not depend on what the process drew before
+    assert torch.equal(inputs[0], bench.Shape("s", 8, 3).batch(2, seed=bench.timing.INPUT_SEED))
+
+
+def test_a_json_from_before_the_alone_pass_renders_as_before(report):
+    result, markdown = report
+    old = json.loads(json.dumps(result))
+    del old["settings"]["alone_reference"], old["health"]["references"]
+    for row in old["targets"]:
+        del row["baseline_reference"]
+    assert bench.render_markdown(old) + "\n" == markdown  # the file ends with a newline
+    assert "divides by" not in markdown and "also each alone" not in markdown
+    assert result["settings"]["alone_reference"] is False and result["health"]["references"] == []
+    assert not any(key.startswith("alone_") for r in result["train"] + result["stream"] for key in r)
+
+
+@pytest.mark.slow
+def test_the_references_are_timed_alone_in_fresh_processes(tmp_path):
+    argv = tiny_argv(tmp_path, "--cells", "srnn")
+    argv[argv.index("--sections") + 1] = "train,stream"
+    threads = torch.get_num_threads()
+    try:
+        assert main(["bench", *argv]) == 0
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+    result = json.loads((tmp_path / "bench.json").read_text())
+    markdown = (tmp_path / "bench.md").read_text()
+    assert result["errors"] == [] and result["settings"]["alone_reference"] is True
+    train = {r["subject"]: r for r in result["train"]}
+    for name in ("nn.LSTM", "nn.GRU"):
+        record = train[name]
+        assert len(record["alone_samples"]) == 2 and record["alone_median"] == pytest.approx(
+            sum(record["alone_samples"]) / 2
+        )
+        assert record["reference"] == ("alone" if record["alone_median"] < record["median"] else "interleaved")
+    assert "alone_samples" not in train["srnn"]
+    lstm = train["nn.LSTM"]
+    assert train["srnn"]["ratio_lstm"] == pytest.approx(
+        train["srnn"]["median"] / min(lstm["median"], lstm["alone_median"])
+    )
+    checks = result["health"]["references"]
+    assert len(checks) == 2 + 2 * 2  # train; cell and layer streaming steps, for each reference
+    slowed = [r for r in checks if r["slowed"]]
+    assert len(result["health"]["warnings"]) - (0 if result["health"]["quiet"] else 1) == len(slowed)
+    assert (
+        f"`x nn.LSTM` divides by nn.LSTM {lstm['reference']}" in markdown and "`x nn.LSTMCell` divides by" in markdown
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..results import markdown_table
-from .subjects import RATE_TARGETS, TRAIN_TARGETS, stream_targets
+from .alone import seconds
+from .subjects import GRU, LSTM, RATE_TARGETS, TRAIN_TARGETS, stream_targets
+from .timing import REFERENCE_FIELDS, reference_time
 
 
 def stream_subjects(subjects: Dict[str, Any]) -> Dict[str, str]:
@@ -20,13 +22,15 @@ def stream_subjects(subjects: Dict[str, Any]) -> Dict[str, str]:
 
 
 def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """One row per target and shape: the measured ratio, the limit, pass or miss and by how much."""
+    """One row per target and shape: the measured ratio, the limit, pass or miss and by how much. The
+    baseline's value is its faster time, interleaved or alone (``baseline_reference`` says which)."""
     subjects = result["subjects"]
     sources = list(stream_subjects(subjects).values())
     alias = {a: name for name, info in subjects.items() for a in info["aliases"]}
     rows = []
     for target in TRAIN_TARGETS + RATE_TARGETS + stream_targets(sources):
         measured_as = alias.get(target.subject, target.subject)
+        baseline_key = target.baseline_key or target.key
         records = {(r["subject"], r["shape"]): r for r in result.get(target.section, [])}
         for shape in result["settings"]["shapes"]:
             row = {
@@ -42,6 +46,7 @@ def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
                 "passed": None,
                 "miss_percent": None,
                 "note": None,
+                "baseline_reference": None,
             }
             mine, base = records.get((measured_as, shape)), records.get((target.baseline, shape))
             if target.section not in result["settings"]["sections"]:
@@ -49,10 +54,11 @@ def evaluate_targets(result: Dict[str, Any]) -> List[Dict[str, Any]]:
             elif mine is None or base is None:
                 missing = measured_as if mine is None else target.baseline
                 row["note"] = f"{missing} not measured: " + subject_problem(result, missing, shape)
-            elif not mine.get(target.key) or not base.get(target.baseline_key or target.key):
+            elif not mine.get(target.key) or not base.get(baseline_key):
                 row["note"] = f"no {target.key} measured"
             else:
-                row["measured"] = mine[target.key] / base[target.baseline_key or target.key]
+                row["measured"] = mine[target.key] / reference_time(base, baseline_key)
+                row["baseline_reference"] = base.get(REFERENCE_FIELDS.get(baseline_key, ""))
                 row["passed"] = target.passes(row["measured"])
                 if not row["passed"]:
                     row["miss_percent"] = 100.0 * abs(row["measured"] / target.limit - 1.0)
@@ -111,7 +117,12 @@ def render_markdown(result: Dict[str, Any]) -> str:
         f"{', '.join(f'{v:.1f}' for v in machine['load_average'] or [])}.",
         "",
         f"Batch {settings['batch']}, hidden {settings['hidden']}, medians of {settings['repeats']} runs "
-        f"after {settings['warmup']} warm-up run(s), subjects interleaved.",
+        f"after {settings['warmup']} warm-up run(s), subjects interleaved"
+        + (
+            "; nn.LSTM and nn.GRU also each alone in a fresh process, and every ratio divides by the faster time."
+            if settings.get("alone_reference")
+            else "."
+        ),
         "",
     ]
     lines += health_lines(result)
@@ -173,6 +184,10 @@ def render_markdown(result: Dict[str, Any]) -> str:
                     for r in sorted(rows, key=lambda r: r["median"])
                 ),
             )
+            baselines = {r["subject"]: r for r in rows}
+            lines += reference_note(
+                [("x nn.LSTM", LSTM, baselines.get(LSTM), "median"), ("x nn.GRU", GRU, baselines.get(GRU), "median")]
+            )
     if result.get("stream"):
         lines += ["## Streaming step, batch 1 (µs per step)", ""]
         lines += table(
@@ -189,6 +204,14 @@ def render_markdown(result: Dict[str, Any]) -> str:
                 for r in result["stream"]
             ),
         )
+        for shape in settings["shapes"]:
+            lstm = next((r for r in result["stream"] if r["subject"] == LSTM and r["shape"] == shape), None)
+            lines += reference_note(
+                [
+                    ("x nn.LSTMCell", f"{LSTM}Cell at {shape}", lstm, "cell_median"),
+                    ("x nn.LSTM step", f"the one-step {LSTM} at {shape}", lstm, "layer_median"),
+                ]
+            )
     if result.get("scaling"):
         lengths = settings["lengths"]
         lines += [f"## Scaling in T (training step ms, {settings['scaling_shape']}; slope 1 = linear)", ""]
@@ -207,6 +230,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
                 for r in result["scaling"]
             ),
         )
+        lines += scaling_note(next((r for r in result["scaling"] if r["subject"] == LSTM), None))
     if result.get("profile"):
         lines += ["## Where a training step's time goes (torch.profiler, one step; ms)", ""]
         lines += table(
@@ -273,10 +297,44 @@ def render_markdown(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def reference_note(parts: Sequence[Tuple[str, str, Optional[Dict[str, Any]], str]]) -> List[str]:
+    """The line under a table that names the time each ratio column divided by: per (column, baseline,
+    baseline's record, timed key), the faster of its interleaved and alone times. Nothing for a run without
+    the alone pass (or a JSON from before it)."""
+    said = []
+    for column, baseline, record, key in parts:
+        used = (record or {}).get(REFERENCE_FIELDS[key])
+        if used is None:
+            continue
+        times = {"interleaved": record[key], "alone": record["alone_" + key]}
+        other = "interleaved" if used == "alone" else "alone"
+        said.append(
+            f"`{column}` divides by {baseline} {used}, {seconds(times[used])} ({other} {seconds(times[other])})"
+        )
+    return ["; ".join(said) + ".", ""] if said else []
+
+
+def scaling_note(lstm: Optional[Dict[str, Any]]) -> List[str]:
+    """:func:`reference_note` of the scaling table: nn.LSTM's time at each length."""
+    if lstm is None or not lstm.get("references"):
+        return []
+    said = []
+    for steps, interleaved, alone, used in zip(
+        lstm["lengths"], lstm["medians"], lstm["alone_medians"], lstm["references"]
+    ):
+        times = {"interleaved": interleaved, "alone": alone}
+        other = "interleaved" if used == "alone" else "alone"
+        said.append(f"T={steps} {used}, {seconds(times[used])} ({other} {seconds(times[other])})")
+    return [f"`x nn.LSTM` divides by {LSTM} at " + "; ".join(said) + ".", ""]
+
+
 def target_limit(row: Dict[str, Any]) -> str:
+    """The limit, and which time of the baseline the ratio divided by when the run also timed it alone."""
     if row.get("at_least"):
-        return f">= {row['limit']:g} x {row['baseline']}'s GFLOP/s"
-    return f"<= {row['limit']:g} x {row['baseline']}" + ("Cell" if row["section"] == "stream" else "")
+        text = f">= {row['limit']:g} x {row['baseline']}'s GFLOP/s"
+    else:
+        text = f"<= {row['limit']:g} x {row['baseline']}" + ("Cell" if row["section"] == "stream" else "")
+    return text + (f" ({row['baseline_reference']})" if row.get("baseline_reference") else "")
 
 
 def target_verdict(row: Dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Sequence
 
+from .alone import reference_checks, slowed_warning
 from .host import health, load_average
 from .probes import measure_malloc, measure_memory
 from .profile import measure_profile
@@ -120,6 +121,7 @@ def settings_from(args: Any) -> Settings:
         sections=sections,
         threads=args.threads,
         malloc_tuning=args.malloc_tuning,
+        alone_reference=args.alone_reference,
     )
 
 
@@ -175,7 +177,8 @@ def run(settings: Settings, subjects: Sequence[Subject], command: str) -> Dict[s
         if subject.error is not None:
             errors.append({"subject": subject.name, "section": "all", "shape": "-", "error": subject.error})
     result["targets"] = evaluate_targets(result)
-    result["health"] = assess(result, subjects, settings, errors)  # quiet? nn.LSTM as usual? (bench/host.py)
+    # quiet? nn.LSTM as usual (bench/host.py)? references slowed by their neighbours (bench/alone.py)?
+    result["health"] = assess(result, subjects, settings, errors)
     for warning in result["health"]["warnings"]:
         progress(f"WARNING: {warning}")
     return result
@@ -191,11 +194,15 @@ def enable_crash_traceback() -> None:
 
 def assess(result: Dict[str, Any], subjects, settings, errors: List[Dict[str, Any]]) -> Dict[str, Any]:
     """:func:`.host.health` of a finished run: nn.LSTM's flops records are the ``flops`` section's, or computed
-    from its training medians when that section did not run. Records the load average at the end."""
+    from its training medians when that section did not run. Records the load average at the end, and
+    compares each reference's interleaved time with its time alone (``bench/alone.py``)."""
     result["machine"]["load_average_end"] = load_average()
     records = [r for r in result.get("flops", []) if r["subject"] == LSTM]
     if not records and result.get("train"):
         timings = {"train": result["train"], "inference": result.get("inference", [])}
         lstm = [s for s in subjects if s.name == LSTM]
         records = flops_records(lstm, settings, timings, result["machine"]["matmul_peak"]["gflops"], errors)
-    return health(result, records)
+    verdict = health(result, records)
+    verdict["references"] = reference_checks(result)
+    verdict["warnings"] += [slowed_warning(row) for row in verdict["references"] if row["slowed"]]
+    return verdict

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
 
+from .alone import attach_alone, measure_alone
 from .subjects import GRU, LSTM, Shape, Subject
 from .timing import (
+    INPUT_SEED,
     Settings,
     attach_ratios,
     built_layers,
@@ -20,6 +23,8 @@ from .timing import (
     interleaved_samples,
     median,
     progress,
+    reference_time,
+    stream_runs,
     train_step,
 )
 
@@ -27,12 +32,13 @@ from .timing import (
 def measure_sequences(
     subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
 ) -> Dict[str, List[Dict[str, Any]]]:
-    """``train`` and ``inference`` records for every subject at every shape."""
+    """``train`` and ``inference`` records for every subject at every shape; nn.LSTM's and nn.GRU's also
+    timed alone (``bench/alone.py``)."""
     out: Dict[str, List[Dict[str, Any]]] = {"train": [], "inference": []}
     for shape in settings.shapes:
         context = {"shape": shape.name}
         layers = built_layers(subjects, shape.input_size, settings.hidden, errors, context)
-        x = shape.batch(settings.batch)
+        x = shape.batch(settings.batch, seed=INPUT_SEED)
         for section, make in (("train", train_step), ("inference", inference_pass)):
             if section not in settings.sections:
                 continue
@@ -41,7 +47,7 @@ def measure_sequences(
             samples = interleaved_samples(
                 runs, settings.repeats, settings.warmup, errors, {**context, "section": section}
             )
-            out[section] += [
+            records = [
                 {
                     "subject": name,
                     "shape": shape.name,
@@ -53,61 +59,21 @@ def measure_sequences(
                 }
                 for name, s in samples.items()
             ]
+            alone = measure_alone(subjects, section, shape, settings, errors)
+            for record in records:
+                if record["subject"] in alone:
+                    attach_alone(record, "median", alone[record["subject"]]["run"])
+            out[section] += records
     for section in out:
         attach_ratios(out[section], "median", {"lstm": LSTM, "gru": GRU})
     return out
 
 
-def stream_runs(
-    subject: Subject, layer: nn.Module, input_size: int, hidden: int, steps: int
-) -> Tuple[Callable[[], None], Callable[[], None]]:
-    """Two no-grad loops of ``steps`` batch-1 steps: the bare cell and the layer's ``step``.
-
-    For nn.LSTM / nn.GRU the bare cell is nn.LSTMCell / nn.GRUCell and the layer step is the layer
-    on a one-step sequence.
-    """
-    x_t = torch.randn(1, input_size)
-    if subject.cell is None:
-        cell = getattr(nn, subject.name.split(".")[1] + "Cell")(input_size, hidden)
-        zero = torch.zeros(1, hidden)
-        cell_state = (zero, zero) if subject.name == LSTM else zero
-
-        def cell_loop() -> None:
-            with torch.no_grad():
-                state = cell_state
-                for _ in range(steps):
-                    state = cell(x_t, state)
-
-        def layer_loop() -> None:
-            with torch.no_grad():
-                state = None
-                x = x_t.unsqueeze(1)
-                for _ in range(steps):
-                    _, state = layer(x, state)
-
-        return cell_loop, layer_loop
-
-    cell = layer.cells[0]
-
-    def cell_loop() -> None:
-        with torch.no_grad():
-            state = cell.init_state(1)
-            for _ in range(steps):
-                _, state = cell(x_t, state)
-
-    def layer_loop() -> None:
-        with torch.no_grad():
-            state = None
-            for _ in range(steps):
-                _, state = layer.step(x_t, state)
-
-    return cell_loop, layer_loop
-
-
 def measure_stream(
     subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
 ) -> List[Dict[str, Any]]:
-    """Seconds per streaming step at batch 1 (``cell_median``: bare cell, ``layer_median``: layer)."""
+    """Seconds per streaming step at batch 1 (``cell_median``: bare cell, ``layer_median``: layer); nn.LSTM's
+    and nn.GRU's also alone (``bench/alone.py``)."""
     records = []
     for shape in settings.shapes:
         context = {"shape": shape.name, "section": "stream"}
@@ -122,6 +88,7 @@ def measure_stream(
                 runs[(subject.name, "cell")] = cell_loop
                 runs[(subject.name, "layer")] = layer_loop
         samples = interleaved_samples(runs, settings.repeats, settings.warmup, errors, context)
+        alone = measure_alone(subjects, "stream", shape, settings, errors)
         for subject in subjects:
             pair = samples.get((subject.name, "cell")), samples.get((subject.name, "layer"))
             if None in pair:
@@ -140,6 +107,9 @@ def measure_stream(
                     "layer_median": median(per_step[1]),
                 }
             )
+            for part in ("cell", "layer") if subject.name in alone else ():
+                per_step = [s / settings.stream_steps for s in alone[subject.name][part]]
+                attach_alone(records[-1], f"{part}_median", per_step)
     attach_ratios(records, "cell_median", {"lstmcell": LSTM})
     attach_ratios(records, "layer_median", {"lstm_layer": LSTM})
     return records
@@ -148,19 +118,25 @@ def measure_stream(
 def measure_scaling(
     subjects: Sequence[Subject], settings: Settings, errors: List[Dict[str, Any]]
 ) -> List[Dict[str, Any]]:
-    """Training step time at each length of ``settings.lengths``; the log-log slope tests linearity."""
+    """Training step time at each length of ``settings.lengths``; the log-log slope tests linearity.
+    nn.LSTM, the baseline of ``ratio_lstm``, is also timed alone at each length (``bench/alone.py``)."""
     shape = settings.scaling_shape
     context = {"shape": shape.name, "section": "scaling"}
     layers = built_layers(subjects, shape.input_size, settings.hidden, errors, context)
     medians: Dict[str, Dict[int, float]] = {name: {} for name in layers}
+    alone: Dict[int, float] = {}
     for steps in settings.lengths:
         progress(f"scaling {shape.name} T={steps}")
-        x = shape.batch(settings.batch, steps)
+        x = shape.batch(settings.batch, steps, seed=INPUT_SEED)
         runs = {name: train_step(layer, x) for name, layer in layers.items()}
         for name, s in interleaved_samples(
             runs, settings.repeats, settings.warmup, errors, {**context, "steps": steps}
         ).items():
             medians[name][steps] = median(s)
+        lstm = [s for s in subjects if s.name == LSTM]
+        probe = measure_alone(lstm, "train", replace(shape, steps=steps), settings, errors).get(LSTM)
+        if probe is not None:
+            alone[steps] = median(probe["run"])
     records = []
     for name, by_length in medians.items():
         lengths = [t for t in settings.lengths if t in by_length]
@@ -179,9 +155,19 @@ def measure_scaling(
                 "slope": loglog_slope(lengths, seconds),
             }
         )
-    lstm = next((r["medians"] for r in records if r["subject"] == LSTM), None)
+    lstm = next((r for r in records if r["subject"] == LSTM), None)
+    if lstm is not None and alone:
+        lstm["alone_medians"] = [alone.get(t) for t in lstm["lengths"]]
+        lstm["references"] = [
+            "alone" if a is not None and a < m else "interleaved"
+            for m, a in zip(lstm["medians"], lstm["alone_medians"])
+        ]
+    best = None
+    if lstm is not None:  # nn.LSTM at its best: the faster of interleaved and alone at each length
+        alone_medians = lstm.get("alone_medians") or [None] * len(lstm["medians"])
+        best = [m if a is None else min(m, a) for m, a in zip(lstm["medians"], alone_medians)]
     for record in records:
-        record["ratio_lstm"] = [s / b for s, b in zip(record["medians"], lstm)] if lstm else None
+        record["ratio_lstm"] = [s / b for s, b in zip(record["medians"], best)] if best else None
     return records
 
 
@@ -217,8 +203,9 @@ def flops_records(
     """Achieved GFLOP/s: forward FLOPs x B per inference pass, 3x that per training step (the usual
     convention that a backward pass costs two forward passes); its fraction of the sgemm ``peak``; and
     the arithmetic-limit ratio ``ratio_lstm_flops`` = the subject's FLOPs / nn.LSTM's at the same
-    shape: the time ratio to nn.LSTM the subject would have if both ran at the same GFLOP/s."""
-    medians = {(s, r["subject"], r["shape"]): r["median"] for s in ("train", "inference") for r in timings[s]}
+    shape: the time ratio to nn.LSTM the subject would have if both ran at the same GFLOP/s. nn.LSTM's and
+    nn.GRU's rates come from their faster time, interleaved or alone (``train_reference`` says which)."""
+    timed = {(s, r["subject"], r["shape"]): r for s in ("train", "inference") for r in timings[s]}
     records = []
     for shape in settings.shapes:
         layers = built_layers(
@@ -247,7 +234,10 @@ def flops_records(
                 "forward_flops_per_sequence": flops,
             }
             for section, factor in (("train", 3.0), ("inference", 1.0)):
-                seconds = medians.get((section, subject.name, shape.name))
+                timing = timed.get((section, subject.name, shape.name))
+                seconds = None if timing is None else reference_time(timing, "median")
+                if timing is not None and "reference" in timing:  # a baseline: its rate at its faster time
+                    record[f"{section}_reference"] = timing["reference"]
                 gflops = factor * flops * settings.batch / seconds / 1e9 if seconds else None
                 record[f"{section}_gflops"] = gflops
                 record[f"{section}_peak_fraction"] = gflops / peak if gflops and peak else None

@@ -24,13 +24,15 @@ class Shape:
     input_size: int
     one_hot: bool = False
 
-    def batch(self, batch_size: int, steps: int | None = None) -> Tensor:
-        """``(B, T, d)`` float input; one-hot symbols for the copy task."""
+    def batch(self, batch_size: int, steps: int | None = None, seed: int | None = None) -> Tensor:
+        """``(B, T, d)`` float input; one-hot symbols for the copy task. With ``seed``, drawn from a generator
+        of its own, so that another process draws the same input whatever it drew before."""
         steps = self.steps if steps is None else steps
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
         if self.one_hot:
-            symbols = torch.randint(0, self.input_size, (batch_size, steps))
+            symbols = torch.randint(0, self.input_size, (batch_size, steps), generator=generator)
             return nn.functional.one_hot(symbols, self.input_size).float()
-        return torch.randn(batch_size, steps, self.input_size)
+        return torch.randn(batch_size, steps, self.input_size, generator=generator)
 
 
 SHAPES = {
@@ -82,7 +84,8 @@ class Target:
 
 
 #: The CPU speed targets, as limits for an nn.LSTM at its best (a quiet AVX-512 host, where oneDNN's LSTM reaches
-#: ~100 % of the sgemm peak), training at 2 threads with the same allocator tuning, in the same process.
+#: ~100 % of the sgemm peak), training at 2 threads with the same allocator tuning: the faster of its time in the
+#: benchmark's process and its time alone in a fresh one (bench/alone.py).
 TRAIN_TARGETS = (
     Target("SRNN (relu) training step", "srnn[relu]", "train", LSTM, 0.10),
     Target("iRNN K=1 low-rank training step", "irnn[K=1,lowrank]", "train", LSTM, 0.15),

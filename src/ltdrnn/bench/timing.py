@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..memory import MALLOC_ENV, tune_malloc
-from .subjects import Shape, Subject
+from .subjects import LSTM, Shape, Subject
 
 
 def interleaved_samples(
@@ -56,8 +56,26 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+#: Per timed key of a baseline's record, the key naming the time its ratios divide by (``alone`` or
+#: ``interleaved``; see :func:`reference_time`); ``*_gflops`` of the flops records follow the time they came from.
+REFERENCE_FIELDS = {
+    "median": "reference",
+    "cell_median": "cell_reference",
+    "layer_median": "layer_reference",
+    "train_gflops": "train_reference",
+    "inference_gflops": "inference_reference",
+}
+
+
+def reference_time(record: Dict[str, Any], key: str) -> Optional[float]:
+    """A baseline's value of ``key`` at its best: the faster of ``record[key]`` (interleaved with the other
+    subjects) and ``record["alone_" + key]`` (alone in a fresh process, ``bench/alone.py``) when measured."""
+    alone = record.get("alone_" + key)
+    return record[key] if alone is None or record[key] is None else min(record[key], alone)
+
+
 def attach_ratios(records: List[Dict[str, Any]], key: str, baselines: Dict[str, str]) -> None:
-    """Add ``ratio_<label>`` = ``record[key] / baseline's record[key]`` within each group of records
+    """Add ``ratio_<label>`` = ``record[key] / baseline's reference_time(key)`` within each group of records
     that share everything but the subject (same section, shape, batch ...)."""
 
     def group(r: Dict[str, Any]) -> Tuple:
@@ -67,7 +85,7 @@ def attach_ratios(records: List[Dict[str, Any]], key: str, baselines: Dict[str, 
     for record in records:
         for label, baseline in baselines.items():
             reference = index.get((group(record), baseline))
-            value = reference[key] if reference is not None else None
+            value = reference_time(reference, key) if reference is not None else None
             record[f"ratio_{label}"] = record[key] / value if value else None
 
 
@@ -86,6 +104,11 @@ class Settings:
     sections: List[str]
     threads: int
     malloc_tuning: bool
+    alone_reference: bool = True
+
+
+#: The seed of every timed input, here and in the fresh processes that time the references alone.
+INPUT_SEED = 0
 
 
 def built_layers(
@@ -117,6 +140,52 @@ def inference_pass(layer: nn.Module, x: Tensor) -> Callable[[], None]:
             layer(x)
 
     return run
+
+
+def stream_runs(
+    subject: Subject, layer: nn.Module, input_size: int, hidden: int, steps: int
+) -> Tuple[Callable[[], None], Callable[[], None]]:
+    """Two no-grad loops of ``steps`` batch-1 steps: the bare cell and the layer's ``step``.
+
+    For nn.LSTM / nn.GRU the bare cell is nn.LSTMCell / nn.GRUCell and the layer step is the layer
+    on a one-step sequence.
+    """
+    x_t = torch.randn(1, input_size, generator=torch.Generator().manual_seed(INPUT_SEED))
+    if subject.cell is None:
+        cell = getattr(nn, subject.name.split(".")[1] + "Cell")(input_size, hidden)
+        zero = torch.zeros(1, hidden)
+        cell_state = (zero, zero) if subject.name == LSTM else zero
+
+        def cell_loop() -> None:
+            with torch.no_grad():
+                state = cell_state
+                for _ in range(steps):
+                    state = cell(x_t, state)
+
+        def layer_loop() -> None:
+            with torch.no_grad():
+                state = None
+                x = x_t.unsqueeze(1)
+                for _ in range(steps):
+                    _, state = layer(x, state)
+
+        return cell_loop, layer_loop
+
+    cell = layer.cells[0]
+
+    def cell_loop() -> None:
+        with torch.no_grad():
+            state = cell.init_state(1)
+            for _ in range(steps):
+                _, state = cell(x_t, state)
+
+    def layer_loop() -> None:
+        with torch.no_grad():
+            state = None
+            for _ in range(steps):
+                _, state = layer.step(x_t, state)
+
+    return cell_loop, layer_loop
 
 
 # ---- the machine -------------------------------------------------------------------------------------

@@ -72,6 +72,13 @@ def add_commands(sub) -> None:
         "large MALLOC_TRIM_THRESHOLD_ through mallopt at start-up)",
     )
     parser.add_argument(
+        "--no-alone-reference",
+        dest="alone_reference",
+        action="store_false",
+        help="time nn.LSTM and nn.GRU only interleaved with the cells: quicker, but their neighbours may slow them "
+        "(default: also each alone in a fresh process per section and shape, and the ratios use the faster time)",
+    )
+    parser.add_argument(
         "--device",
         default="cpu",
         choices=("cpu", "cuda"),
