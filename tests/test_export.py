@@ -166,9 +166,12 @@ def test_generated_c_is_self_contained_c99():
     assert re.search(r"#  if defined\(__AVR__\)\n#    include <avr/pgmspace.h>", source.source)
     assert "malloc" not in source.source
     assert not re.findall(r"static (?!const)[\w ]+\[", source.source)  # no mutable static data: reentrant
-    assert "void edge_net_step(const float *x, float *state, float *out)" in source.source
+    step = "int edge_net_step(const EDGE_NET_input_t x[EDGE_NET_INPUT_SIZE], EDGE_NET_state_t *{}, "
+    step += "EDGE_NET_output_t out[EDGE_NET_OUTPUT_SIZE])"
+    assert step.format("model_state") in source.source and step.format("state") + ";" in source.header
     assert "void edge_net_init(EDGE_NET_state_t *state);" in source.header
-    assert "typedef float EDGE_NET_value_t;" in source.header
+    assert "typedef struct { float values[EDGE_NET_STATE_SIZE]; } EDGE_NET_state_t;" in source.header
+    assert "typedef float EDGE_NET_input_t;" in source.header and "typedef float EDGE_NET_output_t;" in source.header
     assert "#define EDGE_NET_STATE_SIZE 16" in source.header
     # every weight is a const array behind the storage macro (flash on AVR): the classifier head too
     assert re.search(r"static const float head_w\[\d+\] LTDRNN_FLASH = ", source.source)

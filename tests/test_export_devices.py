@@ -108,8 +108,9 @@ def test_avr_keeps_weights_in_flash_and_the_integer_step_links_no_float(tmp_path
         _, step, generated, _ = prepared("lstm", {}, int8, hidden=16)
         elf = tmp_path / f"{int8}.elf"
         (tmp_path / "net.h").write_text(generated.header)
-        (tmp_path / "net.c").write_text(generated.source.replace("void net_quantise", "static void unused_quantise"))
-        build = ["avr-gcc", *devices.AVR_FLAGS, "-Wno-unused-function", f"-I{tmp_path}", f"-I{devices.FIRMWARE}"]
+        (tmp_path / "net.c").write_text(generated.source)
+        build = ["avr-gcc", *devices.AVR_FLAGS, f"-I{tmp_path}", f"-I{devices.FIRMWARE}"]
+        build += ["-DLTDRNN_NO_FLOAT"] * int8  # the integer build without its float input functions
         build += [
             "-DLTDRNN_MODEL=net",
             "-DLTDRNN_MODEL_UPPER=NET",
@@ -123,6 +124,54 @@ def test_avr_keeps_weights_in_flash_and_the_integer_step_links_no_float(tmp_path
         symbols = subprocess.run(["avr-nm", str(elf)], capture_output=True, text=True, check=True).stdout
         floats = {"__mulsf3", "__addsf3", "__divsf3", "__fixsfsi"} & set(symbols.split())
         assert bool(floats) != int8, floats  # the float step needs them, the integer step none
+
+
+PROGRAM = """#include "net.h"
+volatile {sample} reading;
+volatile int16_t sink;
+int main(void)
+{{
+    static NET_state_t state;
+    NET_input_t x[NET_INPUT_SIZE];
+    NET_output_t out[NET_OUTPUT_SIZE];
+    {sample} sample[NET_INPUT_SIZE];
+    net_init(&state);
+    for (;;) {{
+        for (int i = 0; i < NET_INPUT_SIZE; ++i) sample[i] = reading;
+        if (net_{quantise}(sample, x) == NET_OK && net_step(x, &state, out) == NET_OK) sink = out[0];
+    }}
+}}
+"""
+
+
+@needs_cc
+@needs_avr
+def test_adc_counts_reach_the_integer_step_without_float_on_avr(tmp_path):
+    """A program that feeds ADC counts through NAME_quantise_adc, built with LTDRNN_NO_FLOAT, links no
+    soft-float routine, and is smaller than the same program quantising float samples (docs/deployment.md
+    states the difference)."""
+    model = make_model("fastgrnn", {"u_rank": 4}, d=1, hidden=16, classes=2)
+    scaling = {"input": {"channel": {"mean": [0.1], "std": [0.9]}}}
+    cal = inputs(batch=32, steps=9, d=1, seed=11).double().numpy()
+    generated = c_export.generate_c(StreamingStep(model), "net", True, cal, scaling, {"scale": 5 / 1023})
+    (tmp_path / "net.h").write_text(generated.header)
+    (tmp_path / "net.c").write_text(generated.source)
+    flash, floats = {}, {}
+    for kind, sample, quantise, flags in [
+        ("float", "float", "quantise", []),
+        ("adc", "int32_t", "quantise_adc", ["-DLTDRNN_NO_FLOAT"]),
+    ]:
+        (tmp_path / f"{kind}.c").write_text(PROGRAM.format(sample=sample, quantise=quantise))
+        elf = tmp_path / f"{kind}.elf"
+        sources = [str(tmp_path / f"{kind}.c"), str(tmp_path / "net.c"), "-Wl,--gc-sections", "-lm"]
+        build = ["avr-gcc", *devices.AVR_FLAGS, *flags, f"-I{tmp_path}", "-o", str(elf), *sources]
+        subprocess.run(build, check=True, capture_output=True)
+        sections = devices._sections("avr-size", elf)
+        flash[kind] = sections.get(".text", 0) + sections.get(".data", 0)
+        symbols = subprocess.run(["avr-nm", str(elf)], capture_output=True, text=True, check=True).stdout.split()
+        floats[kind] = {s for s in symbols if s.endswith("sf3") or "fixsf" in s or "floatsisf" in s}
+    assert floats["adc"] == set() and {"__mulsf3", "__divsf3"} <= floats["float"]
+    assert flash["float"] - flash["adc"] > 500
 
 
 @needs_cc
@@ -170,14 +219,18 @@ def test_cells_run_on_a_cortex_m4_in_qemu(tmp_path, cell, options, int8, record_
 
 @needs_cc
 @needs_avr
-@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
-def test_arduino_sketch_streams_a_serial_input(tmp_path, int8):
+@pytest.mark.parametrize("int8,window", [(False, False), (True, False), (False, True)], ids=["fp32", "int8", "window"])
+def test_arduino_sketch_streams_a_serial_input(tmp_path, int8, window):
     """examples/arduino/ltdrnn_stream, built for the ATmega328P against a stub of the Arduino core whose
     Serial is simavr's harness: fed two sequences as text lines, it prints each one's class and logits,
-    as the same model compiled for the host computes them."""
+    as the same model compiled for the host computes them; a line with a NaN is refused ("E -1") and
+    the sequence starts again. For a model trained on series z-normalised one by one (``window``), the
+    sketch normalises each window (at another level and scale here) before running it."""
     root = Path(__file__).resolve().parents[1]
     model, step, _, calibration = prepared("gru", {}, int8)
     agreed = {"classes": ["walk", "run", "sit", "jump"], "validated_length": 9}
+    if window:
+        agreed["input"] = {"window": {"ddof": 1}}
     generated = c_export.generate_c(step, "model", int8, calibration if int8 else None, agreed)
     sketch = tmp_path / "sketch"
     sketch.mkdir()
@@ -193,15 +246,24 @@ def test_arduino_sketch_streams_a_serial_input(tmp_path, int8):
                     str(stub / "main.cpp"), str(tmp_path / "model.o"), "-Wl,--gc-sections", "-lm"],
                    check=True, capture_output=True)  # fmt: skip
     x = inputs(batch=2)
-    lines = "".join(" ".join(f"{v:.6g}" for v in sample) + "\n" for sequence in x.numpy() for sample in sequence)
+    fed = x * 4.0 + 9.0 if window else x
+    lines = ["".join(" ".join(f"{v:.6g}" for v in sample) + "\n" for sample in sequence) for sequence in fed.numpy()]
+    # four samples, then one with a NaN: refused, and the sequence starts again with the next sample
+    refused = "" if window else "".join(lines[0].splitlines(keepends=True)[:4]) + "0.5 nan 1\n"
     harness = devices.build_simavr_harness(tmp_path)
     output = tmp_path / "printed.txt"
-    subprocess.run([str(harness), str(elf), "atmega328p", "16000000", str(output)], input=(lines + "q").encode(),
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([str(harness), str(elf), "atmega328p", "16000000", str(output)],
+                   input=(refused + "".join(lines) + "q").encode(), check=True, capture_output=True)  # fmt: skip
     printed = output.read_text().splitlines()
     written = c_build.write(step, tmp_path, "host", int8, calibration if int8 else None)
-    parsed = np.array([[float(v) for v in line.split()] for line in lines.splitlines()], np.float32).reshape(x.shape)
+    parsed = np.array([[float(v) for v in line.split()] for line in "".join(lines).splitlines()], np.float32)
+    parsed = parsed.reshape(x.shape)
+    if window:  # what each window becomes: z-normalised per channel, ddof 1
+        parsed = (parsed - parsed.mean(1, keepdims=True)) / parsed.std(1, ddof=1, keepdims=True)
     host = run_sequences(written["step"], written["init"](2), parsed)
+    if refused:
+        assert printed[0] == "E -1"
+        printed = printed[1:]
     assert len(printed) == 2
     for line, logits in zip(printed, host):
         index, name, *values = line.split()

@@ -41,7 +41,8 @@ def test_integer_c_step_agrees_with_eager_pytorch(tmp_path, cell, options, layer
     with torch.no_grad():
         expected = model(x, lengths).numpy()
     state = written["init"](x.shape[0])
-    typedef = re.search(r"typedef (\w+) NET_state_t;", (tmp_path / "net.h").read_text()).group(1)
+    header = (tmp_path / "net.h").read_text()
+    typedef = re.search(r"typedef struct \{ (\w+) values\[NET_STATE_SIZE\]; \} NET_state_t;", header).group(1)
     assert state.dtype == {"int16_t": np.int16, "int32_t": np.int32}[typedef]
     got = run_sequences(written["step"], state, x.numpy(), lengths.tolist())
     error = np.abs(got - expected).max()
@@ -50,26 +51,28 @@ def test_integer_c_step_agrees_with_eager_pytorch(tmp_path, cell, options, layer
     assert written["generated"].weight_bytes < 0.6 * c_export.generate_c(step, "net").weight_bytes
 
 
-def _without_quantise(source: str, name: str) -> str:
-    """The source without ``NAME_quantise`` (the one function that takes float, off the step)."""
-    return re.sub(rf"void {name}_quantise\(.*?\n}}\n", "", source, flags=re.S)
+def _without_float_input(source: str) -> str:
+    """The source without the functions that take float input (``NAME_quantise``, off the step), which sit
+    behind ``LTDRNN_NO_FLOAT``."""
+    return re.sub(r"#if !defined\(LTDRNN_NO_FLOAT\)\n.*?\n#endif\n", "", source, flags=re.S)
 
 
 @needs_cc
 @pytest.mark.parametrize("cell", ["lstm", "mist", "sarnn", "tarnn"])
 def test_integer_step_has_no_float(tmp_path, cell):
-    """No float type, literal or libm call outside NAME_quantise, and the rest compiles where the
-    compiler may not use a floating-point register (x86's -mgeneral-regs-only)."""
+    """No float type, literal or libm call outside the float input functions (NAME_quantise), and with
+    LTDRNN_NO_FLOAT, which leaves them out, it compiles where the compiler may not use a floating-point
+    register (x86's -mgeneral-regs-only)."""
     options = {"num_delays": 3} if cell == "mist" else {}
     generated = c_export.generate_c(StreamingStep(make_model(cell, options)), "net", True, calibration())
-    rest = _without_quantise(generated.source, "net")
-    assert "net_quantise" not in rest
-    assert re.search(r"void net_step\(const int16_t \*x, int(16|32)_t \*state, int16_t \*out\)", rest)
+    rest = _without_float_input(generated.source)
+    assert "net_quantise" not in rest and "int net_quantise(" in generated.source
+    assert re.search(r"int net_step\(const NET_input_t x\[NET_INPUT_SIZE\], NET_state_t \*model_state", rest)
     code = re.sub(r"/\*.*?\*/", "", rest[rest.index("static const") :], flags=re.S)
     assert not re.search(r"\bfloat\b|\bdouble\b|tanhf|expf|\d\.\d*f\b", code)
     (tmp_path / "net.h").write_text(generated.header)
-    (tmp_path / "net.c").write_text(rest)
-    flags = (
+    (tmp_path / "net.c").write_text(generated.source)
+    flags = ["-DLTDRNN_NO_FLOAT"] + (
         ["-mgeneral-regs-only"]
         if subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip() in ("x86_64", "aarch64")
         else []
@@ -175,11 +178,11 @@ def test_header_states_formats_and_memory(tmp_path):
     defines = dict(re.findall(r"#define NET_(\w+) (-?\d+)", header))
     assert int(defines["INTEGER"]) == 1 and int(defines["INPUT_FRAC"]) == generated.input_frac
     assert int(defines["STATE_BYTES"]) == 4 * 16  # FastGRNN's state accumulates: int32
-    assert "typedef int32_t NET_state_t;" in header
+    assert "typedef struct { int32_t values[NET_STATE_SIZE]; } NET_state_t;" in header
     assert int(defines["RAM_BYTES"]) == int(defines["STATE_BYTES"]) + int(defines["STACK_BYTES"])
     assert int(defines["FLASH_BYTES"]) == generated.flash_bytes > generated.weight_bytes  # + the tanh table
-    assert "typedef int16_t NET_value_t;" in header
-    assert "void net_quantise(const float *x, int16_t *x_q);" in header
+    assert "typedef int16_t NET_input_t;" in header and "typedef int16_t NET_output_t;" in header
+    assert "int net_quantise(const float x[NET_INPUT_SIZE], NET_input_t x_q[NET_INPUT_SIZE]);" in header
     assert math.isclose(generated.flash_bytes - generated.weight_bytes, 2 * 193)
 
 

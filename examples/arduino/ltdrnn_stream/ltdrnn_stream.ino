@@ -10,8 +10,14 @@
  * sketch prints the predicted class and starts a new sequence: the model was trained and validated on
  * sequences of that length from a fresh state (the contract in model.h).
  *
+ * A model whose training series were z-normalised one by one (MODEL_NORMALISE_WINDOW in model.h, e.g.
+ * UCR's GunPoint) needs each window whole: the sketch keeps the window's samples, z-normalises them
+ * (model_normalise_window) and runs the sequence at the window's end.
+ *
  *   > 0.12, -0.7            one sample
  *   < 1 "2" 3.52 -1.07      at a sequence's end: class index, class name, the logits
+ *   < E -1                  the model refused the sequence (MODEL_ERR_*: -1 a NaN or infinite value); it
+ *                           starts again with the next sample
  */
 #include <stdlib.h>
 
@@ -20,13 +26,19 @@
 #ifndef MODEL_VALIDATED_LENGTH
 #define MODEL_VALIDATED_LENGTH 0 /* no validated length: only an empty line ends a sequence */
 #endif
+#if MODEL_NORMALISE_WINDOW && MODEL_VALIDATED_LENGTH == 0
+#error "model.h: a model that normalises each window needs MODEL_VALIDATED_LENGTH (export it from a run)"
+#endif
 
 static const char *const class_names[] = {MODEL_CLASS_NAMES};
-static MODEL_state_t state[MODEL_STATE_SIZE];
-static MODEL_value_t out[MODEL_OUTPUT_SIZE];
+static MODEL_state_t state;
+static MODEL_output_t out[MODEL_OUTPUT_SIZE];
 static char line[16 * MODEL_INPUT_SIZE + 8];
 static unsigned char used = 0;
-static long steps = 0;
+static int steps = 0;
+#if MODEL_NORMALISE_WINDOW
+static float window[MODEL_VALIDATED_LENGTH][MODEL_INPUT_SIZE];
+#endif
 
 static float logit(int k)
 {
@@ -37,8 +49,44 @@ static float logit(int k)
 #endif
 }
 
+/* one raw sample into the model: MODEL_OK, or the quantiser's or the step's negative status */
+static int feed(const float *x)
+{
+#if MODEL_INTEGER
+    MODEL_input_t x_q[MODEL_INPUT_SIZE];
+    const int status = model_quantise(x, x_q);
+    return status != MODEL_OK ? status : model_step(x_q, &state, out);
+#else
+    return model_step(x, &state, out);
+#endif
+}
+
+static void restart(void)
+{
+    model_init(&state);
+    steps = 0;
+}
+
+static void refuse(int status)
+{
+    Serial.print("E ");
+    Serial.print(status);
+    Serial.println();
+    restart();
+}
+
 static void finish_sequence(void)
 {
+#if MODEL_NORMALISE_WINDOW
+    if (steps > 0) {
+        int status = model_normalise_window(&window[0][0], steps);
+        for (int t = 0; status == MODEL_OK && t < steps; ++t) status = feed(window[t]);
+        if (status != MODEL_OK) {
+            refuse(status);
+            return;
+        }
+    }
+#endif
     if (steps > 0) {
         int best = 0;
         for (int k = 1; k < MODEL_OUTPUT_SIZE; ++k) best = out[k] > out[best] ? k : best;
@@ -52,8 +100,7 @@ static void finish_sequence(void)
         }
         Serial.println();
     }
-    model_init(state);
-    steps = 0;
+    restart();
 }
 
 static void take_sample(char *text)
@@ -66,12 +113,14 @@ static void take_sample(char *text)
         text = end;
         while (*text == ',' || *text == ' ') ++text;
     }
-#if MODEL_INTEGER
-    int16_t x_q[MODEL_INPUT_SIZE];
-    model_quantise(x, x_q);
-    model_step(x_q, state, out);
+#if MODEL_NORMALISE_WINDOW
+    for (int i = 0; i < MODEL_INPUT_SIZE; ++i) window[steps][i] = x[i];
 #else
-    model_step(x, state, out);
+    const int status = feed(x);
+    if (status != MODEL_OK) {
+        refuse(status);
+        return;
+    }
 #endif
     if (++steps == MODEL_VALIDATED_LENGTH) finish_sequence();
 }
@@ -79,7 +128,7 @@ static void take_sample(char *text)
 void setup()
 {
     Serial.begin(115200);
-    model_init(state);
+    restart();
 }
 
 void loop()

@@ -24,6 +24,12 @@ def add_commands(sub) -> None:
     export.add_argument(
         "--mcu", choices=("atmega328p", "cortex-m4"), help="c: refuse a step that does not fit this microcontroller"
     )
+    export.add_argument(
+        "--adc-scale",
+        help="c --int8: the sensor's units per ADC count (one number, or one per channel, comma-separated): "
+        "adds NAME_quantise_adc, integer counts to the step's input without float",
+    )
+    export.add_argument("--adc-offset", help="c --int8: the sensor's units at count 0 (default 0; with --adc-scale)")
     with_command(export, "export", cmd_export)
     table = sub.add_parser(
         "device-table",
@@ -48,6 +54,7 @@ def cmd_export(args) -> int:
             measure=not args.no_measure,
             latency_steps=args.latency_steps,
             mcu=args.mcu,
+            adc=_adc(args.adc_scale, args.adc_offset),
         )
     except ExportError as error:
         print(f"ltdrnn export: {error}", file=sys.stderr)
@@ -55,6 +62,23 @@ def cmd_export(args) -> int:
     print(summary(report))
     print(f"written: {report['out']} (report.json, report.md)")
     return 0
+
+
+def _adc(scale, offset):
+    """``{"scale", "offset"}`` of ``--adc-scale`` and ``--adc-offset`` (comma-separated numbers), or None."""
+    from ..export import ExportError
+
+    if scale is None:
+        if offset is not None:
+            raise ExportError("adc offset (--adc-offset): given without --adc-scale, the units per count")
+        return None
+    mapping = {}
+    for key, option, text in (("scale", "--adc-scale", scale), ("offset", "--adc-offset", offset or "0")):
+        try:
+            mapping[key] = [float(v) for v in text.split(",")]
+        except ValueError:
+            raise ExportError(f"adc {key} ({option}): expected comma-separated numbers, got {text!r}") from None
+    return mapping
 
 
 def cmd_device_table(args) -> int:

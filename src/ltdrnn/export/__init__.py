@@ -62,6 +62,7 @@ def export(
     split: str = "test",
     latency_steps: int = 20000,
     mcu: Optional[str] = None,
+    adc: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Export a trained model's streaming step and measure it; returns the report (also ``report.json``).
 
@@ -79,11 +80,19 @@ def export(
         latency_steps: timed steps per latency figure, 1 to :data:`MAX_LATENCY_STEPS`.
         mcu: a microcontroller of :data:`ltdrnn.export.devices.MCUS`: refuse a C step whose constants
             or RAM exceed it (the report lists the fit on every known one either way); C format only.
+        adc: ``{"scale": s, "offset": o}``, the sensor's ``units = counts * scale + offset`` (one number or
+            one per input channel; offset 0 if left out): the integer C step gets ``NAME_quantise_adc``,
+            which turns ADC counts into its input without float. C with ``int8`` only.
     """
     from . import devices
     from .c_export import check_c_supported, check_name
 
     _check_arguments(format, int8, latency_steps, mcu, devices.MCUS)
+    if adc is not None and not (format == "c" and int8):
+        raise ExportError(
+            f"adc (--adc-scale): the ADC helper feeds the integer C step; export with --format c --int8, got "
+            f"format {format!r}{' with --int8' if int8 else ' without --int8'}"
+        )
     model, run_task, origin, run_dir = _source(source)
     check_finite(model)
     task = task or run_task
@@ -107,11 +116,11 @@ def export(
     calibration = _calibration(task)
     if format == "c" and int8 and calibration is None:
         raise ExportError("int8: the integer C step is calibrated on the task's training split; pass task=")
-    c_costs = _c_costs(step, name, calibration, agreed, format, "int8" if int8 else "fp32")
+    c_costs = _c_costs(step, name, calibration, agreed, format, "int8" if int8 else "fp32", adc)
     fits = devices.fits(c_costs)
     if mcu is not None:
         devices.require_fit(fits, mcu, "int8" if int8 else "fp32")
-    written = _write(format, step, out, name, int8, cells, calibration, agreed)
+    written = _write(format, step, out, name, int8, cells, calibration, agreed, adc)
     report = _report(format, int8, name, origin, step, cells, written, task, c_costs, fits, agreed)
     if measure and task is not None:
         _measure(report, format, model, step, written, task, split, latency_steps, agreed)
@@ -175,7 +184,7 @@ def _calibration(task) -> Optional[np.ndarray]:
     return x.detach().double().cpu().numpy()
 
 
-def _c_costs(step, name, calibration, agreed, format, wanted) -> Dict[str, Any]:
+def _c_costs(step, name, calibration, agreed, format, wanted, adc=None) -> Dict[str, Any]:
     """The flash, RAM and stack of the fp32 and (with calibration data) int8 C steps; None where the C
     generator does not handle the model (an error only for the C step being exported)."""
     from .c_export import generate_c
@@ -185,14 +194,14 @@ def _c_costs(step, name, calibration, agreed, format, wanted) -> Dict[str, Any]:
         if kind == "int8" and calibration is None:
             continue
         try:
-            costs[kind] = generate_c(step, name, kind == "int8", calibration, agreed)
+            costs[kind] = generate_c(step, name, kind == "int8", calibration, agreed, adc if kind == "int8" else None)
         except ExportError:
             if format == "c" and kind == wanted:
                 raise
     return costs
 
 
-def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, cells, calibration, agreed):
+def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, cells, calibration, agreed, adc):
     """The format's files, written in a staging directory inside ``out`` and moved in when all succeeded."""
     from . import c_build, onnx_export, pt2_export
 
@@ -203,7 +212,7 @@ def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, c
         raise ExportError(f"out: cannot create the export directory {str(out)!r}: {error.strerror or error}") from None
     try:
         if format == "c":
-            written = c_build.write(step, staging, name, int8, calibration, agreed)
+            written = c_build.write(step, staging, name, int8, calibration, agreed, adc)
         else:
             written = {"onnx": onnx_export.write, "pt2": pt2_export.write}[format](step, staging, name, int8)
         written["files"] = [_move(f, out) for f in written["files"]]
@@ -258,7 +267,7 @@ def _report(format, int8, name, origin, step, cells, written, task, c_costs, fit
         },
         "c": {kind: _costs(c) for kind, c in c_costs.items()},
         "fits": fits,
-        "formats": {"input_frac": generated.input_frac, "output_frac": generated.output_frac}
+        "formats": {"input_frac": generated.input_frac, "output_frac": generated.output_frac, "adc": generated.adc}
         if generated is not None and generated.int8
         else None,
         # the state to start every sequence from; null means zeros (the C init function sets it either way)

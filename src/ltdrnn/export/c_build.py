@@ -21,6 +21,7 @@ from .step import ExportError, StreamingStep
 
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror")
 STATE_DTYPES = {"float": np.float32, "int16_t": np.int16, "int32_t": np.int32}
+NONFINITE = -1  # NAME_ERR_NONFINITE: a NaN or infinite input, refused before anything is written
 
 
 def find_compiler() -> str | None:
@@ -56,12 +57,15 @@ def load_library(source: Path, name: str) -> ctypes.CDLL:
 def library_step(library: ctypes.CDLL, generated: CSource, state_size: int, output_size: int):
     """``(x_t (B, d), state (B, S)) -> (y (B, o), state)`` calling ``NAME_step`` row by row (numpy, float32
     in and out). For the integer step the input goes through ``NAME_quantise`` and the output is scaled
-    back by ``2^-OUTPUT_FRAC``; its state is the C state (int16 or int32)."""
+    back by ``2^-OUTPUT_FRAC``; its state is the C state (int16 or int32). A row whose input the C refuses
+    (a non-finite value: ``NAME_ERR_NONFINITE``, nothing written) gets NaN outputs and keeps its state."""
     name = generated.name
     function = getattr(library, f"{name}_step")
     function.argtypes = [ctypes.c_void_p] * 3
-    function.restype = None
+    function.restype = ctypes.c_int
     quantise = getattr(library, f"{name}_quantise", None) if generated.int8 else None
+    if quantise is not None:
+        quantise.argtypes, quantise.restype = [ctypes.c_void_p] * 2, ctypes.c_int
     value = np.int16 if generated.int8 else np.float32
     state_dtype = STATE_DTYPES[generated.state_type]
 
@@ -70,15 +74,17 @@ def library_step(library: ctypes.CDLL, generated: CSource, state_size: int, outp
         state = np.array(state, dtype=state_dtype, order="C")  # a copy: the C step updates it in place
         y = np.empty((x_t.shape[0], output_size), dtype=value)
         x_q = np.empty(x_t.shape[1], dtype=np.int16)
+        refused = np.zeros(x_t.shape[0], dtype=bool)
         for b in range(x_t.shape[0]):
+            x_in = x_t[b].ctypes.data
             if quantise is not None:
-                quantise(ctypes.c_void_p(x_t[b].ctypes.data), ctypes.c_void_p(x_q.ctypes.data))
+                refused[b] = quantise(x_in, x_q.ctypes.data) == NONFINITE
+                if refused[b]:
+                    continue
                 x_in = x_q.ctypes.data
-            else:
-                x_in = x_t[b].ctypes.data
-            function(x_in, state[b].ctypes.data, y[b].ctypes.data)
-        if generated.int8:
-            return y.astype(np.float32) / np.float32(2.0**generated.output_frac), state
+            refused[b] = function(x_in, state[b].ctypes.data, y[b].ctypes.data) == NONFINITE
+        y = y.astype(np.float32) / np.float32(2.0**generated.output_frac) if generated.int8 else y
+        y[refused] = np.nan
         return y, state
 
     return run
@@ -112,16 +118,20 @@ _BENCH = """#define _POSIX_C_SOURCE 199309L
 
 int main(void)
 {{
-    static {upper}_value_t x[{upper}_INPUT_SIZE], out[{upper}_OUTPUT_SIZE];
-    static {upper}_state_t state[{upper}_STATE_SIZE];
+    static {upper}_input_t x[{upper}_INPUT_SIZE];
+    static {upper}_output_t out[{upper}_OUTPUT_SIZE];
+    static {upper}_state_t state;
     double sink = 0.0;
     struct timespec start, stop;
-    {name}_init(state);
-    for (long i = 0; i < {steps} / 10 + 1; ++i) {{ x[0] = ({upper}_value_t)(i % 7); {name}_step(x, state, out); }}
+    {name}_init(&state);
+    for (long i = 0; i < {steps} / 10 + 1; ++i) {{
+        x[0] = ({upper}_input_t)(i % 7);
+        sink += {name}_step(x, &state, out);
+    }}
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
     for (long i = 0; i < {steps}; ++i) {{
-        for (int j = 0; j < {upper}_INPUT_SIZE; ++j) x[j] = ({upper}_value_t)((i + j) % 7 - 3);
-        {name}_step(x, state, out);
+        for (int j = 0; j < {upper}_INPUT_SIZE; ++j) x[j] = ({upper}_input_t)((i + j) % 7 - 3);
+        sink += {name}_step(x, &state, out);
         sink += (double)out[0];
     }}
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &stop);
@@ -146,9 +156,10 @@ def write(
     int8: bool,
     calibration: Optional[np.ndarray] = None,
     contract: Optional[dict] = None,
+    adc: Optional[dict] = None,
 ) -> dict:
     """Write ``NAME.c`` and ``NAME.h``; with a C compiler, also build them for the parity run."""
-    generated = generate_c(step, name, int8, calibration, contract)
+    generated = generate_c(step, name, int8, calibration, contract, adc)
     header, source = out / f"{name}.h", out / f"{name}.c"
     write_atomic(header, generated.header)
     write_atomic(source, generated.source)

@@ -2,14 +2,17 @@
 
 The model is described once as a graph (``cells_ir.py``), scheduled into loops (``schedule.py``) and
 written in one of two dialects (``c_emit.py``): float32 (``c_float.py``), or integer (``int8=True``,
-``c_fixed.py``: int8 weights, int16 values, int32 sums, no float on the step). The API::
+``c_fixed.py``: int8 weights, int16 values, int32 sums, no float on the step). The API (``c_api.py``)::
 
+    NAME_state_t state;                                      /* the whole state: a struct of one array */
     void NAME_init(NAME_state_t *state);                                   /* at every sequence start */
-    void NAME_step(const NAME_value_t *x, NAME_state_t *state, NAME_value_t *out);   /* one time step */
-    void NAME_quantise(const float *x, int16_t *x_q);          /* integer export: the input's int16 form */
+    int NAME_step(const NAME_input_t x[], NAME_state_t *state, NAME_output_t out[]);  /* NAME_OK or < 0 */
+    int NAME_quantise(const float x[], NAME_input_t x_q[]);           /* integer: the input's int16 form */
+    int NAME_quantise_adc(const int32_t counts[], NAME_input_t x_q[]);     /* integer, with an ADC map */
+    int NAME_normalise_window(float *window, int length);      /* series normalised one by one in training */
 
-``NAME_value_t`` is ``float`` or ``int16_t``, ``NAME_state_t`` ``float``, ``int16_t`` or ``int32_t`` (an integer
-state that accumulates, see ``c_fixed.py``); ``state`` has the layout of
+``NAME_input_t`` and ``NAME_output_t`` are ``float`` or ``int16_t``; the state's array holds ``float``,
+``int16_t`` or ``int32_t`` (an integer state that accumulates, see ``c_fixed.py``) in the layout of
 :class:`~ltdrnn.export.step.StreamingStep`'s packed state. No ``malloc``, no mutable static data (scratch
 is on the stack, of compile-time size), constants in flash behind one storage macro (``LTDRNN_FLASH``).
 The header states the input/output contract and the flash, RAM and stack the model needs, and stops
@@ -24,8 +27,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import ir, schedule
-from .c_emit import STORAGE_MACROS, Emitter, float_literal
+from . import c_api, ir, schedule
+from .c_emit import STORAGE_MACROS, Constants, Emitter, float_literal
 from .c_fixed import FixedDialect, quantize_rows
 from .c_float import FloatDialect
 from .cells_ir import build_graph, check_c_supported, supported_cells
@@ -67,6 +70,7 @@ class CSource:
     input_frac: Optional[int] = None
     output_frac: Optional[int] = None
     formats: Dict[str, int] = field(default_factory=dict)
+    adc: Optional[Dict[str, List[float]]] = None  # the sensor's units = counts * scale + offset per channel
 
     @property
     def ram_bytes(self) -> int:
@@ -99,15 +103,23 @@ def generate_c(
     int8: bool = False,
     calibration: Optional[np.ndarray] = None,
     contract: Optional[Dict[str, Any]] = None,
+    adc: Optional[Dict[str, Any]] = None,
 ) -> CSource:
     """The C source and header of ``step`` under the symbol prefix ``name``.
 
     ``int8``: the integer step; its number formats are calibrated on ``calibration`` ``(B, T, d)`` (the
     training split's inputs, normalised as the model sees them), which it requires. ``contract``: the
     input/output contract (``ltdrnn.export.contract``) written into the header; with a per-channel
-    normalisation the C applies it (the float step inside ``NAME_step``, the integer one in ``NAME_quantise``).
+    normalisation the C applies it (the float step inside ``NAME_step``, the integer one in
+    ``NAME_quantise``); with a per-series one (``contract["input"]["window"]``) the source gets
+    ``NAME_normalise_window``. ``adc``: ``{"scale", "offset"}`` of the sensor's ``units = counts scale +
+    offset`` (one number or one per channel): the integer step gets ``NAME_quantise_adc``.
     """
     check_name(name)
+    contract = contract or {}
+    given = contract.get("input") or {}
+    scaling, window = given.get("channel"), given.get("window")
+    adc = _check_adc(adc, int8, window, step.input_size)
     graph = build_graph(step)
     if int8:
         if calibration is None:
@@ -116,8 +128,6 @@ def generate_c(
     else:
         dialect = FloatDialect()
     plan = schedule.plan(graph, dialect.kind)
-    contract = contract or {}
-    scaling = (contract.get("input") or {}).get("channel")
     emitter = Emitter(graph, plan, dialect)
     if scaling and not int8:
         emitter.input_name = "xn"
@@ -125,36 +135,73 @@ def generate_c(
     weight_bytes = dialect.constants.bytes
     helpers = dialect.helper_source()
     prelude = _normalise(dialect, scaling, step.input_size) if scaling and not int8 else []
-    quantise = _quantise(dialect, scaling, step.input_size, name) if int8 else ""
-    flash = dialect.constants.bytes
+    upper = name.upper()
+    inputs = Constants()  # the arrays of the functions that take float input
+    functions = _input_functions(inputs, dialect, scaling, window, step.input_size, name, int8)
+    integer_inputs = Constants()
+    if adc:
+        functions += "\n" + c_api.quantise_adc(integer_inputs, adc, scaling, step.input_size, name, dialect.input_frac)
     scratch = emitter.scratch_bytes + (4 * step.input_size if prelude else 0)
     costs = {
         "weight_bytes": weight_bytes,
-        "flash_bytes": flash,
+        "flash_bytes": dialect.constants.bytes + inputs.bytes + integer_inputs.bytes,
         "state_bytes": STATE_BYTES[dialect.state_type] * graph.state_size,
         "scratch_bytes": scratch,
         "stack_bytes": scratch + FRAME_ALLOWANCE,
     }
-    upper = name.upper()
     what = _describe(step, int8)
-    header = _header(name, step, int8, what, costs, contract, dialect)
+    header = c_api.header(name, step, int8, what, costs, contract, dialect, adc, window)
+    check = [] if int8 else c_api.input_check(step.input_size, upper)
+    finish = [f"return {upper}_OK;"] if int8 else c_api.state_check(upper)
     source = _SOURCE.format(
         name=name,
+        upper=upper,
         what=what,
-        ctype=dialect.ctype,
         state=dialect.state_type,
         macros=STORAGE_MACROS,
         shift_check=f"typedef char {name}_needs_arithmetic_shift[(-2 >> 1) == -1 ? 1 : -1];\n\n" if int8 else "",
         helpers=helpers,
-        arrays="\n".join(dialect.constants.arrays),
+        arrays="\n".join(dialect.constants.arrays + integer_inputs.arrays),
         init="\n    ".join(dialect.init_lines(graph.init_state(), graph.state_size, upper)),
-        quantise=quantise,
-        body="\n".join("    " + line for line in prelude + body),
+        inputs=functions,
+        step=c_api.signature(name, "step", state="model_state"),
+        body="\n".join("    " + line for line in check + prelude + body + finish),
     )
     extra = {}
     if int8:
-        extra = {"input_frac": dialect.input_frac, "output_frac": dialect.output_frac}
+        extra = {"input_frac": dialect.input_frac, "output_frac": dialect.output_frac, "adc": adc}
     return CSource(name, header, source, int8, dialect.state_type, **costs, **extra)
+
+
+def _check_adc(adc, int8: bool, window, size: int):
+    """The ADC mapping, for the integer step of a model whose input is not normalised per window."""
+    if adc is None:
+        return None
+    if not int8:
+        raise ExportError(
+            "adc (--adc-scale): the ADC helper feeds the integer step; export with --int8, or convert counts to "
+            "units (counts * scale + offset) before the float step"
+        )
+    if window:
+        raise ExportError(
+            "adc (--adc-scale): the model's training series were z-normalised one by one, so each window must be "
+            "normalised as a whole (NAME_normalise_window, then NAME_quantise); a fixed counts-to-input map "
+            "cannot do that. Export without --adc-scale"
+        )
+    return c_api.check_adc(adc, size)
+
+
+def _input_functions(constants, dialect, scaling, window, size: int, name: str, int8: bool) -> str:
+    """The functions that take float input (the integer step's behind ``LTDRNN_NO_FLOAT``): the
+    finiteness test, ``NAME_quantise`` and ``NAME_normalise_window``."""
+    parts = [c_api.FINITE.format(name=name)]
+    if int8:
+        parts.append(c_api.quantise(constants, scaling, size, name, dialect.input_frac))
+    if window:
+        parts.append(c_api.normalise_window(name, size, window["ddof"]))
+    if not int8:
+        return "\n\n".join(parts) + "\n"
+    return "\n\n".join([f"#if !defined({c_api.NO_FLOAT})", *constants.arrays, *parts, "#endif"]) + "\n"
 
 
 def _describe(step: StreamingStep, int8: bool) -> str:
@@ -174,164 +221,6 @@ def _normalise(dialect, scaling, size: int) -> List[str]:
     ]
 
 
-def _quantise(dialect, scaling, size: int, name: str) -> str:
-    """``NAME_quantise``: normalise (per channel) and round the input into its int16 format."""
-    scale = float_literal(2.0**dialect.input_frac)
-    value = f"x[i] * {scale}"
-    if scaling:
-        mean = dialect.constants.define("input_mean", "float", [float_literal(v) for v in scaling["mean"]])
-        std = dialect.constants.define("input_std", "float", [float_literal(v) for v in scaling["std"]])
-        read = dialect.constants.read
-        value = f"(x[i] - {read(mean, 'i')}) / {read(std, 'i')} * {scale}"
-    return (
-        f"void {name}_quantise(const float *x, int16_t *x_q)\n{{\n"
-        f"    for (int i = 0; i < {size}; ++i) {{\n"
-        f"        const float v = {value};\n"
-        "        x_q[i] = v != v ? 0 : v >= 32767.0f ? 32767 : v <= -32768.0f ? -32768 : "
-        "(int16_t)(v < 0.0f ? v - 0.5f : v + 0.5f);\n"
-        "    }\n}\n\n"
-    )
-
-
-def _header(name, step, int8, what, costs, contract, dialect) -> str:
-    upper = name.upper()
-    defines = {
-        "INPUT_SIZE": step.input_size,
-        "STATE_SIZE": step.state_size,
-        "OUTPUT_SIZE": step.output_size,
-        "INTEGER": int(int8),
-        "FLASH_BYTES": costs["flash_bytes"],
-        "WEIGHT_BYTES": costs["weight_bytes"],
-        "STATE_BYTES": costs["state_bytes"],
-        "SCRATCH_BYTES": costs["scratch_bytes"],
-        "STACK_BYTES": costs["stack_bytes"],
-        "RAM_BYTES": costs["state_bytes"] + costs["stack_bytes"],
-    }
-    if int8:
-        defines.update(INPUT_FRAC=dialect.input_frac, OUTPUT_FRAC=dialect.output_frac)
-    if contract.get("validated_length"):
-        defines["VALIDATED_LENGTH"] = contract["validated_length"]
-    lines = [f"#define {upper}_{key} {value}" for key, value in defines.items()]
-    names = contract.get("classes") or [f"y{k}" for k in range(step.output_size)]
-    lines.append(f"#define {upper}_CLASS_NAMES " + ", ".join(_c_string(n) for n in names))
-    ram, flash = defines["RAM_BYTES"], defines["FLASH_BYTES"]
-    api = [f"void {name}_init({upper}_state_t *state);"]
-    if int8:
-        api.append(f"void {name}_quantise(const float *x, int16_t *x_q);")
-    api.append(f"void {name}_step(const {upper}_value_t *x, {upper}_state_t *state, {upper}_value_t *out);")
-    return _HEADER.format(
-        name=name,
-        upper=upper,
-        what=what,
-        contract=_contract_comment(contract, int8, upper),
-        defines="\n".join(lines),
-        ctype="int16_t" if int8 else "float",
-        state_type=dialect.state_type,
-        api="\n".join(api),
-        ram=ram,
-        flash=flash,
-        state=costs["state_bytes"],
-        stack=costs["stack_bytes"],
-    )
-
-
-def _c_string(text: str) -> str:
-    """A C string literal of ``text`` (printable ASCII kept, other UTF-8 bytes as octal escapes)."""
-    body = "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\?' else f"\\{b:03o}" for b in str(text).encode())
-    return f'"{body}"'
-
-
-def _wrap(text: str, width: int = 100) -> List[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width - 4) or [""]
-
-
-def _contract_comment(contract: Dict[str, Any], int8: bool, upper: str) -> str:
-    """The input/output contract as the header's comment lines."""
-    entries = []
-    given = contract.get("input") or {}
-    text = given.get("text", "none stated: feed the model's input as the task gave it in training")
-    entries.append(("input", text))
-    if int8:
-        entries.append(
-            (
-                "integer input",
-                f"x_q[i] = round(x_n[i] * 2^{upper}_INPUT_FRAC), saturated to int16, where x_n is the "
-                f"normalised input ({'NAME_quantise does it' if given.get('channel') else 'NAME_quantise rounds it'})",
-            )
-        )
-        entries.append(("integer output", f"out[k] / 2^{upper}_OUTPUT_FRAC is output k (argmax picks the class)"))
-    if contract.get("outputs"):
-        entries.append(("outputs", contract["outputs"]))
-    if contract.get("reset"):
-        entries.append(("reset", contract["reset"]))
-    if contract.get("validated"):
-        entries.append(("validated", contract["validated"]))
-    lines = []
-    for key, text in entries:
-        wrapped = _wrap(f"{key}: {text}".replace("NAME_", upper.lower() + "_").replace("*/", "* /"))
-        lines += [f" *   {wrapped[0]}"] + [f" *     {line}" for line in wrapped[1:]]
-    return "\n".join(lines)
-
-
-_HEADER = """/* {name}: one streaming step of a ltdrnn model ({what}).
- * Generated by ltdrnn's C exporter; C99, no malloc, no mutable static data. Batch 1.
- *
- *   {upper}_state_t state[{upper}_STATE_SIZE];  {upper}_value_t out[{upper}_OUTPUT_SIZE];
- *   {name}_init(state);                      at the start of every sequence
- *   for each time step: {name}_step(x, state, out);   out: the head's output after this step
- *
- * Contract
-{contract}
- *
- * Memory: {flash} B of constants in flash ({upper}_FLASH_BYTES); RAM {ram} B = the caller's state {state} B
- * + stack {stack} B (scratch arrays + an allowance for call frames). The build stops with #error when
- * they exceed LTDRNN_RAM_BUDGET / LTDRNN_FLASH_BUDGET (bytes; on AVR by default the chip's own RAM and
- * flash from <avr/io.h>); set them lower to leave room for the rest of the program.
- */
-#ifndef {upper}_H
-#define {upper}_H
-
-#include <stdint.h>
-
-{defines}
-
-typedef {ctype} {upper}_value_t;  /* input, output */
-typedef {state_type} {upper}_state_t;  /* state (int32_t where an integer state accumulates) */
-
-#if defined(__AVR__)
-#  include <avr/io.h>
-#  if !defined(LTDRNN_RAM_BUDGET) && defined(RAMEND) && defined(RAMSTART)
-#    define LTDRNN_RAM_BUDGET (RAMEND - RAMSTART + 1)
-#  endif
-#  if !defined(LTDRNN_FLASH_BUDGET) && defined(FLASHEND)
-#    define LTDRNN_FLASH_BUDGET (FLASHEND + 1L)
-#  endif
-#  if {upper}_FLASH_BYTES > 65535
-#    error "{name}: more than 64 KiB of constants; AVR's near flash reads (pgm_read_*) reach the first 64 KiB"
-#  endif
-#endif
-#if defined(LTDRNN_RAM_BUDGET) && {upper}_RAM_BYTES > LTDRNN_RAM_BUDGET
-#  error "{name}: needs {ram} B of RAM (state {state} B + stack {stack} B), more than LTDRNN_RAM_BUDGET"
-#endif
-#if defined(LTDRNN_FLASH_BUDGET) && {upper}_FLASH_BYTES > LTDRNN_FLASH_BUDGET
-#  error "{name}: needs {flash} B of flash for its constants, more than LTDRNN_FLASH_BUDGET"
-#endif
-
-#ifdef __cplusplus
-extern "C" {{
-#endif
-
-{api}
-
-#ifdef __cplusplus
-}}
-#endif
-
-#endif
-"""
-
 _SOURCE = """/* {name}: generated by ltdrnn's C exporter ({what}). */
 #include "{name}.h"
 
@@ -345,13 +234,16 @@ _SOURCE = """/* {name}: generated by ltdrnn's C exporter ({what}). */
 
 {helpers}
 
-void {name}_init({state} *state)
+{inputs}
+void {name}_init({upper}_state_t *model_state)
 {{
+    {state} *const state = model_state->values;
     {init}
 }}
 
-{quantise}void {name}_step(const {ctype} *x, {state} *state, {ctype} *out)
+{step}
 {{
+    {state} *const state = model_state->values;
 {body}
 }}
 """

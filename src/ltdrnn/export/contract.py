@@ -8,7 +8,9 @@ Input: a per-channel standardisation with the training split's statistics (``sta
 UCR/UEA task) is streaming-compatible and is applied inside the C step (``(x - mean) / std``) or, for the
 integer step, in ``NAME_quantise``; the ONNX and pt2 steps take the standardised input and the contract
 gives the numbers. A per-series z-normalisation (``znorm=True``) needs the whole series before its first
-step: the contract says so, and that the export is then not a streaming model.
+step: the contract says so, and that the export is then not a streaming model. The same holds for a data set
+whose series were z-normalised one by one before it shipped (UCR's GunPoint): the contract reads it off the
+training series, and a device must z-normalise every window (``NAME_normalise_window`` in C).
 """
 
 from __future__ import annotations
@@ -23,42 +25,87 @@ from .step import StreamingStep
 #: the long-stream probe: this many steps without reset, on this many streams of test sequences
 PROBE_STEPS = 10000
 PROBE_STREAMS = 4
+#: per-series normalisation is read off training series whose mean and std are within this of 0 and 1
+WINDOW_TOLERANCE = 1e-3
+WINDOW_SERIES = 256
 
 
 def input_contract(task) -> Dict[str, Any]:
-    """``{"text", "channel": {"mean", "std"} | None, "streaming": bool}`` of a task's input scaling."""
+    """``{"text", "channel": {"mean", "std"} | None, "window": {...} | None, "streaming": bool}`` of a task's
+    input scaling; ``window`` (:func:`per_series_normalisation`) when each training series was z-normalised
+    on its own, which a device must repeat on every window."""
     extra = dict(task.info.extra or {}) if task is not None else {}
     name = task.info.name if task is not None else None
     channel = None
     if extra.get("standardize") and extra.get("channel_mean") is not None:
         channel = {"mean": [float(v) for v in extra["channel_mean"]], "std": [float(v) for v in extra["channel_std"]]}
-    if extra.get("znorm"):
-        text = (
-            "each series z-normalised per channel over its own length (znorm) before the first step: this needs "
-            "the whole series in advance, so the export is not a streaming model; train with "
-            "task.options.standardize=true (per channel, training statistics) to stream"
-        )
+    window = per_series_normalisation(task, channel) if task is not None else None
+    standardised = (
+        f"per channel x_n[i] = (x[i] - mean[i]) / std[i] with the training split's statistics, "
+        f"mean = {_list(channel['mean'])}, std = {_list(channel['std'])}; the C step applies it "
+        "(feed raw x), the onnx and pt2 steps take x_n"
+        if channel
+        else ""
+    )
+    if window is not None:
+        text = _window_text(window)
         if channel:
-            text += "; then standardised per channel: x_n = (x - mean) / std with the numbers below"
-        return {"text": text, "channel": channel, "streaming": False}
+            text += "; then " + standardised
+        return {"text": text, "channel": channel, "window": window, "streaming": False}
     if channel:
-        text = (
-            "per channel x_n[i] = (x[i] - mean[i]) / std[i] with the training split's statistics, "
-            f"mean = {_list(channel['mean'])}, std = {_list(channel['std'])}; the C step applies it "
-            "(feed raw x), the onnx and pt2 steps take x_n"
-        )
-        return {"text": text, "channel": channel, "streaming": True}
+        return {"text": standardised, "channel": channel, "window": None, "streaming": True}
     if task is None:
-        return {
-            "text": "not known (no task): feed the input as the model was trained on it",
-            "channel": None,
-            "streaming": True,
-        }
-    return {
-        "text": f"x as task {name!r} yields it (no scaling beyond the task's own, see docs/tasks.md)",
-        "channel": None,
-        "streaming": True,
-    }
+        text = "not known (no task): feed the input as the model was trained on it"
+    else:
+        text = f"x as task {name!r} yields it (no scaling beyond the task's own, see docs/tasks.md)"
+    return {"text": text, "channel": None, "window": None, "streaming": True}
+
+
+def per_series_normalisation(task, channel=None) -> Optional[Dict[str, Any]]:
+    """``{"ddof", "source", "series", "largest_deviation"}`` when each training series was z-normalised per
+    channel on its own, else None: the task's ``znorm`` option (ddof 0), or training data whose every
+    series (up to :data:`WINDOW_SERIES`, the per-channel standardisation ``channel`` undone) has mean 0
+    and standard deviation 1 within :data:`WINDOW_TOLERANCE` (UCR's GunPoint ships so, ddof 1)."""
+    extra = task.info.extra or {}
+    if extra.get("znorm"):
+        return {"ddof": 0, "source": "the task's znorm option", "series": None, "largest_deviation": None}
+    if task.info.input_kind == "tokens":
+        return None
+    dataset = task.dataset("train")
+    series = [dataset[i][0].double().numpy() for i in range(min(len(dataset), WINDOW_SERIES))]
+    series = [s.reshape(len(s), -1) for s in series if len(s) > 2]
+    if not series:
+        return None
+    if channel is not None:
+        series = [s * np.asarray(channel["std"]) + np.asarray(channel["mean"]) for s in series]
+    means = np.stack([s.mean(0) for s in series])
+    best = None
+    for ddof in (0, 1):
+        stds = np.stack([s.std(0, ddof=ddof) for s in series])
+        flat = stds <= WINDOW_TOLERANCE  # a constant channel: shifted to 0, not scaled (as znorm leaves it)
+        deviation = float(max(np.abs(means).max(), np.abs(np.where(flat, 1.0, stds) - 1.0).max()))
+        if deviation <= WINDOW_TOLERANCE and not flat.all() and (best is None or deviation < best[1]):
+            best = (ddof, deviation)
+    if best is None:
+        return None
+    return {"ddof": best[0], "source": "the training data", "series": len(series), "largest_deviation": best[1]}
+
+
+def _window_text(window: Dict[str, Any]) -> str:
+    if window["series"] is None:
+        how = "each series z-normalised per channel over its own length (znorm)"
+        advice = "; train with task.options.standardize=true (per channel, training statistics) to stream"
+    else:
+        how = (
+            f"the training series were z-normalised one by one (each of the {window['series']} read has per-channel "
+            f"mean 0 and standard deviation 1 with ddof {window['ddof']}, within {window['largest_deviation']:.1g})"
+        )
+        advice = ""
+    return (
+        f"{how}: this needs the whole series in advance, so the export is not a streaming model. On a device, "
+        f"z-normalise each window per channel (ddof {window['ddof']}; NAME_normalise_window in C) before its first "
+        f"step, and run each window as one sequence from the initial state{advice}"
+    )
 
 
 def _list(values) -> str:
@@ -89,10 +136,13 @@ def contract(step: StreamingStep, task, split: str = "test", measured: bool = Tr
         "outputs": outputs,
         "reset": (
             "start every sequence from the initial state (NAME_init in C; report.json initial_state) and read the "
-            "output after its last sample: the model was trained on independent sequences, each from that state"
+            "output after its last sample: the model was trained on independent sequences, each from that state; "
+            "a stream without sequence boundaries needs a reset at least every reset_within steps (NAME_RESET_WITHIN "
+            "in C: the longest stretch without reset that was tested and held)"
         ),
         "pooling": step.pooling,
         "validated_length": None,
+        "reset_within": None,
         "stability": None,
         "validated": None,
     }
@@ -101,7 +151,14 @@ def contract(step: StreamingStep, task, split: str = "test", measured: bool = Tr
         result["validated_length"] = int(max(lengths))
         result["stability"] = stability(step, task, split, max(PROBE_STEPS, 20 * result["validated_length"]))
         result["validated"] = _validated_text(result["validated_length"], result["stability"], split)
+        result["reset_within"] = reset_within(result["validated_length"], result["stability"])
     return result
+
+
+def reset_within(length: int, probe: Dict[str, Any]) -> int:
+    """The longest stretch without reset that was tested and held: the long-stream probe's steps where the
+    state stayed bounded, else the validated length."""
+    return probe["steps"] if probe["bounded"] else length
 
 
 @torch.no_grad()

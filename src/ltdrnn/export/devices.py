@@ -198,6 +198,8 @@ def run_avr(generated: CSource, inputs: np.ndarray, lengths=None, work: Optional
         counts = re.search(r"steps (\d+) cycles_total (\d+) cycles_max (\d+)", result.stdout.decode(errors="replace"))
         raw = output.read_bytes()
     width = generated_output_bytes(generated)
+    if len(raw) != n * width + 4:  # the firmware stops at a step's status other than NAME_OK
+        raise ExportError(f"avr: a step returned an error status after {(len(raw) - 4) // width} of {n} sequences")
     outputs = np.frombuffer(raw[: n * width], dtype=dtype).reshape(n, -1)
     stack, step_stack = np.frombuffer(raw[n * width : n * width + 4], dtype="<u2")
     steps = int(counts.group(1))
@@ -241,7 +243,7 @@ def run_cortex_m4(
         (work / "probe_data.h").write_text(
             f"#define PROBE_SEQUENCES {n}\n#define PROBE_STEPS {steps}\n"
             f"static const int16_t probe_lengths[{n}] = {{{', '.join(map(str, ends))}}};\n"
-            f"static const VALUE_T probe_inputs[{values.size}] = {{{items}}};\n"
+            f"static const INPUT_T probe_inputs[{values.size}] = {{{items}}};\n"
         )
         elf, model = work / "firmware_m4.elf", work / "model.o"
         # the model under the strict flags; the firmware (a vector table of addresses) without -pedantic

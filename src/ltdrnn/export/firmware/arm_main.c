@@ -3,7 +3,8 @@
  * semihosting as text. Timing: SysTick on the core clock; under `qemu -icount shift=0` every instruction
  * advances the virtual clock by 1 ns, so ticks * 1e9 / SYSCLK counts the step's instructions.
  *
- * Output: one line "out <hex bytes>" per sequence, then "ticks <total> steps <n> stack <bytes> step_stack <bytes>".
+ * Output: one line "out <hex bytes>" per sequence, then "ticks <total> steps <n> stack <bytes> step_stack <bytes>";
+ * a step's status other than NAME_OK stops the run.
  */
 #include <stdint.h>
 
@@ -69,8 +70,8 @@ static char *decimal(char *to, uint32_t value)
     return to;
 }
 
-static STATE_T state[STATE_SIZE];
-static VALUE_T out[OUTPUT_SIZE];
+static STATE_T state;
+static OUTPUT_T out[OUTPUT_SIZE];
 
 int main(void)
 {
@@ -83,11 +84,15 @@ int main(void)
     uint32_t ticks = 0, steps = 0;
     char line[16 + 2 * sizeof out];
     for (int s = 0; s < PROBE_SEQUENCES; ++s) {
-        MODEL_INIT(state);
+        MODEL_INIT(&state);
         for (int t = 0; t < probe_lengths[s]; ++t) {
             const uint32_t before = SYST_CVR;
-            MODEL_STEP(probe_inputs + ((long)s * PROBE_STEPS + t) * INPUT_SIZE, state, out);
+            const int status = MODEL_STEP(probe_inputs + ((long)s * PROBE_STEPS + t) * INPUT_SIZE, &state, out);
             ticks += (before - SYST_CVR) & 0xFFFFFF;
+            if (status != 0) {
+                print("status not ok\n");
+                return 1;
+            }
             ++steps;
         }
         char *q = line;

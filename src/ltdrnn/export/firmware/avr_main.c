@@ -2,8 +2,9 @@
  * through GPIOR1 (each read returns the next byte), the firmware answers through GPIOR2 and marks the
  * start and end of every step in GPIOR0, where the harness reads the cycle counter.
  *
- *   'r'            NAME_init(state)
- *   's' x          one step on x (INPUT_SIZE values as the model takes them, little endian)
+ *   'r'            NAME_init(&state)
+ *   's' x          one step on x (INPUT_SIZE values as the model takes them, little endian); a status
+ *                  other than NAME_OK stops the program (the harness then gets no outputs)
  *   'o'            send out (OUTPUT_SIZE values)
  *   'q'            send the stack high-water marks (whole program, step), then stop
  */
@@ -35,8 +36,9 @@ static void write_bytes(const void *from, uint16_t count)
 
 static uint16_t stack_pointer(void) { return (uint16_t)SP; }
 
-static STATE_T state[STATE_SIZE];
-static VALUE_T x[INPUT_SIZE], out[OUTPUT_SIZE];
+static STATE_T state;
+static INPUT_T x[INPUT_SIZE];
+static OUTPUT_T out[OUTPUT_SIZE];
 
 int main(void)
 {
@@ -48,12 +50,13 @@ int main(void)
     for (;;) {
         const uint8_t command = get();
         if (command == 'r') {
-            MODEL_INIT(state);
+            MODEL_INIT(&state);
         } else if (command == 's') {
             read_bytes(x, sizeof x);
             GPIOR0 = 1;
-            MODEL_STEP(x, state, out);
+            const int status = MODEL_STEP(x, &state, out);
             GPIOR0 = 2;
+            if (status != 0) break;
         } else if (command == 'o') {
             write_bytes(out, sizeof out);
         } else {
