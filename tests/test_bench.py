@@ -557,6 +557,10 @@ def test_the_streaming_references_are_timed_alone_too(monkeypatch):
     assert slowed == {("nn.LSTM", "cell_median"), ("nn.GRU", "cell_median")}  # 0.4 / 0.3, 0.35 / 0.25
 
 
+def test_reference_times_read_in_seconds_milliseconds_or_microseconds():
+    assert [bench.alone.seconds(t) for t in (27.53, 0.3021, 4.759e-4, None)] == ["27.53 s", "302.1 ms", "475.9 µs", "-"]
+
+
 def test_no_alone_reference_runs_no_probe(monkeypatch):
     def refuse(kind, spec, env=None):
         raise AssertionError("a probe ran")

@@ -158,7 +158,9 @@ def measured(row: Dict[str, Any]) -> str:
 
 
 def seconds(value: Optional[float]) -> str:
-    """Milliseconds, or microseconds below one millisecond (the streaming steps)."""
+    """Seconds from 1 s (a loaded machine), milliseconds, or microseconds below 1 ms (the streaming steps)."""
     if value is None:
         return "-"
+    if value >= 1.0:
+        return f"{value:.4g} s"
     return f"{value * 1e3:.4g} ms" if value >= 1e-3 else f"{value * 1e6:.4g} µs"
