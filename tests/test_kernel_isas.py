@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,87 @@ def test_kernel_arch_is_native_by_default_and_refuses_what_is_not_an_architectur
     monkeypatch.setenv("LTDRNN_KERNEL_ARCH", "native -fplugin=evil.so")
     with pytest.raises(ValueError, match="LTDRNN_KERNEL_ARCH: expected a -march name"):
         kernels.kernel_arch()
+
+
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as info:
+        return set(next((line for line in info if line.startswith("flags")), ":").split(":", 1)[1].split())
+
+
+def _arch_this_cpu_lacks() -> tuple[str, str]:
+    """A ``-march`` name and a feature it implies (as gcc names it) that /proc/cpuinfo says this CPU
+    lacks; skips the test where there is none or no compiler to ask."""
+    if platform.machine() not in ("x86_64", "AMD64") or not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("x86-64 Linux only")
+    if shutil.which("g++") is None and shutil.which("c++") is None and not os.environ.get("CXX"):
+        pytest.skip("no C++ compiler on this machine")
+    flags = _cpu_flags()
+    candidates = (
+        ("knl", "avx512er", "AVX512ER"),
+        ("sapphirerapids", "amx_tile", "AMX_TILE"),
+        ("x86-64-v4", "avx512f", "AVX512F"),
+    )
+    for arch, flag, feature in candidates:
+        if flag not in flags:
+            return arch, feature
+    pytest.skip("this CPU has every instruction set of the architectures tried")
+
+
+@pytest.fixture
+def fresh_arch_check(tmp_path, monkeypatch):
+    """An empty kernel cache, and no answer about an architecture kept by this process yet."""
+    monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))
+    kernels._arch_this_cpu_runs.cache_clear()
+    yield
+    kernels._arch_this_cpu_runs.cache_clear()
+
+
+def _march(monkeypatch, arch: str) -> list[str]:
+    monkeypatch.setenv("LTDRNN_KERNEL_ARCH", arch)
+    return [flag for flag in kernels._toolchain()[1] if flag.startswith("-march=")]
+
+
+def test_an_arch_this_cpu_lacks_is_built_as_native_with_a_warning(fresh_arch_check, monkeypatch):
+    """Built for an instruction set the CPU lacks, the kernels would stop the process with SIGILL."""
+    arch, feature = _arch_this_cpu_lacks()
+    with pytest.warns(RuntimeWarning, match=rf"LTDRNN_KERNEL_ARCH={arch}: this CPU lacks .*{feature}.*-march=native"):
+        assert _march(monkeypatch, arch) == ["-march=native"]
+
+
+def test_the_arch_check_keeps_a_supported_arch_and_runs_the_compiler_only_the_first_time(fresh_arch_check, monkeypatch):
+    arch, _ = _arch_this_cpu_lacks()
+    if not {"avx2", "fma", "bmi2"} <= _cpu_flags():
+        pytest.skip("x86-64-v3 needs AVX2, FMA and BMI2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _march(monkeypatch, "x86-64-v3") == ["-march=x86-64-v3"]
+    with pytest.warns(RuntimeWarning, match=f"LTDRNN_KERNEL_ARCH={arch}"):
+        _march(monkeypatch, arch)
+    kernels._arch_this_cpu_runs.cache_clear()  # as in a new process: the answers come from the cache
+    monkeypatch.setattr(kernels.subprocess, "run", lambda *args, **kwargs: pytest.fail(f"ran {args[0]}"))
+    assert _march(monkeypatch, "x86-64-v3") == ["-march=x86-64-v3"]
+    with pytest.warns(RuntimeWarning, match=f"LTDRNN_KERNEL_ARCH={arch}: this CPU lacks"):
+        assert _march(monkeypatch, arch) == ["-march=native"]
+
+
+@pytest.mark.slow  # a build of srnn.cpp where the cache has none for this CPU
+def test_a_process_asking_for_an_arch_this_cpu_lacks_runs_the_kernels_and_says_why():
+    arch, feature = _arch_this_cpu_lacks()
+    if not kernels.kernels_enabled():
+        pytest.skip("the kernels are off")
+    script = (
+        "import torch, ltdrnn\n"
+        "from ltdrnn import kernels\n"
+        "assert kernels.load_torch_ops('srnn')\n"
+        "torch.manual_seed(0)\n"
+        "cell = ltdrnn.build('srnn', 3, 16)\n"
+        "x = torch.randn(20, 2, 3)\n"
+        "torch.testing.assert_close(cell.scan(x, impl='kernel')[0], cell.scan(x, impl='reference')[0])\n"
+    )
+    env = {**os.environ, "LTDRNN_KERNEL_ARCH": arch}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=850, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"LTDRNN_KERNEL_ARCH={arch}: this CPU lacks" in run.stderr and feature in run.stderr
 
 
 #: Runs a Python script with the kernels built as if torch ran on another OpenMP runtime (no -fopenmp: the

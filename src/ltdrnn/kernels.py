@@ -12,6 +12,8 @@ is the one streaming-step call every source cell's lean ``forward`` goes through
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -64,6 +66,66 @@ def kernel_arch() -> str:
     return arch
 
 
+def _build_arch(compiler: str) -> str:
+    """The ``-march`` to build with: :func:`kernel_arch`, checked by :func:`_arch_this_cpu_runs`."""
+    arch = kernel_arch()
+    return arch if arch == "native" else _arch_this_cpu_runs(compiler, arch)
+
+
+@functools.lru_cache(maxsize=None)  # one probe and at most one warning per process
+def _arch_this_cpu_runs(compiler: str, arch: str) -> str:
+    """``arch``, or ``native`` with a warning where this CPU lacks an instruction set ``-march={arch}``
+    implies (code built for it would stop the process with SIGILL).
+
+    The compiler says which features each ``-march`` implies (the macros ``-E -dM`` defines, such as
+    ``__AVX512ER__``), for ``arch`` and for ``native``, this CPU: a feature of the first that the second
+    lacks is missing here. (A compiled probe would prove little: a small program need not use the
+    instructions the kernels do.) The answer is kept in the kernel cache, so it costs one file read after
+    the first time on a machine."""
+    missing = _missing_features(compiler, arch)
+    if not missing:
+        return arch
+    warnings.warn(
+        f"ltdrnn: LTDRNN_KERNEL_ARCH={arch}: this CPU lacks {', '.join(missing)}, which -march={arch} "
+        "implies (the kernels would stop the process with SIGILL); building them for -march=native instead",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return "native"
+
+
+def _missing_features(compiler: str, arch: str) -> List[str]:
+    """The instruction-set features ``-march={arch}`` implies and ``-march=native`` does not, from the
+    kernel cache (``arch-<key>``: the compiler, its file's size and time, ``arch`` and the CPU) or from
+    the compiler, whose answer is then stored there."""
+    program = Path(shutil.which(compiler) or compiler).resolve()
+    status = program.stat()
+    parts = (str(program), str(status.st_size), str(status.st_mtime_ns), arch, _cpu_signature())
+    cache = _private_cache()
+    stored = cache / f"arch-{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
+    try:
+        return stored.read_text().split()
+    except FileNotFoundError:
+        pass
+    missing = sorted(_feature_macros(compiler, arch) - _feature_macros(compiler, "native"))
+    with tempfile.NamedTemporaryFile("w", dir=cache, prefix="tmp", delete=False) as out:
+        out.write(" ".join(missing))
+    os.replace(out.name, stored)  # atomic: a concurrent reader sees the whole answer or none
+    return missing
+
+
+def _feature_macros(compiler: str, arch: str) -> set[str]:
+    """The features ``-march={arch}`` implies, as the compiler names them in the macros it defines for it
+    (``__AVX2__`` -> ``AVX2``; the lower-case macros name the CPU itself, not a feature)."""
+    command = [compiler, f"-march={arch}", "-E", "-dM", "-x", "c++", os.devnull]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["no message"])[0]
+        raise RuntimeError(f"LTDRNN_KERNEL_ARCH={arch}: {compiler} does not accept -march={arch}: {reason}")
+    names = (line.split()[1] for line in result.stdout.splitlines() if line.startswith("#define "))
+    return {name.strip("_") for name in names if re.fullmatch(r"__[A-Z0-9_]+__", name)}
+
+
 def torch_runs_on_libgomp() -> bool:
     """Whether this process has loaded ``libgomp.so.1``, the OpenMP runtime torch's CPU wheels ship and link."""
     try:
@@ -96,8 +158,8 @@ def kernel_cache_dir() -> Path:
 def load_torch_ops(cell: str) -> bool:
     """Whether the operators of ``ltdrnn/csrc/<cell>.cpp`` (``torch.ops.ltdrnn.<cell>_*``) are available.
 
-    Built once per machine and torch version (cached on disk), registered once per process with
-    ``torch.ops.load_library``. Any failure (no C++ compiler, torch headers missing, read-only cache)
+    Built once per machine and torch version (cached on disk), loaded and registered once per process
+    (:func:`_load_verified`). Any failure (no C++ compiler, torch headers missing, read-only cache)
     gives one warning and False: callers use their PyTorch path. ``LTDRNN_NO_KERNELS=1`` makes it False.
     """
     if not kernels_enabled():
@@ -137,7 +199,7 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
     compile_flags = [
         *COMPILE_FLAGS,
         *openmp,
-        f"-march={kernel_arch()}",
+        f"-march={_build_arch(compiler)}",
         "-std=c++20",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *includes,
@@ -168,10 +230,7 @@ def _build(cell: str) -> Path:
     compiler, compile_flags, link_flags = _toolchain()
     parts = [*sources.values(), " ".join(compile_flags), _cpu_signature(), compiler, torch.__version__]
     key = hashlib.sha256(b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)).hexdigest()[:16]
-    cache = kernel_cache_dir()
-    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    cache = cache.resolve()  # the directories checked are the ones used, whatever links led there
-    check_private_directory(cache)
+    cache = _private_cache()
     for cached in sorted(cache.glob(f"{cell}-{key}-*.so")):
         if _is_intact(cached):
             return cached
@@ -185,6 +244,15 @@ def _build(cell: str) -> Path:
         os.replace(built, target)  # atomic: concurrent builders never see a half-written library
     prune_cache(cache, keep=target)
     return target
+
+
+def _private_cache() -> Path:
+    """The kernel cache directory, made if need be, resolved, and checked by :func:`check_private_directory`."""
+    cache = kernel_cache_dir()
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache = cache.resolve()  # the directories checked are the ones used, whatever links led there
+    check_private_directory(cache)
+    return cache
 
 
 def check_private_directory(directory: Path) -> None:
@@ -212,8 +280,10 @@ def check_private_directory(directory: Path) -> None:
             )
 
 
-#: Name prefix of the temporary build directories inside the cache.
+#: Name prefixes of the temporary build directories, and of the private directories a library is copied
+#: into to be loaded, inside the cache.
 _BUILD_PREFIX = "build-"
+_LOAD_PREFIX = "load-"
 #: Libraries built for other sources, flags or torch versions are removed once unused this long (their
 #: modification time is refreshed at every load), as are build directories left by killed builds.
 STALE_AFTER_S = 30 * 24 * 3600
@@ -229,7 +299,8 @@ def prune_cache(cache: Path, keep: Path) -> None:
     for entry in cache.iterdir():
         try:
             age = now - entry.lstat().st_mtime
-            if entry.name.startswith((_BUILD_PREFIX, "tmp")) and entry.is_dir() and not entry.is_symlink():
+            temporary = entry.name.startswith((_BUILD_PREFIX, _LOAD_PREFIX, "tmp"))
+            if temporary and entry.is_dir() and not entry.is_symlink():
                 if age > ABANDONED_BUILD_AFTER_S:
                     shutil.rmtree(entry, ignore_errors=True)
             elif entry.suffix == ".so" and entry != keep and (not _is_intact(entry) or age > STALE_AFTER_S):
@@ -239,13 +310,18 @@ def prune_cache(cache: Path, keep: Path) -> None:
 
 
 def _compile(compiler: str, compile_flags: list[str], link_flags: list[str], source: Path, target: Path) -> None:
-    """Compiles ``source`` and links ``target``; a failure raises with the compiler's own message."""
+    """Compiles ``source`` and links ``target``; a failure raises with the compiler's own message.
+
+    The compiler keeps its intermediate files (assembly, objects) in the private directory of ``source``,
+    not in ``$TMPDIR``: where that is open to others, one of them could swap a file between the compiler's
+    steps and have their code built into the library."""
     obj = target.with_suffix(".o")
+    env = {**os.environ, "TMPDIR": str(source.parent)}
     for command in (
         [compiler, *compile_flags, "-c", str(source), "-o", str(obj)],
         [compiler, "-shared", str(obj), "-o", str(target), *link_flags],
     ):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
         if result.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
 
@@ -268,30 +344,70 @@ def _is_intact(path: Path) -> bool:
         return False
 
 
+#: Descriptors of the loaded libraries' copies, open for the life of the process as the libraries stay
+#: loaded: the dynamic loader knows each by its name ``/proc/self/fd/N``, and would take a later library
+#: opened under a reused number for the one it already has.
+_LOADED_COPIES: List[int] = []
+
+
 def _load_verified(path: Path) -> None:
-    """Registers the library at ``path`` with ``torch.ops.load_library``, loading exactly the bytes that
-    were checked: the file is opened once, its owner and mode are read from that open file, and its bytes
-    are hashed while they are copied into a fresh private directory (mode 0700), whose copy is what is
-    loaded. A file put at ``path`` after the open is never the one loaded (torch resolves the path it is
-    given, so loading the open descriptor itself is not enough)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    """Registers the operators of the cached library at ``path``, loading exactly the bytes whose hash
+    was checked.
+
+    The library is copied from one open descriptor of it into a fresh directory (mode 0700) inside the
+    cache, checked by :func:`check_private_directory` as the cache is, so that no other user can rename
+    it or put a file in it (a directory in ``$TMPDIR`` could be renamed away and replaced where that is
+    writable by others and not sticky). The copy is hashed through the descriptor it was written with, and
+    the dynamic loader opens that same descriptor (``/proc/self/fd/N``), not a path: a file put at the
+    copy's path after the hash, even by this user, is never the one loaded. (``torch.ops.load_library``
+    would turn that name back into the path and load whatever is there by then.)"""
+    check_private_directory(path.parent)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=_LOAD_PREFIX) as private:
+        check_private_directory(Path(private))
+        fd = _private_copy(path, Path(private) / path.name)
+        try:
+            if _descriptor_digest(fd) != path.stem.rsplit("-", 1)[-1]:
+                raise KernelCacheError(f"{path}: content does not match the hash in its name")
+            try:
+                ctypes.CDLL(f"/proc/self/fd/{fd}")  # its constructors register the operators
+            except OSError as error:
+                raise OSError(f"could not load {path}: {error}") from error
+        except BaseException:
+            os.close(fd)
+            raise
+        _LOADED_COPIES.append(fd)
+
+
+def _private_copy(source: Path, copy: Path) -> int:
+    """Copies the library ``source`` to the new file ``copy`` through one open descriptor of each, and
+    returns the copy's descriptor (read and write, at its end). The source's owner and mode are read
+    from the open file: a file of another user, or one others may write to, is refused."""
+    flags = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(source, os.O_RDONLY | flags)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode) or status.st_uid != os.getuid() or status.st_mode & 0o022:
-            raise KernelCacheError(f"{path}: not a regular file of this user that only it may write to")
-        with tempfile.TemporaryDirectory(prefix="ltdrnn-load-") as private:
-            copy = Path(private) / path.name
-            digest = hashlib.sha256()
-            with os.fdopen(os.dup(fd), "rb") as library, open(copy, "wb") as out:
-                for block in iter(lambda: library.read(1 << 20), b""):
-                    digest.update(block)
-                    out.write(block)
-            if digest.hexdigest()[:16] != path.stem.rsplit("-", 1)[-1]:
-                raise KernelCacheError(f"{path}: content does not match the hash in its name")
-            torch.ops.load_library(str(copy))
+            raise KernelCacheError(f"{source}: not a regular file of this user that only it may write to")
+        out = os.open(copy, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o400)
+        try:
+            with os.fdopen(os.dup(fd), "rb") as library, os.fdopen(os.dup(out), "wb") as target:
+                shutil.copyfileobj(library, target)
+        except BaseException:
+            os.close(out)
+            raise
         os.utime(fd)  # marks it in use for prune_cache
+        return out
     finally:
         os.close(fd)
+
+
+def _descriptor_digest(fd: int) -> str:
+    """The :func:`_digest` of the whole file open as ``fd``, read through it."""
+    digest, offset = hashlib.sha256(), 0
+    while block := os.pread(fd, 1 << 20, offset):
+        digest.update(block)
+        offset += len(block)
+    return digest.hexdigest()[:16]
 
 
 def _cpu_signature() -> str:
