@@ -29,7 +29,11 @@ def add_commands(sub) -> None:
         help="c --int8: the sensor's units per ADC count (one number, or one per channel, comma-separated): "
         "adds NAME_quantise_adc, integer counts to the step's input without float",
     )
-    export.add_argument("--adc-offset", help="c --int8: the sensor's units at count 0 (default 0; with --adc-scale)")
+    export.add_argument(
+        "--adc-offset",
+        help="c --int8: the sensor's units at count 0 (default 0; with --adc-scale); a list that starts with a "
+        "minus sign needs '=': --adc-offset=-50,-100",
+    )
     with_command(export, "export", cmd_export)
     table = sub.add_parser(
         "device-table",

@@ -258,7 +258,9 @@ def contract_comment(contract: Dict[str, Any], int8: bool, upper: str, adc) -> s
             )
         )
         if adc:
-            mapping = ", ".join(f"{s:.7g} counts + {o:.7g}" for s, o in zip(adc["scale"], adc["offset"]))
+            mapping = ", ".join(
+                f"{s:.7g} counts {'-' if o < 0 else '+'} {abs(o):.7g}" for s, o in zip(adc["scale"], adc["offset"])
+            )
             entries.append(("ADC input", f"the sensor's units are x = ({mapping}) per channel; NAME_quantise_adc"))
         entries.append(("integer output", f"out[k] / 2^{upper}_OUTPUT_FRAC is output k (argmax picks the class)"))
     if contract.get("outputs"):
