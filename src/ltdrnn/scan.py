@@ -9,7 +9,7 @@ in :mod:`ltdrnn.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.mem
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 # ---- helpers of the fused loops (hand-written forward and backward over a sequence) ------------------
 ACTIVATION_INTO = {
@@ -26,6 +26,47 @@ ACTIVATION_BACKWARD_INTO = {
 }
 
 
+_TENSOR_DATA = torch._C.TensorBase.data
+
+
+class TrackedParameter(nn.Parameter):
+    """A parameter that counts the uses of its ``.data`` alias in ``data_edits``.
+
+    A write through ``p.data`` (``p.data.copy_(w)``, ``p.data[i] = v``, ``p.data = t``) bypasses
+    autograd's version counter, so a cache of values derived from ``p`` could not see it; the alias can
+    only be had through this property, so counting its uses can. Reads count too: a cache then recomputes
+    once more than it needed to, never once less. Every parameter a cell registers is one of these
+    (:meth:`ltdrnn.cells.base.Cell.register_parameter`); it behaves as ``nn.Parameter`` in every other way.
+    """
+
+    data_edits = 0
+
+    @property
+    def data(self) -> Tensor:
+        self.data_edits += 1
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        self.data_edits += 1
+        _TENSOR_DATA.__set__(self, value)
+
+
+def tracked(param):
+    """``param`` as a :class:`TrackedParameter` sharing its storage (None and subclasses stay as they are)."""
+    if type(param) is not nn.Parameter:
+        return param
+    return TrackedParameter(param.detach(), param.requires_grad)
+
+
+def track_parameters(module: nn.Module) -> None:
+    """Every plain parameter of ``module`` and its submodules becomes a :class:`TrackedParameter`; called
+    as a module is attached to a cell, before any optimiser can hold the old objects."""
+    for sub in module.modules():
+        for name, param in sub._parameters.items():
+            sub._parameters[name] = tracked(param)
+
+
 class ParameterCache:
     """Values derived from some parameters, recomputed only when one of them changes.
 
@@ -37,10 +78,9 @@ class ParameterCache:
     holds the storages its value came from, so a replaced tensor's address cannot come back for another
     one and be taken for it (``p.data = t`` twice in a row often gets the first address back).
 
-    A write into a parameter through the alias ``p.data`` returns (``p.data.copy_(w)``,
-    ``p.data[i] = v``) changes nothing this key can read: that alias has a version counter of its own,
-    and comparing the weights themselves at every step costs as much as the step at batch 1. After such
-    a write, ``torch.autograd.graph.increment_version(module.parameters())`` tells the cache
+    A write through the alias ``p.data`` (``p.data.copy_(w)``, ``p.data[i] = v``) bumps no version
+    counter (the alias has one of its own), so the tensors must be :class:`TrackedParameter`, whose
+    ``data_edits`` count the uses of that alias: every parameter a cell registers is one
     (docs/reliability.md, "Streaming follows parameter changes").
     """
 
@@ -50,7 +90,11 @@ class ParameterCache:
 
     def get(self, tensors, compute, extra=None):
         """The cached ``compute()``, recomputed when a tensor or the hashable ``extra`` changes."""
-        key = (_OPTIMISER_STEPS[0], tuple([(p.data_ptr(), p._version) for p in tensors]), extra)
+        key = (
+            _OPTIMISER_STEPS[0],
+            tuple([(p.data_ptr(), p._version, getattr(p, "data_edits", 0)) for p in tensors]),
+            extra,
+        )
         if key != self.key:
             self.key, self.value = key, compute()
             self.storages = [p.untyped_storage() for p in tensors]

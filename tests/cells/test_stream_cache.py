@@ -102,15 +102,25 @@ def _replace_until_the_address_returns(p, tries=16):
             return
 
 
-def _write_data_then_tell(cell):
-    """What docs/reliability.md asks after writes through ``p.data``: ``increment_version``."""
+def _write_through_data(cell):
     for p in cell.parameters():
-        p.data.copy_(p.data + 0.1)
-    torch.autograd.graph.increment_version(list(cell.parameters()))
+        p.data.copy_(p.detach() + 0.1)
+
+
+def _write_one_row_through_data(cell):
+    for p in cell.parameters():
+        p.data[0] = p.detach()[0] + 0.1
+
+
+def _assign_data(cell):
+    for p in cell.parameters():
+        p.data = p.detach() + 0.1
 
 
 CELL_EDITS = {
-    "p.data.copy_ then increment_version": _write_data_then_tell,
+    "p.data.copy_": _write_through_data,
+    "p.data[0] = v": _write_one_row_through_data,
+    "p.data = t": _assign_data,
     "load_state_dict": lambda cell: cell.load_state_dict(_shifted(cell), strict=False),
 }
 
@@ -131,3 +141,15 @@ def test_streaming_follows_a_new_tensor_whose_address_was_the_old_ones(name, par
 def test_a_streamed_step_after_an_edit_matches_the_reference_step(name, edit):
     streamed, expected = _stream_edit_stream(name, CELL_EDITS[edit])
     torch.testing.assert_close(streamed, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_every_parameter_of_a_cell_counts_the_uses_of_its_data_alias():
+    """The key that makes ``p.data`` writes visible: a cell's parameters, its submodules' included (SRNN's
+    beta network, the Euler step sizes), count every use of ``.data``; user modules are left alone."""
+    for name in STREAMING:
+        cell = ltdrnn.build(name, D, H)
+        for label, p in cell.named_parameters():
+            before = p.data_edits
+            p.data.mul_(1.0)
+            assert p.data_edits == before + 1, f"{name}.{label}"
+    assert not hasattr(torch.nn.Linear(2, 3).weight, "data_edits")

@@ -37,7 +37,7 @@ from typing import Any, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from ..scan import autocast_dtype_for, from_autocast
+from ..scan import autocast_dtype_for, from_autocast, track_parameters, tracked
 
 State = Union[Tensor, Tuple[Tensor, ...]]
 
@@ -78,6 +78,17 @@ class Cell(nn.Module):
             raise TypeError(f"dtype: expected a floating torch.dtype or None, got {dtype!r}")
         #: keyword arguments for creating parameters, as in torch.nn (``nn.Linear(..., **self.factory)``)
         self.factory = {"device": device, "dtype": dtype}
+
+    # ---- parameters whose .data writes caches can see ---------------------------------------
+    def register_parameter(self, name: str, param: nn.Parameter | None) -> None:
+        """As ``nn.Module``'s, storing a :class:`~ltdrnn.scan.TrackedParameter`, so that the streaming
+        caches follow writes through ``p.data`` too."""
+        super().register_parameter(name, tracked(param))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, nn.Module) and not isinstance(value, Cell):  # a cell tracks its own
+            track_parameters(value)
+        super().__setattr__(name, value)
 
     # ---- implementation choice -------------------------------------------------------------
     @property
