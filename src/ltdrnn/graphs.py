@@ -47,9 +47,9 @@ def graphs_apply(layer, x: Tensor) -> bool:
 
 
 def graph_key(layer, x: Tensor, parts: List[State]) -> tuple:
-    """What a captured graph depends on: the input's and states' layouts, and every parameter's address and
-    version counter."""
-    parameters = tuple((p.data_ptr(), p._version) for p in layer.parameters())
+    """What a captured graph depends on: the input's and states' layouts, and every parameter's address,
+    version counter and uses of its ``.data`` alias (:class:`~ltdrnn.scan.TrackedParameter`)."""
+    parameters = tuple((p.data_ptr(), p._version, getattr(p, "data_edits", 0)) for p in layer.parameters())
     return (tuple(x.shape), x.dtype, x.device, state_layout(parts), parameters, layer.training)
 
 
