@@ -13,7 +13,7 @@ import torch
 from ltdrnn import reproduce as R
 from ltdrnn.cli import main
 from ltdrnn.config import ConfigError, list_presets
-from reproduce_helpers import CLAIM_YAML, claim, row, without_variants
+from reproduce_helpers import CLAIM_YAML, claim, current_config, row, stored_row, without_variants
 
 TINY = [
     "--set",
@@ -77,6 +77,7 @@ def test_validate_reports_a_missing_preset_and_an_unregistered_cell():
         ),
         claim.budgets,
         claim.checks,
+        claim.tuning,
     )
     problems = R.validate([broken])
     assert any("no-such-preset" in p for p in problems)
@@ -87,8 +88,10 @@ def test_validate_reports_a_reading_run_of_another_cell():
     claim = R.find_claim(R.load_claims(), "tarnn-toy")
     runs = (*claim.runs, R.RunSpec("tarnn_raw", "reproduce/toy-lstm", reading_of="tarnn"))
     broken = dataclasses.replace(claim, runs=runs)
+    found = R.claims.run_hashes(broken, "paper")["tarnn_raw"]
     assert R.validate([broken]) == [
-        "tarnn-toy/tarnn_raw: reading_of 'tarnn' expects the same cell, got 'lstm' vs 'tarnn'"
+        f"tarnn-toy/tarnn_raw: frozen: no hash recorded; its paper config hashes to {found}",
+        "tarnn-toy/tarnn_raw: reading_of 'tarnn' expects the same cell, got 'lstm' vs 'tarnn'",
     ]
 
 
@@ -427,15 +430,15 @@ def test_analysis_runs_are_stored_and_resume_skips_them(tmp_path):
         "train.seed=5",
     ]
     assert main(["reproduce", *args]) == 0
-    claim = R.find_claim(R.load_claims(), "irnn-identity-gradient")
-    measured = R.Store(store).measurements(claim, "quick", extra=set_items(args))
+    found = claim("irnn-identity-gradient")
+    measured = R.Store(store).measurements(found, "quick", extra=set_items(args))
     analysis = measured.analyses["k1"]["jacobian_ratio"]
     assert analysis["trace"][-1]["step"] == 3 and len(analysis["trace"]) == 3
     assert analysis["ratio"] == pytest.approx(analysis["first"] / analysis["previous"])
     assert main(["reproduce", *args + ["--resume"]]) == 0
     stored = R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")
     assert [r["config"]["train"]["seed"] for r in stored] == [5]
-    verdict = R.judge(claim, measured, "quick")
+    verdict = R.judge(found, measured, "quick")
     assert verdict.status == "not run yet" and "missing: k5, k10" in verdict.reason
 
 
@@ -537,41 +540,6 @@ def test_seeds_default_to_one_two_three_and_a_bare_number_is_a_count():
 def set_items(args):
     """The ``--set`` items of a command line, without the seed (as ``parse_seeds`` leaves them)."""
     return [item for flag, item in zip(args, args[1:]) if flag == "--set" and not item.startswith("train.seed")]
-
-
-def current_config(claim, label, budget, seed, extra=()):
-    """The resolved config a run of ``claim`` is trained with today, as ``run_claim`` stores it."""
-    from ltdrnn.config import load_config
-
-    spec = next(spec for spec in claim.runs if spec.label == label)
-    return load_config(spec.preset, claim.overrides(spec, budget, [*extra, f"train.seed={seed}"])).to_dict()
-
-
-def stored_row(store, name, seed, metric, created, study="reproduce/tarnn-toy/paper", cell="tarnn", config=None):
-    """A results row as ``run_claim`` writes it; ``config`` defaults to today's config of the toy claim."""
-    if config is None:
-        config = current_config(toy_claim(), name, study.split("/")[-1], seed)
-    record = {
-        "id": f"{name}-{seed}-{created}",
-        "created": created,
-        "status": "finished",
-        "cell": cell,
-        "task": "toy",
-        "study": study,
-        "name": name,
-        "config": config,
-        "metrics": {
-            "metric": metric,
-            "metric_name": "accuracy",
-            "baseline": 0.25,
-            "higher_is_better": True,
-            "params": 10,
-        },
-        "timings": {"train_s": 60.0, "steps": 10, "epochs": 1.0},
-        "history": [],
-        "run_dir": f"runs/{name}-s{seed}-{created}",  # each re-run in a directory of its own
-    }
-    store.results.add(record)
 
 
 def test_the_store_groups_rows_by_label_and_seed_and_the_latest_of_a_seed_wins(tmp_path):
@@ -908,13 +876,15 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
         assert cells[6] == c.data, c.id
         assert not any(f"{n.what}: {n.value}" in cells[2] for n in c.paper_numbers if n.not_tested), c.id
         if c.data == "proxy":
-            assert cells[7] == "proxy" and cells[8] == "**proxy**" and "carry over" not in c.deviation
+            assert cells[7] == "proxy" and cells[9] == "**proxy**" and "carry over" not in c.deviation
             assert c.full_run and "GPU" in c.full_run.machine and "task.options.source=idx" in c.full_run.set
         # the conditions: the variants that cap a verdict, then the authors' code and ours
         conditions[c.id] = cells[5]
         assert all(f"{v.what} ({v.source})" in cells[5] for v in c.variants), c.id
         if c.variants and c.data != "proxy":
-            assert cells[8] in ("**partly**", "**not reproduced**"), c.id
+            assert cells[9] in ("**partly**", "**not reproduced**", "**not measured on held-out seeds**"), c.id
+        # how its settings were chosen: a tuned claim's held-out seeds decide; the configurations tried
+        assert cells[8].startswith("**tuned** (" if c.tuning.tuned else "untuned: seeds 1-3"), c.id
     variant = "**variant**: iRNN: residual reading (ours); iRNN: TARNN's update gate (authors' code)"
     assert variant in conditions["copy-200"]
     # training hygiene of ours is shown with the rollbacks and the steps they replayed, seed by seed
@@ -926,9 +896,16 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     assert "## Conditions" in notes and "| iRNN: TARNN's update gate | irnn | authors' code |" in notes
     # every rule of a judged claim that did not hold is explained at the top, with links
     failed = [line for line in top.splitlines() if line.startswith(("- ✗ **", "- ? **"))]
-    assert failed and all("[notes](reproduction/notes/" in line for line in failed)
+    assert failed or "Every rule of the judged claims holds." in top
+    assert all("[notes](reproduction/notes/" in line for line in failed)
     assert all("[docs](docs/cells/" in line or "[docs](lab/notes/" in line for line in failed)
     assert "*Structural*: MIST's delays" in text  # a structural claim says so
+    # each run's config hash as frozen, and a tuned claim's held-out seeds with the command that trains them
+    copy = claims[[c.id for c in claims].index("copy-200")]
+    section = text[text.index("## copy-200") : text.index("## mist-gradient-lag")]
+    assert f"Config hashes: tarnn `{copy.frozen['tarnn']}`; irnn `{copy.frozen['irnn']}`" in section
+    if "**not measured on held-out seeds**" in section:  # until its held-out rows are stored
+        assert "`ltdrnn reproduce run copy-200 --budget paper --seeds 4,5,6 --resume`" in section
     assert all((tmp_path / "reproduction/notes" / f"{c.id}.md").exists() for c in claims)
 
 

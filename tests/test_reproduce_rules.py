@@ -434,6 +434,7 @@ claims:
     paper_numbers: [{what: a, value: "1", source: "T1"}]
     runs: [{label: a, preset: reproduce/toy-tarnn}]
     budgets: {quick: {overrides: [], note: n}, paper: {overrides: [], note: n}}
+    tuning: {how: h}
     checks: [{expr: "metric(a) > 0.5", says: s}]
 """
         )

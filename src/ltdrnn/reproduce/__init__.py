@@ -18,7 +18,10 @@ censored speed comparison or a derived measure of an unsolved run leaves it unde
 ``conditions`` give every setting of the runs a source (paper, authors' code, ours). All checks yes ->
 reproduced (partly where a run trains a variant of the paper's cell), a check about one of the claim's
 own cells yes -> partly, else not reproduced; a claim on proxy data is "proxy"; a claim with a judged
-run missing "not run yet".
+run missing "not run yet". A claim whose settings were chosen by looking at its results (``tuning``) is
+judged on its held-out seeds 4, 5, 6 alone, its development seeds shown beside, and is "not measured on
+held-out seeds" until they are stored; each run's config at the paper budget is frozen as a hash
+(``frozen``), which ``check`` verifies.
 
 Every run is a normal ``train(cfg)`` run stored in the results store (``--store``; this repository's is
 ``reproduction/results.db``) with
@@ -47,6 +50,8 @@ from .claims import Claim as Claim
 from .claims import FullRun as FullRun
 from .claims import PaperNumber as PaperNumber
 from .claims import RunSpec as RunSpec
+from .claims import Tuning as Tuning
+from .claims import config_hash as config_hash
 from .claims import find_claim as find_claim
 from .claims import load_claims as load_claims
 from .claims import validate as validate
@@ -66,6 +71,7 @@ from .plots import make_plots as make_plots
 from .running import run_claim as run_claim
 from .staleness import StaleRow as StaleRow
 from .store import Store as Store
+from .verdicts import HELD_OUT_SEEDS as HELD_OUT_SEEDS
 from .verdicts import STATUSES as STATUSES
 from .verdicts import evaluate_check as evaluate_check
 from .verdicts import judge as judge

@@ -9,6 +9,8 @@ analyses, rules that read only judged runs, ...) and :func:`validate` the ones t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence
@@ -135,6 +137,24 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """How the settings of a claim's runs were chosen. ``runs``: the labels whose settings were chosen by
+    looking at the claim's results (empty: none was; the claim runs at its stated settings, untuned, and its
+    seeds 1-3 decide); a tuned claim is judged on held-out seeds only (:mod:`.verdicts`). ``how``: what was
+    chosen, on which seeds and against what, or why nothing was. ``screens``: per run label, the
+    configurations tried outside the claim's stored rows (lab screens), one line each with where their
+    rows are; the page counts them with the distinct configs among the claim's rows."""
+
+    how: str
+    runs: List[str] = field(default_factory=list)
+    screens: Dict[str, List[str]] = field(default_factory=dict)
+
+    @property
+    def tuned(self) -> bool:
+        return bool(self.runs)
+
+
+@dataclass(frozen=True)
 class FullRun:
     """The full-data run on a bigger machine: extra ``--set`` items (``set``) on top of the paper budget,
     and an estimate of its hours with what the estimate rests on."""
@@ -148,7 +168,9 @@ class FullRun:
 @dataclass(frozen=True)
 class Claim:
     """One headline claim of a paper: the paper's numbers, the runs that measure ours, the budgets they
-    run at, the verdict rules, and what the page says about readings, data and the full-data run."""
+    run at, the verdict rules, how its settings were chosen (``tuning``), the hash of each run's config
+    at the paper budget as frozen (``frozen``: label -> :func:`config_hash`), and what the page says about
+    readings, data and the full-data run."""
 
     id: str
     paper: str
@@ -158,6 +180,8 @@ class Claim:
     runs: List[RunSpec]
     budgets: Dict[str, Budget]
     checks: List[Check]
+    tuning: Tuning
+    frozen: Dict[str, str] = field(default_factory=dict)
     readings: str = ""
     deviation: str = ""
     full_run: Optional[FullRun] = None
@@ -260,6 +284,10 @@ def check_claim(claim: Claim) -> None:
         _check_rule(claim, check, judged, f"claim {cid!r}: checks[{i}]")
     for i, condition in enumerate(claim.conditions):
         _check_condition(condition, labels, f"claim {cid!r}: conditions[{i}]")
+    _check_tuning(claim.tuning, labels, f"claim {cid!r}: tuning")
+    stray = [label for label in claim.frozen if label not in labels]
+    if stray:
+        raise ClaimError(f"claim {cid!r}: frozen: unknown run label {stray[0]!r}; labels: {', '.join(labels)}")
     if claim.full_run is not None and not claim.full_run.hours > 0:
         raise ClaimError(
             f"claim {cid!r}: full_run.hours: expected a positive number of hours, got {claim.full_run.hours!r}"
@@ -310,6 +338,15 @@ def _check_condition(condition: Condition, labels: List[str], where: str) -> Non
         raise ClaimError(f"{where}.keys: expected the config keys the settings set, got none")
     if condition.source != "ours" and not condition.where.strip():
         raise ClaimError(f"{where}.where: a setting from the {condition.source} needs where it is printed, got nothing")
+
+
+def _check_tuning(tuning: Tuning, labels: List[str], where: str) -> None:
+    for key, named in (("runs", tuning.runs), ("screens", list(tuning.screens))):
+        stray = [label for label in named if label not in labels]
+        if stray:
+            raise ClaimError(f"{where}.{key}: unknown run label {stray[0]!r}; labels: {', '.join(labels)}")
+    if not tuning.how.strip():
+        raise ClaimError(f"{where}.how: expected what was tuned by looking at results, or why nothing was, got nothing")
 
 
 def load_claims(text: Optional[str] = None) -> List[Claim]:
@@ -367,6 +404,7 @@ def validate(claims: Sequence[Claim]) -> List[str]:
                     f"own papers ({claim.paper}); a rule may not let its own subject fail"
                 )
         problems += untagged_settings(claim)
+        problems += unfrozen(claim)
         for spec in claim.runs:
             if spec.reading_of and cell_of.get(spec.label) != cell_of.get(spec.reading_of):
                 problems.append(
@@ -408,6 +446,35 @@ def untagged_settings(claim: Claim) -> List[str]:
     return problems
 
 
+def unfrozen(claim: Claim) -> List[str]:
+    """The runs whose config at the paper budget no longer hashes to the one ``frozen`` records: a preset or
+    an override changed since it was frozen (or it was never frozen)."""
+    problems = []
+    for label, found in run_hashes(claim, "paper").items():
+        frozen = claim.frozen.get(label)
+        if frozen is None:
+            problems.append(f"{claim.id}/{label}: frozen: no hash recorded; its paper config hashes to {found}")
+        elif frozen != found:
+            problems.append(
+                f"{claim.id}/{label}: frozen: {frozen}, but its paper config hashes to {found} (the preset or the "
+                "claim's overrides changed since it was frozen; rows of a tuned claim's held-out seeds trained "
+                "before the change are stale)"
+            )
+    return problems
+
+
+def run_hashes(claim: Claim, budget: str, extra: Sequence[str] = ()) -> Dict[str, str]:
+    """Per run label, :func:`config_hash` of the config the claim trains today under ``budget`` with the
+    ``--set`` items ``extra`` (runs whose config does not load are left out: :func:`validate` reports them)."""
+    out = {}
+    for spec in claim.runs:
+        try:
+            out[spec.label] = config_hash(load_config(spec.preset, claim.overrides(spec, budget, extra)).to_dict())
+        except (ConfigError, OSError):
+            continue
+    return out
+
+
 # Besides the trainer's cosmetic keys (progress, latency, threads, malloc tuning, store path, notes):
 # the seed (rows are grouped by it), the device (the same protocol on other hardware), the checkpoint
 # cadence (an interrupted run resumes exactly) and what the runner sets per row (name, study, preset
@@ -420,3 +487,16 @@ def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
     """The keys of a resolved config (plain data) that change a result, flattened (``optim.lr``; the
     free-form option mappings stay whole)."""
     return {key: value for key, value in comparable_config(config).items() if key not in NEUTRAL_KEYS}
+
+
+def config_hash(config: Dict[str, Any]) -> str:
+    """A short hash of a resolved run config (plain data): the first 8 hex digits of the SHA-256 of its
+    :func:`comparable` keys, less those at the schema's default, so a key added to the schema (whose default
+    is, by the project's convention, the old behaviour) leaves it unchanged. Two configs a stale-row check
+    finds equal hash alike."""
+    from ..config import RunConfig
+
+    defaults = comparable(RunConfig().to_dict())
+    kept = {key: value for key, value in comparable(config).items() if key not in defaults or value != defaults[key]}
+    text = json.dumps(kept, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]

@@ -164,6 +164,21 @@ class Measurements:
                 analyses[label] = [of[i] if i < len(of) else {} for i in kept]
         return Measurements(rows, analyses)
 
+    def split(self, seeds: Sequence[Any]) -> Tuple["Measurements", "Measurements"]:
+        """``(the rows of the given seeds, the other rows)``, each with its analyses; a label without rows
+        on one side is absent from it."""
+        from ..results import seed_of
+
+        chosen = set(seeds)
+        sides: Tuple[Tuple[Dict, Dict], Tuple[Dict, Dict]] = (({}, {}), ({}, {}))
+        for label, found in self.seeds.items():
+            of = self.analyses_of.get(label, [])
+            for i, row in enumerate(found):
+                rows, analyses = sides[0 if seed_of(row) in chosen else 1]
+                rows.setdefault(label, []).append(row)
+                analyses.setdefault(label, []).append(of[i] if i < len(of) else {})
+        return Measurements(*sides[0]), Measurements(*sides[1])
+
     def at_chance(self, label: str) -> Optional[str]:
         """Why run ``label`` counts as at chance, or None if its mean test metric is clearly better
         than the task's trivial baseline: it closes at least ``CHANCE_MARGIN`` of the gap between the

@@ -16,14 +16,16 @@ from ..results import markdown_table, seed_of
 from .claims import Claim
 from .expressions import Underflow, Unmeasured
 from .measurements import Measurements, format_number, mean_text, rollbacks, seed_key, stabilisers
-from .staleness import StaleRow
-from .verdicts import CheckResult, Verdict, unique
+from .staleness import StaleRow, Tried
+from .verdicts import HELD_OUT_SEEDS, CheckResult, Verdict, held_out_command, unique
 
 
 @dataclass
 class ClaimReport:
-    """Everything the pages show of one claim: its verdict on the shown budget's measurements, the
-    stale rows of every budget, and its figures."""
+    """Everything the pages show of one claim: its verdict, the rows that decide it (``measurements``: a
+    tuned claim's held-out seeds, else every row of the shown budget) and the development rows shown beside
+    them (``development``, tuned claims only), the stale rows of every budget, the configs its rows were
+    trained with (``configurations``), today's config hash per run (``hashes``) and its figures."""
 
     claim: Claim
     budget: Optional[str]
@@ -31,6 +33,62 @@ class ClaimReport:
     verdict: Verdict
     stale: Dict[str, List[StaleRow]] = field(default_factory=dict)
     figures: List[Path] = field(default_factory=list)
+    development: Optional[Measurements] = None
+    configurations: Dict[str, List[Tried]] = field(default_factory=dict)
+    hashes: Dict[str, str] = field(default_factory=dict)
+    all_rows: Optional[Measurements] = None
+
+    @property
+    def every_row(self) -> Measurements:
+        """The rows the pages show, deciding or not (for the training minutes, the rollbacks, the plots)."""
+        return self.all_rows if self.all_rows is not None else self.measurements
+
+    def tried(self, label: str) -> int:
+        """How many configurations were tried for run ``label``: the distinct configs of the claim's rows
+        (today's counted whether stored or not) and the lab screens the table lists."""
+        hashes = {t.hash for t in self.configurations.get(label, [])} | {self.hashes.get(label)}
+        return len(hashes - {None}) + len(self.claim.tuning.screens.get(label, []))
+
+
+def tried_text(report: ClaimReport) -> str:
+    """``"tarnn 13, irnn 12, srnn 1, lstm 2"``, or ``"1 each"``."""
+    counts = {spec.label: report.tried(spec.label) for spec in report.claim.runs}
+    if len(set(counts.values())) == 1:
+        return f"{next(iter(counts.values()))} each"
+    return ", ".join(f"{label} {n}" for label, n in counts.items())
+
+
+def seeds_text(seeds) -> str:
+    return ", ".join(str(seed) for seed in seeds)
+
+
+def selection_text(report: ClaimReport) -> str:
+    """Which seeds decide: a tuned claim's held-out seeds (the development seeds' verdict beside, and while
+    they are missing the command that trains them), or an untuned claim's seeds; then the configurations
+    tried."""
+    claim, verdict = report.claim, report.verdict
+    if not claim.tuning.tuned:
+        head = "*Untuned*: nothing was chosen on its results; seeds 1-3 decide."
+    else:
+        development = verdict.development.status if verdict.development else "not run yet"
+        head = (
+            f"*Tuned* ({', '.join(claim.tuning.runs)}): only the held-out seeds {seeds_text(HELD_OUT_SEEDS)} "
+            f"decide (development seeds 1-3: {development})."
+        )
+        if verdict.pending:
+            head += f" To measure them: `{held_out_command(claim, report.budget)}`."
+    return f"{head} Configurations tried: {tried_text(report)}."
+
+
+def frozen_text(report: ClaimReport) -> str:
+    """Each run's config hash at the budget shown, and where it is not the one the table froze, that one."""
+    parts = []
+    for label, found in report.hashes.items():
+        frozen = report.claim.frozen.get(label)
+        if report.budget == "paper" and frozen != found:
+            found += f" (frozen: {frozen}; changed since)" if frozen else " (not frozen)"
+        parts.append(f"{label} `{found}`")
+    return "; ".join(parts)
 
 
 def budget_label(claim: Claim, budget: Optional[str]) -> str:
@@ -78,9 +136,10 @@ def conditions_rows(report: "ClaimReport") -> List[List[str]]:
 
 
 def rollbacks_text(report: "ClaimReport") -> str:
-    """Per judged run trained with rollbacks, their count and the steps replayed, seed by seed:
-    ``"rollbacks per seed (steps replayed): tarnn 0, 2, 1 (0, 591, 300)"``; empty if none had them."""
-    found = report.measurements
+    """Per judged run trained with rollbacks, their count and the steps replayed, seed by seed (every seed
+    shown, held-out or not): ``"rollbacks per seed (steps replayed): tarnn 0, 2, 1 (0, 591, 300)"``; empty
+    if none had them."""
+    found = report.every_row
     parts = []
     for label in report.claim.checked_labels:
         rows = sorted(found.seeds.get(label, []), key=lambda row: seed_key(seed_of(row)))
@@ -273,7 +332,7 @@ def stale_text(stale: Dict[str, List[StaleRow]]) -> str:
 
 def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
     """The claim's notes page (written at ``path``; links are relative to it)."""
-    claim, verdict, found = report.claim, report.verdict, report.measurements
+    claim, verdict = report.claim, report.verdict
     back = os.path.relpath(summary_page, path.parent)
     lines = [
         f"# {claim.id}: {claim.title}",
@@ -299,16 +358,11 @@ def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
             "(see Deviation).",
             "",
         ]
-    lines += [rule_line(result, long=True) for result in verdict.checks] + [""]
-    if verdict.status == "not run yet":
-        lines += [
-            f"{verdict.reason} `ltdrnn reproduce run {claim.id} --budget {report.budget or 'quick'} --resume` "
-            "trains the missing runs.",
-            "",
-        ]
+    lines += _verdict_part(report)
     lines += _runs_part(report)
     lines += _conditions_part(report)
-    lines += _budget_part(claim, found)
+    lines += _configurations_part(report)
+    lines += _budget_part(claim, report.every_row)
     if report.stale:
         lines += [stale_text(report.stale), ""]
     for figure in report.figures:
@@ -316,13 +370,46 @@ def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
     return "\n".join(lines)
 
 
+def _verdict_part(report: ClaimReport) -> List[str]:
+    """Which seeds decide, the rules on them (for a tuned claim not measured on its held-out seeds, why
+    and the command that measures them), and a tuned claim's rules on its development seeds."""
+    claim, verdict = report.claim, report.verdict
+    lines = [selection_text(report), ""]
+    development = verdict.development
+    if development is not None:
+        lines += [f"### Held-out seeds {seeds_text(HELD_OUT_SEEDS)}", ""]
+    if verdict.pending:
+        lines += [verdict.reason, ""]
+    else:
+        lines += [rule_line(result, long=True) for result in verdict.checks] + [""]
+    if verdict.status == "not run yet":
+        lines += [
+            f"{verdict.reason} `ltdrnn reproduce run {claim.id} --budget {report.budget or 'quick'} --resume` "
+            "trains the missing runs.",
+            "",
+        ]
+    if development is not None:
+        lines += [f"### Development seeds (tuned on; shown, deciding nothing): {development.status}", ""]
+        lines += [rule_line(result, long=True) for result in development.checks] + [""]
+    return lines
+
+
 def _runs_part(report: ClaimReport) -> List[str]:
-    claim, found = report.claim, report.measurements
+    """The table of the runs that decide, and of a tuned claim's development runs."""
+    label = budget_label(report.claim, report.budget)
+    if report.development is None:
+        return _runs_table(report.claim, report.measurements, f"Runs (budget: {label})")
+    held = seeds_text(HELD_OUT_SEEDS)
+    return _runs_table(report.claim, report.measurements, f"Runs on the held-out seeds {held} (budget: {label})") + (
+        _runs_table(report.claim, report.development, "Runs on the development seeds (tuned on; deciding nothing)")
+    )
+
+
+def _runs_table(claim: Claim, found: Measurements, heading: str) -> List[str]:
     if not found.seeds:
         return []
-    label = budget_label(claim, report.budget)
     lines = [
-        f"## Runs (budget: {label})",
+        f"## {heading}",
         "",
         "Produced by " + ", ".join(f"`{c}`" for c in commands(found)) + ". Mean ± sample std over seeds.",
         "",
@@ -341,6 +428,36 @@ def _runs_part(report: ClaimReport) -> List[str]:
     if diverged:
         lines += [f"Did not finish (their numbers are from the best-validation weights): {', '.join(diverged)}.", ""]
     return lines
+
+
+def _configurations_part(report: ClaimReport) -> List[str]:
+    """How the settings were chosen, each run's frozen config hash, and every configuration tried: the
+    distinct configs of the claim's rows (what differs from today's) and the lab screens."""
+    claim = report.claim
+    budget = report.budget or "paper"
+    lines = [
+        "## Configurations tried",
+        "",
+        f"{'Tuned' if claim.tuning.tuned else 'Untuned'}: {claim.tuning.how}",
+        "",
+        f"Config hashes ({budget} budget; the table freezes the paper budget's): {frozen_text(report)}.",
+        "",
+    ]
+    for spec in claim.runs:
+        stored = report.configurations.get(spec.label, [])
+        screens = claim.tuning.screens.get(spec.label, [])
+        lines.append(f"- `{spec.label}`: {report.tried(spec.label)}")
+        lines += [f"  - {_tried_line(tried)}" for tried in stored]
+        if report.hashes.get(spec.label) not in {t.hash for t in stored}:
+            lines.append(f"  - `{report.hashes.get(spec.label)}` (today's config): not stored yet")
+        lines += [f"  - screen: {text}" for text in screens]
+    return lines + [""]
+
+
+def _tried_line(tried: Tried) -> str:
+    rows = f"seed{'s' if len(tried.seeds) > 1 else ''} {seeds_text(tried.seeds)}; {', '.join(tried.dates)}"
+    what = "today's config" if not tried.differences else "stored -> today's: " + ", ".join(tried.differences)
+    return f"`{tried.hash}` ({rows}): {what}"
 
 
 def _conditions_part(report: ClaimReport) -> List[str]:

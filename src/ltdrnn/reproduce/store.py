@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..config import DEFAULT_STORE as DEFAULT_STORE
 from ..results import seed_of
 from .claims import BUDGETS, Claim
 from .measurements import Measurements
-from .staleness import differences, expected_configs, redefined, stale_row
+from .staleness import Tried, configurations, differences, expected_configs, redefined, stale_row
 
 
 class Store:
@@ -88,6 +88,12 @@ class Store:
         rows = {label: list(per_seed.values()) for label, per_seed in latest.items()}
         analyses = {label: [by_run.get(row["id"], {}) for row in found] for label, found in rows.items()}
         return Measurements(rows, analyses, stale)
+
+    def configurations(self, claim: Claim, budget: str, extra: Sequence[str] = ()) -> Dict[str, List[Tried]]:
+        """Per run label, the distinct configs the claim's rows under ``budget`` were trained with, stale or
+        current (:func:`.staleness.configurations`): the configurations tried on the claim's own rows."""
+        rows = self.results.rows(study=claim.study(budget))
+        return configurations(rows, expected_configs(claim, budget, extra))
 
     def by_budget(self, claim: Claim, extra: Sequence[str] = ()) -> Dict[str, Measurements]:
         """:meth:`measurements` of every budget."""

@@ -8,6 +8,12 @@ says yes and its runs train the papers' cells (no ``variant`` among its conditio
 about one of its own papers' cells says yes, not reproduced otherwise; a proxy claim (the data are a
 stand-in for the paper's) is "proxy" whatever its rules say, and a claim with a judged run missing is
 "not run yet".
+
+A claim whose settings were chosen by looking at its results (``tuning.runs`` in the claims table) is
+judged on the rows of the held-out seeds (:data:`HELD_OUT_SEEDS`, never used while tuning) alone, every
+judged run with every one of them; the other seeds' rows (the development seeds) get a verdict of their own,
+shown beside it and deciding nothing. Until every held-out row is stored, such a claim is "not measured on
+held-out seeds". An untuned claim is judged on all its rows (seeds 1-3).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from .claims import DERIVED_MEASURES, PAPER_CELLS, Check, Claim
 from .expressions import Underflow, Unmeasured
 from .measurements import STABILISERS, Measurements, format_number, stabilisers, step_budget
 
-STATUSES = ("reproduced", "partly", "not reproduced", "proxy", "not run yet")
+HELD_OUT_SEEDS = (4, 5, 6)
+NOT_HELD_OUT = "not measured on held-out seeds"
+STATUSES = ("reproduced", "partly", "not reproduced", "proxy", NOT_HELD_OUT, "not run yet")
 MARKS = {"yes": "✓", "no": "✗", "undecided": "?", "not measured": "–"}
 # measures that say how well a run learned: a rule reading one of them needs that run above chance
 # (a subject at chance fails the rule; a run it is compared with makes it undecided)
@@ -64,11 +72,17 @@ class CheckResult:
 
 @dataclass
 class Verdict:
+    """A claim's status, why, the budget judged, its rules' results, the variants that capped it, and for a
+    tuned claim the verdict of its development seeds (``development``: shown beside, deciding nothing) and
+    the held-out rows it still lacks (``pending``: ``["tarnn (seeds 5, 6)"]``; empty once all are stored)."""
+
     status: str
     reason: str
     budget: Optional[str]
     checks: List[CheckResult]
     capped: List[str] = field(default_factory=list)
+    development: Optional["Verdict"] = None
+    pending: List[str] = field(default_factory=list)
 
 
 def unique(items, key=lambda item: item[0]):
@@ -268,11 +282,65 @@ def about_own_cell(claim: Claim, check: Check, measurements: Measurements) -> bo
     return any(label in own and name != "params" for name, label in check.expression.reads())
 
 
+def deciding_rows(claim: Claim, measurements: Measurements) -> Tuple[Measurements, Optional[Measurements]]:
+    """``(the rows that decide the verdict, the development rows shown beside them)``: for a tuned claim
+    the rows of the held-out seeds and the others; for an untuned one every row and None."""
+    if not claim.tuning.tuned:
+        return measurements, None
+    return measurements.split(HELD_OUT_SEEDS)
+
+
+def missing_held_out(claim: Claim, held: Measurements) -> List[str]:
+    """The judged runs lacking a held-out seed, with the seeds they lack: ``["tarnn (seeds 5, 6)"]``."""
+    out = []
+    for label in claim.checked_labels:
+        stored = {seed_of(row) for row in held.seeds.get(label, [])}
+        lacking = [str(seed) for seed in HELD_OUT_SEEDS if seed not in stored]
+        if lacking:
+            out.append(f"{label} (seed{'s' if len(lacking) > 1 else ''} {', '.join(lacking)})")
+    return out
+
+
+def held_out_command(claim: Claim, budget: Optional[str]) -> str:
+    """The command that trains the held-out seeds' rows a claim lacks."""
+    seeds = ",".join(str(seed) for seed in HELD_OUT_SEEDS)
+    return f"ltdrnn reproduce run {claim.id} --budget {budget or 'paper'} --seeds {seeds} --resume"
+
+
 def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Verdict:
-    """The verdict of ``claim``: all rules hold on the papers' cells -> reproduced; all rules hold on a
-    variant of a cell (a condition with a ``variant``), or a rule about one of the claim's own cells
-    holds -> partly; else not reproduced; proxy data -> proxy; a judged run missing -> not run yet. The
-    reason gives every rule with its numbers, and the variants that capped it (``capped``)."""
+    """The verdict of ``claim`` on the rows that decide it (:func:`deciding_rows`): for an untuned claim
+    every row (:func:`judge_rows`); for a tuned one the held-out seeds' rows, with the development seeds'
+    verdict beside it, or "not measured on held-out seeds" (proxy data: "proxy") until every judged run
+    has every held-out seed, with the command that trains them."""
+    deciding, development = deciding_rows(claim, measurements)
+    if development is None:
+        return judge_rows(claim, measurements, budget)
+    shown = judge_rows(claim, development, budget)
+    seeds = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
+    tuned = f"{', '.join(claim.tuning.runs)} tuned on the development seeds"
+    missing = missing_held_out(claim, deciding)
+    if not missing:
+        verdict = judge_rows(claim, deciding, budget)
+        verdict.reason = f"On the held-out seeds {seeds} ({tuned}, {shown.status} there). " + verdict.reason
+        verdict.development = shown
+        return verdict
+    results = [evaluate_check(claim, check, deciding) for check in claim.checks]
+    if not deciding.seeds and not development.seeds:
+        return Verdict("not run yet", shown.reason, budget, results, development=shown)
+    reason = (
+        f"Only the held-out seeds {seeds} decide ({tuned}, {shown.status} there); not stored yet: "
+        f"{', '.join(missing)}. `{held_out_command(claim, budget)}` trains them."
+    )
+    status = "proxy" if claim.data == "proxy" else NOT_HELD_OUT
+    return Verdict(status, reason, budget, results, development=shown, pending=missing)
+
+
+def judge_rows(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Verdict:
+    """The verdict of ``claim`` on ``measurements``, whatever their seeds: all rules hold on the papers'
+    cells -> reproduced; all rules hold on a variant of a cell (a condition with a ``variant``), or a rule
+    about one of the claim's own cells holds -> partly; else not reproduced; proxy data -> proxy; a judged
+    run missing -> not run yet. The reason gives every rule with its numbers, and the variants that capped
+    it (``capped``)."""
     missing = [label for label in claim.checked_labels if label not in measurements.seeds]
     results = [evaluate_check(claim, check, measurements) for check in claim.checks]
     if missing:
