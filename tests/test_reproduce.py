@@ -896,7 +896,7 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     assert "## Conditions" in notes and "| iRNN: TARNN's update gate | irnn | authors' code |" in notes
     # every rule of a judged claim that did not hold is explained at the top, with links
     failed = [line for line in top.splitlines() if line.startswith(("- ✗ **", "- ? **"))]
-    assert failed or "Every rule of the judged claims holds." in top
+    assert failed or "Every rule of the judged claims holds" in top
     assert all("[notes](reproduction/notes/" in line for line in failed)
     assert all("[docs](docs/cells/" in line or "[docs](lab/notes/" in line for line in failed)
     assert "*Structural*: MIST's delays" in text  # a structural claim says so

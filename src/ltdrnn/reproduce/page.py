@@ -318,7 +318,9 @@ def failed_lines(reports: List[ClaimReport], links: _Links) -> List[str]:
         for i, result in enumerate(report.verdict.checks, 1)
         if not result.passed
     ]
-    return lines or ["Every rule of the judged claims holds."]
+    return lines or [
+        "Every rule of the judged claims holds (a tuned claim not measured on its held-out seeds is not judged)."
+    ]
 
 
 def _failed_line(claim: Claim, index: int, result: CheckResult, links: _Links) -> str:
