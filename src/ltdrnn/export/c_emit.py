@@ -28,6 +28,7 @@ STORAGE_MACROS = """#if !defined(LTDRNN_FLASH)
 #    define LTDRNN_READ_I8(p) ((int8_t)pgm_read_byte(p))
 #    define LTDRNN_READ_I16(p) ((int16_t)pgm_read_word(p))
 #    define LTDRNN_READ_I32(p) ((int32_t)pgm_read_dword(p))
+#    define LTDRNN_FLASH_LPM 1
 #  else
 #    define LTDRNN_FLASH
 #    define LTDRNN_READ_F32(p) (*(p))

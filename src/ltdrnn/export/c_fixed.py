@@ -11,7 +11,9 @@ Weights. Every matrix is int8 per output row, ``W[r, c] ~ s_r q[r, c]`` (symmetr
 / 127``, :func:`quantize_rows`). A row's products are summed in int32 and brought to the output format by
 one multiplication: ``y_r = round(acc_r m_r / 2^(16 + e))`` with ``m_r = round(s_r 2^(f_y - f_v + 16 + e))``
 an int16 per row and ``e`` one shift per matrix (chosen so that the largest ``|m_r|`` is in [2^14, 2^15)).
-Biases and per-unit constants are int16 in the output's format (int32 where they do not fit).
+Biases and per-unit constants are int16 in the output's format (int32 where they do not fit). The C helpers
+(``c_kernels.py``) take the products on AVR with the 8 x 8-bit multiplier (``dot_q``: MULS and MULSU in
+inline assembly; ``mul_hi``: two 16 x 16-bit products), everywhere else in plain C: the same exact sums.
 
 Accumulating states. A state part that is its own old value plus or times a change (TARNN's ``s + delta``,
 an LSTM's cell, the gated states of GRU, FastGRNN and SA-RNN, iRNN's residual, a max pool) is an
@@ -42,6 +44,7 @@ import numpy as np
 import torch
 
 from .c_emit import Constants, Emitter, rows_loop
+from .c_kernels import HELPERS, POW2_TABLE, TANH_RANGE, TANH_TABLE
 from .ir import Graph, Value
 from .step import ExportError
 
@@ -49,8 +52,6 @@ MARGIN = 2.0  # headroom over the calibration range before a value saturates
 DEFAULT_FRAC = 12  # a value that was always 0 on the calibration data: range +-8
 FRAC_LIMITS = (-6, 24)
 INT16_MAX = 32767
-TABLE_STEP_BITS = 5  # tanh table step 1/32
-TANH_RANGE = 6
 MAX_COLUMNS = (2**31 - 1) // (127 * 32768)  # int32 row sums cannot overflow below this many columns
 WIDE_EXTRA = 15  # an int32 value of an accumulating state carries 15 more fractional bits than its int16 form
 
@@ -70,61 +71,6 @@ def frac_bits(largest: float, margin: float = MARGIN) -> int:
         return DEFAULT_FRAC
     bits = math.floor(math.log2(32768 / (largest * margin)))
     return int(min(max(bits, FRAC_LIMITS[0]), FRAC_LIMITS[1]))
-
-
-def _table(function, points: int, step: float) -> List[int]:
-    return [int(round(function(i * step))) for i in range(points)]
-
-
-TANH_TABLE = _table(lambda v: math.tanh(v) * 32768, TANH_RANGE * 2**TABLE_STEP_BITS + 1, 2.0**-TABLE_STEP_BITS)
-TANH_TABLE = [min(v, INT16_MAX) for v in TANH_TABLE]
-POW2_TABLE = _table(lambda v: (2.0**v - 1.0) * 16384, 33, 1 / 32)  # 2^f - 1 in Q14, f in [0, 1]
-
-HELPERS = {
-    "sat": """static int16_t sat16(int32_t v) { return v > 32767 ? 32767 : v < -32768 ? -32768 : (int16_t)v; }""",
-    "wide": """/* an int32 value of the state's accumulation paths, kept within +-2^30 (two of them add safely) */
-static int32_t sat30(int32_t v) { return v > 1073741823L ? 1073741823L : v < -1073741823L ? -1073741823L : v; }""",
-    "dot": """/* sum_c w[c] v[c]: int8 weights (flash) times int16 values, in int32 */
-static int32_t dot_q(const int8_t *w, const int16_t *v, int cols)
-{
-    int32_t acc = 0;
-    for (int c = 0; c < cols; ++c) acc += (int32_t)(int16_t)LTDRNN_READ_I8(w + c) * v[c];
-    return acc;
-}
-
-/* round(a m / 2^16) without a 64-bit product */
-static int32_t mul_hi(int32_t a, int16_t m)
-{
-    const int32_t high = (int32_t)(int16_t)(a >> 16) * m;
-    const int32_t low = ((int32_t)(uint16_t)(a & 0xFFFF) * m + 32768) >> 16;
-    return high + low;
-}""",
-    "tanh": """/* tanh(x) in Q15 for x in Q12: a table of tanh on [0, 6] in steps of 1/32, interpolated */
-static int32_t tanh_q15(int32_t x)
-{
-    const int32_t ax = x < 0 ? -x : x;
-    int32_t y = 32767;
-    if (ax < (int32_t)TANH_END << 12) {
-        const int i = (int)(ax >> 7), f = (int)(ax & 127);
-        const int32_t a = LTDRNN_READ_I16(tanh_table + i), b = LTDRNN_READ_I16(tanh_table + i + 1);
-        y = a + (((b - a) * f + 64) >> 7);
-    }
-    return x < 0 ? -y : y;
-}""",
-    "sigmoid": """/* sigmoid(x) = (1 + tanh(x / 2)) / 2 in Q15 (1.0 = 32768), from x / 2 in Q12 (that is, x in Q11) */
-static int32_t sigmoid_q15(int32_t half) { return (tanh_q15(half) + 32769) >> 1; }""",
-    "exp": """/* exp(x) in Q15 (1.0 = 32768) for x <= 0 in Q12: 2^(x log2 e), a table of 2^f - 1 on [0, 1] */
-static int32_t exp_q15(int32_t x)
-{
-    if (x < -16L * 4096) return 0;
-    const int32_t y = (x * 23638L + 8192) >> 14;             /* x log2(e), Q12 */
-    const int shift = (int)(-(y >> 12));                      /* 2^y = 2^(y & 4095 / 4096) / 2^shift */
-    const int i = (int)((y & 4095) >> 7), f = (int)(y & 127);
-    const int32_t a = LTDRNN_READ_I16(pow2_table + i), b = LTDRNN_READ_I16(pow2_table + i + 1);
-    const int32_t p = 2 * (16384 + a + (((b - a) * f + 64) >> 7));
-    return shift > 16 ? 0 : (p + ((1L << shift) >> 1)) >> shift;
-}""",
-}
 
 
 def conv(expr: str, source: int, target: int) -> str:
@@ -346,7 +292,7 @@ class FixedDialect:
             )
         if wide and len(start) == 2:  # two terms within +-2^30 each: their sum fits, then back to the rails
             start = [f"sat30({start[0]} + {start[1]})"]
-        lines = [f"int32_t acc = {' + '.join(start) if start else '0'};"]
+        lines = [f"int32_t acc = {' + '.join(start) if start else '0'};"] + (["int32_t p;"] if wide else [])
         declarations = []
         for k, (term, vector) in enumerate(zip(attrs["terms"], value.args)):
             rows, cols = term.weight.shape
@@ -358,7 +304,10 @@ class FixedDialect:
                 q, m_label, shift = self._matrix(term, source_frac, out, value)
                 product = f"mul_hi(dot_q(w{k}, {source}, {cols}), {self.constants.read(m_label, 'r')})"
                 if wide:  # the int32 row sum keeps its bits: the sum of two rails-bound terms cannot overflow
-                    lines.append(f"acc = sat30(acc + sat30({_wide_shift(product, shift)}));")
+                    # (the product once in p: the clamp reads it three times, and dot_q's flash reads keep a
+                    # compiler from merging the calls)
+                    lines.append(f"p = {product};")
+                    lines.append(f"acc = sat30(acc + sat30({_wide_shift('p', shift)}));")
                 else:
                     lines.append(f"acc += {_shift(product, shift)};")
             lines.append(f"w{k} += {cols};")
