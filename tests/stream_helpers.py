@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 import ltdrnn
-from ltdrnn import kernels
+from ltdrnn.ops import kernels
 
 Records = Callable[[torch.nn.Module], Dict[str, Tensor]]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ltdrnn import kernels
+from ltdrnn.ops import kernels
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ltdrnn import kernels
+from ltdrnn.ops import kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 CELLS = ("srnn", "mist", "tarnn", "irnn", "sarnn")
@@ -122,7 +122,7 @@ def test_a_process_asking_for_an_arch_this_cpu_lacks_runs_the_kernels_and_says_w
 
 #: Runs a Python script with the kernels built as if torch ran on another OpenMP runtime (no -fopenmp: the
 #: batch blocks on threads of their own).
-WITHOUT_OPENMP = "import ltdrnn.kernels\nltdrnn.kernels.torch_runs_on_libgomp = lambda: False\n"
+WITHOUT_OPENMP = "import ltdrnn.ops.kernels\nltdrnn.ops.kernels.torch_runs_on_libgomp = lambda: False\n"
 
 
 @pytest.mark.slow
@@ -149,7 +149,7 @@ def test_the_kernels_built_for_another_cpu_or_runtime_load_and_equal_the_referen
         "import warnings\n"
         "warnings.simplefilter('error')\n"  # a failed build warns and falls back: make it fail here
         "from concurrent.futures import ThreadPoolExecutor\n"
-        "from ltdrnn import kernels\n"
+        "from ltdrnn.ops import kernels\n"
         f"assert ('-fopenmp' in kernels._toolchain()[1]) == {openmp}\n"
         "with ThreadPoolExecutor(2) as pool:\n"  # the compiler runs in processes of its own: two at once
         f"    list(pool.map(kernels._build, {cells!r}))\n"

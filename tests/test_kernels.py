@@ -1,4 +1,4 @@
-"""The compiled operators' calling convention (src/ltdrnn/csrc/common.h): a streaming step takes its
+"""The compiled operators' calling convention (src/ltdrnn/ops/csrc/common.h): a streaming step takes its
 weights as a tensor list, its flags as an int list, and checks every operand before reading it, so a
 malformed call is a RuntimeError that names the operator and the argument, never a stray read."""
 
@@ -7,11 +7,11 @@ import shutil
 import pytest
 import torch
 
-from ltdrnn import kernels
 from ltdrnn.cells.mist import MISTCell
 from ltdrnn.cells.sarnn import SARNN
 from ltdrnn.cells.srnn import SRNNCell
 from ltdrnn.cells.tarnn import TARNN
+from ltdrnn.ops import kernels
 
 CELLS = {"srnn": SRNNCell, "mist": MISTCell, "sarnn": SARNN, "tarnn": TARNN}
 

@@ -152,7 +152,7 @@ def test_malloc_tuning_is_applied_unless_turned_off(tmp_path, monkeypatch):
 
 MALLOC_PROBE = """
 import ctypes, sys, torch
-from ltdrnn.memory import tune_malloc
+from ltdrnn.ops.memory import tune_malloc
 libc = ctypes.CDLL("libc.so.6")
 if not hasattr(libc, "mallinfo2"):
     sys.exit(3)

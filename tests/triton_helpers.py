@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import ltdrnn  # noqa: E402
-from ltdrnn.cells.fused.triton_support import triton_installed, triton_runs_on  # noqa: E402
+from ltdrnn.ops.triton_support import triton_installed, triton_runs_on  # noqa: E402
 
 requires_triton = pytest.mark.skipif(
     not triton_installed(),

@@ -127,7 +127,7 @@ class TrainConfig:
     ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy); ``last`` tests the
     final weights (no selection; needed when the validation split is empty, which is refused otherwise).
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
-    (:func:`ltdrnn.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
+    (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
     validation so far (the latest one without selection or before the first evaluation, the start at
     least), halve the learning rate and go on, at most this

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .cells.base import State, map_state, state_layout
-from .scan import autocast_dtype
+from .ops.common import autocast_dtype
 
 #: layer -> (key, GraphedStep); outside the layer, so that copying or pickling a layer never meets a graph
 _GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -48,7 +48,7 @@ def graphs_apply(layer, x: Tensor) -> bool:
 
 def graph_key(layer, x: Tensor, parts: List[State]) -> tuple:
     """What a captured graph depends on: the input's and states' layouts, and every parameter's address,
-    version counter and uses of its ``.data`` alias (:class:`~ltdrnn.scan.TrackedParameter`)."""
+    version counter and uses of its ``.data`` alias (:class:`~ltdrnn.ops.common.TrackedParameter`)."""
     parameters = tuple((p.data_ptr(), p._version, getattr(p, "data_edits", 0)) for p in layer.parameters())
     return (tuple(x.shape), x.dtype, x.device, state_layout(parts), parameters, layer.training)
 

@@ -26,7 +26,7 @@ from .cells.base import (
 )
 from .cells.registry import build
 from .graphs import graphed_step, graphs_apply
-from .scan import autocast_dtype_for, from_autocast
+from .ops.common import autocast_dtype_for, from_autocast
 
 CellSpec = Union[str, Type[Cell], Callable[..., Cell]]
 

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from .cells.base import step_mask
 from .layers import Recurrent
-from .scan import final_state_at_lengths
+from .ops.common import final_state_at_lengths
 from .tasks.base import TaskInfo
 
 TERMINAL_HEADS = ("classifier", "regressor")

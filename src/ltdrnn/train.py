@@ -48,7 +48,7 @@ from .checkpoint import (
 )
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .evaluation import batch_on, chunks, evaluate, validation_size
-from .memory import tune_malloc
+from .ops.memory import tune_malloc
 from .optimizers import SpikeGuard, build_optimizer, build_scheduler
 from .results.record import config_record
 from .results.stamps import new_run_id, version_info

@@ -9,7 +9,7 @@ import torch
 
 import ltdrnn
 from ltdrnn.cells.euler import EulerSteps
-from ltdrnn.kernels import load_torch_ops
+from ltdrnn.ops.kernels import load_torch_ops
 
 DT = torch.float64
 

@@ -7,7 +7,7 @@ import torch
 
 import ltdrnn
 from ltdrnn.cells.registry import build
-from ltdrnn.kernels import can_stream_in_kernel
+from ltdrnn.ops.kernels import can_stream_in_kernel
 
 D, H = 3, 16
 SOURCE = ["tarnn", "srnn", "mist", "irnn", "sarnn"]

@@ -372,7 +372,7 @@ def test_default_reading_learns_adding_well_below_the_trivial_baseline(tmp_path)
 
 # ---- the compiled time loop (K = 1, csrc/irnn.cpp) == the PyTorch loop == the reference ----------
 def compiled_loop_available():
-    from ltdrnn.kernels import load_torch_ops
+    from ltdrnn.ops.kernels import load_torch_ops
 
     return load_torch_ops("irnn")
 
@@ -489,7 +489,7 @@ def test_compiled_k1_loop_in_float32_with_a_mean_loss_and_without_autograd():
 
 
 def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_path):
-    from ltdrnn import kernels
+    from ltdrnn.ops import kernels
 
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed

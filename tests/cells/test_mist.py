@@ -115,7 +115,7 @@ def test_streaming_without_gradients_uses_the_kernel_and_equals_scan():
 def test_a_non_finite_history_row_the_step_does_not_read_still_streams_in_the_kernel(poison, monkeypatch):
     """Only the delayed rows h_{t-2^i} enter the step: a NaN elsewhere is copied into the new history bit
     for bit, as the reference's concatenation copies it, so the compiled step may run."""
-    from ltdrnn import kernels
+    from ltdrnn.ops import kernels
 
     if not kernels.load_torch_ops("mist"):
         pytest.skip("csrc/mist.cpp does not build here")
@@ -214,7 +214,7 @@ def test_compiled_loops_equal_the_pytorch_loop_in_float64_at_T_1000_and_2_thread
     """Every output and gradient (all parameters, x, the initial history) of the compiled whole-sequence
     loops (mist_forward / mist_backward) against the Python loop over PyTorch ops, with all 8 delays and a
     carried history; at 2 threads, batch 3 makes blocks of 2 and 1 rows, batch 1 a single block."""
-    from ltdrnn.kernels import load_torch_ops
+    from ltdrnn.ops.kernels import load_torch_ops
 
     if not load_torch_ops("mist"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp does not build here")
@@ -254,7 +254,7 @@ def test_compiled_backward_equals_the_pytorch_loop_for_every_output_used(used, x
     copy into its work buffer, and sums the parameter gradients per thread block; at 3 threads batch 5
     makes blocks of 2, 2 and 1 rows, and a history of 5 rows is one longer than the longest delay."""
     from ltdrnn.cells.fused.mist import MISTScan
-    from ltdrnn.kernels import load_torch_ops
+    from ltdrnn.ops.kernels import load_torch_ops
 
     if not load_torch_ops("mist"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp does not build here")

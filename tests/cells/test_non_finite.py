@@ -9,7 +9,7 @@ import torch
 
 import ltdrnn
 from ltdrnn.cells.registry import build, entry, list_cells
-from ltdrnn.kernels import STREAM_MAX_BATCH
+from ltdrnn.ops.kernels import STREAM_MAX_BATCH
 
 D, H = 3, 16  # clockwork needs H >= its 10 modules, iRNN H >= its default rank 16
 POISONS = [math.nan, math.inf, -math.inf]

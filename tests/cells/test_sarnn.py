@@ -287,7 +287,7 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
 
 # ---- the compiled time loop (csrc/sarnn.cpp) == the PyTorch loop == the reference ---------------
 def compiled_loop_available():
-    from ltdrnn.kernels import load_torch_ops
+    from ltdrnn.ops.kernels import load_torch_ops
 
     return load_torch_ops("sarnn")
 
@@ -517,7 +517,7 @@ def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
 
 
 def test_without_a_compiler_the_loop_falls_back_to_pytorch(monkeypatch, tmp_path):
-    from ltdrnn import kernels
+    from ltdrnn.ops import kernels
 
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn import kernels as kernel_module
-from ltdrnn import memory
 from ltdrnn.cells.srnn import SRNNCell, shift_relu_closed_form
+from ltdrnn.ops import kernels as kernel_module
+from ltdrnn.ops import memory
 from stream_helpers import check_streaming_matches_reference
 
 
@@ -238,7 +238,7 @@ def test_loading_the_kernels_keeps_the_processes_denormal_handling_and_its_one_o
         pytest.skip("no C++ compiler on this machine")
     script = (
         "import torch\n"
-        "from ltdrnn import kernels\n"
+        "from ltdrnn.ops import kernels\n"
         "def openmp_runtimes():\n"
         "    return {line.split()[-1] for line in open('/proc/self/maps') if 'omp' in line.rsplit('/', 1)[-1]}\n"
         "before = openmp_runtimes()\n"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn.cells.fused.triton_support import triton_runs_on
+from ltdrnn.ops.triton_support import triton_runs_on
 from triton_helpers import DEVICE, DTYPE, requires_triton
 
 MAX_LENGTH, T, B = 10, 4, 2

@@ -307,7 +307,7 @@ def test_fused_equals_reference_at_T_1000(options):
 
 # ---- the compiled time loop (K = 1, csrc/tarnn.cpp) == the PyTorch loop == the reference ----------
 def compiled_loop_available():
-    from ltdrnn.kernels import load_torch_ops
+    from ltdrnn.ops.kernels import load_torch_ops
 
     return load_torch_ops("tarnn")
 
@@ -636,7 +636,7 @@ def test_compiled_backwards_read_grad_outputs_of_any_strides():
 def test_compiled_k1_build_is_cached_and_reused_without_compiling(monkeypatch):
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
-    from ltdrnn import kernels
+    from ltdrnn.ops import kernels
 
     built = kernels._build("tarnn")
     monkeypatch.setattr(kernels.subprocess, "run", lambda *a, **k: pytest.fail("recompiled a cached build"))
@@ -756,7 +756,7 @@ def test_compiled_euler_loop_without_autograd_equals_the_reference(monkeypatch, 
 
 @pytest.mark.parametrize("k, seed", [(1, 5), (5, 10)], ids=["K=1", "K=5"])
 def test_without_a_compiler_the_compiled_loop_falls_back_to_pytorch(monkeypatch, tmp_path, k, seed):
-    from ltdrnn import kernels
+    from ltdrnn.ops import kernels
 
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     monkeypatch.setenv("LTDRNN_CACHE", str(tmp_path))  # nothing cached: a build is needed

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn.cells.fused import triton_support
+from ltdrnn.ops import triton_support
 from triton_helpers import build, requires_triton, sequence
 
 pytestmark = requires_triton

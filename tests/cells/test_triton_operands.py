@@ -235,7 +235,7 @@ def test_an_operand_on_another_device_is_refused(name):
 
 
 def test_operands_refuse_a_tensor_on_another_device_than_the_lead():
-    from ltdrnn.cells.fused.triton_support import Operands
+    from ltdrnn.ops.triton_support import Operands
 
     check = Operands("ltdrnn::some_op", "x", rand(T, B, H), "(T, B, H)")
     check.tensor("w", rand(H, H), "(H, H)", (H, H))

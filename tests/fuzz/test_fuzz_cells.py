@@ -13,7 +13,7 @@ import torch
 
 import ltdrnn
 import triton_helpers  # noqa: F401  (on the CPU: Triton's interpreter, chosen before any kernel is defined)
-from ltdrnn.cells.fused.triton_support import triton_installed
+from ltdrnn.ops.triton_support import triton_installed
 from ltdrnn.cells.registry import build, entry, list_cells
 
 hypothesis = pytest.importorskip("hypothesis")

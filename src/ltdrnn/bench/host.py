@@ -95,7 +95,7 @@ ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS
 
 def isa_limits() -> Dict[str, str]:
     """The :data:`ISA_LIMITS` set in this process, and our kernels' ``-march`` when it is not ``native``."""
-    from ..kernels import kernel_arch
+    from ..ops.kernels import kernel_arch
 
     limits = {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)}
     if kernel_arch() != "native":

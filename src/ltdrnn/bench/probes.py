@@ -10,7 +10,7 @@ import sys
 from dataclasses import asdict
 from typing import Any, Dict, List, Sequence
 
-from ..memory import MALLOC_ENV, tune_malloc
+from ..ops.memory import MALLOC_ENV, tune_malloc
 from .subjects import LSTM, Shape, Subject
 from .timing import (
     Settings,

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..memory import MALLOC_ENV, tune_malloc
+from ..ops.memory import MALLOC_ENV, tune_malloc
 from .subjects import LSTM, Shape, Subject
 
 

@@ -37,7 +37,7 @@ from typing import Any, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from ..scan import autocast_dtype_for, from_autocast, track_parameters, tracked
+from ..ops.common import autocast_dtype_for, from_autocast, track_parameters, tracked
 
 State = Union[Tensor, Tuple[Tensor, ...]]
 
@@ -81,7 +81,7 @@ class Cell(nn.Module):
 
     # ---- parameters whose .data writes caches can see ---------------------------------------
     def register_parameter(self, name: str, param: nn.Parameter | None) -> None:
-        """As ``nn.Module``'s, storing a :class:`~ltdrnn.scan.TrackedParameter`, so that the streaming
+        """As ``nn.Module``'s, storing a :class:`~ltdrnn.ops.common.TrackedParameter`, so that the streaming
         caches follow writes through ``p.data`` too."""
         super().register_parameter(name, tracked(param))
 
@@ -107,7 +107,7 @@ class Cell(nn.Module):
         if name != "auto":
             return name
         if like is not None and like.device.type == "cuda" and "triton" in self.impls:
-            from .fused.triton_support import triton_is_default
+            from ..ops.triton_support import triton_is_default
 
             if triton_is_default(like):
                 return "triton"
@@ -222,7 +222,7 @@ class Cell(nn.Module):
         """Whether the path ``scan`` takes for ``x`` runs under autocast as it is: the ``"triton"`` path."""
         if self.resolved_impl(impl, like=x) != "triton":
             return False
-        from .fused.triton_support import triton_runs_on
+        from ..ops.triton_support import triton_runs_on
 
         return triton_runs_on(x)
 

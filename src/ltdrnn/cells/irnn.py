@@ -18,7 +18,7 @@ compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.irnn`.
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/irnn.cpp (CPU); src/ltdrnn/cells/fused/irnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/irnn.cpp (CPU); src/ltdrnn/cells/fused/irnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..scan import ParameterCache, final_state_at_lengths, scalars
+from ..ops.common import ParameterCache, final_state_at_lengths, scalars
+from ..ops.triton_support import autocast_weight, triton_runs_on
 from .base import (
     State,
     check_choice,
@@ -44,7 +45,6 @@ from .base import (
 )
 from .euler import EulerCell, EulerSteps, join_counter, join_moved_counter, split_counter
 from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
-from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.

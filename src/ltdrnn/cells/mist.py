@@ -8,7 +8,7 @@ dispatch; the fused paths and their compiled-kernel bridge are in :mod:`ltdrnn.c
 
 Doc: docs/cells/mist.md
 Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/mist.cpp (CPU); src/ltdrnn/cells/fused/mist_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/mist.cpp (CPU); src/ltdrnn/cells/fused/mist_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..kernels import StreamOperands, stream_in_kernel
-from ..scan import ParameterCache
+from ..ops.common import ParameterCache
+from ..ops.kernels import StreamOperands, stream_in_kernel
+from ..ops.triton_support import autocast_weight, triton_runs_on
 from .base import Cell, check_positive_int, mask_outputs
 from .fused.mist import MISTScan, kernel_supports
-from .fused.triton_support import autocast_weight, triton_runs_on
 from .registry import ParamCount, register
 
 _TABLE1 = (
@@ -157,7 +157,7 @@ class MISTCell(Cell):
         """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
 
         Without gradient recording, with ``impl`` resolving to ``"kernel"`` and batch up to
-        :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`, the whole step is one call of
+        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, the whole step is one call of
         ``torch.ops.ltdrnn.mist_stream`` (:meth:`_stream_in_kernel`); otherwise
         ``step(precompute(x_t))``.
         """

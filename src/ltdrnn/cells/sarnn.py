@@ -7,7 +7,7 @@ sparse paths and their compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.sa
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/sarnn.cpp (CPU); src/ltdrnn/cells/fused/sarnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/sarnn.cpp (CPU); src/ltdrnn/cells/fused/sarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
-from ..kernels import StreamOperands, stream_in_kernel
-from ..scan import ParameterCache, final_state_at_lengths
+from ..ops.common import ParameterCache, final_state_at_lengths
+from ..ops.kernels import StreamOperands, stream_in_kernel
+from ..ops.triton_support import autocast_weight, triton_runs_on
 from .base import State, check_choice, check_positive_float, holds_non_finite, init_uniform, mask_outputs
 from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
-from .fused.triton_support import autocast_weight, triton_runs_on
 from .masked import (
     MaskedCell,
     binary,
@@ -242,7 +242,7 @@ class SARNN(MaskedCell):
 
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, as :meth:`Cell.forward`. Without autograd, with a GRU, a fast
-        ``impl`` and batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH`, the whole step is one call of
+        ``impl`` and batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, the whole step is one call of
         ``torch.ops.ltdrnn.sarnn_stream`` (which forms the ``W_hh`` products only for the units it updates)."""
         if state is not None and self.resolved_impl() != "reference":
             h = self._stream_in_kernel(x_t, state)

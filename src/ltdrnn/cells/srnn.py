@@ -9,7 +9,7 @@ their compiled-kernel bridges are in :mod:`ltdrnn.cells.fused.srnn`.
 
 Doc: docs/cells/srnn.md
 Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/srnn.cpp (CPU); src/ltdrnn/cells/fused/srnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/srnn.cpp (CPU); src/ltdrnn/cells/fused/srnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..kernels import StreamOperands, stream_in_kernel
-from ..scan import ParameterCache, final_state_at_lengths
+from ..ops.common import ParameterCache, final_state_at_lengths
+from ..ops.kernels import StreamOperands, stream_in_kernel
+from ..ops.triton_support import triton_runs_on
 from .base import Cell, check_choice, check_nonnegative_int, check_positive_int, mask_outputs
 from .fused.srnn import PIECEWISE_LINEAR_MIN_ROWS, KernelScan, PiecewiseLinearScan, ShiftScan, kernel_supports
-from .fused.triton_support import triton_runs_on
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
@@ -157,7 +157,7 @@ class SRNNCell(Cell):
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
         """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup.
 
-        Without autograd, at batch up to :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` and with ``impl``
+        Without autograd, at batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` and with ``impl``
         resolving to ``"kernel"``, the whole step is one call of ``torch.ops.ltdrnn.srnn_stream``."""
         if state is not None and self.resolved_impl() == "kernel":
             h = self._stream_in_kernel(x_t, state)

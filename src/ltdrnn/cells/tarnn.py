@@ -16,7 +16,7 @@ bridge are in :mod:`ltdrnn.cells.fused.tarnn`.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/csrc/tarnn.cpp (CPU); src/ltdrnn/cells/fused/tarnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/tarnn.cpp (CPU); src/ltdrnn/cells/fused/tarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
-from ..scan import ParameterCache, final_state_at_lengths, scalars
+from ..ops.common import ACTIVATION_CODES, ParameterCache, final_state_at_lengths, scalars
+from ..ops.kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
+from ..ops.triton_support import autocast_weight, triton_runs_on
 from .base import State, check_choice, holds_non_finite, loop_scan, mask_outputs
 from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps, join_counter, join_moved_counter, split_counter
-from .fused.tarnn import ACTIVATION_CODES, EulerChain, FusedTARNN, compiled_loop_runs
-from .fused.triton_support import autocast_weight, triton_runs_on
+from .fused.tarnn import EulerChain, FusedTARNN, compiled_loop_runs
 from .registry import ParamCount, register
 
 READINGS = ("paper", "code", "theorem")
@@ -297,7 +297,7 @@ class TARNN(EulerCell):
 
     def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor | None:
         """``s_m`` of one step without autograd (recording ``aux``): at batch up to
-        :data:`~ltdrnn.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few PyTorch
+        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few PyTorch
         ops on matrices cached until a parameter changes; None for NaN or an infinity in ``x_t`` or ``s``."""
         outputs = stream_in_kernel(
             "tarnn",

@@ -12,9 +12,9 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ...kernels import load_torch_ops
-from ...memory import empty_buffer
-from ...scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, scalars
+from ...ops.common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
+from ...ops.kernels import load_torch_ops
+from ...ops.memory import empty_buffer
 
 
 class FusedIRNN(torch.autograd.Function):
@@ -59,7 +59,7 @@ class FusedIRNN(torch.autograd.Function):
             zs = x.new_empty(span, batch, second.shape[0]) if second.numel() else x.new_empty(0)
             torch.ops.ltdrnn.irnn_k1_forward(
                 x, weight.detach(), bias.detach(), h.contiguous(), first.detach(), second.detach(), etas[0], a, s, r,
-                _ACTIVATION_CODES[act], record, zs, outputs,
+                ACTIVATION_CODES[act], record, zs, outputs,
             )  # fmt: skip
             ctx.save_for_backward(record, outputs, zs, first, second, h0, x, weight, bias)
             return outputs
@@ -171,9 +171,6 @@ def _function_gradients(
 
 
 # ---- the whole time loop in compiled code (csrc/irnn.cpp) -----------------------------------------
-_ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/irnn.cpp numbers them
-
-
 def _compiled_loop_runs(x: Tensor, k: int) -> bool:
     """Whether both time loops run in ``csrc/irnn.cpp``: K = 1 (any reading, U dense or low rank), on
     CPU in float32/64, and the operators build here. Anything else runs the PyTorch loop."""
@@ -204,7 +201,7 @@ def _compiled_backward(ctx, grad_outputs: Tensor) -> tuple:
     grad_weight, grad_bias = weight.new_empty(weight.shape), weight.new_empty(weight.shape[0])
     dot_phi, dot_y = torch.ops.ltdrnn.irnn_k1_backward(
         record, outputs, h0.detach().contiguous(), grad_outputs, x, zs, first, second, weight, bias, etas[0], a, s,
-        r, _ACTIVATION_CODES[act], carry, grad_x, grad_first, grad_second, grad_weight, grad_bias,
+        r, ACTIVATION_CODES[act], carry, grad_x, grad_first, grad_second, grad_weight, grad_bias,
     )  # fmt: skip
     return _function_gradients(
         ctx,

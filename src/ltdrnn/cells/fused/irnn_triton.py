@@ -11,7 +11,7 @@ step (the call's rows).
 
 ``c = P W x + P b`` (the input map) is one GEMM in PyTorch before the launch, and ``M`` (``P U``, dense: the
 low-rank factors are multiplied out in PyTorch, whose autograd maps the gradient back onto them) is read by
-the kernel. Layout and precision as every matrix kernel (:mod:`ltdrnn.cells.fused.triton_support`): one
+the kernel. Layout and precision as every matrix kernel (:mod:`ltdrnn.ops.triton_support`): one
 program per block of batch rows runs all T steps; each step's ``M y_0`` reads ``h_{t-1}`` back from the
 ``states`` buffer ``(T + 1, B, H)`` whose row 0 is ``h0``. The forward keeps ``phi`` ``(T, B, H)``; the backward
 writes ``dL/dpre`` ``(T, B, H)`` (which is ``dL/dc``) and the gate's ``dL/da``, from which ``dL/dM`` and
@@ -28,8 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_blocks import (
-    ACTIVATION_CODES,
+from ...ops.common import ACTIVATION_CODES
+from ...ops.triton_blocks import (
     activate,
     activation_slope,
     kernel_state_dtype,
@@ -38,7 +38,7 @@ from .triton_blocks import (
     sequence_lengths,
     sigmoid,
 )
-from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 FORWARD, BACKWARD = "ltdrnn::irnn_triton_forward", "ltdrnn::irnn_triton_backward"
 

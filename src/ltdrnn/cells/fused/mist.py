@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...kernels import kernel_runs_on
-from ...memory import empty_buffer, release, scratch_buffer
+from ...ops.kernels import kernel_runs_on
+from ...ops.memory import empty_buffer, release, scratch_buffer
 
 
 class MISTScan(torch.autograd.Function):

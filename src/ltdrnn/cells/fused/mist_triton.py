@@ -10,7 +10,7 @@ Per step (as :class:`ltdrnn.cells.mist.MISTScan`)::
 kernel's ``states`` buffer ``(N + T, B, H)`` holds the initial history (rows ``0..N-1``, ``N = 2^(n_d-1)``) and
 then every ``h_t`` (row ``N + t``); a step reads its delayed states ``h_{t-2^i}`` from those rows (a ring buffer
 of N states per row on chip would need ``N H`` registers per batch row: 64 KB at the paper's N = 128, H = 128).
-Layout and precision as every matrix kernel (:mod:`ltdrnn.cells.fused.triton_support`); the second product of a
+Layout and precision as every matrix kernel (:mod:`ltdrnn.ops.triton_support`); the second product of a
 step reads ``r * mix`` back from its saved buffer. The backward accumulates ``dL/dh`` for every row in one
 ``(N + T, B, H)`` buffer (from outside, from the delayed reads of later steps and from the products), writes the
 gradients of the gate logits ``(T, B, n_d + H)`` and of the tanh argument ``(T, B, H)``, from which the weight
@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_blocks import (
+from ...ops.triton_blocks import (
     hidden_block,
     kernel_state_dtype,
     launch_options,
@@ -35,7 +35,7 @@ from .triton_blocks import (
     sigmoid,
     tanh,
 )
-from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 
 @triton.jit

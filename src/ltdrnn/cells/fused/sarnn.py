@@ -13,7 +13,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ...kernels import load_torch_ops
+from ...ops.kernels import load_torch_ops
 from ..masked import binary, gru_candidate, gru_gates
 
 

@@ -8,7 +8,7 @@ Per step (as :class:`ltdrnn.cells.sarnn.FusedSARNNGRU`, torch.nn.GRU's gate layo
     h_t = cand where u else h_{t-1}
 
 The input projections ``gi = W_ih x + b_ih`` and ``coord_in`` are PyTorch GEMMs before the launch. Layout and
-precision as every matrix kernel (:mod:`ltdrnn.cells.fused.triton_support`): ``W_hh h_{t-1}`` reads the state
+precision as every matrix kernel (:mod:`ltdrnn.ops.triton_support`): ``W_hh h_{t-1}`` reads the state
 back from ``states (T + 1, B, H)`` (row 0 ``h0``). The forward keeps ``[r, z, gh_n]`` ``(T, B, 3H)`` and ``n``;
 the backward implements the straight-through estimator (``du/dprob = 1``, then the clamp's derivative), writes
 ``dL/dgh`` ``(T, B, 3H)``, ``dL/dgi_n`` and ``dL/dcoord_in``, from which ``dL/dW_hh`` is one GEMM after the
@@ -24,8 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sarnn import state_path_weight
-from .triton_blocks import (
+from ...ops.triton_blocks import (
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
@@ -33,7 +32,8 @@ from .triton_blocks import (
     sigmoid,
     tanh,
 )
-from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from .sarnn import state_path_weight
 
 
 @triton.jit

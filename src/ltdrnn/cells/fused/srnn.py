@@ -12,8 +12,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ...kernels import kernel_runs_on
-from ...memory import empty_buffer, release, scratch_buffer
+from ...ops.kernels import kernel_runs_on
+from ...ops.memory import empty_buffer, release, scratch_buffer
 
 
 # ---- whole-sequence autograd functions ---------------------------------------------------------------

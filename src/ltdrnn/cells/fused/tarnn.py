@@ -11,11 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...kernels import load_torch_ops
-from ...memory import empty_buffer
-from ...scan import ACTIVATION_BACKWARD_INTO, ACTIVATION_INTO, scalars
-
-ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}  # as csrc/tarnn.cpp numbers them
+from ...ops.common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
+from ...ops.kernels import load_torch_ops
+from ...ops.memory import empty_buffer
 
 
 class FusedTARNN(torch.autograd.Function):

@@ -9,7 +9,7 @@ In the increment ``delta = z - s_{m-1}`` (as :class:`ltdrnn.cells.tarnn._FusedTA
     delta_{k+1} = delta_k + eta_k beta G_k    ("inside"; "outside": without beta)
     s_m = s_{m-1} + delta_K                   ("outside": s_{m-1} + beta delta_K)
 
-Layout and precision as every matrix kernel (:mod:`ltdrnn.cells.fused.triton_support`). The state product
+Layout and precision as every matrix kernel (:mod:`ltdrnn.ops.triton_support`). The state product
 reads ``s_{m-1}`` back from ``states (T + 1, B, H)`` (row 0 ``s0``); each further Euler step's ``U delta_k``
 and the coupled A's shifted half read ``delta_k`` back from the saved increments. The forward saves ``c``
 ``(T, B, H)``, every ``arg_k`` and ``delta_{k+1}`` ``(T, K, B, H)`` and beta (also the cell's ``aux``). The
@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_blocks import (
-    ACTIVATION_CODES,
+from ...ops.common import ACTIVATION_CODES
+from ...ops.triton_blocks import (
     activate,
     activation_slope,
     kernel_state_dtype,
@@ -37,7 +37,7 @@ from .triton_blocks import (
     sequence_lengths,
     sigmoid,
 )
-from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 FORWARD, BACKWARD = "ltdrnn::tarnn_triton_forward", "ltdrnn::tarnn_triton_backward"
 

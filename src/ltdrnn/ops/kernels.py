@@ -1,4 +1,4 @@
-"""Compiled kernels: building ``ltdrnn/csrc/<cell>.cpp`` into torch operators on first use, caching the
+"""Compiled kernels: building ``ltdrnn/ops/csrc/<cell>.cpp`` into torch operators on first use, caching the
 build, and the one-call streaming step of the source cells.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base`. How the build works (sources, flags, cache,
@@ -156,7 +156,7 @@ def kernel_cache_dir() -> Path:
 
 
 def load_torch_ops(cell: str) -> bool:
-    """Whether the operators of ``ltdrnn/csrc/<cell>.cpp`` (``torch.ops.ltdrnn.<cell>_*``) are available.
+    """Whether the operators of ``ltdrnn/ops/csrc/<cell>.cpp`` (``torch.ops.ltdrnn.<cell>_*``) are available.
 
     Built once per machine and torch version (cached on disk), loaded and registered once per process
     (:func:`_load_verified`). Any failure (no C++ compiler, torch headers missing, read-only cache)
@@ -209,7 +209,7 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
 
 def _sources(cell: str) -> dict[str, bytes]:
     """The files a build of ``csrc/<cell>.cpp`` reads, by name: the file and the :data:`HEADERS`."""
-    csrc = resources.files("ltdrnn").joinpath("csrc")
+    csrc = resources.files("ltdrnn.ops").joinpath("csrc")
     return {name: csrc.joinpath(name).read_bytes() for name in (f"{cell}.cpp", *HEADERS)}
 
 

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ...kernels import kernels_enabled
-from ...scan import autocast_dtype
+from .common import ACTIVATION_CODES, autocast_dtype
+from .kernels import kernels_enabled
 
 #: Batch rows per program: the smallest M of a tensor-core product.
 BLOCK_B = 16
@@ -118,8 +118,8 @@ def autocast_weight(weight: Tensor, device_type: str) -> Tensor:
 # ---- operand checks ------------------------------------------------------------------------------------
 #: Dtypes of the buffers a forward kernel saves for its backward (:func:`triton_blocks.kernel_state_dtype`).
 SAVED_DTYPES = (torch.float32, torch.float64)
-#: The activations of the kernels' ``ACT`` codes 0, 1, 2 (:data:`triton_blocks.ACTIVATION_CODES`).
-ACTIVATION_NAMES = ("relu", "tanh", "sigmoid")
+#: The activations of the kernels' ``ACT`` codes 0, 1, 2, in code order (:data:`ltdrnn.ops.common.ACTIVATION_CODES`).
+ACTIVATION_NAMES = tuple(sorted(ACTIVATION_CODES, key=ACTIVATION_CODES.get))
 #: lengths tensors whose values were checked (same tensor, unchanged): the backward gets its forward's lengths
 #: and need not read a device's lengths back again
 _CHECKED_LENGTHS = WeakIdKeyDictionary()

@@ -7,10 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_support import ACTIVATION_NAMES, BLOCK_B, dot_precision, hidden_block, interpreting, k_block, num_warps
-
-#: Activation codes of the kernels' ``ACT`` argument.
-ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATION_NAMES)}
+from .triton_support import BLOCK_B, dot_precision, hidden_block, interpreting, k_block, num_warps
 
 
 def compute_type(dtype):
@@ -117,7 +114,7 @@ def relu(x):
 
 @triton.jit
 def activate(x, ACT: tl.constexpr):
-    """relu (0), tanh (1) or sigmoid (2) of ``x``."""
+    """relu (0), tanh (1) or sigmoid (2) of ``x`` (:data:`ltdrnn.ops.common.ACTIVATION_CODES`)."""
     if ACT == 0:
         y = relu(x)
     elif ACT == 1:

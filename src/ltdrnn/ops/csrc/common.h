@@ -1,6 +1,6 @@
-// What every kernel file of ltdrnn/csrc shares: the activations, small loops, the parallel grain and
+// What every kernel file of ltdrnn/ops/csrc shares: the activations, small loops, the parallel grain and
 // the input checks. Each <cell>.cpp includes it and is built into its own shared object by
-// ltdrnn.kernels (the build and its cache are described once, in docs/architecture.md).
+// ltdrnn.ops.kernels (the build and its cache are described once, in docs/architecture.md).
 //
 // The calling convention: every kernel is a torch custom operator torch.ops.ltdrnn.<cell>_<what> taking
 // tensors and numbers, never addresses. Each operator checks device, dtype, shape and contiguity of

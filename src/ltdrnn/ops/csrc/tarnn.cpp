@@ -3,7 +3,7 @@
 // gate (tarnn_euler_*, further down); and the one-call streaming step (tarnn_stream, at the end). Inside a
 // time loop each product is one call of the packed products on raw pointers (products.h) and the elementwise
 // work one pass per step: no tensor, view or ATen operator per step, whose dispatch (a few microseconds each) was
-// most of a step at batch 1. Built and cached by ltdrnn.kernels.load_torch_ops("tarnn").
+// most of a step at batch 1. Built and cached by ltdrnn.ops.kernels.load_torch_ops("tarnn").
 //
 // Layouts (time-major, contiguous unless said otherwise):
 //   p (T, B, 3H), any K: each step's [c | q | r] = P + s_{t-1} [B2 + A; W2 + U; U_s]^T, with the input map

@@ -1,9 +1,9 @@
-"""Helpers of the cells' fused loops (hand-written forward and backward passes over a sequence):
-activations written into buffers, a cache of parameter-derived operands, the final state at each
-sequence's length, parameters as Python floats.
+"""What every fast path shares: the activations' codes, activations written into buffers, a cache of
+parameter-derived operands, the final state at each sequence's length, parameters as Python floats, and
+the cells under ``torch.autocast``.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base` (time-major ``(T, B, H)``). The compiled kernels live
-in :mod:`ltdrnn.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.memory`.
+in :mod:`ltdrnn.ops.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.ops.memory`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ import torch
 from torch import Tensor, nn
 
 # ---- helpers of the fused loops (hand-written forward and backward over a sequence) ------------------
+#: The activations' numbers in every fast path: ``csrc/common.h`` (``with_activation``) and the Triton
+#: kernels' ``ACT`` argument (``triton_blocks.activate``) read these codes.
+ACTIVATION_CODES = {"relu": 0, "tanh": 1, "sigmoid": 2}
 ACTIVATION_INTO = {
     # phi(x, out=buffer), for the fused loops
     "relu": lambda x, out: torch.clamp_min(x, 0, out=out),
