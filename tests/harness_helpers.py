@@ -21,8 +21,8 @@ from ltdrnn.tasks.base import Task, TaskInfo
 
 
 class TinyCell(Cell):
-    def __init__(self, input_size, hidden_size, impl="auto", device=None, dtype=None):
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+    def __init__(self, input_size, hidden_size, backend="auto", device=None, dtype=None):
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.W = nn.Linear(input_size, hidden_size, **self.factory)
         self.U = nn.Parameter(torch.empty(hidden_size, hidden_size, **self.factory))
         self._masks = []

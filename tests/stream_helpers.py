@@ -42,7 +42,7 @@ def check_streaming_matches_reference(
     monkeypatch.setattr(kernels, "run_stream_kernel", lambda *a: calls.append(1) or real(*a))
     layer = ltdrnn.Recurrent(lambda d, h: cell, cell.input_size, cell.hidden_size)
     for _ in range(2):
-        expected, expected_final = cell.scan(x, state0, impl="reference")
+        expected, expected_final = cell.scan(x, state0, backend="reference")
         expected_by_name = expected_records(cell)
         with torch.no_grad():
             for run in (cell, lambda x_t, s: layer.step(x_t, None if s is None else s[None])):

@@ -246,7 +246,7 @@ def test_markdown_has_the_target_rows_and_the_tables(report):
 def test_skip_section_forces_the_requested_fraction(report):
     result, _ = report
     records = result["skip"]
-    assert {r["impl"] for r in records} == {"sparse", "fused"} and {r["batch"] for r in records} == {1, 2}
+    assert {r["backend"] for r in records} == {"sparse", "cpp"} and {r["batch"] for r in records} == {1, 2}
     for record in records:
         assert record["measured_skip"] == pytest.approx(record["target_skip"])
 
@@ -259,11 +259,11 @@ def test_variant_equal_to_the_defaults_is_an_alias():
 
 
 def test_options_apply_per_cell_and_a_variant_keeps_its_own():
-    options = bench.parse_options(["tarnn.K=2", "tarnn.eta=0.5", "tarnn[K=1].impl=reference"])
-    assert options == {"tarnn": {"K": 2, "eta": 0.5}, "tarnn[K=1]": {"impl": "reference"}}
+    options = bench.parse_options(["tarnn.K=2", "tarnn.eta=0.5", "tarnn[K=1].backend=reference"])
+    assert options == {"tarnn": {"K": 2, "eta": 0.5}, "tarnn[K=1]": {"backend": "reference"}}
     subjects = {s.name: s for s in bench.registry_subjects(["tarnn", "tarnn[K=1]"], options)}
     assert subjects["tarnn"].options == {"K": 2, "eta": 0.5}
-    assert subjects["tarnn[K=1]"].options == {"K": 1, "eta": 0.5, "impl": "reference"}
+    assert subjects["tarnn[K=1]"].options == {"K": 1, "eta": 0.5, "backend": "reference"}
 
 
 def test_cell_list_keeps_commas_inside_variant_names():

@@ -26,13 +26,13 @@ def test_the_gpu_run_measures_every_section_and_evaluates_the_targets(monkeypatc
     assert main(argv) == 0
     result = json.loads(out.read_text())
     assert result["schema"] == gpu.SCHEMA and result["device"]["name"] == "cpu" and not result["errors"]
-    train = {(r["subject"], r["impl"], r["hidden"]) for r in result["train"]}
+    train = {(r["subject"], r["path"], r["hidden"]) for r in result["train"]}
     assert ("srnn[relu]", "triton", 32) in train and ("tarnn[K=1]", "loop", 16) in train
     assert ("tarnn[K=1]", "loop", 32) not in train  # loops only at --loop-hidden-sizes
-    assert {r["impl"] for r in result["stream"] if r["subject"] == "srnn[relu]"} == {"graph", "eager"}
+    assert {r["path"] for r in result["stream"] if r["subject"] == "srnn[relu]"} == {"graph", "eager"}
     assert {r["subject"] for r in result["amp"]} >= {"nn.LSTM", "srnn[relu]"}
     speedups = [t for t in result["targets"] if "PyTorch loop" in t["target"]]
-    times = {(r["subject"], r["impl"]): r["median"] for r in result["train"] if r["hidden"] == 16}
+    times = {(r["subject"], r["path"]): r["median"] for r in result["train"] if r["hidden"] == 16}
     assert speedups[0]["measured"] == pytest.approx(times[("srnn[relu]", "loop")] / times[("srnn[relu]", "triton")])
     assert "**targets**" in markdown.read_text()
 

@@ -142,8 +142,8 @@ def test_reference_path_copy_leaves_the_model_alone():
 
     model = make_model("tarnn", {})
     copy = on_reference_path(model)
-    assert [cell.impl for cell in copy.rnn.cells] == ["reference"]
-    assert [cell.resolved_impl() for cell in model.rnn.cells] == ["fused"]
+    assert [cell.backend for cell in copy.rnn.cells] == ["reference"]
+    assert [cell.backend for cell in model.rnn.cells] == ["auto"]
     x, lengths = sequences()
     with torch.no_grad():
         assert torch.allclose(copy(x, lengths), model(x, lengths), atol=1e-5, rtol=0)

@@ -120,9 +120,9 @@ def test_saturated_gates_stay_finite_and_equal_the_reference(name, options):
         for p in cell.parameters():
             p.mul_(30.0)
     x = 100.0 * torch.randn(6, 5, 3)
-    reference, _ = cell.scan(x, impl="reference")
+    reference, _ = cell.scan(x, backend="reference")
     assert torch.isfinite(reference).all()
-    for impl in cell.impls:
-        if impl != "reference":
-            fast, _ = cell.scan(x, impl=impl)
-            torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-3, msg=f"{name} {impl}")
+    for backend in cell.backends:
+        if backend != "reference":
+            fast, _ = cell.scan(x, backend=backend)
+            torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-3, msg=f"{name} {backend}")

@@ -12,8 +12,8 @@ from ltdrnn.cells.base import Cell
 class Elman(Cell):
     """h_t = tanh(W x_t + b + U h_{t-1}); the math of nn.RNN with tanh."""
 
-    def __init__(self, input_size, hidden_size, impl="auto", device=None, dtype=None):
-        super().__init__(input_size, hidden_size, impl, device, dtype)
+    def __init__(self, input_size, hidden_size, backend="auto", device=None, dtype=None):
+        super().__init__(input_size, hidden_size, backend, device, dtype)
         self.inp = nn.Linear(input_size, hidden_size, **self.factory)
         self.rec = nn.Linear(hidden_size, hidden_size, bias=False, **self.factory)
 

@@ -73,7 +73,7 @@ def test_a_forward_hook_on_a_cell_sees_every_streamed_step():
 
 @pytest.mark.parametrize("name", ["tarnn", "srnn", "mist", "irnn", "sarnn"])
 def test_a_reference_layer_never_takes_a_streaming_step(name, monkeypatch):
-    layer = Recurrent(name, 2, 8, impl="reference").eval()
+    layer = Recurrent(name, 2, 8, backend="reference").eval()
     cell_type = type(layer.cells[0])
     monkeypatch.setattr(cell_type, "stream_step", lambda *a: pytest.fail("a reference layer streamed"))
     x = torch.randn(1, 2)

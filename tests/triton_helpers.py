@@ -50,12 +50,12 @@ def sequence(cell, steps: int, batch: int, seed: int = 1):
     return x, state, lengths
 
 
-def run(cell, x, state, lengths, impl: str, seed: int = 2):
+def run(cell, x, state, lengths, backend: str, seed: int = 2):
     """Outputs, final state and the gradients of a random weighting of both wrt x, state and every parameter."""
     cell.zero_grad()
     x = x.detach().clone().requires_grad_()
     state = state.detach().clone().requires_grad_()
-    out, final = cell.scan(x, state, lengths, impl=impl)
+    out, final = cell.scan(x, state, lengths, backend=backend)
     generator = torch.Generator().manual_seed(seed)
     w_out = torch.randn(out.shape, generator=generator, dtype=out.dtype).to(out.device)
     w_final = torch.randn(final.shape, generator=generator, dtype=final.dtype).to(final.device)
@@ -92,13 +92,13 @@ def assert_per_time_step_kernel_matches_reference(cell, kernel_module, operator:
     calls, real = [], getattr(kernel_module, operator)
     monkeypatch.setattr(kernel_module, operator, lambda *args: calls.append(1) or real(*args))
     results = {}
-    for impl in ("triton", "reference"):
+    for backend in ("triton", "reference"):
         cell.zero_grad()
         x_, h_ = x.clone().requires_grad_(), h.clone().requires_grad_()
         counter = torch.full((4,), start, dtype=torch.int64, device=DEVICE)
-        out, (final, moved) = cell.scan(x_, (h_, counter), lengths, impl=impl)
+        out, (final, moved) = cell.scan(x_, (h_, counter), lengths, backend=backend)
         (out.square().sum() + final.sum()).backward()
-        results[impl] = (out, final, moved, x_.grad, h_.grad, *(p.grad for p in cell.parameters()))
+        results[backend] = (out, final, moved, x_.grad, h_.grad, *(p.grad for p in cell.parameters()))
     assert calls == [1], "the per-time-step scan did not take the Triton kernel"
     assert torch.equal(results["triton"][2], start + lengths.to(DEVICE))
     eta_grad = results["triton"][5 + [p is cell.steps.parameter for p in cell.parameters()].index(True)]

@@ -1,7 +1,7 @@
-"""The cell map of docs/architecture.md: one row per registry entry with its module, implementations,
-default implementation, kernel, tests and doc page.
+"""The cell map of docs/architecture.md: one row per registry entry with its module, backends, kernel,
+tests and doc page.
 
-The registry gives the names, classes and implementations (read from a cell built with its constructor
+The registry gives the names, classes and backends (read from a cell built with its constructor
 defaults, since a cell may choose them per instance, as SA-RNN does per ``recurrence``); the links come
 from the ``Doc:``, ``Tests:`` and ``Kernel:`` lines that end every cell module's docstring, so the module
 is the one place they are written. ``tests/test_docs.py`` checks that the committed map is this one.
@@ -39,7 +39,7 @@ def module_links(module) -> Dict[str, str]:
 
 def cell_rows() -> List[List[str]]:
     """Header and one row per registry entry, in registry order."""
-    rows = [["cell", "module", "impls", "default impl", "kernel", "tests", "doc"]]
+    rows = [["cell", "module", "backends", "kernel", "tests", "doc"]]
     for name in list_cells():
         cls = entry(name).cls
         cell = build(name, 1, PROBE_HIDDEN)
@@ -49,8 +49,7 @@ def cell_rows() -> List[List[str]]:
             [
                 f"`{name}`",
                 f"`{module_path}` ({cls.__name__})",
-                ", ".join(cell.impls),
-                cell.default_impl,
+                ", ".join(cell.backends),
                 links["Kernel"],
                 links["Tests"],
                 links["Doc"],

@@ -44,7 +44,7 @@ class Recurrent(nn.Module):
         bidirectional: add a second direction per layer that reads each sequence backwards
             (within its true length).
         batch_first: input and output are ``(B, T, ...)`` when True, ``(T, B, ...)`` when False.
-        **cell_options: passed to every cell's constructor (e.g. ``K=5``, ``impl="reference"``).
+        **cell_options: passed to every cell's constructor (e.g. ``K=5``, ``backend="reference"``).
 
     ``forward(input, state=None, lengths=None) -> (output, final_state)``:
         input: ``(B, T, d)`` / ``(T, B, d)``, unbatched ``(T, d)``, or a PackedSequence.
@@ -185,7 +185,7 @@ class Recurrent(nn.Module):
 
         At batch 1 the full path's per-call work (checking the input and state once per cell and again in
         ``scan``, ``nn.Module`` dispatch) costs more than a compiled step itself. A cell whose streaming
-        step declines the input (non-finite values, an impl without one) takes the full path alone.
+        step declines the input (non-finite values, a backend without one) takes the full path alone.
         """
         if (
             state is None
@@ -202,8 +202,8 @@ class Recurrent(nn.Module):
         finals = []
         for cell, part in zip(self._cell_list(), _unstacked(state)):
             cell.check_room(part, 1)
-            impl = cell.resolved_impl()  # on the CPU, what ``like=x`` would resolve to
-            stepped = None if impl == "reference" else cell.stream_step(x, part, impl)
+            backend = cell.resolved_backend(like=x)
+            stepped = None if backend == "reference" else cell.stream_step(x, part, backend)
             x, final = stepped if stepped is not None else cell(x, part)
             finals.append(final)
         return x, _stack_states(finals) if len(finals) > 1 else _stacked_alone(finals[0], x)

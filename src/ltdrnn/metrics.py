@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .cells.base import step_mask
 from .cells.masked import update_counts
+from .ops.common import step_mask
 from .tasks.base import TaskInfo
 
 

@@ -19,9 +19,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .cells.base import step_mask
 from .layers import Recurrent
-from .ops.common import final_state_at_lengths
+from .ops.common import final_state_at_lengths, step_mask
 from .tasks.base import TaskInfo
 
 TERMINAL_HEADS = ("classifier", "regressor")

@@ -19,7 +19,7 @@ def build(name, device, **options):
     torch.manual_seed(0)
     options = {**ltdrnn.entry(name).test_options, **options}
     if name in ("srnn", "irnn", "tarnn", "sarnn", "mist") and device == "cuda":
-        options["impl"] = "fused" if name in ("tarnn", "irnn", "sarnn") else "reference"  # Triton's: elsewhere
+        options["backend"] = "cpp" if name in ("tarnn", "irnn", "sarnn") else "reference"  # Triton's: elsewhere
     return ltdrnn.build(name, 3, 8, **options).to(device)
 
 

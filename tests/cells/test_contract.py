@@ -63,13 +63,13 @@ def assert_close(a, b, what, atol=1e-5, rtol=1e-4):
     torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
 
 
-def impls(cell):
-    return list(cell.impls)
+def backends(cell):
+    return list(cell.backends)
 
 
 # ---- sequence semantics ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name,variant", CASES)
-def test_step_by_step_equals_scan_for_every_impl(name, variant):
+def test_step_by_step_equals_scan_for_every_backend(name, variant):
     cell = make_cell(name, variant)
     x = torch.randn(9, 2, cell.input_size)
     state, steps = None, []
@@ -77,23 +77,23 @@ def test_step_by_step_equals_scan_for_every_impl(name, variant):
     for x_t in x:
         h, state = cell(x_t, state)
         steps.append(h)
-    for impl in impls(cell):
-        out, final = reseeded(name, cell.scan, x, impl=impl)
-        assert_close(out, torch.stack(steps), f"{impl} outputs")
-        assert_close(flat(final), flat(state), f"{impl} final state")
+    for backend in backends(cell):
+        out, final = reseeded(name, cell.scan, x, backend=backend)
+        assert_close(out, torch.stack(steps), f"{backend} outputs")
+        assert_close(flat(final), flat(state), f"{backend} final state")
 
 
 @pytest.mark.parametrize("name,variant", CASES)
 def test_chunked_with_carried_state_equals_whole(name, variant):
     cell = make_cell(name, variant)
     x = torch.randn(11, 3, cell.input_size)
-    for impl in impls(cell):
-        whole, final = reseeded(name, cell.scan, x, impl=impl)
+    for backend in backends(cell):
+        whole, final = reseeded(name, cell.scan, x, backend=backend)
         reseeded(name, lambda: None)
-        first, state = cell.scan(x[:4], impl=impl)
-        second, state = cell.scan(x[4:], state, impl=impl)
-        assert_close(torch.cat([first, second]), whole, f"{impl} outputs")
-        assert_close(flat(state), flat(final), f"{impl} final state")
+        first, state = cell.scan(x[:4], backend=backend)
+        second, state = cell.scan(x[4:], state, backend=backend)
+        assert_close(torch.cat([first, second]), whole, f"{backend} outputs")
+        assert_close(flat(state), flat(final), f"{backend} final state")
 
 
 @pytest.mark.parametrize("name,variant", CASES)
@@ -101,22 +101,22 @@ def test_lengths_and_packed_equal_each_sequence_alone(name, variant):
     layer = make_layer(name, variant)
     lengths = torch.tensor([7, 3, 5, 1])
     x = torch.randn(4, 7, layer.input_size)
-    for impl in impls(layer.cells[0]):
+    for backend in backends(layer.cells[0]):
         for cell in layer.cells:
-            cell.impl = impl
+            cell.backend = backend
         out, final = reseeded(name, layer, x, lengths=lengths)
         for b, n in enumerate(lengths.tolist()):
             alone, alone_final = reseeded(name, layer, x[b : b + 1, :n])
-            assert_close(out[b, :n], alone[0], f"{impl} outputs of sequence {b}")
-            assert torch.all(out[b, n:] == 0), f"{impl}: outputs past the length must be zero"
+            assert_close(out[b, :n], alone[0], f"{backend} outputs of sequence {b}")
+            assert torch.all(out[b, n:] == 0), f"{backend}: outputs past the length must be zero"
             assert_close(
-                flat(map_state(lambda s: s[:, b], final)), flat(alone_final), f"{impl} final state of sequence {b}"
+                flat(map_state(lambda s: s[:, b], final)), flat(alone_final), f"{backend} final state of sequence {b}"
             )
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         packed_out, packed_final = reseeded(name, layer, packed)
         padded, _ = pad_packed_sequence(packed_out, batch_first=True)
-        assert_close(padded, out, f"{impl} packed outputs")
-        assert_close(flat(packed_final), flat(final), f"{impl} packed final state")
+        assert_close(padded, out, f"{backend} packed outputs")
+        assert_close(flat(packed_final), flat(final), f"{backend} packed final state")
 
 
 @pytest.mark.parametrize("name,variant", CASES)
@@ -182,53 +182,53 @@ def test_gradcheck_float64(name, variant):
     names = [n for n, p in cell.named_parameters() if p.requires_grad]
     params = tuple(dict(cell.named_parameters())[n].detach().clone().requires_grad_() for n in names)
     x = torch.randn(4, 2, cell.input_size, dtype=torch.float64, requires_grad=True)
-    for impl in impls(cell):
-        scan = ScanCall(cell, impl)
+    for backend in backends(cell):
+        scan = ScanCall(cell, backend)
 
         def run(x, *values):
             outputs, final = torch.func.functional_call(scan, {f"cell.{n}": v for n, v in zip(names, values)}, (x,))
             return outputs, flat(final)
 
-        assert torch.autograd.gradcheck(run, (x, *params), eps=1e-6, atol=1e-5, fast_mode=True), impl
+        assert torch.autograd.gradcheck(run, (x, *params), eps=1e-6, atol=1e-5, fast_mode=True), backend
 
 
 class ScanCall(torch.nn.Module):
-    """``cell.scan(x, impl=impl)`` as a module forward, so functional_call can swap its parameters."""
+    """``cell.scan(x, backend=backend)`` as a module forward, so functional_call can swap its parameters."""
 
-    def __init__(self, cell, impl):
+    def __init__(self, cell, backend):
         super().__init__()
-        self.cell, self.impl = cell, impl
+        self.cell, self.backend = cell, backend
 
     def forward(self, x):
-        return self.cell.scan(x, impl=self.impl)
+        return self.cell.scan(x, backend=self.backend)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,variant", CASES)
-def test_every_fast_impl_equals_the_reference_at_long_T(name, variant):
+def test_every_fast_backend_equals_the_reference_at_long_T(name, variant):
     cell = make_cell(name, variant)
     # "triton" on CPU tensors runs Triton's interpreter, minutes at this length: tests/cells/test_triton_*.py
     # hold it to the reference at small sizes
-    fast = [i for i in impls(cell) if i not in ("reference", "triton")]
+    fast = [i for i in backends(cell) if i not in ("reference", "triton")]
     if not fast:
         pytest.skip(f"{name} has only the reference implementation")
     x = torch.randn(1200, 2, cell.input_size)
     state = map_state(lambda s: s + 0.1 * torch.randn_like(s) if s.is_floating_point() else s, cell.init_state(2))
     ref = _outputs_and_grads(name, cell, x, state, "reference")
-    for impl in fast:
-        got = _outputs_and_grads(name, cell, x, state, impl)
+    for backend in fast:
+        got = _outputs_and_grads(name, cell, x, state, backend)
         for key in ref:
             # where gradients grow over 1,200 steps (SA-RNN's reach 1e14 at this init) float32 rounding
             # scales with them: the absolute tolerance is taken relative to the tensor's largest entry
             scale = max(1.0, ref[key].abs().max().item())
-            assert_close(got[key], ref[key], f"{impl} vs reference: {key}", atol=2e-4 * scale, rtol=2e-3)
+            assert_close(got[key], ref[key], f"{backend} vs reference: {key}", atol=2e-4 * scale, rtol=2e-3)
 
 
-def _outputs_and_grads(name, cell, x, state, impl):
+def _outputs_and_grads(name, cell, x, state, backend):
     cell.zero_grad()
     x = x.clone().requires_grad_()
     state = map_state(lambda s: s.clone().requires_grad_() if s.is_floating_point() else s, state)
-    out, final = reseeded(name, cell.scan, x, state, impl=impl)
+    out, final = reseeded(name, cell.scan, x, state, backend=backend)
     weights = torch.linspace(-1, 1, out.numel()).view_as(out)
     (out * weights).sum().backward() if not torch.is_tensor(final) else ((out * weights).sum() + final.sum()).backward()
     result = {"outputs": out.detach(), "final": flat(final).detach(), "grad x": x.grad}
@@ -283,8 +283,8 @@ def test_clear_errors(name):
     _, h, options = sizes_and_options(name, {})
     with pytest.raises(ValueError, match="hidden_size"):
         ltdrnn.build(name, d, 0, **options)
-    with pytest.raises(ValueError, match="impl"):
-        ltdrnn.build(name, d, h, **{**options, "impl": "no-such-impl"})
+    with pytest.raises(ValueError, match="backend"):
+        ltdrnn.build(name, d, h, **{**options, "backend": "no-such-backend"})
 
 
 @pytest.mark.parametrize("name", ltdrnn.list_cells())

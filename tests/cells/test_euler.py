@@ -144,9 +144,9 @@ def test_fused_gradient_reaches_log_eta(name):
     cell = ltdrnn.build(name, 2, 16, K=2, dtype=torch.float64)
     x = torch.randn(30, 3, 2, dtype=torch.float64)
     grads = []
-    for impl in ("reference", "fused"):
+    for backend in ("reference", "cpp"):
         cell.zero_grad()
-        out, _ = cell.scan(x, impl=impl)
+        out, _ = cell.scan(x, backend=backend)
         out.square().sum().backward()
         grads.append(cell.steps.log_eta.grad.clone())
     torch.testing.assert_close(grads[0], grads[1])
@@ -154,10 +154,10 @@ def test_fused_gradient_reaches_log_eta(name):
 
 
 # ---- per-time-step step sizes in TARNN's fused path ---------------------------------------------------
-def scan_with_gradients(cell, x, state, impl, lengths=None):
+def scan_with_gradients(cell, x, state, backend, lengths=None):
     cell.zero_grad()
     xi = x.clone().requires_grad_()
-    out, final = cell.scan(xi, state, lengths=lengths, impl=impl)
+    out, final = cell.scan(xi, state, lengths=lengths, backend=backend)
     h = final[0] if isinstance(final, tuple) else final
     weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
     ((out * weights).sum() + h.square().sum()).backward()
@@ -190,7 +190,7 @@ def test_tarnn_per_time_step_eta_runs_fused_and_equals_the_reference(monkeypatch
     h0 = 0.3 * torch.randn(5, 6, dtype=DT)
     for start, lengths in ((0, None), (4, torch.tensor([7, 3, 1, 7, 5]))):
         state = (h0, torch.full((5,), start))
-        fused = scan_with_gradients(cell, x, state, "fused", lengths)
+        fused = scan_with_gradients(cell, x, state, "cpp", lengths)
         reference = scan_with_gradients(cell, x, state, "reference", lengths)
         torch.testing.assert_close(fused[0], reference[0])
         torch.testing.assert_close(fused[1][0], reference[1][0])
@@ -210,8 +210,8 @@ def test_tarnn_per_time_step_eta_with_uneven_starts_takes_the_reference_loop():
     cell.steps.assign_(torch.rand(12, 2, dtype=DT) * 0.5)
     x = torch.randn(5, 3, 2, dtype=DT)
     state = (torch.zeros(3, 4, dtype=DT), torch.tensor([0, 2, 1]))
-    fused, fused_final = cell.scan(x, state, impl="fused")
-    reference, reference_final = cell.scan(x, state, impl="reference")
+    fused, fused_final = cell.scan(x, state, backend="cpp")
+    reference, reference_final = cell.scan(x, state, backend="reference")
     torch.testing.assert_close(fused, reference)
     assert torch.equal(fused_final[1], torch.tensor([5, 7, 6]))
 
@@ -253,8 +253,8 @@ def test_irnn_gate_equals_its_equations_in_every_path(per_time_step, reading):
     h0 = torch.randn(4, 6, dtype=DT)
     state = (h0, torch.zeros(4, dtype=torch.long)) if per_time_step else h0
     expected = gated_irnn_by_hand(cell, x, h0)
-    for impl in ("reference", "fused"):
-        out, _ = cell.scan(x, state, impl=impl)
+    for backend in ("reference", "cpp"):
+        out, _ = cell.scan(x, state, backend=backend)
         torch.testing.assert_close(out, expected)
     with torch.no_grad():  # streaming, one step at a time
         stepped, s = [], state
@@ -262,7 +262,7 @@ def test_irnn_gate_equals_its_equations_in_every_path(per_time_step, reading):
             h, s = cell(x_t, s)
             stepped.append(h)
     torch.testing.assert_close(torch.stack(stepped), expected)
-    grads = [scan_with_gradients(cell, x, state, impl) for impl in ("reference", "fused")]
+    grads = [scan_with_gradients(cell, x, state, backend) for backend in ("reference", "cpp")]
     torch.testing.assert_close(grads[1][2], grads[0][2])  # the gradient of x
     assert grads[1][3].keys() == grads[0][3].keys() and "bias_gate" in grads[0][3]
     for name, grad in grads[0][3].items():
@@ -284,7 +284,7 @@ def test_irnn_per_time_step_eta_without_the_gate_runs_the_fused_loop_from_a_late
     x = torch.randn(6, 3, 2, dtype=DT)
     state = (0.2 * torch.randn(3, 5, dtype=DT), torch.full((3,), 5))
     lengths = torch.tensor([6, 2, 4])
-    fused = scan_with_gradients(cell, x, state, "fused", lengths)
+    fused = scan_with_gradients(cell, x, state, "cpp", lengths)
     reference = scan_with_gradients(cell, x, state, "reference", lengths)
     torch.testing.assert_close(fused[0], reference[0])
     torch.testing.assert_close(fused[1][0], reference[1][0])

@@ -60,12 +60,12 @@ def _torch_named_weights(module):
     ]
 
 
-def pair(name, layers, bidirectional, dtype=torch.float32, impl="auto", **kwargs):
+def pair(name, layers, bidirectional, dtype=torch.float32, backend="auto", **kwargs):
     torch.manual_seed(0)
     module = TORCH_MODULES[name](
         3, 5, num_layers=layers, bidirectional=bidirectional, batch_first=True, dtype=dtype, **kwargs
     )
-    return module, recurrent_from_torch(module, impl=impl)
+    return module, recurrent_from_torch(module, backend=backend)
 
 
 @pytest.mark.parametrize("name", list(TORCH_MODULES))
@@ -87,13 +87,13 @@ def test_copied_weights_give_identical_outputs_states_and_gradients(name, layers
 
 @pytest.mark.parametrize("name", list(TORCH_MODULES))
 @pytest.mark.parametrize("layers,bidirectional", LAYOUTS)
-@pytest.mark.parametrize("impl", ["fused_packed", "fused", "reference"])
-def test_packed_sequence_matches_torch_packed_output(name, layers, bidirectional, impl):
-    module, layer = pair(name, layers, bidirectional, dtype=torch.float64, impl=impl)
+@pytest.mark.parametrize("backend", ["torch_packed", "torch", "reference"])
+def test_packed_sequence_matches_torch_packed_output(name, layers, bidirectional, backend):
+    module, layer = pair(name, layers, bidirectional, dtype=torch.float64, backend=backend)
     x = torch.randn(4, 9, 3, dtype=torch.float64)
     lengths = torch.tensor([9, 3, 6, 1])
     expected, got = run_with_grads(module, x, lengths), run_with_grads(layer, x, lengths)
-    if impl == "fused_packed" and not bidirectional:
+    if backend == "torch_packed" and not bidirectional:
         assert torch.equal(got[0], expected[0])
         assert all(torch.equal(a, b) for a, b in zip(got[1], expected[1]))
         assert torch.equal(got[2], expected[2])
@@ -116,17 +116,17 @@ def test_fused_equals_step_reference_with_lengths_outputs_and_gradients(name):
     lengths = torch.tensor([40, 17, 1, 33])  # all shorter than T: the tail is padding only
     start = [s + torch.randn_like(s) for s in states(cell.init_state(4))]
     results = {}
-    for impl in ("fused", "fused_packed", "reference"):
+    for backend in ("torch", "torch_packed", "reference"):
         cell.zero_grad()
         xi = x.clone().requires_grad_()
         state = tuple(s.clone().requires_grad_() for s in start)
-        out, final = cell.scan(xi, state if len(state) > 1 else state[0], lengths, impl=impl)
+        out, final = cell.scan(xi, state if len(state) > 1 else state[0], lengths, backend=backend)
         (out.sin().sum() + sum((s * s).sum() for s in states(final))).backward()
-        results[impl] = [out, *states(final), xi.grad, *[s.grad for s in state]] + [
+        results[backend] = [out, *states(final), xi.grad, *[s.grad for s in state]] + [
             p.grad.clone() for p in cell.parameters()
         ]
-    assert results["fused"][0][17:, 1].abs().max() == 0 and results["fused"][0][40:].abs().max() == 0
-    for fast in ("fused", "fused_packed"):
+    assert results["torch"][0][17:, 1].abs().max() == 0 and results["torch"][0][40:].abs().max() == 0
+    for fast in ("torch", "torch_packed"):
         for a, b in zip(results[fast], results["reference"]):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -135,7 +135,7 @@ def test_fused_equals_step_reference_with_lengths_outputs_and_gradients(name):
 def test_step_is_the_torch_cell(name):
     torch.manual_seed(2)
     torch_cell = TORCH_CELLS[name](3, 5, dtype=torch.float64)
-    cell = ltdrnn.build(name, 3, 5, impl="reference", dtype=torch.float64)
+    cell = ltdrnn.build(name, 3, 5, backend="reference", dtype=torch.float64)
     with torch.no_grad():
         for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
             getattr(cell, w).copy_(getattr(torch_cell, w))

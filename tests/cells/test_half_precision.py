@@ -21,7 +21,7 @@ def test_a_half_precision_layer_streams_as_its_reference(name, batch, dtype):
     torch.manual_seed(0)
     layer = ltdrnn.Recurrent(name, D, H, dtype=dtype)
     x = torch.randn(batch, 3, D, dtype=dtype, generator=torch.Generator().manual_seed(1))
-    expected, _ = layer.cells[0].scan(x.transpose(0, 1), impl="reference")
+    expected, _ = layer.cells[0].scan(x.transpose(0, 1), backend="reference")
     with torch.no_grad():
         state, streamed = None, []
         for t in range(3):
@@ -33,16 +33,16 @@ def test_a_half_precision_layer_streams_as_its_reference(name, batch, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name", SOURCE)
-def test_every_impl_scans_a_half_precision_sequence_as_the_reference(name, dtype):
+def test_every_backend_scans_a_half_precision_sequence_as_the_reference(name, dtype):
     torch.manual_seed(0)
     cell = build(name, D, H, dtype=dtype)
     x = torch.randn(4, 2, D, dtype=dtype, generator=torch.Generator().manual_seed(1))
-    expected, _ = cell.scan(x, impl="reference")
+    expected, _ = cell.scan(x, backend="reference")
     # "triton" keeps a float32 state with half-precision products (more exact than this reference):
     # tests/cells/test_triton_autocast.py holds it to a float32 reference
-    for impl in [i for i in cell.impls[1:] if i != "triton"]:
-        out, _ = cell.scan(x, impl=impl)
-        torch.testing.assert_close(out, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype], msg=impl)
+    for backend in [i for i in cell.backends[1:] if i != "triton"]:
+        out, _ = cell.scan(x, backend=backend)
+        torch.testing.assert_close(out, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype], msg=backend)
 
 
 def test_the_compiled_step_is_asked_only_for_the_dtypes_it_is_built_for():

@@ -19,7 +19,7 @@ def cell64(d=2, h=4, **options):
 
 
 def one_step(cell, x_t, h_prev):
-    out, _ = cell.scan(x_t.unsqueeze(0), h_prev, impl="reference")
+    out, _ = cell.scan(x_t.unsqueeze(0), h_prev, backend="reference")
     return out[0]
 
 
@@ -70,17 +70,20 @@ def hand_written_scan(cell, x, h, reading, alpha):
     return torch.stack(outputs)
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
 @pytest.mark.parametrize("K,contractive", [(1, True), (1, False), (3, True)])
 @pytest.mark.parametrize("reading", sorted(READINGS))
-def test_each_reading_equals_a_hand_written_loop_of_its_equations(reading, K, contractive, impl):
+def test_each_reading_equals_a_hand_written_loop_of_its_equations(reading, K, contractive, backend):
     cell = cell64(d=2, h=5, rank=2, K=K, alpha=1.1, reading=reading, contractive=contractive)
     with torch.no_grad():
         cell.steps.assign_(torch.linspace(0.2, 0.4, K, dtype=DT))
     x, h0 = torch.randn(6, 3, 2, dtype=DT), torch.randn(3, 5, dtype=DT)
     weights = torch.randn(6, 3, 5, dtype=DT)
     results = []
-    runs = (lambda xs, h: cell.scan(xs, h, impl=impl)[0], lambda xs, h: hand_written_scan(cell, xs, h, reading, 1.1))
+    runs = (
+        lambda xs, h: cell.scan(xs, h, backend=backend)[0],
+        lambda xs, h: hand_written_scan(cell, xs, h, reading, 1.1),
+    )
     for run in runs:
         xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
         out = run(xi, hi)
@@ -140,9 +143,9 @@ def test_the_contraction_guard_keeps_every_step_from_expanding(reading):
     assert norms[False] > 1.05 and norms[True] <= 1 + 1e-12, norms
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
-def test_the_guard_on_diverged_weights_gives_a_nan_output_not_an_svd_error(impl):
-    cell = cell64(h=6, rank=3, contractive=True, impl=impl)
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
+def test_the_guard_on_diverged_weights_gives_a_nan_output_not_an_svd_error(backend):
+    cell = cell64(h=6, rank=3, contractive=True, backend=backend)
     with torch.no_grad():
         cell.weight_h[0, 0] = math.inf
     out, _ = cell.scan(torch.randn(5, 2, 2, dtype=torch.float64))
@@ -175,7 +178,7 @@ def test_at_the_equilibrium_the_last_state_is_a_sum_of_inputs_with_alternating_s
         cell.steps.assign_(0.5)
         set_spectral_norm(cell.weight_u, 0.5)
     x = torch.randn(7, 3, 2, dtype=DT)
-    out, _ = cell.scan(x, impl="reference")
+    out, _ = cell.scan(x, backend="reference")
     y_star = torch.stack([one_step(cell, x_t, torch.zeros(3, 4, dtype=DT)) for x_t in x])
     signs = torch.tensor([(-1.0) ** (len(x) - 1 - t) for t in range(len(x))], dtype=DT)
     torch.testing.assert_close(out[-1], (signs[:, None, None] * y_star).sum(0), atol=1e-8, rtol=0)
@@ -191,9 +194,9 @@ def test_learnable_alpha_stays_positive_and_gets_a_gradient():
     with torch.no_grad():
         cell.log_alpha.fill_(-30.0)
     assert cell.alpha() > 0
-    for impl in cell.impls:
+    for backend in cell.backends:
         cell.zero_grad()
-        out, _ = cell.scan(torch.randn(5, 2, 2, dtype=DT), impl=impl)
+        out, _ = cell.scan(torch.randn(5, 2, 2, dtype=DT), backend=backend)
         out.sum().backward()
         assert cell.log_alpha.grad is not None and cell.log_alpha.grad != 0
 
@@ -293,13 +296,13 @@ def test_fused_equals_reference_at_T_1000(options):
     x = torch.randn(1000, 3, 3)
     h0 = 0.1 * torch.randn(3, 24)
     results = {}
-    for impl in ("reference", "fused"):
+    for backend in ("reference", "cpp"):
         cell.zero_grad()
         xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
-        out, final = cell.scan(xi, hi, impl=impl)
+        out, final = cell.scan(xi, hi, backend=backend)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         ((out * weights).sum() + final.square().sum()).backward()
-        results[impl] = {
+        results[backend] = {
             "out": out.detach(),
             "grad x": xi.grad,
             "grad h0": hi.grad,
@@ -310,7 +313,7 @@ def test_fused_equals_reference_at_T_1000(options):
         # tolerance scales with each tensor's largest entry (the PyTorch loop, without compiled kernels, is
         # 8e-5 of it off in grad h0 by rounding alone: the same comparison in float64 agrees to 1e-12)
         atol = 1e-4 + 1.5e-4 * ref.abs().max().item()
-        torch.testing.assert_close(results["fused"][key], ref, atol=atol, rtol=1e-3, msg=key)
+        torch.testing.assert_close(results["cpp"][key], ref, atol=atol, rtol=1e-3, msg=key)
 
 
 # ---- streaming without autograd ---------------------------------------------------------------------
@@ -323,7 +326,7 @@ def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(op
     cell = IRNN(3, 8, **options)
     x = torch.randn(12, 2, 3)
     for _ in range(2):
-        expected, expected_final = cell.scan(x, impl="reference")
+        expected, expected_final = cell.scan(x, backend="reference")
         with torch.no_grad():
             state, outputs = None, []
             for x_t in x:
@@ -351,9 +354,9 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
     torch.manual_seed(0)
     cell = IRNN(3, 8, **options)
     x, h0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
-    expected, expected_final = cell.scan(x, h0, impl="reference")
+    expected, expected_final = cell.scan(x, h0, backend="reference")
     with torch.no_grad():
-        out, final = cell.scan(x, h0, impl="fused")
+        out, final = cell.scan(x, h0, backend="cpp")
     torch.testing.assert_close(out, expected.detach())
     torch.testing.assert_close(final, expected_final.detach())
 
@@ -377,10 +380,10 @@ def compiled_loop_available():
     return load_torch_ops("irnn")
 
 
-def outputs_and_gradients(cell, x, h0, impl, loss):
+def outputs_and_gradients(cell, x, h0, backend, loss):
     cell.zero_grad()
     xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
-    out, final = cell.scan(xi, hi, impl=impl)
+    out, final = cell.scan(xi, hi, backend=backend)
     loss(out, final).backward()
     grads = {n: p.grad.clone() for n, p in cell.named_parameters() if p.grad is not None}
     return {"out": out.detach(), "grad x": xi.grad, "grad h0": hi.grad, **grads}
@@ -416,11 +419,11 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(m
     torch.manual_seed(6)
     cell = IRNN(3, 16, K=1, dtype=torch.float64, **options)
     x, h0 = torch.randn(1000, 2, 3, dtype=torch.float64), 0.1 * torch.randn(2, 16, dtype=torch.float64)
-    compiled = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+    compiled = outputs_and_gradients(cell, x, h0, "cpp", weighted_loss)
     assert calls, "the compiled loop did not run"
     reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
     monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-    pytorch_loop = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+    pytorch_loop = outputs_and_gradients(cell, x, h0, "cpp", weighted_loss)
     assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     assert set(compiled) == set(reference)
     for key, expected in reference.items():
@@ -457,11 +460,11 @@ def test_compiled_k1_loop_at_2_threads_equals_the_reference_and_the_pytorch_loop
         torch.manual_seed(9)
         cell = IRNN(3, 16, K=1, eta=0.1, dtype=torch.float64, **options)
         x, h0 = torch.randn(1000, batch, 3, dtype=torch.float64), 0.1 * torch.randn(batch, 16, dtype=torch.float64)
-        compiled = outputs_and_gradients(cell, x, h0, "fused", loss)
+        compiled = outputs_and_gradients(cell, x, h0, "cpp", loss)
         assert calls, "the compiled loop did not run"
         reference = outputs_and_gradients(cell, x, h0, "reference", loss)
         monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-        pytorch_loop = outputs_and_gradients(cell, x, h0, "fused", loss)
+        pytorch_loop = outputs_and_gradients(cell, x, h0, "cpp", loss)
         assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     finally:
         torch.set_num_threads(threads)
@@ -479,7 +482,7 @@ def test_compiled_k1_loop_in_float32_with_a_mean_loss_and_without_autograd():
     torch.manual_seed(7)
     cell = IRNN(2, 8, K=1)
     x, h0 = torch.randn(200, 3, 2), 0.1 * torch.randn(3, 8)
-    got = outputs_and_gradients(cell, x, h0, "fused", mean_loss)
+    got = outputs_and_gradients(cell, x, h0, "cpp", mean_loss)
     expected = outputs_and_gradients(cell, x, h0, "reference", mean_loss)
     for key, want in expected.items():
         torch.testing.assert_close(got[key], want, atol=1e-5, rtol=1e-4, msg=key)
@@ -499,7 +502,7 @@ def test_without_a_compiler_the_k1_loop_falls_back_to_pytorch(monkeypatch, tmp_p
     cell = IRNN(2, 8, K=1)
     x, h0 = torch.randn(30, 2, 2), 0.1 * torch.randn(2, 8)
     with pytest.warns(RuntimeWarning, match="irnn.*pure-PyTorch"):
-        fused = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+        fused = outputs_and_gradients(cell, x, h0, "cpp", weighted_loss)
     assert kernels._TORCH_OPS == {"irnn": False}
     reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
     for key, expected in reference.items():
@@ -731,17 +734,17 @@ def test_compiled_k1_loop_without_an_input_gradient_equals_the_reference_at_2_th
         cell = IRNN(3, 16, K=1, eta=0.1, dtype=DT, **options)
         x, h0 = torch.randn(300, 3, 3, dtype=DT), 0.1 * torch.randn(3, 16, dtype=DT)
         results = {}
-        for impl in ("fused", "reference"):
+        for backend in ("cpp", "reference"):
             cell.zero_grad()
             hi = h0.clone().requires_grad_()
-            out, final = cell.scan(x, hi, impl=impl)
+            out, final = cell.scan(x, hi, backend=backend)
             weighted_loss(out, final).backward()
-            results[impl] = {"grad h0": hi.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
+            results[backend] = {"grad h0": hi.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
     finally:
         torch.set_num_threads(threads)
     for key, expected in results["reference"].items():
         scale = max(1.0, expected.abs().max().item())
-        torch.testing.assert_close(results["fused"][key], expected, atol=1e-10 * scale, rtol=1e-9, msg=key)
+        torch.testing.assert_close(results["cpp"][key], expected, atol=1e-10 * scale, rtol=1e-9, msg=key)
 
 
 # ---- relu's record: the sign bits of phi, and <g, phi> from the gradient sums (csrc/irnn.cpp) ------------
@@ -791,7 +794,7 @@ def test_compiled_k1_relu_gradients_from_the_sign_bits_equal_the_reference(optio
         torch.manual_seed(17)
         cell = IRNN(3, 40, K=1, eta=0.05, dtype=dtype, **options)
         x, h0 = torch.randn(1000, 3, 3, dtype=dtype), 0.1 * torch.randn(3, 40, dtype=dtype)
-        compiled = outputs_and_gradients(cell, x, h0, "fused", weighted_loss)
+        compiled = outputs_and_gradients(cell, x, h0, "cpp", weighted_loss)
         reference = outputs_and_gradients(cell, x, h0, "reference", weighted_loss)
     finally:
         torch.set_num_threads(saved)
@@ -818,7 +821,7 @@ def test_compiled_k1_relu_low_rank_in_float32_equals_the_reference(loss, threads
         torch.manual_seed(18)
         cell = IRNN(3, 150, K=1, rank=3, eta=0.05, u_init="uniform")
         x, h0 = torch.randn(300, 5, 3), 0.1 * torch.randn(5, 150)
-        compiled = outputs_and_gradients(cell, x, h0, "fused", loss)
+        compiled = outputs_and_gradients(cell, x, h0, "cpp", loss)
         reference = outputs_and_gradients(cell, x, h0, "reference", loss)
     finally:
         torch.set_num_threads(saved)

@@ -36,13 +36,13 @@ def paper_mist(cell, x):
     return torch.stack([h[t] for t in range(1, x.shape[0] + 1)])
 
 
-@pytest.mark.parametrize("impl", ["reference", "list", "fused", "kernel"])
-def test_every_impl_computes_equations_17_to_19(impl):
+@pytest.mark.parametrize("backend", ["reference", "list", "torch", "cpp"])
+def test_every_backend_computes_equations_17_to_19(backend):
     cell = make(num_delays=4)
     with torch.no_grad():
         cell.bias.normal_()  # nonzero biases, so each is checked against its own equation
     x = torch.randn(20, 2, 3)
-    out, history = cell.scan(x, impl=impl)
+    out, history = cell.scan(x, backend=backend)
     torch.testing.assert_close(out, paper_mist(cell, x), atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(history, out[-8:].transpose(0, 1))  # history[:, -k] = h_{T+1-k}
 
@@ -76,13 +76,13 @@ def test_fused_equals_reference_with_all_eight_delays_lengths_and_a_carried_hist
     history = 0.5 * torch.randn(3, 128, 5)
     lengths = torch.tensor([300, 140, 7])
     results = {}
-    for impl in ("reference", "fused"):
+    for backend in ("reference", "torch"):
         cell.zero_grad()
         xi, hi = x.clone().requires_grad_(), history.clone().requires_grad_()
-        out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
+        out, final = cell.scan(xi, hi, lengths=lengths, backend=backend)
         (out.sin().sum() + final.cos().sum()).backward()
-        results[impl] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
-    for a, b in zip(results["fused"], results["reference"]):
+        results[backend] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
+    for a, b in zip(results["torch"], results["reference"]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
@@ -106,7 +106,7 @@ def test_streaming_without_gradients_uses_the_kernel_and_equals_scan():
         for x_t in x:
             h, state = cell(x_t, state)
             outs.append(h)
-        out, final = cell.scan(x, impl="reference")
+        out, final = cell.scan(x, backend="reference")
     torch.testing.assert_close(torch.stack(outs), out)
     torch.testing.assert_close(state, final)
 
@@ -129,8 +129,8 @@ def test_a_non_finite_history_row_the_step_does_not_read_still_streams_in_the_ke
     real = kernels.run_stream_kernel
     monkeypatch.setattr(kernels, "run_stream_kernel", lambda *a: calls.append(real(*a)) or calls[-1])
     with torch.no_grad():
-        h, new_history = cell.stream_step(x_t, history, "kernel")
-        expected_h, expected_history = cell.scan(x_t[None], history, impl="reference")
+        h, new_history = cell.stream_step(x_t, history, "cpp")
+        expected_h, expected_history = cell.scan(x_t[None], history, backend="reference")
     assert calls and calls[0] is not None, "the kernel must take a history whose read rows are finite"
     torch.testing.assert_close(h, expected_h[0])
     torch.testing.assert_close(new_history, expected_history, equal_nan=True)
@@ -139,7 +139,7 @@ def test_a_non_finite_history_row_the_step_does_not_read_still_streams_in_the_ke
     history[1, cell.history_size - 2, 0] = poison  # a read row (delay 2): the kernel declines it
     calls.clear()
     with torch.no_grad():
-        assert cell.stream_step(x_t, history, "kernel") is None
+        assert cell.stream_step(x_t, history, "cpp") is None
     assert calls == [None]
 
 
@@ -162,7 +162,7 @@ def test_mist_gradient_500_steps_back_is_orders_of_magnitude_above_a_simple_rnn(
     hidden, tau, batch = 32, 500, 8
     torch.manual_seed(0)
     x = torch.randn(tau, batch, 1)
-    mist = ltdrnn.build("mist", 1, hidden, impl="fused")
+    mist = ltdrnn.build("mist", 1, hidden, backend="torch")
     std = 1 / math.sqrt(hidden)  # the paper initialises every model this way
     w_h, w_x = torch.randn(hidden, hidden) * std, torch.randn(hidden, 1) * std
 
@@ -182,18 +182,18 @@ def test_mist_gradient_500_steps_back_is_orders_of_magnitude_above_a_simple_rnn(
     assert mist_norm > 1e3 * rnn_norm, (mist_norm, rnn_norm)  # the RNN's is about 1e-11 or below
 
 
-def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypatch):
+def test_the_cpp_backend_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypatch):
     cell = make(num_delays=4)
     x, history = torch.randn(30, 2, 3), torch.randn(2, 8, 6)
     results = {}
-    for impl, disabled in (("kernel", "1"), ("kernel", "0"), ("reference", "0")):
+    for backend, disabled in (("cpp", "1"), ("cpp", "0"), ("reference", "0")):
         monkeypatch.setenv("LTDRNN_NO_KERNELS", disabled)
         cell.zero_grad()
         xi, hi = x.clone().requires_grad_(), history.clone().requires_grad_()
-        out, final = cell.scan(xi, hi, impl=impl)
+        out, final = cell.scan(xi, hi, backend=backend)
         (out.sin().sum() + final.sum()).backward()
-        results[impl, disabled] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
-    for key in (("kernel", "1"), ("kernel", "0")):
+        results[backend, disabled] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
+    for key in (("cpp", "1"), ("cpp", "0")):
         for a, b in zip(results[key], results["reference", "0"]):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
@@ -232,16 +232,16 @@ def test_compiled_loops_equal_the_pytorch_loop_in_float64_at_T_1000_and_2_thread
     torch.set_num_threads(2)
     results = {}
     try:
-        for impl in ("kernel", "fused"):
+        for backend in ("cpp", "torch"):
             cell.zero_grad()
             xi, hi = x.clone().requires_grad_(), history.clone().requires_grad_()
-            out, final = cell.scan(xi, hi, impl=impl)
+            out, final = cell.scan(xi, hi, backend=backend)
             (out.sin().sum() + final.cos().sum()).backward()
-            results[impl] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
+            results[backend] = [out, final, xi.grad, hi.grad] + [p.grad for p in cell.parameters()]
     finally:
         torch.set_num_threads(threads)
     assert calls == [1], "the compiled loop did not run"
-    for a, b in zip(results["kernel"], results["fused"]):
+    for a, b in zip(results["cpp"], results["torch"]):
         assert b.abs().max() > 0
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
 

@@ -53,9 +53,9 @@ def _poisoned(cell, batch, steps, poison, where):
     return x, state
 
 
-def _run(cell, x, state, impl):
+def _run(cell, x, state, backend):
     torch.manual_seed(3)  # random_updates draws its updates
-    return cell.scan(x, state, impl=impl)
+    return cell.scan(x, state, backend=backend)
 
 
 def _same(actual, expected):
@@ -74,8 +74,8 @@ def test_every_fast_path_returns_the_references_non_finite_values(name, options,
     x, state = _poisoned(cell, 2, 5, poison, where)
     with torch.no_grad():
         expected = _run(cell, x, state, "reference")
-        for impl in cell.impls[1:]:
-            _same(_run(cell, x, state, impl), expected)
+        for backend in cell.backends[1:]:
+            _same(_run(cell, x, state, backend), expected)
 
 
 @pytest.mark.parametrize("poison", POISONS, ids=["nan", "inf", "-inf"])
@@ -84,14 +84,14 @@ def test_gradients_through_non_finite_input_are_the_references(name, options, po
     cell = _cell(name, options)
     x, state = _poisoned(cell, 2, 4, poison, "x_first")
     grads = {}
-    for impl in cell.impls:
+    for backend in cell.backends:
         cell.zero_grad()
         leaf = x.clone().requires_grad_()
-        out, _ = _run(cell, leaf, state, impl)
+        out, _ = _run(cell, leaf, state, backend)
         out.sum().backward()
-        grads[impl] = [out.detach(), leaf.grad] + [p.grad for p in cell.parameters() if p.grad is not None]
-    for impl in cell.impls[1:]:
-        for actual, expected in zip(grads[impl], grads["reference"]):
+        grads[backend] = [out.detach(), leaf.grad] + [p.grad for p in cell.parameters() if p.grad is not None]
+    for backend in cell.backends[1:]:
+        for actual, expected in zip(grads[backend], grads["reference"]):
             _same(actual, expected)
 
 
@@ -141,7 +141,7 @@ def test_non_finite_weights_never_come_out_finite_where_the_references_do_not(na
         saved = parameter.detach().clone()
         with torch.no_grad():
             parameter.view(-1)[0] = poison
-            outputs = {impl: _run(cell, x, None, impl)[0] for impl in cell.impls}
+            outputs = {backend: _run(cell, x, None, backend)[0] for backend in cell.backends}
             for batch in (1, 4):
                 outputs[f"stream B={batch}"] = cell(x[0, :1].expand(batch, D), cell.init_state(batch))[0]
             reference_step = _run(cell, x[:1, :1], None, "reference")[0][0]

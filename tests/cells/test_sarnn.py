@@ -31,10 +31,10 @@ def test_all_zero_mask_leaves_the_state_unchanged(recurrence):
     force_bias(cell, -100.0)
     x = torch.randn(12, 4, 3)
     state = tuple(torch.randn(4, 8) for _ in range(2)) if recurrence == "lstm" else torch.randn(4, 8)
-    for impl in cell.impls:
-        out, final = cell.scan(x, state, impl=impl)
+    for backend in cell.backends:
+        out, final = cell.scan(x, state, backend=backend)
         h0 = state[0] if recurrence == "lstm" else state
-        assert torch.equal(out, h0.expand(12, 4, 8)), impl
+        assert torch.equal(out, h0.expand(12, 4, 8)), backend
         assert (
             all(torch.equal(a, b) for a, b in zip(final, state)) if recurrence == "lstm" else torch.equal(final, state)
         )
@@ -51,16 +51,16 @@ def test_all_ones_mask_is_the_plain_recurrence(recurrence, torch_cls):
             getattr(reference, f"{name}_l0").copy_(getattr(cell, name))
     x = torch.randn(15, 2, 3)
     expected, _ = reference(x)
-    for impl in cell.impls:
-        out, _ = cell.scan(x, impl=impl)
+    for backend in cell.backends:
+        out, _ = cell.scan(x, backend=backend)
         torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
         assert skip_fraction(cell.aux) == 0
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
-def test_straight_through_gives_the_coordinator_gradients(impl):
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
+def test_straight_through_gives_the_coordinator_gradients(backend):
     cell = make()
-    out, _ = cell.scan(torch.randn(20, 4, 3), impl=impl)
+    out, _ = cell.scan(torch.randn(20, 4, 3), backend=backend)
     assert 0 < skip_fraction(cell.aux) < 1
     out[-1].pow(2).sum().backward()  # the task loss only: no budget term
     for name in ("coord_weight_ih", "coord_weight_hh", "coord_bias"):
@@ -93,7 +93,7 @@ def test_skip_fraction_counts_only_real_steps():
 def test_update_probability_is_the_hard_sigmoid_of_the_coordinator():
     cell = make(slope=2.5, anneal_slope=False)
     x, h0 = torch.randn(1, 4, 3), torch.randn(4, 8)
-    cell.scan(x, h0, impl="reference")
+    cell.scan(x, h0, backend="reference")
     a = cell.coord_weight_hh * h0 + x[0] @ cell.coord_weight_ih.T + cell.coord_bias
     expected = hard_sigmoid(a, 2.5)
     torch.testing.assert_close(cell.aux["update_prob"][0], expected)
@@ -147,14 +147,14 @@ def test_a_steeper_slope_moves_probabilities_away_from_one_half():
     assert torch.all(steep >= shallow - 1e-7) and torch.any(steep > shallow)
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
-def test_the_slope_changes_the_gradient_and_never_the_forward_pass(impl):
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
+def test_the_slope_changes_the_gradient_and_never_the_forward_pass(backend):
     # u = [clamp((alpha a + 1) / 2) > 1/2] = [a > 0] for every alpha > 0: annealing cannot move a decision
     # (lab/notes/sarnn.md, 2026-11-26), only the straight-through gradient and the budget's value
     x = torch.randn(40, 4, 3, dtype=torch.float64)
     runs = []
     for slope in (1.0, 1.04, 5.0):
-        cell = make(slope=slope, anneal_slope=False, impl=impl, dtype=torch.float64)
+        cell = make(slope=slope, anneal_slope=False, backend=backend, dtype=torch.float64)
         out, _ = cell.scan(x)
         out.sum().backward()
         runs.append((out.detach(), cell.aux["update_mask"], cell.coord_bias.grad.clone()))
@@ -169,12 +169,12 @@ def test_budget_is_the_sum_over_time_of_the_mean_update_probability():
     cell = make()
     x = torch.randn(6, 3, 3)
     lengths = torch.tensor([6, 2, 4])
-    for impl in ("reference", "fused"):
-        cell.scan(x, lengths=lengths, impl=impl)
+    for backend in ("reference", "cpp"):
+        cell.scan(x, lengths=lengths, backend=backend)
         prob = cell.aux["update_prob"].detach()
         expected = sum(prob[:n, b].sum(0) for b, n in enumerate(lengths.tolist())).mean() / 3
         torch.testing.assert_close(cell.losses()["budget"], expected)
-        cell.scan(x, impl=impl)
+        cell.scan(x, backend=backend)
         torch.testing.assert_close(cell.losses()["budget"], cell.aux["update_prob"].sum(0).mean())
 
 
@@ -191,16 +191,16 @@ def test_fused_equals_reference_with_the_budget_term_and_lengths():
     lengths = torch.tensor([300, 120, 7])
     h0 = 0.5 * torch.randn(3, 16)
     results = {}
-    for impl in ("reference", "fused"):
+    for backend in ("reference", "cpp"):
         cell.zero_grad()
         xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
-        out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
+        out, final = cell.scan(xi, hi, lengths=lengths, backend=backend)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         ((out * weights).sum() + final.sum() + 0.1 * cell.losses()["budget"]).backward()
-        results[impl] = [out, final, cell.aux["update_mask"], xi.grad, hi.grad] + [
+        results[backend] = [out, final, cell.aux["update_mask"], xi.grad, hi.grad] + [
             p.grad.clone() for p in cell.parameters()
         ]
-    for got, want in zip(results["fused"], results["reference"]):
+    for got, want in zip(results["cpp"], results["reference"]):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
@@ -212,9 +212,9 @@ def test_sparse_inference_equals_the_dense_path(batch):
     x = torch.randn(200, batch, 3)
     lengths = torch.tensor([200, 150, 3, 77])[:batch]
     with torch.no_grad():
-        dense, dense_final = cell.scan(x, lengths=lengths, impl="fused")
+        dense, dense_final = cell.scan(x, lengths=lengths, backend="cpp")
         dense_mask = cell.aux["update_mask"]
-        sparse, sparse_final = cell.scan(x, lengths=lengths, impl="sparse")
+        sparse, sparse_final = cell.scan(x, lengths=lengths, backend="sparse")
     assert 0.2 < skip_fraction(dense_mask, lengths) < 0.95
     torch.testing.assert_close(sparse, dense, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(sparse_final, dense_final, atol=1e-5, rtol=1e-4)
@@ -225,9 +225,9 @@ def test_sparse_under_autograd_computes_the_dense_gradient():
     cell = make()
     x = torch.randn(9, 2, 3)
     grads = []
-    for impl in ("fused", "sparse"):
+    for backend in ("cpp", "sparse"):
         cell.zero_grad()
-        out, _ = cell.scan(x, impl=impl)
+        out, _ = cell.scan(x, backend=backend)
         out.sum().backward()
         grads.append(cell.coord_weight_ih.grad.clone())
     assert torch.equal(grads[0], grads[1])
@@ -249,14 +249,14 @@ def test_clear_errors():
         ltdrnn.build("sarnn", 3, 8, recurrence="rnn")
     with pytest.raises(ValueError, match="slope"):
         ltdrnn.build("sarnn", 3, 8, slope=0)
-    with pytest.raises(ValueError, match="impl"):
-        ltdrnn.build("sarnn", 3, 8, recurrence="lstm", impl="fused")
+    with pytest.raises(ValueError, match="backend"):
+        ltdrnn.build("sarnn", 3, 8, recurrence="lstm", backend="cpp")
 
 
 @pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("batch", [1, 3, 9])
-@pytest.mark.parametrize("impl", ["fused", "sparse"])
-def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, impl):
+@pytest.mark.parametrize("backend", ["cpp", "sparse"])
+def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batch, backend):
     """The one-call C step (batch <= STREAM_MAX_BATCH, kernels on) and its fallback, through the cell
     and through the layer's step: outputs, masks, probabilities and the budget."""
 
@@ -273,7 +273,7 @@ def test_compiled_streaming_step_equals_the_reference(monkeypatch, kernels, batc
             "budget": cell.losses()["budget"],
         }
 
-    cell = make(slope=1.5, impl=impl)
+    cell = make(slope=1.5, backend=backend)
     check_streaming_matches_reference(
         monkeypatch,
         kernels,
@@ -292,11 +292,11 @@ def compiled_loop_available():
     return load_torch_ops("sarnn")
 
 
-def differentiate(cell, x, h0, impl, loss, lengths=None):
+def differentiate(cell, x, h0, backend, loss, lengths=None):
     """Outputs, masks and every gradient of ``loss`` through ``cell.scan`` (budget term included)."""
     cell.zero_grad()
     xi, hi = x.clone().requires_grad_(), h0.clone().requires_grad_()
-    out, final = cell.scan(xi, hi, lengths=lengths, impl=impl)
+    out, final = cell.scan(xi, hi, lengths=lengths, backend=backend)
     (loss(out, final) + 0.1 * cell.losses()["budget"]).backward()
     grads = {n: p.grad.clone() for n, p in cell.named_parameters()}
     return {"out": out.detach(), "mask": cell.aux["update_mask"], "grad x": xi.grad, "grad h0": hi.grad, **grads}
@@ -337,7 +337,7 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        compiled = differentiate(cell, x, h0, "fused", loss)
+        compiled = differentiate(cell, x, h0, "cpp", loss)
     finally:
         torch.set_num_threads(threads)
     assert calls, "the compiled loop did not run"
@@ -345,7 +345,7 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
     assert 0.1 < skipped < 0.9, f"the test needs both decisions, skip fraction {skipped:.2f}"
     reference = differentiate(cell, x, h0, "reference", loss)
     monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-    pytorch_loop = differentiate(cell, x, h0, "fused", loss)
+    pytorch_loop = differentiate(cell, x, h0, "cpp", loss)
     assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     tight = dict(atol=1e-9, rtol=1e-8) if dtype == torch.float64 else dict(atol=1e-5, rtol=1e-4)
     for key, expected in reference.items():
@@ -373,9 +373,9 @@ def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_o
     )
     x = torch.randn(4, 60, 3, dtype=torch.float64)
 
-    def gradients(impl):
+    def gradients(backend):
         torch.manual_seed(3)
-        layer = ltdrnn.Recurrent("sarnn", 3, 16, impl=impl, coordinator_state_grad=state_grad).double()
+        layer = ltdrnn.Recurrent("sarnn", 3, 16, backend=backend, coordinator_state_grad=state_grad).double()
         with torch.no_grad():  # some units update, others skip
             layer.cells[0].coord_bias.uniform_(-1.0, 1.0)
             layer.cells[0].coord_weight_hh.uniform_(-2.0, 2.0)
@@ -385,7 +385,7 @@ def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_o
         loss[used].backward()
         return {name: p.grad for name, p in layer.named_parameters() if p.grad is not None}
 
-    compiled, reference = gradients("fused"), gradients("reference")
+    compiled, reference = gradients("cpp"), gradients("reference")
     ((d_outputs, d_probs),) = seen
     assert (d_probs is None) == (used == "outputs")
     if used != "probabilities":
@@ -469,14 +469,14 @@ def test_parameter_gradients_without_an_input_gradient_are_the_references():
     cell = make(seed=6, h=8)
     x, h0 = torch.randn(60, 3, 3), 0.3 * torch.randn(3, 8)
     grads = {}
-    for impl in ("reference", "fused"):
+    for backend in ("reference", "cpp"):
         cell.zero_grad()
-        out, final = cell.scan(x, h0, impl=impl)
+        out, final = cell.scan(x, h0, backend=backend)
         weighted_loss(out, final).backward()
-        grads[impl] = {n: p.grad.clone() for n, p in cell.named_parameters()}
-    assert grads["fused"]["weight_ih"].abs().amax() > 1e-3, "W_ih's gradient must not be zero here"
+        grads[backend] = {n: p.grad.clone() for n, p in cell.named_parameters()}
+    assert grads["cpp"]["weight_ih"].abs().amax() > 1e-3, "W_ih's gradient must not be zero here"
     for name, expected in grads["reference"].items():
-        torch.testing.assert_close(grads["fused"][name], expected, atol=1e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(grads["cpp"][name], expected, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_compiled_backward_checks_the_input_map_operands():
@@ -508,7 +508,7 @@ def test_compiled_loop_with_lengths_and_without_autograd_equals_the_reference():
     cell = make(seed=4, h=8)
     x, h0, lengths = torch.randn(50, 3, 3), 0.3 * torch.randn(3, 8), torch.tensor([50, 20, 1])
     expected = differentiate(cell, x, h0, "reference", weighted_loss, lengths)
-    got = differentiate(cell, x, h0, "fused", weighted_loss, lengths)
+    got = differentiate(cell, x, h0, "cpp", weighted_loss, lengths)
     for key, want in expected.items():
         torch.testing.assert_close(got[key], want, atol=1e-5, rtol=1e-4, msg=key)
     with torch.no_grad():
@@ -526,7 +526,7 @@ def test_without_a_compiler_the_loop_falls_back_to_pytorch(monkeypatch, tmp_path
     cell = make(seed=5, h=8)
     x, h0 = torch.randn(30, 2, 3), 0.3 * torch.randn(2, 8)
     with pytest.warns(RuntimeWarning, match="sarnn.*pure-PyTorch"):
-        fused = differentiate(cell, x, h0, "fused", weighted_loss)
+        fused = differentiate(cell, x, h0, "cpp", weighted_loss)
     assert kernels._TORCH_OPS == {"sarnn": False}
     reference = differentiate(cell, x, h0, "reference", weighted_loss)
     for key, expected in reference.items():
@@ -717,7 +717,7 @@ def test_fused_loops_equal_the_reference_with_or_without_the_coordinator_s_state
     cell = coordinated_cell(state_grad=state_grad)
     x, h0 = torch.randn(40, 3, 3, dtype=torch.float64), 0.3 * torch.randn(3, 16, dtype=torch.float64)
     lengths = torch.tensor([40, 17, 29])
-    fused = differentiate(cell, x, h0, "fused", weighted_loss, lengths)
+    fused = differentiate(cell, x, h0, "cpp", weighted_loss, lengths)
     assert bool(calls) == kernels
     reference = differentiate(cell, x, h0, "reference", weighted_loss, lengths)
     for key, expected in reference.items():

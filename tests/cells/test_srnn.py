@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn.cells.srnn import SRNNCell, shift_relu_closed_form
+from ltdrnn.cells.srnn import shift_relu_closed_form
 from ltdrnn.ops import kernels as kernel_module
 from ltdrnn.ops import memory
 from stream_helpers import check_streaming_matches_reference
@@ -21,13 +21,13 @@ def make(input_size=3, hidden_size=16, seed=0, **options):
     return ltdrnn.build("srnn", input_size, hidden_size, **options)
 
 
-def outputs_and_grads(cell, x, h0, impl, loss=None):
+def outputs_and_grads(cell, x, h0, backend, loss=None):
     """Outputs, final state and every gradient of a weighted sum of both (or of ``loss(out, final)``);
     ``x`` keeps its strides (a leaf sharing its memory)."""
     cell.zero_grad()
     x = x.detach().requires_grad_()
     h0 = h0.clone().requires_grad_()
-    out, final = cell.scan(x, h0, impl=impl)
+    out, final = cell.scan(x, h0, backend=backend)
     if loss is None:
         weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
         value = (out * weights).sum() + final.sum()
@@ -97,8 +97,8 @@ def test_parameter_counts_of_the_paper_configurations(d, h, options, expected):
 def test_clear_errors_for_options():
     with pytest.raises(ValueError, match="activation"):
         make(activation="sigmoid")
-    with pytest.raises(ValueError, match="impl"):
-        make(activation="tanh", impl="closed_form")  # the closed form needs relu
+    with pytest.raises(ValueError, match="backend"):
+        make(activation="tanh", backend="closed_form")  # the closed form needs relu
     with pytest.raises(ValueError, match="hyper_size"):
         make(hyper_size=0)
     with pytest.raises(ValueError, match="fr_layers"):
@@ -108,13 +108,13 @@ def test_clear_errors_for_options():
 
 
 # ---- fast paths against the loop -------------------------------------------------------------------
-@pytest.mark.parametrize("impl", ["closed_form", "fused", "kernel"])
-def test_fast_paths_equal_the_loop_at_T_3136_in_outputs_and_gradients(impl):
+@pytest.mark.parametrize("backend", ["closed_form", "torch", "cpp"])
+def test_fast_paths_equal_the_loop_at_T_3136_in_outputs_and_gradients(backend):
     cell = make(input_size=2, hidden_size=12)
     x = torch.randn(3136, 2, 2)
     h0 = torch.rand(2, 12)
     ref = outputs_and_grads(cell, x, h0, "reference")
-    got = outputs_and_grads(cell, x, h0, impl)
+    got = outputs_and_grads(cell, x, h0, backend)
     exact = outputs_and_grads(copy.deepcopy(cell).double(), x.double(), h0.double(), "reference")
     # float32 sums over 3136 steps in another order: on this machine class one gradient entry of 0.66
     # differs by 2.7e-4 (relative 4e-4) between the closed form and the loop, before and after 2026-11-23.
@@ -143,12 +143,12 @@ def test_closed_form_in_float32_keeps_accuracy_when_the_running_sums_grow_large(
     torch.testing.assert_close(exact, torch.stack(loop[1:]), atol=1e-10, rtol=1e-10)
 
 
-def test_kernel_impl_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypatch):
+def test_the_cpp_backend_falls_back_to_pytorch_when_kernels_are_unavailable(monkeypatch):
     cell = make(activation="tanh")
     x, h0 = torch.randn(50, 2, 3), torch.randn(2, 16)
     monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
     assert not kernel_module.load_torch_ops("srnn")
-    for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
+    for a, b in zip(outputs_and_grads(cell, x, h0, "cpp"), outputs_and_grads(cell, x, h0, "reference")):
         torch.testing.assert_close(a, b)
 
 
@@ -161,7 +161,7 @@ def test_kernel_build_failure_warns_once_and_falls_back(monkeypatch, tmp_path):
         assert not kernel_module.load_torch_ops("srnn")
     cell = make()
     x, h0 = torch.randn(20, 2, 3), torch.rand(2, 16)
-    for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
+    for a, b in zip(outputs_and_grads(cell, x, h0, "cpp"), outputs_and_grads(cell, x, h0, "reference")):
         torch.testing.assert_close(a, b)
 
 
@@ -173,20 +173,20 @@ def test_kernel_builds_where_a_compiler_exists_and_is_the_default(monkeypatch):
     monkeypatch.delenv("LTDRNN_NO_KERNELS", raising=False)
     assert kernel_module.load_torch_ops("srnn")
     cell = make()
-    assert SRNNCell.default_impl == "kernel" and cell.resolved_impl() == "kernel"
+    assert cell.resolved_backend() == "cpp"
 
 
 def test_float64_kernel_matches_the_loop_exactly_enough_for_gradcheck():
     cell = make(dtype=torch.float64)
     x = torch.randn(6, 2, 3, dtype=torch.float64, requires_grad=True)
     h0 = torch.rand(2, 16, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, h0: cell.scan(x, h0, impl="kernel")[0], (x, h0))
+    assert torch.autograd.gradcheck(lambda x, h0: cell.scan(x, h0, backend="cpp")[0], (x, h0))
 
 
 # ---- the paper's gradient claims -------------------------------------------------------------------
 def jacobian_of_last_state(cell, x, h0):
     """``dh_T / dh_0`` as an ``(H, H)`` matrix for a single sequence."""
-    return torch.autograd.functional.jacobian(lambda h: cell.scan(x, h[None], impl="kernel")[1][0], h0)
+    return torch.autograd.functional.jacobian(lambda h: cell.scan(x, h[None], backend="cpp")[1][0], h0)
 
 
 def test_relu_srnn_gradient_over_3000_steps_is_a_partial_permutation_neither_exploding_nor_decaying():
@@ -276,18 +276,18 @@ def test_kernel_equals_the_loop_whether_it_forms_the_gate_itself_or_reads_it(inp
     assert GATE_IN_KERNEL_MAX_INPUT == 4
     cell = make(input_size=input_size, hyper_size=5, **options)
     x, h0 = torch.randn(300, 3, input_size), torch.randn(3, 16)
-    for a, b in zip(outputs_and_grads(cell, x, h0, "kernel"), outputs_and_grads(cell, x, h0, "reference")):
+    for a, b in zip(outputs_and_grads(cell, x, h0, "cpp"), outputs_and_grads(cell, x, h0, "reference")):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     layer = ltdrnn.Recurrent(lambda d, h: cell, input_size, 16)
     grads = {}
-    for impl in ("kernel", "reference"):
-        cell.impl = impl
+    for backend in ("cpp", "reference"):
+        cell.backend = backend
         cell.zero_grad()
         xb = x.transpose(0, 1).clone().requires_grad_()
         out, _ = layer(xb)
         out[:, -1].square().sum().backward()
-        grads[impl] = [out.detach(), xb.grad] + [p.grad.clone() for p in cell.parameters()]
-    for a, b in zip(grads["kernel"], grads["reference"]):
+        grads[backend] = [out.detach(), xb.grad] + [p.grad.clone() for p in cell.parameters()]
+    for a, b in zip(grads["cpp"], grads["reference"]):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
@@ -307,7 +307,7 @@ def test_kernel_equals_the_loop_in_float64_at_T_1000_and_2_threads(batch, input_
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = outputs_and_grads(cell, x, h0, "kernel")
+        got = outputs_and_grads(cell, x, h0, "cpp")
     finally:
         torch.set_num_threads(threads)
     for a, b in zip(got, outputs_and_grads(cell, x, h0, "reference")):
@@ -323,7 +323,7 @@ def kernel_and_reference_at_threads(cell, x, h0, threads, loss=None):
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        got = outputs_and_grads(cell, x, h0, "kernel", loss)
+        got = outputs_and_grads(cell, x, h0, "cpp", loss)
     finally:
         torch.set_num_threads(saved)
     return got, outputs_and_grads(cell, x, h0, "reference", loss)
@@ -593,14 +593,14 @@ def test_piecewise_linear_path_through_a_batch_first_layer(monkeypatch, options)
     x = 2 * torch.randn(5, 1200, 1, dtype=torch.float64)
     calls = count_piecewise_calls(monkeypatch)
     results = {}
-    for impl in ("kernel", "reference"):
-        cell.impl = impl
+    for backend in ("cpp", "reference"):
+        cell.backend = backend
         cell.zero_grad()
         out, _ = layer(x)
         (out[:, -1].square().sum() + out.mean()).backward()
-        results[impl] = [out.detach()] + [p.grad.clone() for p in cell.parameters()]
+        results[backend] = [out.detach()] + [p.grad.clone() for p in cell.parameters()]
     assert calls == {"forward": 1, "backward": 1}
-    for a, b in zip(results["kernel"], results["reference"]):
+    for a, b in zip(results["cpp"], results["reference"]):
         assert b.abs().max() > 0
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
 
@@ -846,13 +846,13 @@ def test_piecewise_linear_path_at_a_width_with_a_vector_tail(monkeypatch, dtype,
     for threads in (1, 2):
         torch.set_num_threads(threads)
         try:
-            got = outputs_and_grads(cell, x, h0, "kernel")
+            got = outputs_and_grads(cell, x, h0, "cpp")
         finally:
             torch.set_num_threads(saved)
         for a, b in zip(got, ref):
             check(a, b)
     cell.zero_grad()  # x without a gradient: the kernel skips dL/dx, the parameters' gradients are the same
-    out, final = cell.scan(x, h0, impl="kernel")
+    out, final = cell.scan(x, h0, backend="cpp")
     (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum().add(final.sum()).backward()
     for parameter, expected in zip(cell.parameters(), ref[4:]):
         check(parameter.grad, expected)
@@ -903,6 +903,6 @@ def test_short_scans_keep_the_general_kernel_scan(monkeypatch):
     calls = count_piecewise_calls(monkeypatch)
     for steps, expected in ((PIECEWISE_LINEAR_MIN_ROWS // 4 - 1, 0), (PIECEWISE_LINEAR_MIN_ROWS // 4, 1)):
         x = torch.randn(steps, 4, 1, dtype=torch.float64)
-        out, _ = cell.scan(x, impl="kernel")
+        out, _ = cell.scan(x, backend="cpp")
         out.sum().backward()
         assert calls == {"forward": expected, "backward": expected}

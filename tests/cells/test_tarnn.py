@@ -20,8 +20,8 @@ def cell64(d=2, h=4, **options):
     return TARNN(d, h, dtype=DT, **options)
 
 
-def one_step(cell, x_t, s_prev, impl="reference"):
-    out, _ = cell.scan(x_t.unsqueeze(0), s_prev, impl=impl)
+def one_step(cell, x_t, s_prev, backend="reference"):
+    out, _ = cell.scan(x_t.unsqueeze(0), s_prev, backend=backend)
     return out[0]
 
 
@@ -49,10 +49,10 @@ def randomise(cell, scale=0.3):
 
 
 # ---- the equations as written -------------------------------------------------------------------
-@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
 @pytest.mark.parametrize("A", ["identity", "coupled"])
 @pytest.mark.parametrize("reading", ["paper", "code", "theorem"])
-def test_two_euler_steps_with_the_gate_inside(impl, A, reading):
+def test_two_euler_steps_with_the_gate_inside(backend, A, reading):
     cell = cell64(K=2, A=A, activation="tanh", reading=reading)
     randomise(cell)
     x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
@@ -60,12 +60,12 @@ def test_two_euler_steps_with_the_gate_inside(impl, A, reading):
     eta = cell.steps.values()
     z = s + eta[0] * beta * field(s)
     z = z + eta[1] * beta * field(z)
-    torch.testing.assert_close(one_step(cell, x, s, impl), z)
+    torch.testing.assert_close(one_step(cell, x, s, backend), z)
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
 @pytest.mark.parametrize("reading", ["paper", "code", "theorem"])
-def test_gate_outside_mixes_after_the_euler_steps(impl, reading):
+def test_gate_outside_mixes_after_the_euler_steps(backend, reading):
     cell = cell64(K=2, gate="outside", reading=reading)
     randomise(cell)
     x, s = torch.randn(3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
@@ -73,12 +73,12 @@ def test_gate_outside_mixes_after_the_euler_steps(impl, reading):
     eta = cell.steps.values()
     z = s + eta[0] * field(s)
     z = z + eta[1] * field(z)
-    torch.testing.assert_close(one_step(cell, x, s, impl), (1 - beta) * s + beta * z)
+    torch.testing.assert_close(one_step(cell, x, s, backend), (1 - beta) * s + beta * z)
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
 @pytest.mark.parametrize("per_time_step", [False, True])
-def test_code_reading_with_the_gate_outside_is_the_authors_body(impl, per_time_step):
+def test_code_reading_with_the_gate_outside_is_the_authors_body(backend, per_time_step):
     """The authors' default variant: ``z <- (1 - eta) z + eta (phi(U z + W u + b) - z - s + B u + b_lin)``
     then ``s_m = (1 - beta) s + beta z_K``, written here without the cell's ``A`` buffer."""
     options = {"eta_per_time_step": True, "max_length": 8} if per_time_step else {}
@@ -94,7 +94,7 @@ def test_code_reading_with_the_gate_outside_is_the_authors_body(impl, per_time_s
     for k in range(2):
         z = (1 - eta[k]) * z + eta[k] * (torch.tanh(z @ cell.weight_U.T + inside) - z - s + linear)
     state = (s, torch.zeros(3, dtype=torch.long)) if per_time_step else s
-    out, _ = cell.scan(x.unsqueeze(0), state, impl=impl)
+    out, _ = cell.scan(x.unsqueeze(0), state, backend=backend)
     torch.testing.assert_close(out[0], (1 - beta) * s + beta * z)
 
 
@@ -142,9 +142,9 @@ def test_coupled_a_matrix():
 
 
 # ---- beta = 0 freezes a unit exactly --------------------------------------------------------------
-@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
 @pytest.mark.parametrize("gate", ["inside", "outside"])
-def test_a_unit_with_beta_zero_keeps_its_state_exactly(impl, gate):
+def test_a_unit_with_beta_zero_keeps_its_state_exactly(backend, gate):
     torch.manual_seed(0)
     cell = TARNN(3, 6, K=3, gate=gate, eta=0.3)
     frozen = [1, 4]
@@ -152,7 +152,7 @@ def test_a_unit_with_beta_zero_keeps_its_state_exactly(impl, gate):
         cell.bias_beta[frozen] = -1e4  # sigmoid underflows to exactly 0
         cell.bias_beta[[0, 2, 3, 5]] = 2.0
     s0 = torch.randn(5, 6)
-    out, final = cell.scan(torch.randn(40, 5, 3), s0, impl=impl)
+    out, final = cell.scan(torch.randn(40, 5, 3), s0, backend=backend)
     assert torch.equal(out[:, :, frozen], s0[:, frozen].expand(40, 5, 2))
     assert torch.equal(cell.aux["beta"][:, :, frozen], torch.zeros(40, 5, 2))
     assert (out[-1, :, [0, 2, 3, 5]] - s0[:, [0, 2, 3, 5]]).abs().min() > 1e-3
@@ -199,18 +199,18 @@ def test_losses_are_the_theorem1_regulariser_terms():
     torch.testing.assert_close(cell.weight_U.grad, 2 * (cell.weight_U + cell.weight_W2).detach())
 
 
-@pytest.mark.parametrize("impl", ["reference", "fused"])
-def test_aux_beta_is_the_time_constant_of_every_step(impl):
+@pytest.mark.parametrize("backend", ["reference", "cpp"])
+def test_aux_beta_is_the_time_constant_of_every_step(backend):
     cell = cell64(K=2)
     randomise(cell)
     x, s0 = torch.randn(7, 3, 2, dtype=DT), torch.randn(3, 4, dtype=DT)
     lengths = torch.tensor([7, 4, 2])
-    out, _ = cell.scan(x, s0, lengths=lengths, impl=impl)
-    full, _ = cell.scan(x, s0, impl=impl)
+    out, _ = cell.scan(x, s0, lengths=lengths, backend=backend)
+    full, _ = cell.scan(x, s0, backend=backend)
     prev = torch.cat([s0.unsqueeze(0), full[:-1]])
     expected = torch.sigmoid(prev @ cell.weight_Us.T + x @ cell.weight_Wx.T + cell.bias_beta)
     torch.testing.assert_close(cell.aux["beta"], expected)
-    cell.scan(x, s0, lengths=lengths, impl=impl)
+    cell.scan(x, s0, lengths=lengths, backend=backend)
     mask = (torch.arange(7).unsqueeze(1) < lengths).unsqueeze(-1)
     torch.testing.assert_close(cell.aux["beta"], expected * mask)
     assert not cell.aux["beta"].requires_grad
@@ -288,13 +288,13 @@ def test_fused_equals_reference_at_T_1000(options):
     x = torch.randn(1000, 3, 3)
     s0 = 0.1 * torch.randn(3, 16)
     results = {}
-    for impl in ("reference", "fused"):
+    for backend in ("reference", "cpp"):
         cell.zero_grad()
         xi, si = x.clone().requires_grad_(), s0.clone().requires_grad_()
-        out, final = cell.scan(xi, si, impl=impl)
+        out, final = cell.scan(xi, si, backend=backend)
         weights = torch.linspace(-1, 1, out.numel()).view_as(out)
         ((out * weights).sum() + final.square().sum()).backward()
-        results[impl] = {
+        results[backend] = {
             "out": out.detach(),
             "beta": cell.aux["beta"],
             "grad x": xi.grad,
@@ -302,7 +302,7 @@ def test_fused_equals_reference_at_T_1000(options):
             **{n: p.grad.clone() for n, p in cell.named_parameters()},
         }
     for key, ref in results["reference"].items():
-        torch.testing.assert_close(results["fused"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
+        torch.testing.assert_close(results["cpp"][key], ref, atol=1e-4, rtol=1e-3, msg=key)
 
 
 # ---- the compiled time loop (K = 1, csrc/tarnn.cpp) == the PyTorch loop == the reference ----------
@@ -312,11 +312,11 @@ def compiled_loop_available():
     return load_torch_ops("tarnn")
 
 
-def run_and_differentiate(cell, x, s0, impl, loss):
+def run_and_differentiate(cell, x, s0, backend, loss):
     """Outputs, betas and every gradient of ``loss(outputs, final)`` through ``cell.scan``."""
     cell.zero_grad()
     xi, si = x.clone().requires_grad_(), s0.clone().requires_grad_()
-    out, final = cell.scan(xi, si, impl=impl)
+    out, final = cell.scan(xi, si, backend=backend)
     loss(out, final).backward()
     grads = {n: p.grad.clone() for n, p in cell.named_parameters()}
     return {"out": out.detach(), "beta": cell.aux["beta"], "grad x": xi.grad, "grad s0": si.grad, **grads}
@@ -346,11 +346,11 @@ def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_at_T_1000(mo
     torch.manual_seed(2)
     cell = TARNN(3, 16, eta=0.1, **options)
     x, s0 = torch.randn(1000, 3, 3), 0.1 * torch.randn(3, 16)
-    compiled = run_and_differentiate(cell, x, s0, "fused", loss)
+    compiled = run_and_differentiate(cell, x, s0, "cpp", loss)
     assert calls, "the compiled loop did not run"
     reference = run_and_differentiate(cell, x, s0, "reference", loss)
     monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-    pytorch_loop = run_and_differentiate(cell, x, s0, "fused", loss)
+    pytorch_loop = run_and_differentiate(cell, x, s0, "cpp", loss)
     assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     for key, expected in reference.items():
         # float32 over 1,000 steps: both loops sit ~1e-6 of each gradient's largest entry from float64
@@ -407,11 +407,11 @@ def test_compiled_k1_loop_at_2_threads_equals_the_reference_and_the_pytorch_loop
         randomise(cell, 0.05)
         x, s0 = torch.randn(1000, batch, 3, dtype=DT), 0.1 * torch.randn(batch, 16, dtype=DT)
         calls = counting_compiled_loops(monkeypatch)
-        compiled = run_and_differentiate(cell, x, s0, "fused", loss)
+        compiled = run_and_differentiate(cell, x, s0, "cpp", loss)
         assert calls, "the compiled loop did not run"
         reference = run_and_differentiate(cell, x, s0, "reference", loss)
         monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-        pytorch_loop = run_and_differentiate(cell, x, s0, "fused", loss)
+        pytorch_loop = run_and_differentiate(cell, x, s0, "cpp", loss)
         assert len(calls) == 1, "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     finally:
         torch.set_num_threads(threads)
@@ -437,19 +437,19 @@ def test_compiled_k1_loop_without_an_input_gradient_equals_the_reference_in_floa
         randomise(cell, 0.05)
         x, s0 = torch.randn(1000, 5, 2, dtype=DT), 0.1 * torch.randn(5, 16, dtype=DT)
 
-        def run(impl):
+        def run(backend):
             cell.zero_grad()
             si = s0.clone().requires_grad_()
-            out, final = cell.scan(x, si, impl=impl)
+            out, final = cell.scan(x, si, backend=backend)
             weighted_loss(out, final).backward()
             return {"out": out.detach(), "grad s0": si.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
 
         calls = counting_compiled_loops(monkeypatch)
-        compiled = run("fused")
+        compiled = run("cpp")
         assert calls, "the compiled loop did not run"
         reference = run("reference")
         monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-        pytorch_loop = run("fused")
+        pytorch_loop = run("cpp")
     finally:
         torch.set_num_threads(previous)
     assert compiled["weight_Wx"].abs().max() > 0 and compiled["weight_Us"].abs().max() > 0
@@ -479,7 +479,7 @@ def test_compiled_k1_loop_reads_batch_first_input_through_recurrent_in_float64(m
         assert calls, "the compiled loop did not run"
         cell.zero_grad()
         xr = x.clone().requires_grad_()
-        ref, _ = cell.scan(xr.transpose(0, 1), impl="reference")
+        ref, _ = cell.scan(xr.transpose(0, 1), backend="reference")
         ref = ref.transpose(0, 1)
         weighted_loss(ref, ref[:, -1]).backward()
         reference = {"out": ref.detach(), "grad x": xr.grad, **{n: p.grad.clone() for n, p in cell.named_parameters()}}
@@ -495,7 +495,7 @@ def test_compiled_k1_loop_without_autograd_equals_the_reference():
     torch.manual_seed(4)
     cell = TARNN(3, 8, K=1, eta=0.2)
     x, s0 = torch.randn(40, 2, 3), 0.1 * torch.randn(2, 8)
-    expected, expected_final = cell.scan(x, s0, impl="reference")
+    expected, expected_final = cell.scan(x, s0, backend="reference")
     with torch.no_grad():
         out, final = cell.scan(x, s0)
     torch.testing.assert_close(out, expected.detach())
@@ -685,11 +685,11 @@ def test_compiled_euler_loop_equals_the_reference_and_the_pytorch_loop_in_float6
         losses = (
             (weighted_loss, mean_loss) if options in EULER_OPTIONS[1:2] + EULER_OPTIONS[-3:-2] else (weighted_loss,)
         )
-        compiled = {loss: run_and_differentiate(cell, x, s0, "fused", loss) for loss in losses}
+        compiled = {loss: run_and_differentiate(cell, x, s0, "cpp", loss) for loss in losses}
         assert len(calls) == len(losses), "the compiled loop did not run"
         reference = {loss: run_and_differentiate(cell, x, s0, "reference", loss) for loss in compiled}
         monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-        pytorch_loop = {loss: run_and_differentiate(cell, x, s0, "fused", loss) for loss in compiled}
+        pytorch_loop = {loss: run_and_differentiate(cell, x, s0, "cpp", loss) for loss in compiled}
         assert len(calls) == len(losses), "LTDRNN_NO_KERNELS=1 must take the PyTorch loop"
     finally:
         torch.set_num_threads(threads)
@@ -710,7 +710,7 @@ def test_compiled_euler_loop_in_float32_is_close_to_the_float64_reference(option
     torch.manual_seed(7)
     cell = TARNN(3, 16, eta=0.1, **options)
     x, s0 = torch.randn(1000, 3, 3), 0.1 * torch.randn(3, 16)
-    single = run_and_differentiate(cell, x, s0, "fused", weighted_loss)
+    single = run_and_differentiate(cell, x, s0, "cpp", weighted_loss)
     reference = run_and_differentiate(cell.double(), x.double(), s0.double(), "reference", weighted_loss)
     for key, expected in reference.items():
         assert single[key].dtype == torch.float32, key
@@ -745,7 +745,7 @@ def test_compiled_euler_loop_without_autograd_equals_the_reference(monkeypatch, 
     torch.manual_seed(9)
     cell = TARNN(3, 8, eta=0.2, dtype=DT, **options)
     x, s0 = torch.randn(200, 5, 3, dtype=DT), 0.1 * torch.randn(5, 8, dtype=DT)
-    expected, expected_final = cell.scan(x, s0, impl="reference")
+    expected, expected_final = cell.scan(x, s0, backend="reference")
     calls = counting_compiled_loops(monkeypatch)
     with torch.no_grad():
         out, final = cell.scan(x, s0)
@@ -766,7 +766,7 @@ def test_without_a_compiler_the_compiled_loop_falls_back_to_pytorch(monkeypatch,
     cell = TARNN(3, 8, K=k, eta=0.2)
     x, s0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
     with pytest.warns(RuntimeWarning, match="tarnn.*pure-PyTorch"):
-        fused = run_and_differentiate(cell, x, s0, "fused", weighted_loss)
+        fused = run_and_differentiate(cell, x, s0, "cpp", weighted_loss)
     assert kernels._TORCH_OPS == {"tarnn": False}
     reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
     for key, expected in reference.items():
@@ -845,7 +845,7 @@ def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(op
     cell = TARNN(3, 8, eta=0.2, **options)
     x = torch.randn(12, 2, 3)
     for _ in range(2):
-        expected, expected_final = cell.scan(x, impl="reference")
+        expected, expected_final = cell.scan(x, backend="reference")
         expected_beta = cell.aux["beta"]
         with torch.no_grad():
             state, outputs, betas = None, [], []
@@ -858,6 +858,23 @@ def test_no_grad_streaming_equals_the_reference_and_follows_parameter_updates(op
             torch.testing.assert_close(torch.stack(betas), expected_beta)
             for p in cell.parameters():  # an optimiser step: the cached matrices must follow
                 p.mul_(1.1)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "torch"])
+@pytest.mark.parametrize("batch", [2, 12])
+def test_the_layer_streams_the_doubly_damped_body_as_its_sequence(backend, batch):
+    """The authors' gate-outside body with the code reading has A = -2I, which the lean streaming steps (the
+    compiled one and its PyTorch twin, both A = -I) do not know: a streamed step takes the sequence path."""
+    torch.manual_seed(0)
+    layer = ltdrnn.Recurrent("tarnn", 3, 8, K=2, reading="code", gate="outside", eta=0.3, backend=backend)
+    x = torch.randn(batch, 5, 3)
+    with torch.no_grad():
+        expected, _ = layer(x)
+        state, outputs = None, []
+        for t in range(x.shape[1]):
+            y, state = layer.step(x[:, t], state)
+            outputs.append(y)
+    torch.testing.assert_close(torch.stack(outputs, 1), expected)
 
 
 def test_no_grad_streaming_still_rejects_bad_input_clearly():
@@ -874,9 +891,9 @@ def test_fused_sequence_without_autograd_equals_the_reference(options):
     torch.manual_seed(0)
     cell = TARNN(3, 8, eta=0.2, **options)
     x, s0 = torch.randn(30, 2, 3), 0.1 * torch.randn(2, 8)
-    expected, expected_final = cell.scan(x, s0, impl="reference")
+    expected, expected_final = cell.scan(x, s0, backend="reference")
     with torch.no_grad():
-        out, final = cell.scan(x, s0, impl="fused")
+        out, final = cell.scan(x, s0, backend="cpp")
     torch.testing.assert_close(out, expected.detach())
     torch.testing.assert_close(final, expected_final.detach())
 

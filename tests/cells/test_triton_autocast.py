@@ -33,10 +33,10 @@ def build(name):
     return cell
 
 
-def run(cell, x, lengths, impl, amp):
+def run(cell, x, lengths, backend, amp):
     cell.zero_grad()
     with torch.autocast(DEVICE, torch.bfloat16, enabled=amp):
-        out, final = cell.scan(x, lengths=lengths, impl=impl)
+        out, final = cell.scan(x, lengths=lengths, backend=backend)
     (out.float().square().sum() + final.float().sum()).backward()
     return out, final, [p.grad for p in cell.parameters()]
 
@@ -62,10 +62,10 @@ def test_a_bf16_model_runs_with_a_float32_state_inside_the_kernel(name):
     cell = build(name).bfloat16()
     x = torch.randn(6, 4, 3, device=DEVICE).bfloat16()
     with torch.no_grad():
-        out, final = cell.scan(x, impl="triton")
+        out, final = cell.scan(x, backend="triton")
         wide = build(name)
         wide.load_state_dict({k: v.float() if torch.is_tensor(v) else v for k, v in cell.state_dict().items()})
-        ref, ref_final = wide.scan(x.float(), impl="reference")
+        ref, ref_final = wide.scan(x.float(), backend="reference")
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref, **BF16)
     torch.testing.assert_close(final.float(), ref_final, **BF16)

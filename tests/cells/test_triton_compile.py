@@ -21,7 +21,7 @@ CELLS = {
 
 @pytest.mark.parametrize("name", sorted(CELLS))
 def test_compiles_in_one_graph_with_the_same_values_and_gradients(name):
-    cell = build(name, hidden_size=16, impl="triton", **CELLS[name])
+    cell = build(name, hidden_size=16, backend="triton", **CELLS[name])
     x, state, _ = sequence(cell, 4, 3)
 
     def loss(x, state):
@@ -39,7 +39,7 @@ def test_compiles_in_one_graph_with_the_same_values_and_gradients(name):
 
 @pytest.mark.parametrize("name", sorted(CELLS))
 def test_exports_with_torch_export(name):
-    cell = build(name, hidden_size=16, impl="triton", **CELLS[name])
+    cell = build(name, hidden_size=16, backend="triton", **CELLS[name])
     x, state, _ = sequence(cell, 4, 3)
 
     class Scan(torch.nn.Module):

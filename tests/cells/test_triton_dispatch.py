@@ -1,6 +1,6 @@
-"""When the "triton" impl runs: the default for CUDA tensors when Triton runs there, never on the CPU by default;
-an explicit impl="triton" where Triton cannot run takes the cell's PyTorch path; NaN inputs propagate as in the
-reference on every source cell's Triton path. On the CPU the kernels run in Triton's interpreter
+"""When the "triton" backend runs: the default for CUDA tensors when Triton runs there, never on the CPU by default;
+an explicit backend="triton" where Triton cannot run takes the cell's compiled or PyTorch path; NaN inputs propagate
+as in the reference on every source cell's Triton path. On the CPU the kernels run in Triton's interpreter
 (tests/triton_helpers.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn.ops import triton_support
+from ltdrnn.ops import kernels, triton_support
 from triton_helpers import build, requires_triton, sequence
 
 pytestmark = requires_triton
@@ -28,18 +28,19 @@ CELLS = {
 def test_auto_is_triton_on_cuda_tensors_only(name, monkeypatch):
     cell = ltdrnn.build(name, 3, 8)
     on_cuda = types.SimpleNamespace(device=torch.device("cuda"))
-    monkeypatch.setattr(triton_support, "triton_is_default", lambda x: True)
-    assert cell.resolved_impl(like=on_cuda) == "triton"
-    assert cell.resolved_impl(like=torch.zeros(1)) == cell.default_impl != "triton"
-    assert cell.resolved_impl("reference", like=on_cuda) == "reference"  # an explicit choice stays
-    monkeypatch.setattr(triton_support, "triton_is_default", lambda x: False)  # no Triton: the usual default
-    assert cell.resolved_impl(like=on_cuda) == cell.default_impl
+    on_cpu = torch.zeros(1)
+    monkeypatch.setattr(triton_support, "triton_runs_on", lambda x: True)  # as on a machine with a GPU
+    assert cell.resolved_backend(like=on_cuda) == "triton"
+    assert cell.resolved_backend(like=on_cpu) == ("cpp" if kernels.kernel_runs_on(name, on_cpu) else "torch")
+    assert cell.resolved_backend("reference", like=on_cuda) == "reference"  # an explicit choice stays
+    monkeypatch.setattr(triton_support, "triton_runs_on", lambda x: False)  # no Triton: the PyTorch loops
+    assert cell.resolved_backend(like=on_cuda) == "torch"
 
 
 def test_cells_without_a_triton_path_keep_their_default_on_cuda(monkeypatch):
-    monkeypatch.setattr(triton_support, "triton_is_default", lambda x: True)
+    monkeypatch.setattr(triton_support, "triton_runs_on", lambda x: True)
     cell = ltdrnn.build("lstm", 3, 8)
-    assert cell.resolved_impl(like=types.SimpleNamespace(device=torch.device("cuda"))) == cell.default_impl
+    assert cell.resolved_backend(like=types.SimpleNamespace(device=torch.device("cuda"))) == "torch"
 
 
 def test_triton_where_triton_cannot_run_takes_the_pytorch_path(monkeypatch):
@@ -47,8 +48,8 @@ def test_triton_where_triton_cannot_run_takes_the_pytorch_path(monkeypatch):
     x, state, lengths = sequence(cell, 4, 3)
     monkeypatch.setattr(triton_support, "interpreting", lambda: False)
     assert not triton_support.triton_runs_on(x)
-    out, final = cell.scan(x, state, lengths, impl="triton")
-    ref, ref_final = cell.scan(x, state, lengths, impl="reference")
+    out, final = cell.scan(x, state, lengths, backend="triton")
+    ref, ref_final = cell.scan(x, state, lengths, backend="reference")
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(final, ref_final)
 
@@ -59,8 +60,8 @@ def test_nan_input_propagates_as_in_the_reference(name):
     x, state, _ = sequence(cell, 4, 3)
     x[1, 0, 0] = float("nan")
     with torch.no_grad():
-        out, _ = cell.scan(x, state, impl="triton")
-        ref, _ = cell.scan(x, state, impl="reference")
+        out, _ = cell.scan(x, state, backend="triton")
+        ref, _ = cell.scan(x, state, backend="reference")
     assert torch.equal(out.isnan(), ref.isnan()) and out[1, 0].isnan().any()
 
 
@@ -72,9 +73,9 @@ def test_the_layer_with_a_packed_sequence_both_directions_equals_the_reference(n
     from triton_helpers import DEVICE, DTYPE, TOLERANCE
 
     results = []
-    for impl in ("triton", "reference"):
+    for backend in ("triton", "reference"):
         torch.manual_seed(0)
-        rnn = ltdrnn.Recurrent(name, 3, 16, num_layers=2, bidirectional=True, impl=impl, **CELLS[name])
+        rnn = ltdrnn.Recurrent(name, 3, 16, num_layers=2, bidirectional=True, backend=backend, **CELLS[name])
         rnn = rnn.to(device=DEVICE, dtype=DTYPE)
         torch.manual_seed(1)
         x = torch.randn(4, 6, 3, dtype=DTYPE, device=DEVICE, requires_grad=True)

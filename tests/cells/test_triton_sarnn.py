@@ -36,14 +36,14 @@ def test_masks_probabilities_and_the_budget_gradient_equal_the_reference():
     cell = build("sarnn", hidden_size=18)
     x, state, lengths = sequence(cell, 6, 5)
     results = {}
-    for impl in ("triton", "reference"):
+    for backend in ("triton", "reference"):
         cell.zero_grad()
-        out, _ = cell.scan(x, state, lengths, impl=impl)
+        out, _ = cell.scan(x, state, lengths, backend=backend)
         valid = (torch.arange(6).unsqueeze(1) < lengths.unsqueeze(0)).to(DEVICE).unsqueeze(-1)
         masks = torch.where(valid, cell.aux["update_mask"], 0)
         probs = torch.where(valid, cell.aux["update_prob"], 0)
         (cell.losses()["budget"] + out.sum()).backward()
-        results[impl] = (masks.detach(), probs.detach(), [p.grad.clone() for p in cell.parameters()])
+        results[backend] = (masks.detach(), probs.detach(), [p.grad.clone() for p in cell.parameters()])
     masks, probs, grads = results["triton"]
     ref_masks, ref_probs, ref_grads = results["reference"]
     assert torch.equal(masks, ref_masks) and 0 < masks.mean() < 1  # some units update, some skip

@@ -46,9 +46,9 @@ def test_beta_is_recorded_as_by_the_reference():
     cell = build("tarnn", hidden_size=16, K=2)
     x, state, lengths = sequence(cell, 4, 3)
     with torch.no_grad():
-        cell.scan(x, state, lengths, impl="triton")
+        cell.scan(x, state, lengths, backend="triton")
         beta = cell.aux["beta"]
-        cell.scan(x, state, lengths, impl="reference")
+        cell.scan(x, state, lengths, backend="reference")
     torch.testing.assert_close(beta, cell.aux["beta"])
 
 

@@ -2,7 +2,7 @@
 non-finite values.
 
 Property: a call either raises ValueError/TypeError whose message starts with the parameter at fault,
-or returns what the reference path returns (``impl="reference"``; for the layer, each sequence run
+or returns what the reference path returns (``backend="reference"``; for the layer, each sequence run
 alone at its own length). Never a crash, never a silently different value.
 """
 
@@ -133,7 +133,7 @@ def test_scan_raises_clearly_or_equals_the_reference(name, data):
     if torch.isfinite(x[valid]).all() and name not in RANDOM:
         clean = torch.where(valid[..., None], x, torch.zeros_like(x))
         with torch.no_grad():
-            ref_out, ref_final = cell.scan(clean, state, lengths, impl="reference")
+            ref_out, ref_final = cell.scan(clean, state, lengths, backend="reference")
         _close(out, ref_out)
         _states_close(final, ref_final)
         assert torch.isfinite(out).all()
@@ -156,7 +156,7 @@ def test_the_per_step_call_raises_clearly_or_equals_a_one_step_reference_scan(na
     if not torch.isfinite(x_t).all() or name in RANDOM:
         return  # garbage in: no crash is all that is asked (padding is the scan test's business)
     with torch.no_grad():
-        ref_out, ref_final = cell.scan(x_t[None], state, impl="reference")
+        ref_out, ref_final = cell.scan(x_t[None], state, backend="reference")
     _close(h, ref_out[0])
     _states_close(final, ref_final)
 

@@ -7,7 +7,7 @@ Sections, in the order they run (a time budget stops the run between measurement
   forward pass under ``torch.no_grad``, at the pixel-MNIST shape (T = 784, d = 1, B = 128) for every hidden size
   of ``--hidden-sizes`` (default 128, 256, 512), with each step's peak GPU memory above the inputs and weights
   (``torch.cuda.max_memory_allocated``). Subjects: nn.LSTM and nn.GRU (cuDNN), and each source cell's
-  ``impl="triton"`` path; each cell's own PyTorch loop (``impl="fused"``) at the hidden sizes of
+  ``backend="triton"``; each cell's own PyTorch loop (``backend="torch"``) at the hidden sizes of
   ``--loop-hidden-sizes`` (default 128: a loop over 784 steps launches thousands of kernels per step);
 * ``amp``: the training step under ``torch.autocast("cuda", torch.bfloat16)`` at the first hidden size;
 * ``stream``: ``Recurrent.step`` at batch 1, with the captured CUDA graph and eagerly, against a one-step
@@ -33,7 +33,7 @@ from torch import nn
 from ..results import markdown_table
 from .runner import int_list, parse_shapes, split_names
 
-SCHEMA = "ltdrnn.bench.gpu/1"
+SCHEMA = "ltdrnn.bench.gpu/2"
 #: (subject name, registry cell, options): the configurations the GPU targets name
 CELLS = (
     ("srnn[relu]", "srnn", {"activation": "relu"}),
@@ -209,29 +209,29 @@ class Budget:
 
 
 def subjects_at(settings: Dict[str, Any], hidden: int) -> List[Tuple[str, Optional[str], Dict[str, Any], str]]:
-    """``(subject, cell, options, impl)`` for one hidden size: cuDNN first, then Triton, then the loops."""
+    """``(subject, cell, options, path)`` for one hidden size: cuDNN first, then Triton, then the loops."""
     chosen = [c for c in CELLS if c[0] in settings["cells"]]
     rows = [("nn.LSTM", None, {}, "cudnn"), ("nn.GRU", None, {}, "cudnn")]
-    rows += [(name, cell, {**options, "impl": "triton"}, "triton") for name, cell, options in chosen]
+    rows += [(name, cell, {**options, "backend": "triton"}, "triton") for name, cell, options in chosen]
     if hidden in settings["loop_hidden_sizes"]:
-        rows += [(name, cell, {**options, "impl": "fused"}, "loop") for name, cell, options in chosen]
+        rows += [(name, cell, {**options, "backend": "torch"}, "loop") for name, cell, options in chosen]
     return rows
 
 
-def measure(result, section, subject, impl, hidden, budget, errors, make_run, repeats, warmup) -> None:
+def measure(result, section, subject, path, hidden, budget, errors, make_run, repeats, warmup) -> None:
     if not budget.left():
-        errors.append({"section": section, "subject": subject, "impl": impl, "hidden": hidden, "error": "time budget"})
+        errors.append({"section": section, "subject": subject, "path": path, "hidden": hidden, "error": "time budget"})
         return
     try:
         timing = timed_cuda(make_run(), repeats, warmup)
     except Exception as error:  # one subject's failure (a compile error, out of memory) must not stop the rest
-        errors.append({"section": section, "subject": subject, "impl": impl, "hidden": hidden,
+        errors.append({"section": section, "subject": subject, "path": path, "hidden": hidden,
                        "error": f"{type(error).__name__}: {str(error)[:500]}"})  # fmt: skip
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
         return
-    result.setdefault(section, []).append({"subject": subject, "impl": impl, "hidden": hidden, **timing})
-    print(f"[bench {DEVICE}] {section} H={hidden} {subject} ({impl}): {timing['median'] * 1e3:.3f} ms", flush=True)
+    result.setdefault(section, []).append({"subject": subject, "path": path, "hidden": hidden, **timing})
+    print(f"[bench {DEVICE}] {section} H={hidden} {subject} ({path}): {timing['median'] * 1e3:.3f} ms", flush=True)
 
 
 def run_gpu(settings: Dict[str, Any], command: str) -> Dict[str, Any]:
@@ -250,9 +250,9 @@ def run_gpu(settings: Dict[str, Any], command: str) -> Dict[str, Any]:
     shape, batch = settings["shape"], settings["batch"]
     x = torch.randn(batch, shape["steps"], shape["input_size"], device=DEVICE)
     for index, hidden in enumerate(settings["hidden_sizes"]):
-        for subject, cell, options, impl in subjects_at(settings, hidden):
-            sections = ("train", "inference", "amp") if index == 0 and impl != "loop" else ("train", "inference")
-            measure_subject(result, subject, cell, options, impl, hidden, x, sections, budget)
+        for subject, cell, options, path in subjects_at(settings, hidden):
+            sections = ("train", "inference", "amp") if index == 0 and path != "loop" else ("train", "inference")
+            measure_subject(result, subject, cell, options, path, hidden, x, sections, budget)
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
         if index == 0:
@@ -261,13 +261,13 @@ def run_gpu(settings: Dict[str, Any], command: str) -> Dict[str, Any]:
     return result
 
 
-def measure_subject(result, subject, cell, options, impl, hidden, x, sections, budget) -> None:
+def measure_subject(result, subject, cell, options, path, hidden, x, sections, budget) -> None:
     """The chosen sections of one subject at one hidden size."""
     settings, errors = result["settings"], result["errors"]
     try:
         layer = layer_for(subject, cell, options, x.shape[-1], hidden)
     except Exception as error:
-        errors.append({"subject": subject, "impl": impl, "hidden": hidden, "error": f"{type(error).__name__}: {error}"})
+        errors.append({"subject": subject, "path": path, "hidden": hidden, "error": f"{type(error).__name__}: {error}"})
         return
     makers = {
         "train": lambda: training_step(layer, x),
@@ -275,7 +275,7 @@ def measure_subject(result, subject, cell, options, impl, hidden, x, sections, b
         "amp": lambda: training_step(layer, x, amp=True),
     }
     for section in sections:
-        measure(result, section, subject, impl, hidden, budget, errors, makers[section], settings["repeats"],
+        measure(result, section, subject, path, hidden, budget, errors, makers[section], settings["repeats"],
                 settings["warmup"])  # fmt: skip
 
 
@@ -299,8 +299,8 @@ def measure_streaming(result, settings, budget) -> None:
                 return graphed_only(layer, run) if graphs else run
 
             runs.append((name, "graph" if graphs else "eager", make))
-    for name, impl, make in runs:
-        measure(result, "stream", name, impl, hidden, budget, result["errors"], make, settings["repeats"],
+    for name, path, make in runs:
+        measure(result, "stream", name, path, hidden, budget, result["errors"], make, settings["repeats"],
                 settings["warmup"])  # fmt: skip
     for record in result.get("stream", []):
         for key in ("median", "first_call"):
@@ -313,7 +313,7 @@ def measure_streaming(result, settings, budget) -> None:
 def evaluate(result: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The GPU targets at the first hidden size."""
     hidden = result["settings"]["hidden_sizes"][0]
-    train = {(r["subject"], r["impl"]): r["median"] for r in result.get("train", []) if r["hidden"] == hidden}
+    train = {(r["subject"], r["path"]): r["median"] for r in result.get("train", []) if r["hidden"] == hidden}
     lstm = train.get(("nn.LSTM", "cudnn"))
     rows = []
     for name in result["settings"]["cells"]:
@@ -347,10 +347,10 @@ def render(result: Dict[str, Any]) -> str:
         lines.append(f"**{title}**, T={shape['steps']}, d={shape['input_size']}, B={result['settings']['batch']}: "
                      "median ms, x nn.LSTM (same H), peak MiB")  # fmt: skip
         lstm = {r["hidden"]: r["median"] for r in records if r["subject"] == "nn.LSTM"}
-        rows = [["subject", "impl", "H", "ms", "x LSTM", "peak MiB", "first call s"]]
+        rows = [["subject", "path", "H", "ms", "x LSTM", "peak MiB", "first call s"]]
         for r in records:
             ratio = r["median"] / lstm[r["hidden"]] if r["hidden"] in lstm else None
-            rows.append([r["subject"], r["impl"], r["hidden"], f"{r['median'] * 1e3:.3f}",
+            rows.append([r["subject"], r["path"], r["hidden"], f"{r['median'] * 1e3:.3f}",
                          "-" if ratio is None else f"{ratio:.2f}",
                          "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}",
                          f"{r['first_call']:.2f}"])  # fmt: skip
@@ -358,7 +358,7 @@ def render(result: Dict[str, Any]) -> str:
     if result.get("stream"):
         lines.append("**streaming step, batch 1** (median us per step)")
         rows = [["subject", "path", "us/step"]]
-        rows += [[r["subject"], r["impl"], f"{r['median'] * 1e6:.1f}"] for r in result["stream"]]
+        rows += [[r["subject"], r["path"], f"{r['median'] * 1e6:.1f}"] for r in result["stream"]]
         lines += [markdown_table(rows), ""]
     if result.get("targets"):
         rows = [["target", "H", "measured", "passed"]]
@@ -366,6 +366,6 @@ def render(result: Dict[str, Any]) -> str:
                   {True: "yes", False: "no", None: "-"}[t["passed"]]] for t in result["targets"]]  # fmt: skip
         lines += ["**targets**", markdown_table(rows), ""]
     if result["errors"]:
-        lines.append("**errors**: " + "; ".join(f"{e.get('subject')} {e.get('impl', '')} H={e.get('hidden')}: "
+        lines.append("**errors**: " + "; ".join(f"{e.get('subject')} {e.get('path', '')} H={e.get('hidden')}: "
                                                f"{e['error'][:200]}" for e in result["errors"]))  # fmt: skip
     return "\n".join(lines)

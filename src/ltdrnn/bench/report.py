@@ -158,7 +158,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
             lines += table(
                 [
                     "subject",
-                    "impl",
+                    "backend",
                     "params",
                     "ms",
                     "x nn.LSTM",
@@ -171,7 +171,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
                 (
                     [
                         subject_label(r["subject"], subjects[r["subject"]]),
-                        subjects[r["subject"]].get("impl", "-"),
+                        subjects[r["subject"]].get("backend", "-"),
                         subjects[r["subject"]].get("parameters", "-"),
                         ms(r["median"]),
                         fmt(r["ratio_lstm"]),
@@ -263,10 +263,10 @@ def render_markdown(result: Dict[str, Any]) -> str:
     if result.get("skip"):
         lines += [f"## SA-RNN skipping inference ({settings['scaling_shape']})", ""]
         lines += table(
-            ["impl", "batch", "skip (forced)", "skip (measured)", "ms", "x dense (fused)", "x nn.GRU"],
+            ["backend", "batch", "skip (forced)", "skip (measured)", "ms", "x dense (cpp)", "x nn.GRU"],
             (
                 [
-                    r["impl"],
+                    r["backend"],
                     r["batch"],
                     f"{r['target_skip']:g}",
                     fmt(r["measured_skip"]),
@@ -274,7 +274,7 @@ def render_markdown(result: Dict[str, Any]) -> str:
                     fmt(r["ratio_dense"]),
                     fmt(r["ratio_gru"]),
                 ]
-                for r in sorted(result["skip"], key=lambda r: (-r["batch"], r["impl"], r["target_skip"]))
+                for r in sorted(result["skip"], key=lambda r: (-r["batch"], r["backend"], r["target_skip"]))
             ),
         )
     if result.get("malloc"):

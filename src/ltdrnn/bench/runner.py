@@ -20,7 +20,7 @@ from .sections import flops_records, measure_scaling, measure_sequences, measure
 from .subjects import LSTM, SHAPES, Shape, Subject
 from .timing import Settings, machine_description, matmul_peak, prepare_process, progress
 
-SCHEMA = "ltdrnn.bench/1"
+SCHEMA = "ltdrnn.bench/2"
 SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip", "profile", "malloc")
 DEFAULT_SECTIONS = ("train", "inference", "stream", "memory", "scaling", "flops", "skip")
 
@@ -36,7 +36,7 @@ FULL = {
 
 
 def parse_options(items: Sequence[str]) -> Dict[str, Dict[str, Any]]:
-    """``["tarnn.K=1", "tarnn[K=1].impl=reference"]`` -> ``{"tarnn": {"K": 1}, "tarnn[K=1]": {...}}``."""
+    """``["tarnn.K=1", "tarnn[K=1].backend=reference"]`` -> ``{"tarnn": {"K": 1}, "tarnn[K=1]": {...}}``."""
     options: Dict[str, Dict[str, Any]] = {}
     for item in items:
         match = re.fullmatch(r"(?P<name>[\w.]+?(\[[^\]]*\])?)\.(?P<key>\w+)=(?P<value>.*)", item)

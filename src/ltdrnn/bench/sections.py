@@ -248,7 +248,7 @@ def flops_records(
 
 # ---- SA-RNN's skipping inference ---------------------------------------------------------------------
 SKIP_CELL = "sarnn"
-SKIP_IMPL, DENSE_IMPL = "sparse", "fused"
+SKIP_BACKEND, DENSE_BACKEND = "sparse", "cpp"
 
 
 def force_skip_fraction(cell: nn.Module, fraction: float) -> None:
@@ -266,7 +266,7 @@ def force_skip_fraction(cell: nn.Module, fraction: float) -> None:
 
 
 def measure_skip(settings: Settings, errors: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Inference time of SA-RNN's skipping path (``sparse``) and its dense path (``fused``) at forced
+    """Inference time of SA-RNN's skipping path (``sparse``) and its dense path (``cpp``) at forced
     skip fractions, against nn.GRU, at the benchmark batch and at batch 1."""
     from ..cells.registry import list_cells
     from ..layers import Recurrent
@@ -282,35 +282,35 @@ def measure_skip(settings: Settings, errors: List[Dict[str, Any]]) -> List[Dict[
         runs: Dict[Any, Callable[[], None]] = {(GRU, None, None): inference_pass(gru, x)}
         layers = {}
         for fraction in settings.skip_fractions:
-            for impl in (SKIP_IMPL, DENSE_IMPL):
+            for backend in (SKIP_BACKEND, DENSE_BACKEND):
                 try:
-                    layer = Recurrent(SKIP_CELL, shape.input_size, settings.hidden, impl=impl)
+                    layer = Recurrent(SKIP_CELL, shape.input_size, settings.hidden, backend=backend)
                     force_skip_fraction(layer.cells[0], fraction)
                 except Exception as error:
                     errors.append(
                         {
                             "section": "skip",
-                            "subject": f"{SKIP_CELL}[impl={impl}]",
+                            "subject": f"{SKIP_CELL}[backend={backend}]",
                             "error": f"{type(error).__name__}: {error}",
                         }
                     )
                     continue
-                layers[(SKIP_CELL, impl, fraction)] = layer
-                runs[(SKIP_CELL, impl, fraction)] = inference_pass(layer, x)
+                layers[(SKIP_CELL, backend, fraction)] = layer
+                runs[(SKIP_CELL, backend, fraction)] = inference_pass(layer, x)
         progress(f"skip {shape.name} batch {batch}: {len(runs)} runs")
         samples = interleaved_samples(
             runs, settings.repeats, settings.warmup, errors, {"section": "skip", "shape": shape.name, "batch": batch}
         )
         gru_median = median(samples[(GRU, None, None)]) if (GRU, None, None) in samples else None
-        for (name, impl, fraction), s in samples.items():
+        for (name, backend, fraction), s in samples.items():
             if name == GRU:
                 continue
-            mask = layers[(name, impl, fraction)].cells[0].aux.get("update_mask")
-            dense = samples.get((name, DENSE_IMPL, fraction))
+            mask = layers[(name, backend, fraction)].cells[0].aux.get("update_mask")
+            dense = samples.get((name, DENSE_BACKEND, fraction))
             records.append(
                 {
-                    "subject": f"{name}[impl={impl}]",
-                    "impl": impl,
+                    "subject": f"{name}[backend={backend}]",
+                    "backend": backend,
                     "shape": shape.name,
                     "steps": shape.steps,
                     "batch": batch,

@@ -135,7 +135,7 @@ class Subject:
         return Recurrent(self.cell, input_size, hidden_size, batch_first=True, **self.options)
 
     def describe(self, input_size: int, hidden_size: int) -> Dict[str, Any]:
-        """Registry metadata, parameter count and the scan implementation in use."""
+        """Registry metadata, parameter count and the backend ``scan`` resolves to (:func:`ltdrnn.ops.resolve`)."""
         info: Dict[str, Any] = {
             "cell": self.cell,
             "options": self.options,
@@ -146,7 +146,7 @@ class Subject:
         if self.error is None:
             layer = self.layer(input_size, hidden_size)
             info["parameters"] = sum(p.numel() for p in layer.parameters())
-            info["impl"] = layer.cells[0].resolved_impl() if self.cell else "torch"
+            info["backend"] = layer.cells[0].resolved_backend() if self.cell else "torch"
         return info
 
 

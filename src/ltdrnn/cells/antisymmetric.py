@@ -67,11 +67,11 @@ class AntisymmetricRNN(Cell):
         gamma: float = 0.01,
         gated: bool = False,
         init_std: float = 1.0,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.eps = check_positive_float("eps", eps)
         self.gamma = check_nonnegative_float("gamma", gamma)
         self.init_std = check_nonnegative_float("init_std", init_std)
@@ -128,7 +128,7 @@ class GatedAntisymmetricRNN(AntisymmetricRNN):
         eps: float = 0.01,
         gamma: float = 0.01,
         init_std: float = 1.0,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
@@ -139,7 +139,7 @@ class GatedAntisymmetricRNN(AntisymmetricRNN):
             gamma=gamma,
             gated=True,
             init_std=init_std,
-            impl=impl,
+            backend=backend,
             device=device,
             dtype=dtype,
         )

@@ -20,7 +20,8 @@ The three stages of a forward pass
     2. ``step(p_t, state) -> (h_t, state)``: the sequential part, on one time slice of ``P``.
     3. ``scan(x, state, lengths) -> (outputs, final_state)``: the whole sequence. The default is
        :meth:`scan_reference`, an obviously correct loop over ``step``. Cells with fast paths list
-       them in ``impls`` and override :meth:`scan_fast`; the attribute ``impl`` chooses one.
+       the backends they offer in ``backends`` (:mod:`ltdrnn.ops`: reference, torch, cpp, triton) and
+       override :meth:`scan_fast`; the attribute ``backend`` chooses one.
 
 Extra outputs
     ``losses()`` returns named extra loss terms (TARNN's regulariser, SA-RNN's update budget), which
@@ -37,7 +38,16 @@ from typing import Any, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from ..ops.common import autocast_dtype_for, from_autocast, track_parameters, tracked
+from ..ops import resolve
+from ..ops.common import (
+    autocast_dtype_for,
+    from_autocast,
+    holds_non_finite,
+    mask_outputs,
+    track_parameters,
+    tracked,
+    valid_steps,
+)
 
 State = Union[Tensor, Tuple[Tensor, ...]]
 
@@ -50,29 +60,33 @@ class GradientGrowthWarning(UserWarning):
 class Cell(nn.Module):
     """Base class of every recurrent cell.
 
-    Subclasses implement ``init_state``, ``step`` and usually ``precompute``; fast cells add names to
-    ``impls`` and implement ``scan_fast``.
+    Subclasses implement ``init_state``, ``step`` and usually ``precompute``; fast cells add the backends
+    they offer to ``backends`` and implement ``scan_fast`` and, for a lean one-step path, ``stream_step``.
 
     Attributes:
         input_size (int): d.
         hidden_size (int): H, the width of ``h_t``.
-        impls (tuple[str, ...]): implementations of ``scan``; the first is the reference.
-        impl (str): the implementation used by ``scan``; ``"auto"`` picks the cell's measured default.
+        backends (tuple[str, ...]): the backends of ``scan`` the cell offers (:data:`ltdrnn.ops.BACKENDS`,
+            and a few cells' named variants); the first is ``"reference"``.
+        kernel (str | None): the name of the cell's compiled loops, ``ops/csrc/<kernel>.cpp`` (the
+            ``"cpp"`` backend); None for a cell without any.
+        backend (str): the backend ``scan`` uses; ``"auto"`` (the default) the fastest that runs, resolved
+            per call by :func:`ltdrnn.ops.resolve`.
         aux (dict[str, Tensor]): per-step extras of the last forward pass, each ``(T, B, ...)``.
         factory (dict): ``device`` and ``dtype`` for creating parameters, as torch.nn modules take them.
     """
 
-    impls: Tuple[str, ...] = ("reference",)
-    default_impl: str = "reference"
+    backends: Tuple[str, ...] = ("reference",)
+    kernel: str | None = None
     #: Longest T over which the gradients are known to stay usable (measured, docs/reliability.md);
     #: ``scan`` warns (GradientGrowthWarning) when it records gradients over more steps. None: no limit known.
     gradient_length_limit: int | None = None
 
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None, dtype=None) -> None:
+    def __init__(self, input_size: int, hidden_size: int, backend: str = "auto", device=None, dtype=None) -> None:
         super().__init__()
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
-        self.impl = impl
+        self.backend = backend
         self.aux: dict[str, Tensor] = {}
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype: expected a floating torch.dtype or None, got {dtype!r}")
@@ -90,28 +104,22 @@ class Cell(nn.Module):
             track_parameters(value)
         super().__setattr__(name, value)
 
-    # ---- implementation choice -------------------------------------------------------------
+    # ---- the backend ---------------------------------------------------------------------------
     @property
-    def impl(self) -> str:
-        return self._impl
+    def backend(self) -> str:
+        return self._backend
 
-    @impl.setter
-    def impl(self, value: str) -> None:
-        check_choice("impl", value, ("auto",) + tuple(self.impls))
-        self._impl = value
+    @backend.setter
+    def backend(self, value: str) -> None:
+        check_choice("backend", value, ("auto",) + tuple(self.backends))
+        self._backend = value
 
-    def resolved_impl(self, override: str | None = None, like: Tensor | None = None) -> str:
-        """The implementation a call to ``scan`` uses: ``override``, else ``impl`` with auto resolved. For
-        tensors ``like`` on a CUDA device, auto is ``"triton"`` where the cell has it and Triton runs."""
-        name = self.impl if override is None else check_choice("impl", override, ("auto",) + tuple(self.impls))
-        if name != "auto":
-            return name
-        if like is not None and like.device.type == "cuda" and "triton" in self.impls:
-            from ..ops.triton_support import triton_is_default
-
-            if triton_is_default(like):
-                return "triton"
-        return self.default_impl
+    def resolved_backend(self, override: str | None = None, like: Tensor | None = None) -> str:
+        """The backend a call of ``scan`` runs for tensors like ``like`` (default: the cell's parameters):
+        ``override``, else ``backend``, resolved by :func:`ltdrnn.ops.resolve` (``"auto"`` the fastest that
+        runs there; a backend that cannot run there the next one down, docs/architecture.md)."""
+        name = self.backend if override is None else override
+        return resolve(name, self._any_parameter() if like is None else like, self.backends, self.kernel)
 
     # ---- the contract ------------------------------------------------------------------------
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
@@ -151,15 +159,22 @@ class Cell(nn.Module):
     def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """One step from raw input, ``x_t (B, d)``: ``-> (h_t (B, H), state)``.
 
-        Equivalent to ``scan(x_t[None], state)`` with the output's time axis removed.
+        Equivalent to ``scan(x_t[None], state)`` with the output's time axis removed. Without autograd
+        the backend's lean step (:meth:`stream_step`) runs first, so that a streamed step skips the
+        sequence machinery.
         """
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
+        elif not torch.is_grad_enabled():
+            backend = self.resolved_backend(like=x_t)
+            stepped = None if backend == "reference" else self.stream_step(x_t, state, backend)
+            if stepped is not None:
+                return stepped
         outputs, state = self.scan(x_t.unsqueeze(0), state)
         return outputs[0], state
 
     def scan(
-        self, x: Tensor, state: State | None = None, lengths: Tensor | None = None, impl: str | None = None
+        self, x: Tensor, state: State | None = None, lengths: Tensor | None = None, backend: str | None = None
     ) -> Tuple[Tensor, State]:
         """Run the cell over a sequence.
 
@@ -169,7 +184,7 @@ class Cell(nn.Module):
             lengths: ``(B,)`` integer true lengths in ``[1, T]``; steps ``t >= lengths[b]`` give zero
                 outputs, their inputs are never read (whatever they hold, NaN included), and the final
                 state of sequence ``b`` is the state after its step ``lengths[b] - 1``.
-            impl: overrides ``self.impl`` for this call.
+            backend: overrides ``self.backend`` for this call.
 
         Returns:
             ``(outputs (T, B, H), final_state)``.
@@ -177,7 +192,7 @@ class Cell(nn.Module):
         ``x``, ``state`` and ``lengths`` are checked here, once per call, before any fused or compiled
         path runs.
 
-        Under ``torch.autocast`` the state stays in its dtype (float32). The ``"triton"`` path runs its
+        Under ``torch.autocast`` the state stays in its dtype (float32). The ``"triton"`` backend runs its
         products in the autocast dtype; every other path runs with autocast off in the parameters' dtype
         (the compiled CPU kernels have float32/64 variants only). An input in the autocast dtype is taken
         as the parameters' dtype, as autocast's own operators take it.
@@ -185,9 +200,9 @@ class Cell(nn.Module):
         amp = autocast_dtype_for(x)
         if amp is not None:
             x = from_autocast(x, self._any_parameter(required=False))
-            if not self._autocast_aware(x, impl):
+            if self.resolved_backend(backend, like=x) != "triton":  # the only one that runs under autocast
                 with torch.autocast(x.device.type, enabled=False):
-                    return self.scan(x, state, lengths, impl)
+                    return self.scan(x, state, lengths, backend)
         self.check_input(x, expected_dims=3, name="x")
         lengths = check_lengths(lengths, x.shape[1], x.shape[0], x.device)
         if state is None:
@@ -205,46 +220,40 @@ class Cell(nn.Module):
                 GradientGrowthWarning,
                 stacklevel=2,
             )
-        impl = self.resolved_impl(impl, like=x)
-        if impl == "reference":
+        backend = self.resolved_backend(backend, like=x)
+        if backend == "reference":
             return self.scan_reference(x, state, lengths)
         if x.shape[0] == 1 and not torch.is_grad_enabled() and amp is None:  # one step, as the layer streams it
-            stepped = self.stream_step(x[0], state, impl)
+            stepped = self.stream_step(x[0], state, backend)
             if stepped is not None:
                 return stepped[0].unsqueeze(0), stepped[1]
         # a branch on the data cannot be traced: compiled and exported graphs keep the fast path (the
         # Triton kernels propagate NaN themselves; docs/reliability.md)
         if not torch.compiler.is_compiling() and holds_non_finite(x, state):
             return self.scan_reference(x, state, lengths)
-        return self.scan_fast(x, state, lengths, impl)
-
-    def _autocast_aware(self, x: Tensor, impl: str | None) -> bool:
-        """Whether the path ``scan`` takes for ``x`` runs under autocast as it is: the ``"triton"`` path."""
-        if self.resolved_impl(impl, like=x) != "triton":
-            return False
-        from ..ops.triton_support import triton_runs_on
-
-        return triton_runs_on(x)
+        return self.scan_fast(x, state, lengths, backend)
 
     def check_room(self, state: State, steps: int) -> None:
         """Raise unless ``steps`` more time steps can run from ``state``, whose layout
         :meth:`check_state` has checked: the values of a step counter, in cells with per-time-step
-        parameters (TARNN's and iRNN's ``eta_per_time_step``), for every impl; none by default."""
+        parameters (TARNN's and iRNN's ``eta_per_time_step``), for every backend; none by default."""
 
     def scan_reference(self, x: Tensor, state: State, lengths: Tensor | None = None) -> Tuple[Tensor, State]:
         """The reference: ``for t: h_t, state = step(precompute(x)[t], state)``."""
         return loop_scan(self, self.precompute(x), state, lengths)
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        """A fast implementation named in ``impls``; cells with fast paths override this."""
-        raise NotImplementedError(f"{type(self).__name__} has no implementation {impl!r}")
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
+        """The whole sequence in ``backend``, one of ``backends`` other than ``"reference"``, as
+        :func:`ltdrnn.ops.resolve` chose it (so it runs here); cells with fast paths override this."""
+        raise NotImplementedError(f"{type(self).__name__} has no backend {backend!r}")
 
-    def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
-        """One step of the fast implementation ``impl`` without autograd, by a lean path that skips the
-        sequence machinery (a compiled streaming step, operands cached between calls): ``x_t (B, d)``
-        -> ``(h_t (B, H), state)``, or None where the cell has no such path for this input.
-        :meth:`scan` tries it for every one-step call without autograd (``Recurrent.step`` streams
-        that way) before :meth:`scan_fast`; by default there is none."""
+    def stream_step(self, x_t: Tensor, state: State, backend: str) -> Tuple[Tensor, State] | None:
+        """The streaming hook, the one lean step of every cell: one step of ``backend`` (resolved, not
+        ``"reference"``) without autograd, skipping the sequence machinery (a compiled streaming step,
+        operands cached between calls): ``x_t (B, d)`` -> ``(h_t (B, H), state)``, or None where the
+        cell has no such path for this input. :meth:`forward`, :meth:`scan` (for a one-step call) and
+        ``Recurrent.step`` try it first whenever no gradient is recorded, after checking the input and
+        state; by default there is none."""
         return None
 
     def losses(self) -> dict[str, Tensor]:
@@ -312,7 +321,7 @@ class Cell(nn.Module):
         return None
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}, impl={self.impl!r}"
+        return f"{self.input_size}, {self.hidden_size}, backend={self.backend!r}"
 
 
 # ---- the reference loop ---------------------------------------------------------------------------
@@ -387,30 +396,6 @@ def select_state(chosen: Tensor, a: State, b: State) -> State:
     return tuple(select_state(chosen, x, y) for x, y in zip(a, b))
 
 
-def mask_outputs(outputs: Tensor, lengths: Tensor | None) -> Tensor:
-    """Zero the outputs ``(T, B, ...)`` at steps ``t >= lengths[b]`` (like a PackedSequence round trip)."""
-    if lengths is None:
-        return outputs
-    # ``where``, not a product: a NaN or Inf computed past a sequence's end must not survive as NaN*0
-    return torch.where(valid_steps(outputs, lengths), outputs, 0)
-
-
-def holds_non_finite(x: Tensor, state: State) -> bool:
-    """Whether ``x`` or a floating tensor of ``state`` holds NaN or an infinity.
-
-    Fast paths reorder the reference's sums (``(P W) x`` for ``P (W x)``, stacked weights, closed
-    forms) and compiled code is built with ``-ffast-math``: on finite values they agree to rounding,
-    but an infinity can meet another in one order and not in the other. :meth:`Cell.scan` gives such
-    input to the reference, so every path returns its NaN and Inf exactly (one pass over the input).
-    While a CUDA graph is captured (:mod:`ltdrnn.graphs`) the answer is False: the graphed step keeps the
-    fast path, as compiled graphs do.
-    """
-    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return False  # a CUDA graph cannot branch on data (reading it back ends the capture): the fast path
-    tensors = (x, *state) if isinstance(state, tuple) else (x, state)
-    return not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
-
-
 def zero_padding(x: Tensor, lengths: Tensor | None) -> Tensor:
     """``x (T, B, ...)`` with the steps ``t >= lengths[b]`` set to zero (``x`` itself when none are).
 
@@ -420,17 +405,6 @@ def zero_padding(x: Tensor, lengths: Tensor | None) -> Tensor:
     if lengths is None or not bool((lengths < x.shape[0]).any()):
         return x
     return torch.where(valid_steps(x, lengths), x, 0)
-
-
-def step_mask(steps: int, lengths: Tensor, device) -> Tensor:
-    """``(T, B)`` bool, True at steps ``t < lengths[b]``."""
-    return torch.arange(steps, device=device).unsqueeze(1) < lengths.to(device).unsqueeze(0)
-
-
-def valid_steps(x: Tensor, lengths: Tensor) -> Tensor:
-    """Boolean mask broadcastable to ``x (T, B, ...)``: True at steps ``t < lengths[b]``."""
-    valid = step_mask(x.shape[0], lengths, x.device)
-    return valid.view(*valid.shape, *([1] * (x.dim() - 2)))
 
 
 def map_state(fn, state: State) -> State:

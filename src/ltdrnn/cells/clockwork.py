@@ -62,11 +62,11 @@ class ClockworkRNN(MaskedCell):
         num_modules: int = 10,
         periods: Sequence[int] | None = None,
         nonlinearity: str = "tanh",
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.num_modules = check_positive_int("num_modules", num_modules)
         if num_modules > hidden_size:
             raise ValueError(f"num_modules: expected at most hidden_size={hidden_size} modules, got {num_modules}")

@@ -1,6 +1,6 @@
 """What the two Euler-step cells, TARNN (:mod:`ltdrnn.cells.tarnn`) and iRNN (:mod:`ltdrnn.cells.irnn`),
 share: the learned step sizes (:class:`EulerSteps`), and their base class :class:`EulerCell`: the step
-counter in the state, the room left in per-time-step step sizes, and the lean streaming step.
+counter in the state and the room left in per-time-step step sizes.
 
 Both papers analyse ``z_i = z_{i-1} + eta_i F(z_{i-1})`` with a step size ``eta > 0``; a negative step
 turns the ODE's damping into anti-damping, so a plain raw ``eta`` can diverge under training
@@ -22,7 +22,6 @@ where the clamp still passes its gradient).
 from __future__ import annotations
 
 import math
-from typing import Tuple
 
 import torch
 from torch import Tensor, nn
@@ -165,11 +164,10 @@ class EulerSteps(nn.Module):
 
 class EulerCell(Cell):
     """Base of the Euler-step cells. A subclass sets ``self.steps`` (:class:`EulerSteps`) in its
-    constructor and implements :meth:`lean_step`.
+    constructor.
 
     State ``h (B, H)``, or with per-time-step step sizes ``(h, counter)``, counter ``(B,)`` int64, the
-    number of time steps taken so far. Without autograd and with the fused implementation, one step
-    skips the sequence machinery (:meth:`forward`, :meth:`stream_step`) and runs :meth:`lean_step`.
+    number of time steps taken so far.
     """
 
     @property
@@ -202,61 +200,3 @@ class EulerCell(Cell):
         if not bool((counter == start).all()):
             return None
         return eta[start : start + steps]
-
-    def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor | None:
-        """``h_t`` of one step without autograd, ``x_t (B, d)``, ``h (B, H)``, on operands cached until
-        a parameter changes; None where the lean path does not give the reference's values (NaN or an
-        infinity in ``x_t`` or ``h``, see :func:`~ltdrnn.cells.base.holds_non_finite`)."""
-        raise NotImplementedError
-
-    @property
-    def has_lean_step(self) -> bool:
-        """Whether :meth:`lean_step` covers this configuration: not with per-time-step step sizes (the
-        counter picks the row, which the sequence path handles); subclasses add their own exclusions."""
-        return not self.per_time_step
-
-    def streams(self, x_t, state) -> bool:
-        """Whether :meth:`forward` may take the lean streaming path: no autograd, the fused impl, a
-        plain tensor state and well-formed input; anything unusual (including input that
-        :meth:`Cell.forward` rejects with a clear error) goes the general way."""
-        return (
-            not torch.is_grad_enabled()
-            and self.has_lean_step
-            and isinstance(state, Tensor)
-            and isinstance(x_t, Tensor)
-            and x_t.dim() == 2
-            and x_t.shape[1] == self.input_size
-            and x_t.dtype == state.dtype == self.bias.dtype
-            and self.resolved_impl() == "fused"
-        )
-
-    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
-        """One step from raw input, as :meth:`Cell.forward`; without autograd (streaming inference)
-        and with the fused implementation, :meth:`lean_step`."""
-        h = self.lean_step(x_t, state) if self.streams(x_t, state) else None
-        return super().forward(x_t, state) if h is None else (h, h)
-
-    def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
-        if not self.has_lean_step:
-            return None
-        h = self.lean_step(x_t, state)
-        return None if h is None else (h, h)
-
-
-def split_counter(cell_per_time_step: bool, state: State) -> Tuple[Tensor, Tensor | None]:
-    """``state -> (h, counter)``; the counter is None unless step sizes are per time step."""
-    if cell_per_time_step:
-        return state[0], state[1]
-    return state, None
-
-
-def join_counter(h: Tensor, counter: Tensor | None) -> State:
-    return h if counter is None else (h, counter)
-
-
-def join_moved_counter(final: Tensor, counter: Tensor | None, x: Tensor, lengths: Tensor | None) -> State:
-    """A sequence call's final state: with per-time-step step sizes, joined by each sequence's counter moved
-    past the call's ``x (T, B, d)`` (by its length where ``lengths`` are given)."""
-    if counter is None:
-        return final
-    return join_counter(final, counter + (x.shape[0] if lengths is None else lengths))

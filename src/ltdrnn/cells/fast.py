@@ -39,11 +39,11 @@ class FastBase(Cell):
         hidden_size: int,
         w_rank: int | None = None,
         u_rank: int | None = None,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.w_rank = None if w_rank is None else check_positive_int("w_rank", w_rank)
         self.u_rank = None if u_rank is None else check_positive_int("u_rank", u_rank)
         self.W = self._matrix(hidden_size, input_size, self.w_rank)
@@ -123,11 +123,11 @@ class FastRNN(FastBase):
         u_rank: int | None = None,
         alpha_init: float = -3.0,
         beta_init: float = 3.0,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, w_rank, u_rank, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, w_rank, u_rank, backend=backend, device=device, dtype=dtype)
         self.nonlinearity = nonlinearity
         self.phi = activation(nonlinearity, "nonlinearity")
         self.alpha_init = check_finite_float("alpha_init", alpha_init)
@@ -183,11 +183,11 @@ class FastGRNN(FastBase):
         u_rank: int | None = None,
         zeta_init: float = 1.0,
         nu_init: float = -4.0,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, w_rank, u_rank, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, w_rank, u_rank, backend=backend, device=device, dtype=dtype)
         self.gate_nonlinearity, self.update_nonlinearity = gate_nonlinearity, update_nonlinearity
         self.gate_phi = activation(gate_nonlinearity, "gate_nonlinearity")
         self.update_phi = activation(update_nonlinearity, "update_nonlinearity")

@@ -2,17 +2,17 @@
 
 ``lstm``, ``gru``, ``rnn_tanh`` and ``rnn_relu`` follow ``torch.nn.LSTM`` / ``GRU`` / ``RNN`` exactly:
 same equations, same parameter names and layouts (``weight_ih``, ``weight_hh``, ``bias_ih``,
-``bias_hh``, gates stacked in torch's order), same initialisation. Their default implementation,
-``"fused"``, calls torch's own fused recurrent kernel (``torch._VF.lstm`` and friends, the op
+``bias_hh``, gates stacked in torch's order), same initialisation. Their default backend,
+``"torch"``, calls torch's own fused recurrent kernel (``torch._VF.lstm`` and friends, the op
 ``nn.LSTM.forward`` calls), so a layer whose weights were copied from a torch module gives the same
-numbers as that module. ``"fused_packed"`` differs only for sequences with ``lengths``, where it uses
+numbers as that module. ``"torch_packed"`` differs only for sequences with ``lengths``, where it uses
 torch's (slower) PackedSequence kernel. ``"reference"`` is a plain loop over :meth:`step`.
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`.
 
 Doc: docs/cells/gated.md
 Tests: tests/cells/test_gated.py, tests/cells/test_contract.py
-Kernel: none of ours (the "fused" paths of gru, lstm, rnn_relu and rnn_tanh call torch's RNN kernels, torch._VF)
+Kernel: none of ours (the "torch" backends of gru, lstm, rnn_relu and rnn_tanh call torch's RNN kernels, torch._VF)
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .base import Cell, State, check_finite_float, init_uniform, mask_outputs, select_state
+from ..ops.common import mask_outputs
+from .base import Cell, State, check_finite_float, init_uniform, select_state
 from .registry import ParamCount, register
 
 _SRNN_T5 = "SRNN paper Table 5 (adding, d=2, H=128), incl. a {head}-parameter linear head"
@@ -42,16 +43,15 @@ class TorchRNNCell(Cell):
     Init (torch.nn): every parameter ``U(-1/sqrt(H), 1/sqrt(H))``.
     """
 
-    impls = ("reference", "fused", "fused_packed")
-    default_impl = "fused"
+    backends = ("reference", "torch", "torch_packed")
     gates = 1
     #: the name of the torch fused op in ``torch._VF``
     fused_op = ""
 
     def __init__(
-        self, input_size: int, hidden_size: int, bias: bool = True, impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, bias: bool = True, backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         if not isinstance(bias, bool):
             raise TypeError(f"bias: expected a bool, got {bias!r}")
         self.bias = bias
@@ -84,18 +84,18 @@ class TorchRNNCell(Cell):
         return F.linear(h, self.weight_hh, self.bias_hh)
 
     # ---- fused paths ---------------------------------------------------------------------------
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
         """Torch's fused kernel over the whole sequence.
 
-        With ``lengths``, ``"fused"`` runs the kernel once per stretch between consecutive distinct
+        With ``lengths``, ``"torch"`` runs the kernel once per stretch between consecutive distinct
         lengths, carrying the state and keeping each sequence's state at its own end (same arithmetic
         as one unpacked call; torch's PackedSequence kernel is much slower on CPU, measured in
-        docs/cells/gated.md). ``"fused_packed"`` packs the batch and runs torch's
+        docs/cells/gated.md). ``"torch_packed"`` packs the batch and runs torch's
         packed kernel, bit-identical to ``nn.LSTM`` on a PackedSequence.
         """
         if lengths is None:
             return self._fused(x, state)
-        if impl == "fused_packed":
+        if backend == "torch_packed":
             return self._fused_packed(x, state, lengths)
         return self._fused_segments(x, state, lengths)
 
@@ -172,7 +172,7 @@ class LSTM(TorchRNNCell):
         input_size: d.  hidden_size: H.  bias: use ``b_ih`` and ``b_hh`` (torch's ``bias``).
         forget_bias: if set, the forget-gate biases start at ``b_ih[f] = forget_bias``, ``b_hh[f] = 0``
             instead of torch's uniform draw (Gers et al. 2000; MIST's LSTM baseline uses 1).
-        impl: ``"fused"`` (torch's kernel, default), ``"fused_packed"`` (torch's PackedSequence kernel
+        backend: ``"torch"`` (torch's kernel, the default), ``"torch_packed"`` (torch's PackedSequence kernel
             when ``lengths`` are given) or ``"reference"`` (loop over :meth:`step`).
     """
 
@@ -185,14 +185,14 @@ class LSTM(TorchRNNCell):
         hidden_size: int,
         bias: bool = True,
         forget_bias: float | None = None,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
         self.forget_bias = None if forget_bias is None else check_finite_float("forget_bias", forget_bias)
         if forget_bias is not None and not bias:
             raise ValueError("forget_bias: needs bias=True (there is no bias to set)")
-        super().__init__(input_size, hidden_size, bias=bias, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, bias=bias, backend=backend, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
@@ -319,9 +319,9 @@ class UGRNN(Cell):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, gate_bias: float = 1.0, impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, gate_bias: float = 1.0, backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self.weight_ih = nn.Parameter(torch.empty(2 * hidden_size, input_size, **self.factory))
         self.weight_hh = nn.Parameter(torch.empty(2 * hidden_size, hidden_size, **self.factory))

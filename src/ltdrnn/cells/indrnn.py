@@ -64,11 +64,11 @@ class IndRNN(Cell):
         recurrent_max: float | None = None,
         recurrent_init: Tuple[float, float] = (0.0, 1.0),
         input_init_std: float = 0.001,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.nonlinearity = nonlinearity
         self.phi = activation(nonlinearity, "nonlinearity")
         self.recurrent_max = None if recurrent_max is None else check_positive_float("recurrent_max", recurrent_max)

@@ -10,11 +10,11 @@ step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equi
 (Eq. 5 without ``P``; Eq. 8, used in all the paper's experiments, with ``P = U = I + V H``.) The option
 ``reading`` selects where the iteration starts and how ``h_k`` is read from it (:data:`READINGS`).
 
-Two implementations: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
-``"fused"``, a hand-written forward and backward over the whole sequence
+Backends: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
+``"torch"``, a hand-written forward and backward over the whole sequence
 (:class:`~ltdrnn.cells.fused.irnn.FusedIRNN`) that folds ``P U`` into one matrix ``M`` and ``P (W x + b)``
-into the precomputed input. This module holds the cell, its maths and the dispatch; the fused path and its
-compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.irnn`.
+into the precomputed input, with its K = 1 time loops compiled as ``"cpp"``. This module holds the cell, its
+maths and the dispatch; the fused path and its compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.irnn`.
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
@@ -30,8 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ops.common import ParameterCache, final_state_at_lengths, scalars
-from ..ops.triton_support import autocast_weight, triton_runs_on
+from ..ops.common import (
+    ParameterCache,
+    final_state_at_lengths,
+    join_counter,
+    join_moved_counter,
+    scalars,
+    split_counter,
+)
+from ..ops.triton_support import autocast_weight
 from .base import (
     State,
     check_choice,
@@ -43,7 +50,7 @@ from .base import (
 from .base import (
     activation as activation_function,
 )
-from .euler import EulerCell, EulerSteps, join_counter, join_moved_counter, split_counter
+from .euler import EulerCell, EulerSteps
 from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
 from .registry import ParamCount, register
 
@@ -143,11 +150,12 @@ class IRNN(EulerCell):
             ``||U|| = alpha`` and no direction of the state grows at init; ``"uniform"``: ``V``, ``H`` (or
             the dense ``U``) ``U(-1/sqrt(H), 1/sqrt(H))`` like the other weights, where ``||P U||_2`` is
             about 1.7 and the state grows geometrically with T (docs/cells/irnn.md, "Long inputs").
-        impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
-            ``"triton"`` (K = 1, with or without the gate and per-time-step step sizes: the time loop in one
-            Triton launch per direction, :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors
-            when Triton is installed; K > 1, or where Triton cannot run: ``"fused"``).
-            With the gate or per-time-step step sizes ``"fused"`` runs :class:`IRNNLoop`.
+        backend: ``"torch"`` (hand-written backward), ``"cpp"`` (the same, its K = 1 time loops compiled;
+            the default on the CPU), ``"reference"`` (loop over :meth:`step`) or ``"triton"`` (K = 1, with or
+            without the gate and per-time-step step sizes: the time loop in one Triton launch per direction,
+            :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors when Triton is installed; K > 1:
+            the PyTorch loop; where Triton cannot run: ``"cpp"`` or ``"torch"``). With the gate or
+            per-time-step step sizes ``"torch"`` and ``"cpp"`` run :class:`IRNNLoop`.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
     RNN, except ``U = I`` (``u_init="identity"``); ``eta = 1e-2`` (paper); the gate as the authors' code:
@@ -160,10 +168,10 @@ class IRNN(EulerCell):
         >>> _ = torch.manual_seed(0)
         >>> cell = IRNN(input_size=3, hidden_size=8, K=2)
         >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
-        >>> outputs, state = cell.scan(x)                   # impl "auto": the fused path
+        >>> outputs, state = cell.scan(x)                   # backend "auto": the fused path
         >>> outputs.shape, state.shape
         (torch.Size([20, 4, 8]), torch.Size([4, 8]))
-        >>> reference, _ = cell.scan(x, impl="reference")   # U and P applied literally
+        >>> reference, _ = cell.scan(x, backend="reference")  # U and P applied literally
         >>> torch.allclose(outputs, reference, atol=1e-6)
         True
         >>> h, state = cell(x[0], cell.init_state(4))       # one streaming step
@@ -171,8 +179,8 @@ class IRNN(EulerCell):
         True
     """
 
-    impls = ("reference", "fused", "triton")
-    default_impl = "fused"
+    backends = ("reference", "torch", "cpp", "triton")
+    kernel = "irnn"
 
     def __init__(
         self,
@@ -194,11 +202,11 @@ class IRNN(EulerCell):
         gate: str = "none",
         gate_bias: float = -3.0,
         u_init: str = "identity",
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.K = check_positive_int("K", K)
         if rank == "auto":
             rank = min(DEFAULT_RANK, check_positive_int("hidden_size", hidden_size))
@@ -328,12 +336,11 @@ class IRNN(EulerCell):
             return self.apply_u(self.weight_x.t()).t(), self.apply_u(self.bias)
         return self.weight_x, self.bias
 
-    @property
-    def has_lean_step(self) -> bool:
-        return super().has_lean_step and not self.gated
-
-    def lean_step(self, x_t: Tensor, h: Tensor) -> Tensor:
-        """One step without autograd: a few ops on matrices cached until a parameter changes."""
+    def stream_step(self, x_t: Tensor, h: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
+        """One step without autograd: a few ops on matrices cached until a parameter changes; None with the
+        gate or per-time-step step sizes (the counter picks the row: the sequence path handles it)."""
+        if self.per_time_step or self.gated:
+            return None
         operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
         weight_t, bias, m_t, etas, alpha = operands
         s, r = READINGS[self.reading]
@@ -342,7 +349,8 @@ class IRNN(EulerCell):
         for eta in etas:
             drive = self.phi(torch.addmm(c, y, m_t))
             y = torch.add(y, drive.sub_(y, alpha=alpha), alpha=eta)
-        return y.sub_(h) if r == 1.0 else y
+        y = y.sub_(h) if r == 1.0 else y
+        return y, y
 
     def _stream_operands(self):
         weight, bias = self.input_map()
@@ -351,8 +359,8 @@ class IRNN(EulerCell):
         alpha = float(self.alpha())
         return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.values()), alpha
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        """Whole sequence in the Triton kernels (``impl="triton"``, K = 1) or :class:`FusedIRNN`: ``P U`` is one
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
+        """Whole sequence in the Triton kernels (``backend="triton"``, K = 1) or :class:`FusedIRNN`: ``P U`` is one
         operator, and ``P (W x + b)`` is one linear map of the input, applied for all steps before the loop.
         Per-time-step step sizes and the gate run in Triton or in :class:`IRNNLoop` (a PyTorch loop with a
         hand-written backward) when every sequence starts at the same time step, else in the reference loop."""
@@ -360,7 +368,7 @@ class IRNN(EulerCell):
         eta = self.sequence_step_sizes(x.shape[0], counter)
         if eta is None:
             return self.scan_reference(x, state, lengths)
-        if impl == "triton" and self.K == 1 and triton_runs_on(x):
+        if backend == "triton" and self.K == 1:
             outputs, final = self._triton_scan(x, h, eta, lengths)
             return outputs, join_moved_counter(final, counter, x, lengths)
         weight, bias = self.input_map()
@@ -370,7 +378,17 @@ class IRNN(EulerCell):
         if counter is None and not self.gated:
             second = first.new_empty(0) if second is None else second
             outputs = FusedIRNN.apply(
-                x, weight, bias, h, first, second, eta, alpha, self.activation, *READINGS[self.reading]
+                x,
+                weight,
+                bias,
+                h,
+                first,
+                second,
+                eta,
+                alpha,
+                self.activation,
+                *READINGS[self.reading],
+                backend == "cpp",
             )
             return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
         m = first if second is None else dense_operator(first, second)

@@ -19,7 +19,8 @@ from typing import Any, Dict, Tuple
 import torch
 from torch import Tensor
 
-from .base import Cell, FinalStateRecorder, State, mask_outputs, step_mask, time_slices, valid_steps
+from ..ops.common import mask_outputs, step_mask, valid_steps
+from .base import Cell, FinalStateRecorder, State, time_slices
 
 
 def hard_sigmoid(a: Tensor, slope: float) -> Tensor:

@@ -19,10 +19,10 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..ops.common import ParameterCache
+from ..ops.common import ParameterCache, mask_outputs
 from ..ops.kernels import StreamOperands, stream_in_kernel
-from ..ops.triton_support import autocast_weight, triton_runs_on
-from .base import Cell, check_positive_int, mask_outputs
+from ..ops.triton_support import autocast_weight
+from .base import Cell, check_positive_int
 from .fused.mist import MISTScan, kernel_supports
 from .registry import ParamCount, register
 
@@ -68,15 +68,15 @@ class MISTCell(Cell):
         input_size: d.
         hidden_size: H.
         num_delays: n_d (paper: 8, i.e. delays 1..128).
-        impl: ``"reference"`` (loop over :meth:`step`, which re-forms the history tensor each step),
+        backend: ``"reference"`` (loop over :meth:`step`, which re-forms the history tensor each step),
             ``"list"`` (autograd-recorded loop that keeps a list of past states and reads the delayed
-            ones from it), ``"fused"`` (one autograd function over the whole sequence with a
-            hand-written backward; weight gradients as one matrix product each), ``"kernel"`` (the
+            ones from it), ``"torch"`` (one autograd function over the whole sequence with a
+            hand-written backward; weight gradients as one matrix product each), ``"cpp"`` (the
             same with each whole time loop in one compiled operator call, which also forms the input
-            projections and every gradient per step; falls back to ``"fused"`` when the kernel cannot
+            projections and every gradient per step; falls back to ``"torch"`` when the kernel cannot
             be built or for non-CPU/non-float32/64 tensors), ``"triton"`` (each time loop in one Triton launch,
             :mod:`ltdrnn.cells.fused.mist_triton`; the default for CUDA tensors when Triton is installed;
-            where Triton cannot run, ``"fused"``), or ``"auto"``.
+            where Triton cannot run, ``"cpp"`` or ``"torch"``), or ``"auto"`` (:func:`ltdrnn.ops.resolve`).
 
     Parameters (stacked so that each step needs two matrix products):
         ``weight_hh (n_d + H, H)`` = ``[W_ah; W_rh]``; ``weight_ih (n_d + 2H, d)`` = ``[W_ax; W_rx; W_x]``;
@@ -93,7 +93,7 @@ class MISTCell(Cell):
         >>> outputs, history = cell.scan(x)
         >>> outputs.shape, history.shape                    # the state is the last 2^(n_d-1) outputs
         (torch.Size([20, 4, 8]), torch.Size([4, 128, 8]))
-        >>> reference, _ = cell.scan(x, impl="reference")
+        >>> reference, _ = cell.scan(x, backend="reference")
         >>> torch.allclose(outputs, reference, atol=1e-6)
         True
         >>> h, history = cell(x[0], cell.init_state(4))     # one streaming step
@@ -101,13 +101,13 @@ class MISTCell(Cell):
         True
     """
 
-    impls = ("reference", "list", "fused", "kernel", "triton")
-    default_impl = "kernel"  # measured fastest; see docs/cells/mist.md
+    backends = ("reference", "list", "torch", "cpp", "triton")
+    kernel = "mist"
 
     def __init__(
-        self, input_size: int, hidden_size: int, num_delays: int = 8, impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, num_delays: int = 8, backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, impl, device, dtype)
+        super().__init__(input_size, hidden_size, backend, device, dtype)
         self.num_delays = check_positive_int("num_delays", num_delays)
         if num_delays > 20:
             raise ValueError(f"num_delays: expected at most 20 (a history of 2^(n_d-1) states), got {num_delays}")
@@ -156,13 +156,12 @@ class MISTCell(Cell):
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
         """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
 
-        Without gradient recording, with ``impl`` resolving to ``"kernel"`` and batch up to
+        Without gradient recording, with ``backend`` resolving to ``"cpp"`` and batch up to
         :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, the whole step is one call of
-        ``torch.ops.ltdrnn.mist_stream`` (:meth:`_stream_in_kernel`); otherwise
-        ``step(precompute(x_t))``.
+        ``torch.ops.ltdrnn.mist_stream`` (:meth:`stream_step`); otherwise ``step(precompute(x_t))``.
         """
-        if state is not None and self.resolved_impl() == "kernel":
-            stepped = self._stream_in_kernel(x_t, state)
+        if state is not None and self.resolved_backend(like=x_t) == "cpp":
+            stepped = self.stream_step(x_t, state, "cpp")
             if stepped is not None:
                 return stepped
         self.check_input(x_t, expected_dims=2, name="x_t")
@@ -186,13 +185,13 @@ class MISTCell(Cell):
     def _stream_operands(self) -> StreamOperands:
         return StreamOperands((self.weight_ih, self.bias, self.weight_hh, self.weight_mix))
 
-    def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
-        return self._stream_in_kernel(x_t, state) if impl == "kernel" else None
+    def stream_step(self, x_t: Tensor, state: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
+        return self._stream_in_kernel(x_t, state) if backend == "cpp" else None
 
-    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
-        if impl == "triton" and triton_runs_on(x):
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, backend: str) -> Tuple[Tensor, Tensor]:
+        if backend == "triton":
             return self._triton_scan(x, state, lengths)
-        if impl in ("fused", "kernel", "triton"):
+        if backend in ("torch", "cpp"):
             outputs, final, states = MISTScan.apply(
                 x,
                 state,
@@ -201,7 +200,7 @@ class MISTCell(Cell):
                 self.weight_hh,
                 self.weight_mix,
                 self.delays,
-                impl == "kernel" and kernel_supports(x),
+                backend == "cpp" and kernel_supports(x),
             )
             if lengths is None:  # the separate views keep the backward free of full-size zero fills
                 return outputs, final

@@ -77,11 +77,11 @@ class NRU(Cell):
         relu_heads: bool = False,
         layer_norm: bool = False,
         norm_p: float = 5.0,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.memory_size = check_positive_int("memory_size", memory_size)
         self.heads = check_positive_int("heads", heads)
         side = math.isqrt(memory_size * heads)

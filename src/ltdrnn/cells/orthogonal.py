@@ -145,9 +145,9 @@ class ExpRNN(ModReluRNN):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, init: str = "henaff", impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, init: str = "henaff", backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.init = init
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.recurrent = ExpOrthogonal(hidden_size, init, **self.factory)
@@ -192,9 +192,9 @@ class NonNormalRNN(ModReluRNN):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, init: str = "henaff", impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, init: str = "henaff", backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         if hidden_size % 2:
             raise ValueError(f"hidden_size: nnrnn needs an even size (2x2 Schur blocks), got {hidden_size}")
         self.init = init
@@ -267,8 +267,8 @@ class UnitaryRNN(Cell):
     state; here it is zero like every cell's (pass a state to ``scan`` to use another).
     """
 
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None, dtype=None) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+    def __init__(self, input_size: int, hidden_size: int, backend: str = "auto", device=None, dtype=None) -> None:
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         if hidden_size % 2:
             raise ValueError(f"hidden_size: urnn needs an even size ([Re h; Im h]), got {hidden_size}")
         n = self.complex_size = hidden_size // 2

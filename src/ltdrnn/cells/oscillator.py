@@ -61,11 +61,11 @@ class CoRNN(TwoStateCell):
         gamma: float = 2.7,
         eps: float = 4.7,
         scheme: str = "imex",
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.dt = check_positive_float("dt", dt)
         self.gamma = check_nonnegative_float("gamma", gamma)
         self.eps = check_nonnegative_float("eps", eps)
@@ -123,9 +123,9 @@ class LEM(TwoStateCell):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, dt: float = 1.0, impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, dt: float = 1.0, backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.dt = check_positive_float("dt", dt)
         h = hidden_size
         self.weight_ih = nn.Parameter(torch.empty(4 * h, input_size, **self.factory))

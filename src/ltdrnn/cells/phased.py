@@ -81,11 +81,11 @@ class PhasedLSTM(MaskedCell):
         leak: float = 0.001,
         peepholes: bool = True,
         time_input: bool = False,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         for name, flag in (("learn_r_on", learn_r_on), ("peepholes", peepholes), ("time_input", time_input)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected a bool, got {flag!r}")

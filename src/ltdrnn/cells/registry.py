@@ -118,7 +118,17 @@ def list_cells(family: str | None = None) -> list[str]:
 
 
 def build(name: str, input_size: int, hidden_size: int, **options: Any) -> Cell:
-    """Construct the cell called ``name``: ``build("tarnn", 2, 128, K=5)``."""
+    """Construct the cell called ``name``: ``build("tarnn", 2, 128, K=5)``.
+
+    A config stored before the backends had their names (a checkpoint's ``model.options``) may hold ``impl``:
+    it is refused with the word to use instead, since the old values meant different backends per cell."""
+    if "impl" in options:
+        raise ValueError(
+            f"impl: the keyword is backend now, one of 'auto', 'reference', 'torch', 'cpp', 'triton' "
+            f"(docs/architecture.md, \"The fast paths\"), got impl={options['impl']!r}; the old 'fused' is 'cpp' "
+            "for tarnn, irnn and sarnn and 'torch' for the other cells, 'kernel' is 'cpp', 'fused_packed' is "
+            "'torch_packed' (model.options.backend=... in a stored config)"
+        )
     return entry(name).cls(input_size, hidden_size, **options)
 
 

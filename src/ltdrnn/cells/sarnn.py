@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
-from ..ops.common import ParameterCache, final_state_at_lengths
+from ..ops.common import ParameterCache, final_state_at_lengths, holds_non_finite, mask_outputs
 from ..ops.kernels import StreamOperands, stream_in_kernel
-from ..ops.triton_support import autocast_weight, triton_runs_on
-from .base import State, check_choice, check_positive_float, holds_non_finite, init_uniform, mask_outputs
+from ..ops.triton_support import autocast_weight
+from .base import State, check_choice, check_positive_float, init_uniform
 from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
 from .masked import (
     MaskedCell,
@@ -85,12 +85,13 @@ class SARNN(MaskedCell):
     ``u~``, each ``(T, B, H)``; ``losses()["budget"]`` = ``sum_t u~_t`` averaged over batch and units
     (real steps only). The paper's loss sums over units, so its lambda equals ours divided by ``H``.
 
-    Implementations: ``"reference"`` (loop over ``step``), ``"fused"`` (GRU only: precomputed input
-    projections, one ``addmm`` per step, hand-written backward), ``"sparse"`` (GRU only, inference:
+    Backends: ``"reference"`` (loop over ``step``), ``"torch"`` (GRU only: precomputed input
+    projections, one ``addmm`` per step, hand-written backward), ``"cpp"`` (GRU only: the same time loops
+    compiled, ``ops/csrc/sarnn.cpp``; where they cannot run, ``"torch"``), ``"sparse"`` (GRU only, inference:
     computes the candidate only for units that some sequence updates; under autograd it runs
-    ``"fused"``, because the straight-through gradient needs every unit's candidate), ``"triton"`` (GRU only:
+    ``"cpp"``, because the straight-through gradient needs every unit's candidate), ``"triton"`` (GRU only:
     the time loop in one Triton launch per direction, :mod:`ltdrnn.cells.fused.sarnn_triton`; the default
-    for CUDA tensors when Triton is installed; where Triton cannot run, ``"fused"``).
+    for CUDA tensors when Triton is installed; where Triton cannot run, ``"cpp"`` or ``"torch"``).
 
     Args:
         input_size, hidden_size: d, H.
@@ -99,7 +100,7 @@ class SARNN(MaskedCell):
         coordinator_state_grad: whether the straight-through gradient flows from the coordinator into
             ``h_{t-1}`` (True, as the authors' code) or stops there (False, the default since 2026-11-27:
             with True most adding T = 500 and pixel-MNIST runs jumped; docs/cells/sarnn.md, "Gradient").
-        impl, device, dtype: see :class:`~ltdrnn.cells.base.Cell`.
+        backend, device, dtype: see :class:`~ltdrnn.cells.base.Cell`.
 
     Init: recurrence as torch.nn (``U(-1/sqrt(H), 1/sqrt(H))``); coordinator ``W_i``, ``w_u``, ``b``
     also ``U(-1/sqrt(H), 1/sqrt(H))`` (the paper does not say), so about half the units update at first.
@@ -114,7 +115,7 @@ class SARNN(MaskedCell):
         >>> outputs, state = cell.scan(x)
         >>> outputs.shape, cell.aux["update_mask"].shape    # 1 where a unit was updated at a step
         (torch.Size([20, 4, 8]), torch.Size([20, 4, 8]))
-        >>> reference, _ = cell.scan(x, impl="reference")
+        >>> reference, _ = cell.scan(x, backend="reference")
         >>> torch.allclose(outputs, reference, atol=1e-6)
         True
         >>> skipped = 1 - cell.aux["update_mask"].mean()    # the paper's Skip %, as a fraction
@@ -127,6 +128,7 @@ class SARNN(MaskedCell):
     # usable: docs/reliability.md, "SA-RNN's gradients with the authors' surrogate path grow with T".
     # Without it they grow about linearly.
     authors_gradient_length_limit = 2000
+    kernel = "sarnn"
 
     def __init__(
         self,
@@ -138,15 +140,14 @@ class SARNN(MaskedCell):
         slope_increment: float = 0.04,
         max_slope: float = 5.0,
         coordinator_state_grad: bool = False,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
         check_choice("recurrence", recurrence, ("gru", "lstm"))
-        # set before Cell.__init__ validates ``impl`` against them: the fast paths are GRU-only
-        self.impls = ("reference", "fused", "sparse", "triton") if recurrence == "gru" else ("reference",)
-        self.default_impl = "fused" if recurrence == "gru" else "reference"
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        # set before Cell.__init__ validates ``backend`` against them: the fast paths are GRU-only
+        self.backends = ("reference", "torch", "cpp", "sparse", "triton") if recurrence == "gru" else ("reference",)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.recurrence = recurrence
         if not isinstance(anneal_slope, bool):
             raise TypeError(f"anneal_slope: expected a bool, got {anneal_slope!r}")
@@ -240,16 +241,6 @@ class SARNN(MaskedCell):
             new_state = (h_new, straight_through_mix(u, prob, c_cand, c))
         return h_new, new_state, {"update_mask": u, "update_prob": prob}
 
-    def forward(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
-        """One step from raw input, as :meth:`Cell.forward`. Without autograd, with a GRU, a fast
-        ``impl`` and batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, the whole step is one call of
-        ``torch.ops.ltdrnn.sarnn_stream`` (which forms the ``W_hh`` products only for the units it updates)."""
-        if state is not None and self.resolved_impl() != "reference":
-            h = self._stream_in_kernel(x_t, state)
-            if h is not None:
-                return h, h
-        return super().forward(x_t, state)
-
     def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
         """``h_t`` from one call of the compiled streaming step (recording ``aux``), or None where it
         does not apply."""
@@ -284,19 +275,22 @@ class SARNN(MaskedCell):
             )
         )
 
-    def stream_step(self, x_t: Tensor, state: State, impl: str) -> Tuple[Tensor, State] | None:
-        h = self._stream_in_kernel(x_t, state)
+    def stream_step(self, x_t: Tensor, state: State, backend: str) -> Tuple[Tensor, State] | None:
+        """Without autograd, with ``"cpp"`` or ``"sparse"`` and batch up to
+        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, one call of ``torch.ops.ltdrnn.sarnn_stream`` (which forms
+        the ``W_hh`` products only for the units it updates)."""
+        h = self._stream_in_kernel(x_t, state) if backend in ("cpp", "sparse") else None
         return None if h is None else (h, h)
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        if impl == "triton" and triton_runs_on(x):
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
+        if backend == "triton":
             return self._triton_scan(x, state, lengths)
         coord_in = self.coordinator_input(x)
         needs_grad = torch.is_grad_enabled() and (
             x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters())
         )
         # the sparse loop keeps a skipped unit's h as is, so a NaN gate (from NaN weights) would vanish there
-        if impl == "sparse" and not needs_grad and not holds_non_finite(coord_in, self.coord_weight_hh):
+        if backend == "sparse" and not needs_grad and not holds_non_finite(coord_in, self.coord_weight_hh):
             with torch.no_grad():
                 outputs, probs, masks = sparse_sarnn_gru(
                     F.linear(x, self.weight_ih, self.bias_ih),
@@ -317,6 +311,7 @@ class SARNN(MaskedCell):
                 self.scaled_coord_weight(),
                 self.bias_ih,
                 self.coordinator_state_grad,
+                backend in ("cpp", "sparse"),
             )
         self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
         return final_from_outputs(outputs, state, lengths)

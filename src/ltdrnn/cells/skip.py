@@ -44,8 +44,8 @@ _SARNN = (
 class GatedRecurrence(MaskedCell):
     """A torch.nn GRU or LSTM recurrence (same layout and init) under a per-step update mask."""
 
-    def __init__(self, input_size: int, hidden_size: int, recurrence: str, impl: str, device, dtype) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+    def __init__(self, input_size: int, hidden_size: int, recurrence: str, backend: str, device, dtype) -> None:
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.recurrence = check_choice("recurrence", recurrence, ("gru", "lstm"))
         gates = 3 if recurrence == "gru" else 4
         self.weight_ih = nn.Parameter(torch.empty(gates * hidden_size, input_size, **self.factory))
@@ -101,9 +101,9 @@ class SkipRNN(GatedRecurrence):
     """
 
     def __init__(
-        self, input_size: int, hidden_size: int, recurrence: str = "gru", impl: str = "auto", device=None, dtype=None
+        self, input_size: int, hidden_size: int, recurrence: str = "gru", backend: str = "auto", device=None, dtype=None
     ) -> None:
-        super().__init__(input_size, hidden_size, recurrence, impl, device, dtype)
+        super().__init__(input_size, hidden_size, recurrence, backend, device, dtype)
         self.update_weight = nn.Parameter(torch.empty(1, hidden_size, **self.factory))
         self.update_bias = nn.Parameter(torch.empty(1, **self.factory))
         self.reset_parameters()
@@ -159,16 +159,16 @@ class SkipRNN(GatedRecurrence):
 class SkipGRU(SkipRNN):
     """Skip RNN with a GRU recurrence (``SkipRNN(..., recurrence="gru")``)."""
 
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None, dtype=None):
-        super().__init__(input_size, hidden_size, "gru", impl=impl, device=device, dtype=dtype)
+    def __init__(self, input_size: int, hidden_size: int, backend: str = "auto", device=None, dtype=None):
+        super().__init__(input_size, hidden_size, "gru", backend=backend, device=device, dtype=dtype)
 
 
 @register("skiprnn_lstm", family="baseline", paper=_CAMPOS, gradcheck=False)
 class SkipLSTM(SkipRNN):
     """Skip RNN with an LSTM recurrence (``SkipRNN(..., recurrence="lstm")``)."""
 
-    def __init__(self, input_size: int, hidden_size: int, impl: str = "auto", device=None, dtype=None):
-        super().__init__(input_size, hidden_size, "lstm", impl=impl, device=device, dtype=dtype)
+    def __init__(self, input_size: int, hidden_size: int, backend: str = "auto", device=None, dtype=None):
+        super().__init__(input_size, hidden_size, "lstm", backend=backend, device=device, dtype=dtype)
 
 
 @register("random_updates", family="baseline", paper=_SARNN, deterministic=False)
@@ -196,11 +196,11 @@ class RandomUpdates(GatedRecurrence):
         hidden_size: int,
         update_prob: float = 0.5,
         recurrence: str = "gru",
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, recurrence, impl, device, dtype)
+        super().__init__(input_size, hidden_size, recurrence, backend, device, dtype)
         if isinstance(update_prob, bool) or not isinstance(update_prob, (int, float)) or not 0.0 <= update_prob <= 1.0:
             raise ValueError(f"update_prob: expected a probability in [0, 1], got {update_prob!r}")
         self.update_prob = float(update_prob)

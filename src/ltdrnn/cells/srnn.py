@@ -19,10 +19,9 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..ops.common import ParameterCache, final_state_at_lengths
+from ..ops.common import ParameterCache, final_state_at_lengths, mask_outputs
 from ..ops.kernels import StreamOperands, stream_in_kernel
-from ..ops.triton_support import triton_runs_on
-from .base import Cell, check_choice, check_nonnegative_int, check_positive_int, mask_outputs
+from .base import Cell, check_choice, check_nonnegative_int, check_positive_int
 from .fused.srnn import PIECEWISE_LINEAR_MIN_ROWS, KernelScan, PiecewiseLinearScan, ShiftScan, kernel_supports
 from .registry import ParamCount, register
 
@@ -74,14 +73,15 @@ class SRNNCell(Cell):
         gate: multiply ``f_r(x)`` by ``sigmoid(W_g x + b_g)`` (the paper's self-gating; its ablation
             turns it off).
         activation: ``"relu"`` (the paper's experiments) or ``"tanh"``.
-        impl: ``"reference"`` (loop over :meth:`step`), ``"fused"`` (whole-sequence autograd function
-            with a hand-written backward, pure PyTorch), ``"kernel"`` (the same in a compiled loop;
-            falls back to ``"fused"`` when it cannot be built or for non-CPU/non-float32/64 tensors;
+        backend: ``"reference"`` (loop over :meth:`step`), ``"torch"`` (whole-sequence autograd function
+            with a hand-written backward, pure PyTorch), ``"cpp"`` (the same in a compiled loop;
+            falls back to ``"torch"`` when it cannot be built or for non-CPU/non-float32/64 tensors;
             with ``input_size=1`` and ``fr_layers=1``, ``f_r`` is read from a table of its linear
             pieces: :class:`PiecewiseLinearScan`),
             ``"closed_form"`` (relu only: cumsum/cummin, no time loop), ``"triton"`` (the recurrence in
             one Triton launch per direction, :mod:`ltdrnn.cells.fused.srnn_triton`; the default for CUDA
-            tensors when Triton is installed; runs ``"fused"`` where Triton cannot run), or ``"auto"``.
+            tensors when Triton is installed; runs ``"cpp"`` or ``"torch"`` where Triton cannot run), or
+            ``"auto"`` (:func:`ltdrnn.ops.resolve`).
 
     Parameters are initialised like ``torch.nn.Linear`` (the authors' code). The shift ``W_p`` is
     fixed and has no parameters.
@@ -93,19 +93,19 @@ class SRNNCell(Cell):
         >>> _ = torch.manual_seed(0)
         >>> cell = SRNNCell(input_size=3, hidden_size=8)
         >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
-        >>> outputs, state = cell.scan(x)                   # impl "auto": the compiled kernel or "fused"
+        >>> outputs, state = cell.scan(x)                   # backend "auto": the compiled kernel ("cpp") here
         >>> outputs.shape, state.shape
         (torch.Size([20, 4, 8]), torch.Size([4, 8]))
-        >>> reference, _ = cell.scan(x, impl="reference")   # the plain loop over step()
+        >>> reference, _ = cell.scan(x, backend="reference")  # the plain loop over step()
         >>> torch.allclose(outputs, reference, atol=1e-6)
         True
-        >>> closed, _ = cell.scan(x, impl="closed_form")    # relu: no time loop at all
+        >>> closed, _ = cell.scan(x, backend="closed_form")  # relu: no time loop at all
         >>> torch.allclose(closed, reference, atol=1e-5)
         True
     """
 
-    impls = ("reference", "fused", "kernel", "closed_form", "triton")
-    default_impl = "kernel"
+    backends = ("reference", "torch", "cpp", "closed_form", "triton")
+    kernel = "srnn"
 
     def __init__(
         self,
@@ -115,14 +115,14 @@ class SRNNCell(Cell):
         fr_layers: int = 1,
         gate: bool = True,
         activation: str = "relu",
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
         self.activation = check_choice("activation", activation, ("relu", "tanh"))
         if activation != "relu":  # the closed form exists for relu only
-            self.impls = ("reference", "fused", "kernel", "triton")
-        super().__init__(input_size, hidden_size, impl, device, dtype)
+            self.backends = ("reference", "torch", "cpp", "triton")
+        super().__init__(input_size, hidden_size, backend, device, dtype)
         self.hyper_size = check_positive_int("hyper_size", hyper_size)
         self.fr_layers = check_nonnegative_int("fr_layers", fr_layers)
         if not isinstance(gate, bool):
@@ -157,12 +157,13 @@ class SRNNCell(Cell):
     def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
         """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup.
 
-        Without autograd, at batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` and with ``impl``
-        resolving to ``"kernel"``, the whole step is one call of ``torch.ops.ltdrnn.srnn_stream``."""
-        if state is not None and self.resolved_impl() == "kernel":
-            h = self._stream_in_kernel(x_t, state)
-            if h is not None:
-                return h, h
+        Without autograd, at batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` and with ``backend``
+        resolving to ``"cpp"``, the whole step is one call of ``torch.ops.ltdrnn.srnn_stream``
+        (:meth:`stream_step`)."""
+        if state is not None and self.resolved_backend(like=x_t) == "cpp":
+            stepped = self.stream_step(x_t, state, "cpp")
+            if stepped is not None:
+                return stepped
         self.check_input(x_t, expected_dims=2, name="x_t")
         if state is None:
             state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
@@ -192,19 +193,19 @@ class SRNNCell(Cell):
     def _stream_operands(self) -> StreamOperands:
         return StreamOperands(self._beta_parameters(), (self.fr_layers, self.activation == "relu"))
 
-    def stream_step(self, x_t: Tensor, state: Tensor, impl: str) -> Tuple[Tensor, Tensor] | None:
-        h = self._stream_in_kernel(x_t, state) if impl == "kernel" else None
+    def stream_step(self, x_t: Tensor, state: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
+        h = self._stream_in_kernel(x_t, state) if backend == "cpp" else None
         return None if h is None else (h, h)
 
-    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, impl: str) -> Tuple[Tensor, Tensor]:
-        if impl == "triton" and triton_runs_on(x):
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, backend: str) -> Tuple[Tensor, Tensor]:
+        if backend == "triton":
             from .fused.srnn_triton import srnn_scan
 
             outputs = srnn_scan(self.precompute(x), state, lengths, self.activation)
             return outputs, final_state_at_lengths(outputs, lengths)
-        if impl == "closed_form":
+        if backend == "closed_form":
             outputs = shift_relu_closed_form(self.precompute(x), state)
-        elif impl == "kernel" and kernel_supports(x):
+        elif backend == "cpp" and kernel_supports(x):
             outputs = self._kernel_scan(x, state)
         else:
             outputs = ShiftScan.apply(self.precompute(x), state, self.activation == "relu")

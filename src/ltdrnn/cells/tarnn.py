@@ -27,13 +27,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ops.common import ACTIVATION_CODES, ParameterCache, final_state_at_lengths, scalars
+from ..ops.common import (
+    ACTIVATION_CODES,
+    ParameterCache,
+    final_state_at_lengths,
+    holds_non_finite,
+    join_counter,
+    join_moved_counter,
+    mask_outputs,
+    scalars,
+    split_counter,
+)
 from ..ops.kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
-from ..ops.triton_support import autocast_weight, triton_runs_on
-from .base import State, check_choice, holds_non_finite, loop_scan, mask_outputs
+from ..ops.triton_support import autocast_weight
+from .base import State, check_choice, loop_scan
 from .base import activation as activation_function
-from .euler import EulerCell, EulerSteps, join_counter, join_moved_counter, split_counter
-from .fused.tarnn import EulerChain, FusedTARNN, compiled_loop_runs
+from .euler import EulerCell, EulerSteps
+from .fused.tarnn import EulerChain, FusedTARNN
 from .registry import ParamCount, register
 
 READINGS = ("paper", "code", "theorem")
@@ -105,10 +115,11 @@ class TARNN(EulerCell):
             (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
         eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
             ``"exp"``: none unless given; not with ``"raw"``).
-        impl: ``"fused"`` (hand-written backward, default), ``"reference"`` (loop over :meth:`step`) or
+        backend: ``"torch"`` (hand-written backward), ``"cpp"`` (the same, compiled; the default on the CPU),
+            ``"reference"`` (loop over :meth:`step`) or
             ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A, activation, shared
             or per-time-step step sizes: :mod:`ltdrnn.cells.fused.tarnn_triton`; the default for CUDA tensors
-            when Triton is installed; where Triton cannot run, ``"fused"``).
+            when Triton is installed; where Triton cannot run, ``"cpp"`` or ``"torch"``).
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
 
@@ -123,10 +134,10 @@ class TARNN(EulerCell):
         >>> _ = torch.manual_seed(0)
         >>> cell = TARNN(input_size=3, hidden_size=8, K=2)
         >>> x = torch.randn(20, 4, 3)                       # (T, B, d): time-major inside the package
-        >>> outputs, state = cell.scan(x)                   # impl "auto": the fused path
+        >>> outputs, state = cell.scan(x)                   # backend "auto": the compiled loops ("cpp") here
         >>> outputs.shape, state.shape
         (torch.Size([20, 4, 8]), torch.Size([4, 8]))
-        >>> reference, _ = cell.scan(x, impl="reference")   # the plain loop over step()
+        >>> reference, _ = cell.scan(x, backend="reference")  # the plain loop over step()
         >>> torch.allclose(outputs, reference, atol=1e-6)
         True
         >>> h, state = cell(x[0], cell.init_state(4))       # one streaming step
@@ -136,8 +147,8 @@ class TARNN(EulerCell):
         ['omega_A', 'omega_U']
     """
 
-    impls = ("reference", "fused", "triton")
-    default_impl = "fused"
+    backends = ("reference", "torch", "cpp", "triton")
+    kernel = "tarnn"
 
     def __init__(
         self,
@@ -153,11 +164,11 @@ class TARNN(EulerCell):
         max_length: int | None = None,
         eta_param: str = "exp",
         eta_max: float | None = None,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         self.A_kind = check_choice("A", A, ("identity", "coupled"))
         if A == "coupled" and hidden_size % 2:
             raise ValueError(
@@ -291,21 +302,24 @@ class TARNN(EulerCell):
         Euler step (``z_0 = s``), for one matmul."""
         return torch.cat([self.state_matrix() + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
 
-    def streams(self, x_t, state) -> bool:
-        """The compiled streaming step knows ``A = -I`` only: the doubly damped body takes the general way."""
-        return not self.double_damping and super().streams(x_t, state)
-
-    def lean_step(self, x_t: Tensor, s: Tensor) -> Tensor | None:
-        """``s_m`` of one step without autograd (recording ``aux``): at batch up to
-        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few PyTorch
-        ops on matrices cached until a parameter changes; None for NaN or an infinity in ``x_t`` or ``s``."""
-        outputs = stream_in_kernel(
-            "tarnn",
-            lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
-            x_t,
-            s,
-            self.input_size,
-            (self.hidden_size,),
+    def stream_step(self, x_t: Tensor, s: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
+        """``(s_m, s_m)`` of one step without autograd (recording ``aux``): with ``"cpp"`` at batch up to
+        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few
+        PyTorch ops on matrices cached until a parameter changes; None for NaN or an infinity in ``x_t`` or ``s``,
+        for per-time-step step sizes and for the doubly damped body (the compiled step knows ``A = -I`` only)."""
+        if self.per_time_step or self.double_damping:
+            return None
+        outputs = (
+            None
+            if backend != "cpp"
+            else stream_in_kernel(
+                "tarnn",
+                lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
+                x_t,
+                s,
+                self.input_size,
+                (self.hidden_size,),
+            )
         )
         if outputs is not None:
             out, beta = outputs
@@ -314,7 +328,7 @@ class TARNN(EulerCell):
         else:
             out, beta = self._torch_step(x_t, s)
         self.aux["beta"] = beta[None]
-        return out
+        return out, out
 
     def _torch_step(self, x_t: Tensor, s: Tensor) -> Tuple[Tensor, Tensor]:
         """``(s_m, beta)`` of one step without autograd in a few PyTorch ops."""
@@ -346,20 +360,20 @@ class TARNN(EulerCell):
         )
         return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
 
-    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, impl: str) -> Tuple[Tensor, State]:
-        """Whole sequence in the Triton kernels (``impl="triton"``) or :class:`FusedTARNN`. The first Euler step
+    def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
+        """Whole sequence in the Triton kernels (``backend="triton"``) or :class:`FusedTARNN`. The first Euler step
         starts at ``z_0 = s``, so its ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with
         ``[B2 + A; W2 + U; U_s]``. Per-time-step step sizes run in either when every sequence starts at the same
         time step (the rows ``eta[c : c + T]``), in FusedTARNN only where the compiled loops do; otherwise, and in
         FusedTARNN for the authors' gate-outside body (``A - I``), the reference loop runs."""
         s, counter = split_counter(self.per_time_step, state)
-        if impl == "triton" and triton_runs_on(x):
+        if backend == "triton":
             eta = self.sequence_step_sizes(x.shape[0], counter)
             if eta is not None:
                 outputs, final = self._triton_scan(x, s, eta, lengths)
                 return outputs, join_moved_counter(final, counter, x, lengths)
-        compiled = counter is None or compiled_loop_runs(x, self.K, self.gate)  # per time step: compiled only
-        eta = self.sequence_step_sizes(x.shape[0], counter) if compiled else None
+        compiled = backend == "cpp"
+        eta = self.sequence_step_sizes(x.shape[0], counter) if compiled or counter is None else None
         if eta is None or self.double_damping:
             return self.scan_reference(x, state, lengths)
         outputs, betas = FusedTARNN.apply(
@@ -372,6 +386,7 @@ class TARNN(EulerCell):
             self.activation,
             self.A_kind,
             self.gate,
+            compiled,
         )
         self.aux["beta"] = mask_outputs(betas, lengths)
         final = final_state_at_lengths(outputs, lengths)

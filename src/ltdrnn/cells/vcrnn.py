@@ -60,11 +60,11 @@ class VCRNN(MaskedCell):
         sharpness: float = 1.0,
         sharpness_increment: float = 0.0,
         epsilon: float = 0.1,
-        impl: str = "auto",
+        backend: str = "auto",
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(input_size, hidden_size, impl=impl, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, backend=backend, device=device, dtype=dtype)
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target <= 1:
             raise ValueError(f"target: expected a fraction in [0, 1], got {target!r}")
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 <= epsilon < 0.5:

@@ -56,7 +56,7 @@ def add_commands(sub) -> None:
         default=[],
         metavar="NAME.KEY=VALUE",
         help="constructor option for a cell (all its subjects) or one subject, e.g. "
-        "--option tarnn.K=1 or --option 'tarnn[K=1].impl=reference'; repeatable",
+        "--option tarnn.K=1 or --option 'tarnn[K=1].backend=reference'; repeatable",
     )
     parser.add_argument(
         "--threads",
@@ -107,6 +107,19 @@ def add_commands(sub) -> None:
     with_command(parser, "bench", cmd_bench)
 
 
+def check_schema(result, path: str) -> None:
+    """ValueError naming ``--render`` unless ``result`` is a run of a schema this version renders."""
+    from ..bench import SCHEMA
+    from ..bench.gpu import SCHEMA as GPU_SCHEMA
+
+    schema = result.get("schema") if isinstance(result, dict) else None
+    if schema not in (SCHEMA, GPU_SCHEMA):
+        raise ValueError(
+            f"--render: expected a benchmark result of schema {SCHEMA!r} or {GPU_SCHEMA!r}, got {schema!r} in "
+            f"{path}; render an older run with the ltdrnn version that made it"
+        )
+
+
 def cmd_bench(args) -> int:
     from ..bench import parse_options, registry_subjects, render_markdown, run, settings_from, split_names
     from ..bench.runner import enable_crash_traceback
@@ -115,6 +128,7 @@ def cmd_bench(args) -> int:
     if args.render:
         with open(args.render) as handle:
             result = json.load(handle)
+        check_schema(result, args.render)
     elif args.device == "cuda":
         from ..bench import gpu
 

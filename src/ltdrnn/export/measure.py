@@ -89,10 +89,10 @@ def parity(
 
 
 def on_reference_path(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` whose cells all scan with their reference implementation (``impl``)."""
+    """A copy of ``model`` whose cells all scan with their reference loop (``backend="reference"``)."""
     copy = deepcopy(model).eval()
     for cell in copy.rnn.cells:
-        cell.impl = cell.impls[0]
+        cell.backend = "reference"
     return copy
 
 

@@ -8,6 +8,8 @@ in :mod:`ltdrnn.ops.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import torch
 from torch import Tensor, nn
 
@@ -132,6 +134,62 @@ def final_state_at_lengths(outputs: Tensor, lengths: Tensor | None) -> Tensor:
 def scalars(values: Tensor) -> list:
     """Python floats of a small parameter, for the fused loops (no graph, no per-step tensor ops)."""
     return [float(v) for v in values.detach().reshape(-1).tolist()]
+
+
+# ---- sequences: lengths, masks and the non-finite check (the reference loop and every fast path) --------
+def mask_outputs(outputs: Tensor, lengths: Tensor | None) -> Tensor:
+    """Zero the outputs ``(T, B, ...)`` at steps ``t >= lengths[b]`` (like a PackedSequence round trip)."""
+    if lengths is None:
+        return outputs
+    # ``where``, not a product: a NaN or Inf computed past a sequence's end must not survive as NaN*0
+    return torch.where(valid_steps(outputs, lengths), outputs, 0)
+
+
+def holds_non_finite(x: Tensor, state) -> bool:
+    """Whether ``x`` or a floating tensor of ``state`` holds NaN or an infinity.
+
+    Fast paths reorder the reference's sums (``(P W) x`` for ``P (W x)``, stacked weights, closed
+    forms) and compiled code is built with ``-ffast-math``: on finite values they agree to rounding,
+    but an infinity can meet another in one order and not in the other. :meth:`~ltdrnn.cells.base.Cell.scan` gives such
+    input to the reference, so every path returns its NaN and Inf exactly (one pass over the input).
+    While a CUDA graph is captured (:mod:`ltdrnn.graphs`) the answer is False: the graphed step keeps the
+    fast path, as compiled graphs do.
+    """
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return False  # a CUDA graph cannot branch on data (reading it back ends the capture): the fast path
+    tensors = (x, *state) if isinstance(state, tuple) else (x, state)
+    return not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
+
+
+def step_mask(steps: int, lengths: Tensor, device) -> Tensor:
+    """``(T, B)`` bool, True at steps ``t < lengths[b]``."""
+    return torch.arange(steps, device=device).unsqueeze(1) < lengths.to(device).unsqueeze(0)
+
+
+def valid_steps(x: Tensor, lengths: Tensor) -> Tensor:
+    """Boolean mask broadcastable to ``x (T, B, ...)``: True at steps ``t < lengths[b]``."""
+    valid = step_mask(x.shape[0], lengths, x.device)
+    return valid.view(*valid.shape, *([1] * (x.dim() - 2)))
+
+
+# ---- the step counter of per-time-step step sizes (TARNN, iRNN) ---------------------------------------
+def split_counter(cell_per_time_step: bool, state) -> Tuple[Tensor, Tensor | None]:
+    """``state -> (h, counter)``; the counter is None unless step sizes are per time step."""
+    if cell_per_time_step:
+        return state[0], state[1]
+    return state, None
+
+
+def join_counter(h: Tensor, counter: Tensor | None):
+    return h if counter is None else (h, counter)
+
+
+def join_moved_counter(final: Tensor, counter: Tensor | None, x: Tensor, lengths: Tensor | None):
+    """A sequence call's final state: with per-time-step step sizes, joined by each sequence's counter moved
+    past the call's ``x (T, B, d)`` (by its length where ``lengths`` are given)."""
+    if counter is None:
+        return final
+    return join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
 
 
 # ---- mixed precision: torch.autocast around the cells --------------------------------------------

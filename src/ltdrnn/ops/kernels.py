@@ -209,7 +209,7 @@ def _toolchain() -> tuple[str, list[str], list[str]]:
 
 def _sources(cell: str) -> dict[str, bytes]:
     """The files a build of ``csrc/<cell>.cpp`` reads, by name: the file and the :data:`HEADERS`."""
-    csrc = resources.files("ltdrnn.ops").joinpath("csrc")
+    csrc = resources.files(__package__).joinpath("csrc")  # ltdrnn.ops
     return {name: csrc.joinpath(name).read_bytes() for name in (f"{cell}.cpp", *HEADERS)}
 
 

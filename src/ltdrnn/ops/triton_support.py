@@ -3,8 +3,9 @@ precision of its products, and the Triton building blocks every kernel uses.
 
 When it runs (:func:`triton_runs_on`): Triton is installed, compiled kernels are not turned off
 (``LTDRNN_NO_KERNELS``), and the tensors are on a CUDA device, or on the CPU with ``TRITON_INTERPRET=1``
-(Triton's interpreter: how the tests run every kernel without a GPU). A cell's ``impl="auto"`` takes it for
-CUDA tensors (:func:`triton_is_default`); elsewhere ``impl="triton"`` runs the cell's PyTorch loop.
+(Triton's interpreter: how the tests run every kernel without a GPU). A cell's ``backend="auto"`` takes it for
+CUDA tensors (:func:`triton_is_default`); where it cannot run, ``backend="triton"`` runs the cell's ``"cpp"`` or
+``"torch"`` backend (:func:`ltdrnn.ops.resolve`).
 
 The layout every matrix-recurrent kernel follows (docs/architecture.md, "Triton kernels"):
 
@@ -68,7 +69,7 @@ def triton_runs_on(x: Tensor) -> bool:
 
 
 def triton_is_default(x: Tensor) -> bool:
-    """Whether a cell's ``impl="auto"`` takes its ``"triton"`` path for ``x``: CUDA tensors only."""
+    """Whether a cell's ``backend="auto"`` takes its ``"triton"`` path for ``x``: CUDA tensors only."""
     return x.device.type == "cuda" and triton_runs_on(x)
 
 

@@ -29,10 +29,11 @@ class FusedIRNN(torch.autograd.Function):
     K = 1 loop applies the two factors, which costs no dispatch there (``csrc/irnn.cpp``).
 
     Inputs: ``x (T, B, d)``, ``weight (H, d)`` and ``bias (H,)`` of the input map ``c = weight x +
-    bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``.
-    Output ``(T, B, H)``. The PyTorch loop computes ``c`` for all steps first, a buffer of its own: with
-    K = 1 each step accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the
-    gradient of ``c`` into the same memory. The compiled K = 1 loop forms each step's ``c_t`` in scratch
+    bias``, ``h0 (B, H)``, ``first``, ``second``, ``eta (K,)``, ``alpha ()``, activation name, ``s``, ``r``,
+    and ``compiled``: whether the K = 1 loops may run compiled (the ``"cpp"`` backend). Output ``(T, B, H)``.
+    The PyTorch loop computes ``c`` for all steps first, a buffer of its own: with K = 1 each step
+    accumulates ``M y`` into ``c_t`` in place (no copy), and the backward writes the gradient of ``c`` into
+    the same memory. The compiled K = 1 loop forms each step's ``c_t`` in scratch
     rows, and its backward needs no ``(T, B, H)`` gradient either (it sums every parameter gradient step
     by step, :func:`_compiled_backward`). Saved, Euler step first so that every per-step slice and every
     per-Euler-step block is contiguous: the ``phi`` and ``y_i`` values, ``(K, T, B, H)``; the compiled
@@ -41,7 +42,7 @@ class FusedIRNN(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, h0, first, second, eta, alpha, act: str, s: float, r: float):
+    def forward(ctx, x, weight, bias, h0, first, second, eta, alpha, act: str, s: float, r: float, compiled: bool):
         steps, batch, hidden = x.shape[0], x.shape[1], weight.shape[0]
         k = eta.shape[0]
         etas, a = scalars(eta), float(alpha)
@@ -50,7 +51,7 @@ class FusedIRNN(torch.autograd.Function):
         keep = any(ctx.needs_input_grad)  # without a backward to come, one step's scratch is enough
         span = steps if keep else 1
         ctx.config = (etas, a, act, s, r)
-        ctx.compiled = _compiled_loop_runs(x, k)
+        ctx.compiled = compiled and _compiled_loop_runs(x, k)
         # the big buffers come from empty_buffer (huge pages): their first writes are a large share of a step
         if ctx.compiled:  # the input map c_t is formed per step inside the loop: no (T, B, H) c
             outputs = empty_buffer((steps, batch, hidden), x)
@@ -167,7 +168,7 @@ def _function_gradients(
     eta = torch.tensor(etas, dtype=g_dot_phi.dtype, device=g_dot_phi.device)
     grad_eta = g_dot_phi - a * g_dot_y
     grad_alpha = -(eta * g_dot_y).sum()
-    return (grad_x, *grad_input_map, carry, grad_first, grad_second, grad_eta, grad_alpha, None, None, None)
+    return (grad_x, *grad_input_map, carry, grad_first, grad_second, grad_eta, grad_alpha, None, None, None, None)
 
 
 # ---- the whole time loop in compiled code (csrc/irnn.cpp) -----------------------------------------

@@ -21,8 +21,10 @@ class FusedSARNNGRU(torch.autograd.Function):
     """SA-RNN (GRU) over a whole sequence with a hand-written backward through time.
 
     Forward ``(x (T,B,d), weight_ih (3H,d), coord_in (T,B,H), h0 (B,H), weight_hh, bias_hh,
-    scaled_coord_weight (H,), bias_ih (3H,) or None, state_grad) -> (outputs, probs, masks)``, each ``(T, B, H)``;
-    ``state_grad`` False leaves out the coordinator's term ``dL/du~ * (alpha/2) w_u`` of ``dL/dh_{t-1}``
+    scaled_coord_weight (H,), bias_ih (3H,) or None, state_grad, compiled) -> (outputs, probs, masks)``, each
+    ``(T, B, H)``;
+    ``compiled`` False keeps the time loops in PyTorch (the ``"torch"`` backend); ``state_grad`` False leaves
+    out the coordinator's term ``dL/du~ * (alpha/2) w_u`` of ``dL/dh_{t-1}``
     (``SARNN(coordinator_state_grad=False)``, the default). The
     input map ``gi = W_ih x`` is formed here, one product before the loop; the loop adds ``b_ih`` (the compiled
     loop as it goes, its gradient summed in the backward loop: one pass over ``gi`` and three over the
@@ -39,12 +41,14 @@ class FusedSARNNGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight_ih, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None, state_grad=True):
+    def forward(
+        ctx, x, weight_ih, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih=None, state_grad=True, compiled=True
+    ):
         # an unused output's gradient arrives as None, not as a (T, B, H) tensor of zeros to fill and read
         ctx.set_materialize_grads(False)
         ctx.state_grad = state_grad
         gi = torch.nn.functional.linear(x, weight_ih)
-        ctx.compiled = _compiled_loop_runs(gi)
+        ctx.compiled = compiled and _compiled_loop_runs(gi)
         ctx.bias_ih = bias_ih is not None
         if ctx.compiled:
             return _compiled_forward(ctx, (x, weight_ih), gi, coord_in, h0, weight_hh, bias_hh, coord_weight, bias_ih)
@@ -67,6 +71,8 @@ class FusedSARNNGRU(torch.autograd.Function):
             # clamp(pre) > 0.5 exactly when pre > 0.5, so the clamp waits until after the loop
             u = torch.gt(torch.addcmul(c_t, coord_weight, h, out=pre_t), 0.5, out=mask_t)
             h = torch.lerp(h, cand, u, out=out_t)
+            # a NaN gate is NaN, as in the reference and the compiled loop (NaN > 1/2 is False: the lerp kept h)
+            h = torch.where(pre_t.isnan(), pre_t, h, out=out_t)
             if keep:
                 saved.append((gh, n))
         ctx.saved = saved
@@ -127,7 +133,7 @@ class FusedSARNNGRU(torch.autograd.Function):
         d_bias_ih = d_gi.sum((0, 1)) if ctx.bias_ih else None
         d_weight_ih = d_gi.reshape(-1, d_gi.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
         d_x = d_gi @ weight_ih if ctx.needs_input_grad[0] else None
-        return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih, None
+        return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih, None, None
 
 
 def state_path_weight(ctx, coord_weight: Tensor) -> Tensor:
@@ -184,7 +190,7 @@ def _compiled_backward(ctx, d_outputs: Tensor, d_probs: Tensor | None) -> tuple:
     d_bias_hh = torch.cat([sums[: 2 * hidden], sums[3 * hidden :]])
     d_bias_ih = sums[: 3 * hidden] if ctx.bias_ih else None
     d_x = d_gi @ weight_ih.detach() if ctx.needs_input_grad[0] else None
-    return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih, None
+    return d_x, d_weight_ih, d_coord, carry, d_weight_hh, d_bias_hh, d_coord_weight.sum(0), d_bias_ih, None, None
 
 
 def _unit_last_stride(gradient: Tensor | None) -> Tensor | None:

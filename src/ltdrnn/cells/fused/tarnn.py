@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 
 from ...ops.common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
-from ...ops.kernels import load_torch_ops
 from ...ops.memory import empty_buffer
 
 
@@ -29,8 +28,10 @@ class FusedTARNN(torch.autograd.Function):
     Inputs: ``x (T, B, d)``, ``weight (3H, d)`` and ``bias (3H,)`` of the input map ``P = weight x +
     bias`` (formed here or inside the compiled K = 1 loop, so its buffer is the Function's own), ``s0 (B,
     H)``, ``state_weights (3H, H)``, ``U (H, H)``, ``eta (K,)`` or, per time step, ``(T, K)`` (compiled
-    loops only), activation name, A kind, gate. Outputs
-    ``(T, B, H)`` states and ``(T, B, H)`` betas (no gradient).
+    loops only), activation name, A kind, gate, and ``compiled``: whether the time loops run in
+    ``csrc/tarnn.cpp`` (the ``"cpp"`` backend; the caller has checked that its operators run on ``x``) or
+    in the PyTorch loop below (``"torch"``). Outputs ``(T, B, H)`` states and ``(T, B, H)`` betas (no
+    gradient).
 
     Memory traffic, not arithmetic, dominates on CPU: writing a fresh ``(B, H)`` block costs several
     times an operation on a block that stays in cache. So with K = 1 (gate inside) the forward saves
@@ -39,8 +40,8 @@ class FusedTARNN(torch.autograd.Function):
     of ``3K - 1`` saved blocks per step). The backward accumulates the gradients of ``U`` and ``eta``
     as it goes; only the gradient of ``P`` is written per step.
 
-    On CPU in float32/64, each time loop (forward, backward) is one call of ``csrc/tarnn.cpp`` when
-    it builds here (:func:`compiled_loop_runs`), with no Python per step. With K = 1 and the gate inside
+    Compiled, each time loop (forward, backward) is one call of ``csrc/tarnn.cpp`` (any K, either gate,
+    any A, reading or activation that reaches this Function), with no Python per step. With K = 1 and the gate inside
     (``tarnn_k1_*``) the forward forms each step's ``[c, q, r]`` (input map, state product and bias in one
     product) in per-thread scratch rows and keeps of it only ``[G | phi]`` ``(T, B, 2H)``, besides beta and
     the states; its backward keeps each step's gradient of ``P`` in per-thread scratch rows and adds the
@@ -50,17 +51,16 @@ class FusedTARNN(torch.autograd.Function):
     Otherwise (``tarnn_euler_*``) the forward also saves ``phi`` of every Euler step ``(T, K, B, H)`` and
     the backward recomputes ``G`` and the increments from it elementwise, writes the gradient of ``P``
     over ``P``, and the parameter gradients are products over it after the loop
-    (:func:`_input_gradients`). Other devices or dtypes, no C++ compiler or ``LTDRNN_NO_KERNELS=1``: the
-    PyTorch loop below.
+    (:func:`_input_gradients`).
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str):
+    def forward(ctx, x, weight, bias, s0, state_weights, u, eta, act: str, a_kind: str, gate: str, compiled: bool):
         steps, batch, hidden, k = x.shape[0], x.shape[1], s0.shape[-1], eta.shape[-1]
         x, s = x.detach(), s0.detach()
         ctx.config = (scalars(eta), act, a_kind, gate)
         ctx.eta_shape = eta.shape
-        ctx.compiled, ctx.p_is_gradient = compiled_loop_runs(x, k, gate), False
+        ctx.compiled, ctx.p_is_gradient = compiled, False
         if eta.dim() == 2 and not ctx.compiled:
             raise ValueError("eta: per-time-step step sizes need the compiled loops; the reference loop runs them")
         # empty_buffer (huge pages): the first writes into these big buffers are a large share of a step
@@ -95,7 +95,7 @@ class FusedTARNN(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_outputs, _grad_betas):
         if grad_outputs is None:  # no gradient reached the states (gradcheck asks): none for any input
-            return (None,) * 10
+            return (None,) * 11
         if ctx.compiled:
             return _compiled_backward(ctx, grad_outputs)
         phis, gs, betas, outputs, x, weight, s0, state_weights, u = ctx.saved_tensors
@@ -185,24 +185,10 @@ def _input_gradients(ctx, grad_p, s0, outputs, x, weight, grad_s0, grad_u, grad_
     joint = flat_grad_p.t() @ columns.view(-1, hidden + d + 1)
     grad_x = (flat_grad_p @ weight.detach()).view(x.shape) if ctx.needs_input_grad[0] else None
     grad_weight, grad_bias, grad_state_weights = joint[:, hidden:-1], joint[:, -1], joint[:, :hidden]
-    return grad_x, grad_weight, grad_bias, grad_s0, grad_state_weights, grad_u, grad_eta, None, None, None
+    return grad_x, grad_weight, grad_bias, grad_s0, grad_state_weights, grad_u, grad_eta, None, None, None, None
 
 
 # ---- the whole time loop in compiled code (csrc/tarnn.cpp) ----------------------------------------
-def compiled_loop_runs(x: Tensor, k: int, gate: str) -> bool:
-    """Whether the time loop runs in ``csrc/tarnn.cpp``: any K, either gate, any A, reading or
-    activation that reaches :class:`FusedTARNN` (the authors' gate-outside body does not; per-time-step η
-    does when every sequence starts at the same time step), on CPU in float32/64, and the operators build
-    here. Anything else runs the PyTorch loop."""
-    return (
-        k >= 1
-        and gate in ("inside", "outside")
-        and x.device.type == "cpu"
-        and x.dtype in (torch.float32, torch.float64)
-        and load_torch_ops("tarnn")
-    )
-
-
 def _k1_kernel(config: tuple, k: int) -> bool:
     """Whether the loops run in the K = 1 operators: one Euler step with the gate inside and one step
     size for the whole sequence (per-time-step step sizes run in the any-K operators)."""
@@ -309,7 +295,7 @@ def _compiled_k1_backward(ctx, grad_outputs: Tensor) -> tuple:
     )  # fmt: skip
     grad_x = grad_x if ctx.needs_input_grad[0] else None
     grad_eta = saved.new_full(ctx.eta_shape, grad_eta)
-    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, grad_eta, None, None, None
+    return grad_x, grad_weight, grad_bias, carry, grad_state_weights, None, grad_eta, None, None, None, None
 
 
 class EulerChain:
