@@ -339,6 +339,15 @@ def test_render_reproduces_the_markdown_from_the_json(report, tmp_path, capsys):
     assert (tmp_path / "out.md").read_text() == markdown
 
 
+def test_render_refuses_a_run_of_another_schema_naming_it(report, tmp_path, capsys):
+    result, _ = report
+    (tmp_path / "old.json").write_text(json.dumps({**result, "schema": "ltdrnn.bench/1"}))
+    assert main(["bench", "--render", str(tmp_path / "old.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--render: expected a benchmark result of schema 'ltdrnn.bench/2'" in err and "'ltdrnn.bench/1'" in err
+    assert "Traceback" not in err
+
+
 def test_a_failing_run_is_dropped_and_recorded():
     def broken():
         raise RuntimeError("boom")

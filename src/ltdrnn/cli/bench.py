@@ -141,9 +141,10 @@ def cmd_bench(args) -> int:
         result = run(settings, subjects, "ltdrnn " + shlex.join(args.argv))
         with open(args.out, "w") as handle:
             json.dump(result, handle, indent=1)
-    if result.get("schema") == "ltdrnn.bench.gpu/1":
-        from ..bench.gpu import render
+    from ..bench.gpu import SCHEMA as GPU_SCHEMA
+    from ..bench.gpu import render
 
+    if result.get("schema") == GPU_SCHEMA:
         markdown = render(result)
     else:
         markdown = render_markdown(result)
