@@ -76,7 +76,7 @@ def test_a_returned_output_is_not_changed_by_later_steps():
 def test_a_failed_capture_streams_eagerly_and_leaves_random_numbers_working(monkeypatch):
     """A step that reads data back (here the NaN check as it ran before captures skipped it) cannot be captured:
     the layer warns, streams eagerly with the eager values, and the device's generator still draws."""
-    import ltdrnn.cells.tarnn as tarnn_module
+    import ltdrnn.ops.tarnn as tarnn_module
 
     rnn = layer("tarnn", "cuda")
     xs = torch.randn(6, 1, 3, device="cuda")

@@ -1,7 +1,7 @@
 """The package's structure: imports run one way (the layer list of docs/architecture.md, checked over every
 import of the package, lazy imports inside functions and module names given to importlib as strings
-included), no import circle, neither between modules nor between the top-level parts of the package,
-argparse only in the CLI, and no module over 600 lines."""
+included), no import circle, neither between modules nor between the top-level parts of the package, the
+cells apart from their fast paths' backends (ops/), argparse only in the CLI, and no module over 600 lines."""
 
 import ast
 import re
@@ -212,6 +212,65 @@ def test_the_cli_has_a_level_of_its_own_above_every_other_part():
     levels = layers_of_the_docs()
     assert [name for name, level in levels.items() if level == levels["cli"]] == ["cli"]
     assert levels["cli"] == min(levels.values())
+
+
+# ---- the cells and their fast paths (docs/architecture.md, "The fast paths") ----------------------------
+#: Cell modules whose fast paths have not moved into ops/ yet: they still call backends themselves. Each cell
+#: that moves (docs/architecture.md) leaves this set; ``cells.fused`` goes with the last one.
+NOT_MOVED = {"cells.srnn", "cells.mist", "cells.irnn", "cells.sarnn", "cells.fused"}
+
+
+def ops_fronts(modules) -> set:
+    """What a cell module may import from ``ops``: the package (the backends, ``resolve``), ``ops.common`` and
+    each cell's front ``ops.<cell>`` (a module with ``<cell>_torch`` or ``<cell>_triton`` beside it)."""
+    backends = {m.rsplit("_", 1)[0] for m in modules if m.startswith("ops.") and m.endswith(("_torch", "_triton"))}
+    return {"ops", "ops.common"} | {m for m in modules if m in backends}
+
+
+def backend_imports(graph: dict, modules) -> list:
+    """``"module:line imports target"`` for each import of an ``ops`` backend by a cell module outside
+    :data:`NOT_MOVED`."""
+    fronts = ops_fronts(modules)
+    return [
+        f"{module}:{line} imports {target}"
+        for module, edges in sorted(graph.items())
+        if top(module) == "cells" and not any(module == m or module.startswith(m + ".") for m in NOT_MOVED)
+        for target, line in sorted(edges.items())
+        if top(target) == "ops" and target not in fronts
+    ]
+
+
+def test_the_cells_import_no_backend_of_their_fast_paths():
+    problems = backend_imports(import_graph(), package_modules())
+    assert not problems, "cells importing an ops backend (go through ops/<cell>.py):\n" + "\n".join(problems)
+
+
+def test_the_fast_paths_import_nothing_from_the_cells():
+    levels = layers_of_the_docs()
+    assert levels["ops"] > levels["cells"], "ops must sit below cells in docs/architecture.md's layer list"
+    problems = [
+        f"{module}:{line} imports {target}"
+        for module, edges in sorted(import_graph().items())
+        if top(module) == "ops"
+        for target, line in sorted(edges.items())
+        if top(target) == "cells"
+    ]
+    assert not problems, "ops importing a cell module (read the cell given instead):\n" + "\n".join(problems)
+
+
+def test_the_backend_rule_sees_a_cell_reaching_past_its_front():
+    modules = ["ops", "ops.common", "ops.kernels", "ops.tarnn", "ops.tarnn_torch", "ops.tarnn_triton", "cells.tarnn",
+               "cells.srnn", "cells.fused.srnn"]  # fmt: skip
+    assert ops_fronts(modules) == {"ops", "ops.common", "ops.tarnn"}
+    graph = {
+        "cells.tarnn": {"ops": 3, "ops.common": 4, "ops.tarnn": 5, "ops.tarnn_torch": 6, "ops.kernels": 7},
+        "cells.srnn": {"ops.kernels": 2},  # not moved yet
+        "cells.fused.srnn": {"ops.kernels": 2},
+    }
+    assert backend_imports(graph, modules) == [
+        "cells.tarnn:7 imports ops.kernels",
+        "cells.tarnn:6 imports ops.tarnn_torch",
+    ]
 
 
 MAX_LINES = 600

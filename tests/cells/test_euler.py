@@ -176,7 +176,7 @@ def test_tarnn_per_time_step_eta_runs_fused_and_equals_the_reference(monkeypatch
     (a chunked run) and with lengths."""
     if not load_torch_ops("tarnn"):
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
-    import ltdrnn.cells.fused.tarnn as tarnn_module
+    import ltdrnn.ops.tarnn_torch as tarnn_module
 
     calls = []
     real = tarnn_module._compiled_forward

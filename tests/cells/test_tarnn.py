@@ -338,7 +338,7 @@ def mean_loss(out, final):
 def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_at_T_1000(monkeypatch, options, loss):
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
-    import ltdrnn.cells.fused.tarnn as tarnn_module
+    import ltdrnn.ops.tarnn_torch as tarnn_module
 
     calls = []
     real = tarnn_module._compiled_forward
@@ -659,7 +659,7 @@ EULER_OPTIONS = [
 
 def counting_compiled_loops(monkeypatch):
     """Counts the calls of the compiled forward (with K > 1 or the gate outside: tarnn_euler_forward)."""
-    import ltdrnn.cells.fused.tarnn as tarnn_module
+    import ltdrnn.ops.tarnn_torch as tarnn_module
 
     calls = []
     real = tarnn_module._compiled_forward

@@ -1,4 +1,4 @@
-"""TARNN's Triton kernels (ltdrnn.cells.fused.tarnn_triton) against the reference loop at K = 1 and K > 1, both
+"""TARNN's Triton kernels (ltdrnn.ops.tarnn_triton) against the reference loop at K = 1 and K > 1, both
 gates, both A, every activation: outputs, final state, beta and every gradient (eta included), with lengths,
 several T and batches that do not fill a program's block. On the CPU they run in Triton's interpreter
 (tests/triton_helpers.py)."""
@@ -59,7 +59,7 @@ def test_hidden_size_above_one_product_chunk():
 
 @pytest.mark.parametrize("eta_shape", [(2,), (3, 2)], ids=["shared", "per_time_step"])
 def test_fake_implementations_and_autograd_registration_pass_opcheck(eta_shape):
-    from ltdrnn.cells.fused import tarnn_triton  # noqa: F401  (registers the operators)
+    from ltdrnn.ops import tarnn_triton  # noqa: F401  (registers the operators)
 
     def tensor(*shape, scale=1.0):
         return (torch.randn(*shape, dtype=DTYPE, device=DEVICE) * scale).requires_grad_()
@@ -84,7 +84,7 @@ def test_fake_implementations_and_autograd_registration_pass_opcheck(eta_shape):
 @pytest.mark.parametrize("options", [{"K": 2, "eta_param": "raw"}, {"K": 1, "gate": "outside", "eta_param": "exp"}])
 def test_per_time_step_step_sizes_run_in_the_kernel_and_equal_the_reference(options, monkeypatch):
     """The copy presets' eta_k^i: each call reads its rows eta[c : c + T]."""
-    from ltdrnn.cells.fused import tarnn_triton
+    from ltdrnn.ops import tarnn_triton
 
     cell = build("tarnn", hidden_size=18, eta=0.2, eta_per_time_step=True, max_length=9, **options)
     assert_per_time_step_kernel_matches_reference(cell, tarnn_triton, "tarnn_forward", monkeypatch)

@@ -6,17 +6,14 @@ steps of the ODE ``z' = F(z) = beta * (A z + B u + phi(U z + W u))`` from ``z_0 
 constant: a unit with ``beta = 0`` keeps its state exactly, one with ``beta`` near 1 settles on the
 equilibrium of the current input.
 
-Two implementations: ``"reference"``, a loop over :meth:`TARNN.step` that writes the equations as they
-stand, and ``"fused"``, a hand-written forward and backward over the whole sequence
-(:class:`~ltdrnn.cells.fused.tarnn.FusedTARNN`) with one matmul of the state per time step plus one per
-further Euler step. Each of its time loops is one call of compiled ATen code when a C++ compiler is
-available (any K, gate, A, reading, activation that reaches it); without one, the same path runs in
-PyTorch. This module holds the cell, its maths and the dispatch; the fused path and its compiled-kernel
-bridge are in :mod:`ltdrnn.cells.fused.tarnn`.
+This module holds the cell: its parameters, init, the reference step (the equations as they stand,
+:meth:`TARNN.step`), the losses, FLOPs and registration. Its fast paths (backends ``"torch"``, ``"cpp"`` and
+``"triton"``: a hand-written forward and backward over the whole sequence with one matmul of the state per
+time step plus one per further Euler step, in PyTorch, compiled or in Triton) are :mod:`ltdrnn.ops.tarnn`.
 
 Doc: docs/cells/tarnn.md
 Tests: tests/cells/test_tarnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/ops/csrc/tarnn.cpp (CPU); src/ltdrnn/cells/fused/tarnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/tarnn.cpp (CPU); src/ltdrnn/ops/tarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -27,23 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ops.common import (
-    ACTIVATION_CODES,
-    ParameterCache,
-    final_state_at_lengths,
-    holds_non_finite,
-    join_counter,
-    join_moved_counter,
-    mask_outputs,
-    scalars,
-    split_counter,
-)
-from ..ops.kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
-from ..ops.triton_support import autocast_weight
+from ..ops import tarnn as tarnn_ops
+from ..ops.common import ParameterCache, join_counter, mask_outputs, split_counter
 from .base import State, check_choice, loop_scan
 from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps
-from .fused.tarnn import EulerChain, FusedTARNN
 from .registry import ParamCount, register
 
 READINGS = ("paper", "code", "theorem")
@@ -115,11 +100,11 @@ class TARNN(EulerCell):
             (as printed) or ``"projected"`` (raw, kept in ``[0, eta_max]``; :class:`~ltdrnn.cells.euler.EulerSteps`).
         eta_max: upper bound on the step sizes, kept by projection (``"projected"``: 1 unless given;
             ``"exp"``: none unless given; not with ``"raw"``).
-        backend: ``"torch"`` (hand-written backward), ``"cpp"`` (the same, compiled; the default on the CPU),
-            ``"reference"`` (loop over :meth:`step`) or
-            ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A, activation, shared
-            or per-time-step step sizes: :mod:`ltdrnn.cells.fused.tarnn_triton`; the default for CUDA tensors
-            when Triton is installed; where Triton cannot run, ``"cpp"`` or ``"torch"``).
+        backend: ``"auto"`` (the fastest that runs: :func:`ltdrnn.ops.resolve`), ``"reference"`` (loop over
+            :meth:`step`), ``"torch"`` (hand-written backward), ``"cpp"`` (the same, compiled; the default on
+            the CPU) or ``"triton"`` (the time loop in one Triton launch per direction, any K, gate, A,
+            activation, shared or per-time-step step sizes; the default for CUDA tensors when Triton is
+            installed); see :mod:`ltdrnn.ops.tarnn`.
 
     Init (paper A.4): weights ``N(0, 0.1^2)``, ``b_beta = -3``, other biases 0, ``eta`` constant.
 
@@ -196,7 +181,8 @@ class TARNN(EulerCell):
         self.bias_linear = nn.Parameter(torch.empty(h, **self.factory))
         self.bias_beta = nn.Parameter(torch.empty(h, **self.factory))
         self.register_buffer("A", self._matrix_a(), persistent=False)
-        self._stream_cache = ParameterCache()
+        #: the operands of a streamed step, formed once per parameter change (:func:`ltdrnn.ops.tarnn.stream`)
+        self.stream_cache = ParameterCache()
         self.reset_parameters()
         self._betas: list | None = None
 
@@ -296,122 +282,19 @@ class TARNN(EulerCell):
         per_step = 3 * h * d + 3 * h * h + (k - 1) * h * h + elementwise
         return float(steps * per_step * (1.0 - (skip_fraction or 0.0)))
 
-    # ---- the fused path ----------------------------------------------------------------------------
+    # ---- the fast paths (ltdrnn.ops.tarnn) -----------------------------------------------------------
     def state_weights(self) -> Tensor:
         """``[B2 + A; W2 + U; U_s]`` ``(3H, H)``: everything the state meets in a time step's first
         Euler step (``z_0 = s``), for one matmul."""
         return torch.cat([self.state_matrix() + self.A, self.weight_W2 + self.weight_U, self.weight_Us])
 
-    def stream_step(self, x_t: Tensor, s: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
-        """``(s_m, s_m)`` of one step without autograd (recording ``aux``): with ``"cpp"`` at batch up to
-        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` one call of ``torch.ops.ltdrnn.tarnn_stream``, else a few
-        PyTorch ops on matrices cached until a parameter changes; None for NaN or an infinity in ``x_t`` or ``s``,
-        for per-time-step step sizes and for the doubly damped body (the compiled step knows ``A = -I`` only)."""
-        if self.per_time_step or self.double_damping:
-            return None
-        outputs = (
-            None
-            if backend != "cpp"
-            else stream_in_kernel(
-                "tarnn",
-                lambda: self._stream_cache.get(self.own_parameters(), self._stream_operands)[-1],
-                x_t,
-                s,
-                self.input_size,
-                (self.hidden_size,),
-            )
-        )
-        if outputs is not None:
-            out, beta = outputs
-        elif x_t.shape[0] <= STREAM_MAX_BATCH and holds_non_finite(x_t, s):
-            return None  # the kernel declined it (or is unavailable): the general path is exact
-        else:
-            out, beta = self._torch_step(x_t, s)
-        self.aux["beta"] = beta[None]
-        return out, out
-
-    def _torch_step(self, x_t: Tensor, s: Tensor) -> Tuple[Tensor, Tensor]:
-        """``(s_m, beta)`` of one step without autograd in a few PyTorch ops."""
-        weight_t, bias, state_t, chains, _ = self._stream_cache.get(self.own_parameters(), self._stream_operands)
-        batch = x_t.shape[0]
-        if batch not in chains:
-            chains[batch] = EulerChain(
-                self.K,
-                batch,
-                self.hidden_size,
-                scalars(self.steps.values()),
-                self.activation,
-                self.A_kind,
-                self.gate,
-                self.weight_U,
-                s,
-            )
-        out, beta = torch.empty_like(s), torch.empty_like(s)
-        p_t = torch.addmm(bias, x_t, weight_t)
-        chains[batch].run(p_t, s, state_t, out, beta, None, None, in_place=True)
-        return out, beta
-
-    def _stream_operands(self):
-        weight, bias = self.input_weights()
-        state_weights = self.state_weights()
-        kernel_operands = StreamOperands(
-            (weight, bias, state_weights, self.weight_U, self.steps.values()),
-            (ACTIVATION_CODES[self.activation], self.A_kind == "coupled", self.gate == "inside"),
-        )
-        return weight.t().contiguous(), bias, state_weights.t().contiguous(), {}, kernel_operands
-
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
-        """Whole sequence in the Triton kernels (``backend="triton"``) or :class:`FusedTARNN`. The first Euler step
-        starts at ``z_0 = s``, so its ``A z_0`` and ``U z_0`` join ``B2 s`` and ``W2 s`` in one matmul with
-        ``[B2 + A; W2 + U; U_s]``. Per-time-step step sizes run in either when every sequence starts at the same
-        time step (the rows ``eta[c : c + T]``), in FusedTARNN only where the compiled loops do; otherwise, and in
-        FusedTARNN for the authors' gate-outside body (``A - I``), the reference loop runs."""
-        s, counter = split_counter(self.per_time_step, state)
-        if backend == "triton":
-            eta = self.sequence_step_sizes(x.shape[0], counter)
-            if eta is not None:
-                outputs, final = self._triton_scan(x, s, eta, lengths)
-                return outputs, join_moved_counter(final, counter, x, lengths)
-        compiled = backend == "cpp"
-        eta = self.sequence_step_sizes(x.shape[0], counter) if compiled or counter is None else None
-        if eta is None or self.double_damping:
-            return self.scan_reference(x, state, lengths)
-        outputs, betas = FusedTARNN.apply(
-            x,
-            *self.input_weights(),
-            s,
-            self.state_weights(),
-            self.weight_U,
-            eta,
-            self.activation,
-            self.A_kind,
-            self.gate,
-            compiled,
-        )
-        self.aux["beta"] = mask_outputs(betas, lengths)
-        final = final_state_at_lengths(outputs, lengths)
-        return mask_outputs(outputs, lengths), join_moved_counter(final, counter, x, lengths)
+        """The whole sequence in ``backend``: :func:`ltdrnn.ops.tarnn.scan`."""
+        return tarnn_ops.scan(self, x, state, lengths, backend)
 
-    def _triton_scan(self, x: Tensor, state: Tensor, eta: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
-        """The whole sequence in one Triton launch per direction (:mod:`ltdrnn.cells.fused.tarnn_triton`), the
-        input map one GEMM before it, ``eta`` ``(K,)`` or this call's rows ``(T, K)``; records ``aux["beta"]``."""
-        from .fused.tarnn_triton import tarnn_scan
-
-        device = x.device.type
-        outputs, betas = tarnn_scan(
-            F.linear(x, *self.input_weights()),
-            state,
-            autocast_weight(self.state_weights(), device),
-            autocast_weight(self.weight_U, device),
-            eta,
-            lengths,
-            self.activation,
-            self.A_kind == "coupled",
-            -2.0 if self.double_damping else -1.0,
-            self.gate == "inside",
-        )
-        self.aux["beta"] = betas.detach()
-        return outputs, final_state_at_lengths(outputs, lengths)
+    def stream_step(self, x_t: Tensor, state: State, backend: str) -> Tuple[Tensor, State] | None:
+        """One step without autograd: :func:`ltdrnn.ops.tarnn.stream`."""
+        return tarnn_ops.stream(self, x_t, state, backend)
 
     def extra_repr(self) -> str:
         return (

@@ -1,9 +1,9 @@
-"""TARNN's fused path: :class:`FusedTARNN`, a hand-written forward and backward over the whole
-sequence, its compiled time loops (``csrc/tarnn.cpp``) and the PyTorch loop they fall back to
-(:class:`EulerChain`, also the lean streaming step's PyTorch body).
+"""TARNN's ``"torch"`` and ``"cpp"`` backends: :class:`FusedTARNN`, a hand-written forward and backward over
+the whole sequence, with its time loops in PyTorch (``"torch"``; :class:`EulerChain`, also the streaming
+step's PyTorch body) or compiled (``"cpp"``, ``csrc/tarnn.cpp``).
 
-The cell, its maths and its dispatch are in :mod:`ltdrnn.cells.tarnn`; the tests that compare these
-paths with its reference loop are in tests/cells/test_tarnn.py.
+The cell is :mod:`ltdrnn.cells.tarnn`; the dispatch and the operands are in :mod:`ltdrnn.ops.tarnn`; the
+tests that compare these paths with the cell's reference loop are in tests/cells/test_tarnn.py.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...ops.common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
-from ...ops.memory import empty_buffer
+from .common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
+from .memory import empty_buffer
 
 
 class FusedTARNN(torch.autograd.Function):

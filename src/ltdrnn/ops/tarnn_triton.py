@@ -1,7 +1,8 @@
-"""TARNN's time loop in Triton, any K, either gate, either A, every activation: forward and backward each in
-one launch (torch operators ``ltdrnn::tarnn_triton_forward`` / ``ltdrnn::tarnn_triton_backward``).
+"""TARNN's ``"triton"`` backend: its time loop in Triton, any K, either gate, either A, every activation:
+forward and backward each in one launch (torch operators ``ltdrnn::tarnn_triton_forward`` /
+``ltdrnn::tarnn_triton_backward``).
 
-In the increment ``delta = z - s_{m-1}`` (as :class:`ltdrnn.cells.tarnn._FusedTARNN`)::
+In the increment ``delta = z - s_{m-1}`` (as :class:`ltdrnn.ops.tarnn_torch.FusedTARNN`)::
 
     [c, q, r] = P_m + s_{m-1} SW^T      SW = [B2 + A; W2 + U; U_s] (3H, H),  P = the input map (one GEMM)
     beta = sigmoid(r);  delta_0 = 0
@@ -27,8 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ...ops.common import ACTIVATION_CODES
-from ...ops.triton_blocks import (
+from .common import ACTIVATION_CODES
+from .triton_blocks import (
     activate,
     activation_slope,
     kernel_state_dtype,
@@ -37,7 +38,7 @@ from ...ops.triton_blocks import (
     sequence_lengths,
     sigmoid,
 )
-from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 FORWARD, BACKWARD = "ltdrnn::tarnn_triton_forward", "ltdrnn::tarnn_triton_backward"
 
