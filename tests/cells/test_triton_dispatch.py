@@ -27,7 +27,7 @@ CELLS = {
 @pytest.mark.parametrize("name", sorted(CELLS))
 def test_auto_is_triton_on_cuda_tensors_only(name, monkeypatch):
     cell = ltdrnn.build(name, 3, 8)
-    on_cuda = types.SimpleNamespace(device=torch.device("cuda"))
+    on_cuda = types.SimpleNamespace(device=torch.device("cuda"), is_cuda=True, is_cpu=False, dtype=torch.float32)
     on_cpu = torch.zeros(1)
     monkeypatch.setattr(triton_support, "triton_runs_on", lambda x: True)  # as on a machine with a GPU
     assert cell.resolved_backend(like=on_cuda) == "triton"
@@ -40,7 +40,8 @@ def test_auto_is_triton_on_cuda_tensors_only(name, monkeypatch):
 def test_cells_without_a_triton_path_keep_their_default_on_cuda(monkeypatch):
     monkeypatch.setattr(triton_support, "triton_runs_on", lambda x: True)
     cell = ltdrnn.build("lstm", 3, 8)
-    assert cell.resolved_backend(like=types.SimpleNamespace(device=torch.device("cuda"))) == "torch"
+    on_cuda = types.SimpleNamespace(device=torch.device("cuda"), is_cuda=True, is_cpu=False, dtype=torch.float32)
+    assert cell.resolved_backend(like=on_cuda) == "torch"
 
 
 def test_triton_where_triton_cannot_run_takes_the_pytorch_path(monkeypatch):

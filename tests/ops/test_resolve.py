@@ -12,7 +12,7 @@ import ltdrnn
 from ltdrnn import ops
 from ltdrnn.ops import kernels, triton_support
 
-ON_CUDA = types.SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
+ON_CUDA = types.SimpleNamespace(device=torch.device("cuda"), is_cuda=True, is_cpu=False, dtype=torch.float32)
 ON_CPU = torch.zeros(1)
 
 
@@ -27,7 +27,7 @@ def with_triton(monkeypatch):
 
 
 def test_auto_takes_the_fastest_backend_that_runs(with_triton, monkeypatch):
-    monkeypatch.setattr(kernels, "kernel_runs_on", lambda kernel, like: like.device.type == "cpu")
+    monkeypatch.setattr(kernels, "load_torch_ops", lambda kernel: True)
     assert ops.resolve("auto", ON_CUDA, kernel="tarnn") == "triton"
     assert ops.resolve("auto", ON_CPU, kernel="tarnn") == "cpp"  # Triton's interpreter is never the default
     assert ops.resolve("auto", ON_CPU, kernel=None) == "torch"  # a cell without compiled loops
@@ -41,7 +41,7 @@ def test_an_explicit_backend_that_cannot_run_falls_to_the_next_one_down(no_trito
     assert ops.resolve("cpp", ON_CPU, kernel="tarnn") == "torch"
     assert ops.resolve("cpp", ON_CUDA, kernel="tarnn") == "torch"  # no compiled loops on a GPU
     monkeypatch.delenv("LTDRNN_NO_KERNELS")
-    monkeypatch.setattr(kernels, "kernel_runs_on", lambda kernel, like: True)
+    monkeypatch.setattr(kernels, "load_torch_ops", lambda kernel: True)
     assert ops.resolve("triton", ON_CPU, kernel="tarnn") == "cpp"
     assert ops.resolve("torch", ON_CPU, kernel="tarnn") == "torch"  # never up: torch stays torch
     assert ops.resolve("reference", ON_CUDA, kernel="tarnn") == "reference"

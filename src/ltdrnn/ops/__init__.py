@@ -37,6 +37,7 @@ from typing import Sequence
 from torch import Tensor
 
 from . import kernels, triton_support
+from .kernels import KERNEL_DTYPES
 
 BACKENDS = ("reference", "torch", "cpp", "triton")
 #: The order ``"auto"`` tries the backends in, fastest first; an explicit backend that cannot run here falls
@@ -51,28 +52,33 @@ def resolve(backend: str, like: Tensor, offered: Sequence[str] = BACKENDS, kerne
     otherwise); ``kernel`` names the cell's ``csrc/<kernel>.cpp`` (None: the cell has no compiled loops).
     Returns the first of :data:`FALLBACK`, from ``backend`` on (from the start for ``"auto"``), that the cell
     offers and that runs on ``like``: ``"triton"`` where :func:`~ltdrnn.ops.triton_support.triton_runs_on`
-    (for ``"auto"``: CUDA tensors only, :func:`~ltdrnn.ops.triton_support.triton_is_default`), ``"cpp"``
-    where :func:`~ltdrnn.ops.kernels.kernel_runs_on`, ``"torch"`` and ``"reference"`` anywhere. A cell's own
-    variant (not in :data:`FALLBACK`) is returned as it is.
+    (for ``"auto"``: CUDA tensors only), ``"cpp"`` on CPU tensors in float32/64 where the operators load
+    (:func:`~ltdrnn.ops.kernels.load_torch_ops`), ``"torch"`` and ``"reference"`` anywhere. A cell's own
+    variant (not in :data:`FALLBACK`) is returned as it is. Called once per scan and per streamed step, so
+    it reads the device through ``is_cuda``/``is_cpu`` (a few times cheaper than ``device.type``).
     """
-    if backend != "auto" and backend not in offered:
+    auto = backend == "auto"
+    if auto:
+        start = 0
+    elif backend in offered:
+        start = _POSITION.get(backend)
+        if start is None:
+            return backend
+    else:
         choices = ", ".join(map(repr, ("auto", *offered)))
         raise ValueError(f"backend: expected one of {choices}, got {backend!r}")
-    if backend == "auto":
-        start = 0
-    elif backend in FALLBACK:
-        start = FALLBACK.index(backend)
-    else:
-        return backend
     for name in FALLBACK[start:]:
-        if name in offered and _runs(name, like, kernel, backend == "auto"):
+        if name not in offered:
+            continue
+        if name == "triton":
+            runs = (like.is_cuda or not auto) and triton_support.triton_runs_on(like)
+        elif name == "cpp":
+            runs = kernel is not None and like.is_cpu and like.dtype in KERNEL_DTYPES and kernels.load_torch_ops(kernel)
+        else:
+            runs = True
+        if runs:
             return name
     return "reference"
 
 
-def _runs(backend: str, like: Tensor, kernel: str | None, auto: bool) -> bool:
-    if backend == "triton":
-        return triton_support.triton_is_default(like) if auto else triton_support.triton_runs_on(like)
-    if backend == "cpp":
-        return kernel is not None and kernels.kernel_runs_on(kernel, like)
-    return True
+_POSITION = {name: index for index, name in enumerate(FALLBACK)}

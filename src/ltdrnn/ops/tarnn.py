@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import kernels
 from .common import (
     ACTIVATION_CODES,
     final_state_at_lengths,
@@ -35,7 +36,7 @@ from .common import (
     scalars,
     split_counter,
 )
-from .kernels import STREAM_MAX_BATCH, StreamOperands, stream_in_kernel
+from .kernels import STREAM_MAX_BATCH, StreamOperands
 from .tarnn_torch import EulerChain, FusedTARNN
 from .triton_support import autocast_weight
 
@@ -157,18 +158,21 @@ def _triton_scan(cell, x: Tensor, s: Tensor, eta: Tensor, lengths: Tensor | None
 def stream(cell, x_t: Tensor, s, backend: str) -> Tuple[Tensor, Tensor] | None:
     """One step without autograd, ``x_t (B, d)`` from ``s (B, H)``: ``-> (s_m, s_m)``, recording ``aux["beta"]``.
 
-    With ``"cpp"`` at batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, one call of
-    ``torch.ops.ltdrnn.tarnn_stream``; otherwise a few PyTorch ops on matrices cached until a parameter
-    changes (``cell.stream_cache``). None where the cell's general path must run: per-time-step step sizes
-    (the counter picks the row), the doubly damped body (the compiled step knows ``A = -I`` only), and NaN or an
-    infinity in ``x_t`` or ``s`` at a batch the compiled step covers."""
+    ``backend`` as :func:`ltdrnn.ops.resolve` chose it. With ``"cpp"`` (its operators loaded) at batch up to
+    :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, one call of ``torch.ops.ltdrnn.tarnn_stream``; otherwise a few
+    PyTorch ops on matrices cached until a parameter changes (``cell.stream_cache``). None where the cell's
+    general path must run: per-time-step step sizes (the counter picks the row), the doubly damped body (the
+    compiled step knows ``A = -I`` only), and NaN or an infinity in ``x_t`` or ``s`` at a batch the compiled
+    step covers."""
     if cell.per_time_step or cell.double_damping or not isinstance(s, Tensor):
         return None
     cached = cell.stream_cache.get(cell.own_parameters(), lambda: _stream_operands(cell))
-    hidden = cell.hidden_size
     stepped = None
-    if backend == "cpp":
-        stepped = stream_in_kernel("tarnn", lambda: cached[-1], x_t, s, cell.input_size, (hidden,))
+    # "cpp" as resolve() chose it: the operators are loaded, so the step skips stream_in_kernel's own check
+    if backend == "cpp" and kernels.can_stream_in_kernel(
+        x_t, s, cached[-1].dtype, cell.input_size, (cell.hidden_size,)
+    ):
+        stepped = kernels.run_stream_kernel("tarnn", cached[-1], x_t, s)
     if stepped is not None:
         out, beta = stepped
     elif x_t.shape[0] <= STREAM_MAX_BATCH and holds_non_finite(x_t, s):
