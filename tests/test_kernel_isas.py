@@ -107,12 +107,12 @@ def test_a_process_asking_for_an_arch_this_cpu_lacks_runs_the_kernels_and_says_w
         pytest.skip("the kernels are off")
     script = (
         "import torch, ltdrnn\n"
-        "from ltdrnn import kernels\n"
+        "from ltdrnn.ops import kernels\n"
         "assert kernels.load_torch_ops('srnn')\n"
         "torch.manual_seed(0)\n"
         "cell = ltdrnn.build('srnn', 3, 16)\n"
         "x = torch.randn(20, 2, 3)\n"
-        "torch.testing.assert_close(cell.scan(x, impl='kernel')[0], cell.scan(x, impl='reference')[0])\n"
+        "torch.testing.assert_close(cell.scan(x, backend='cpp')[0], cell.scan(x, backend='reference')[0])\n"
     )
     env = {**os.environ, "LTDRNN_KERNEL_ARCH": arch}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=850, env=env)

@@ -1,8 +1,8 @@
 """The step counter of per-time-step step sizes (TARNN's and iRNN's ``eta_per_time_step``, ``state[1]``): every
-impl, the streaming call and the layer refuse a counter outside ``[0, max_length - T]`` with one error naming
+backend, the streaming call and the layer refuse a counter outside ``[0, max_length - T]`` with one error naming
 ``state[1]``, before any path reads the step sizes (a negative counter read them from the table's end in the
-reference, raised raw IndexErrors in the fused path and read out of bounds in the Triton kernels). The Triton path
-runs in Triton's interpreter on the CPU (tests/triton_helpers.py)."""
+reference, raised raw IndexErrors in the PyTorch and compiled loops and read out of bounds in the Triton kernels).
+The Triton path runs in Triton's interpreter on the CPU (tests/triton_helpers.py)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from ltdrnn.ops.triton_support import triton_runs_on
 from triton_helpers import DEVICE, DTYPE, requires_triton
 
 MAX_LENGTH, T, B = 10, 4, 2
-IMPLS = ["reference", "fused", pytest.param("triton", marks=requires_triton)]
+BACKENDS = ["reference", "torch", "cpp", pytest.param("triton", marks=requires_triton)]
 CELLS = {"tarnn": {"K": 2}, "irnn": {"K": 1}}  # iRNN's Triton kernel runs K = 1
 #: counters that cannot run T = 4 steps within max_length = 10
 BAD = {"negative": [-3, -3], "mixed": [-3, 2], "at max_length": [10, 10], "past T's room": [7, 0]}
 
 
-def cell_for(name: str, impl: str):
+def cell_for(name: str, backend: str):
     torch.manual_seed(0)
-    cell = ltdrnn.build(name, 3, 8, impl=impl, eta_per_time_step=True, max_length=MAX_LENGTH, **CELLS[name])
+    cell = ltdrnn.build(name, 3, 8, backend=backend, eta_per_time_step=True, max_length=MAX_LENGTH, **CELLS[name])
     return cell.to(device=DEVICE, dtype=DTYPE)
 
 
@@ -39,12 +39,12 @@ def refusal(counters, steps: int) -> str:
 
 
 @pytest.mark.parametrize("case", list(BAD))
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CELLS))
-def test_a_scan_refuses_counters_without_room(name, impl, case):
-    cell = cell_for(name, impl)
+def test_a_scan_refuses_counters_without_room(name, backend, case):
+    cell = cell_for(name, backend)
     x = torch.randn(T, B, 3, dtype=DTYPE, device=DEVICE)
-    if impl == "triton":
+    if backend == "triton":
         assert triton_runs_on(x)
     with pytest.raises(ValueError, match=refusal(BAD[case], T)):
         cell.scan(x, state(BAD[case]))
@@ -52,12 +52,12 @@ def test_a_scan_refuses_counters_without_room(name, impl, case):
     assert moved.tolist() == [MAX_LENGTH, T] and bool(torch.isfinite(outputs).all())
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CELLS))
-def test_a_streaming_step_is_one_time_step(name, impl):
+def test_a_streaming_step_is_one_time_step(name, backend):
     """``cell(x_t, state)`` runs T = 1: a counter at max_length - 1 steps once more, one at max_length or
     below 0 is refused, with or without autograd."""
-    cell = cell_for(name, impl)
+    cell = cell_for(name, backend)
     x_t = torch.randn(B, 3, dtype=DTYPE, device=DEVICE)
     for bad in ([MAX_LENGTH, 0], [-1, 0]):
         with pytest.raises(ValueError, match=refusal(bad, 1)):
@@ -68,12 +68,12 @@ def test_a_streaming_step_is_one_time_step(name, impl):
     assert moved.tolist() == [MAX_LENGTH, 4]
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CELLS))
-def test_the_layer_refuses_counters_without_room(name, impl):
+def test_the_layer_refuses_counters_without_room(name, backend):
     """``Recurrent`` passes each layer's counters to its cell: its forward and its streaming step refuse them."""
     torch.manual_seed(0)
-    layer = ltdrnn.Recurrent(name, 3, 8, num_layers=2, impl=impl, eta_per_time_step=True, max_length=MAX_LENGTH,
+    layer = ltdrnn.Recurrent(name, 3, 8, num_layers=2, backend=backend, eta_per_time_step=True, max_length=MAX_LENGTH,
                              **CELLS[name]).to(device=DEVICE, dtype=DTYPE)  # fmt: skip
     h = torch.zeros(2, B, 8, dtype=DTYPE, device=DEVICE)
     counters = torch.tensor([[0, 0], [-2, 0]], device=DEVICE)

@@ -86,7 +86,7 @@ def _stream_edit_stream(name, edit):
         _, state = cell(x[0], cell.init_state(1))  # fills the streaming cache; a state that is not zero
         edit(cell)
         streamed, _ = cell(x[1], state)
-        expected, _ = cell.scan(x[1:], state, impl="reference")
+        expected, _ = cell.scan(x[1:], state, backend="reference")
     return streamed, expected[0]
 
 

@@ -13,8 +13,8 @@ import torch
 
 import ltdrnn
 import triton_helpers  # noqa: F401  (on the CPU: Triton's interpreter, chosen before any kernel is defined)
-from ltdrnn.ops.triton_support import triton_installed
 from ltdrnn.cells.registry import build, entry, list_cells
+from ltdrnn.ops.triton_support import triton_installed
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
@@ -202,17 +202,17 @@ def test_the_layer_equals_each_sequence_run_alone(name, data):
 # ---- the step counter of per-time-step step sizes ----------------------------------------------------------
 @settings(max_examples=20)
 @given(data=st.data())
-def test_step_counters_without_room_are_refused_by_name_in_every_impl(data):
+def test_step_counters_without_room_are_refused_by_name_in_every_backend(data):
     """``state[1]`` of TARNN's and iRNN's per-time-step step sizes: a scan of T steps (a streaming call: 1) runs
     exactly when every counter lies in ``[0, max_length - T]`` and then equals the reference and moves each
     counter by T; otherwise it raises, naming ``state[1]`` (or ``max_length`` where T alone is too long)."""
     name = data.draw(st.sampled_from(["tarnn", "irnn"]))
-    impl = data.draw(st.sampled_from(["reference", "fused"] + (["triton"] if triton_installed() else [])))
+    backend = data.draw(st.sampled_from(["reference", "torch", "cpp"] + (["triton"] if triton_installed() else [])))
     max_length, steps, batch = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 5)), data.draw(st.integers(1, 3))
     counters = torch.tensor([data.draw(st.integers(-3, 8)) for _ in range(batch)])
     streaming = data.draw(st.booleans())
     torch.manual_seed(0)
-    cell = build(name, D, H, K=1, impl=impl, eta_per_time_step=True, max_length=max_length, dtype=torch.float64)
+    cell = build(name, D, H, K=1, backend=backend, eta_per_time_step=True, max_length=max_length, dtype=torch.float64)
     x = torch.randn(1 if streaming else steps, batch, D, dtype=torch.float64)
     state = (0.1 * torch.randn(batch, H, dtype=torch.float64), counters)
     room = max_length - x.shape[0]
@@ -225,7 +225,7 @@ def test_step_counters_without_room_are_refused_by_name_in_every_impl(data):
         return
     assert 0 <= int(counters.min()) and int(counters.max()) <= room
     with torch.no_grad():
-        ref_out, (ref_final, ref_moved) = cell.scan(x, state, impl="reference")
+        ref_out, (ref_final, ref_moved) = cell.scan(x, state, backend="reference")
     _close(out, ref_out[0] if streaming else ref_out)
     _close(final, ref_final)
     assert torch.equal(moved, counters + x.shape[0]) and torch.equal(ref_moved, moved)
@@ -318,7 +318,8 @@ def test_triton_operators_refuse_bad_operands_by_name_or_run_as_their_fake(call)
     codes) raises ValueError/TypeError naming itself and one of its operands, or runs to outputs of the shapes
     and dtypes its fake implementation gives, finite; with none changed, it runs."""
     name, operands, changed = call
-    from ltdrnn.cells.fused import irnn_triton, mist_triton, sarnn_triton, srnn_triton, tarnn_triton  # noqa: F401
+    from ltdrnn.cells.fused import irnn_triton, mist_triton, sarnn_triton, srnn_triton  # noqa: F401
+    from ltdrnn.ops import tarnn_triton  # noqa: F401
 
     operator = getattr(torch.ops.ltdrnn, name)
     try:

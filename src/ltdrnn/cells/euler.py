@@ -140,7 +140,7 @@ class EulerSteps(nn.Module):
     def check_room(self, counter: Tensor | None, steps: int) -> None:
         """Raise unless every sequence can run ``steps`` more time steps within ``max_length``: each counter
         in ``[0, max_length - steps]``. A counter outside would index the step sizes from their end (a
-        negative one, in PyTorch) or past it (in the fused and Triton paths)."""
+        negative one, in PyTorch) or past it (in the torch, cpp and triton backends)."""
         if counter is None or counter.numel() == 0:
             return
         if steps > self.max_length:
