@@ -45,7 +45,7 @@ def compare(label: str, model, x, y) -> None:
 
 def at_init(steps: int) -> None:
     for seed in (1, 2, 3):
-        overrides = [f"train.seed={seed}", f"task.options.T={steps}", "model.options.impl=reference"]
+        overrides = [f"train.seed={seed}", f"task.options.T={steps}", "model.options.backend=reference"]
         seed_everything(seed)
         task, model = build_task_and_model(load_config("reproduce/sarnn-adding500", overrides))
         x, y, _ = task.collate([task.dataset("train")[i] for i in range(128)])
@@ -53,7 +53,7 @@ def at_init(steps: int) -> None:
 
 
 def trained(checkpoint: str, batches: int) -> None:
-    cfg, task, model = restore_model(checkpoint, ["model.options.impl=reference"])
+    cfg, task, model = restore_model(checkpoint, ["model.options.backend=reference"])
     items = task.dataset("train")
     for b in range(batches):
         x, y, _ = task.collate([items[i] for i in range(128 * b, 128 * (b + 1))])

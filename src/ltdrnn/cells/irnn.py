@@ -168,7 +168,7 @@ class IRNN(EulerCell):
         >>> _ = torch.manual_seed(0)
         >>> cell = IRNN(input_size=3, hidden_size=8, K=2)
         >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
-        >>> outputs, state = cell.scan(x)                   # backend "auto": the fused path
+        >>> outputs, state = cell.scan(x)                   # "auto": "cpp" where the kernels build
         >>> outputs.shape, state.shape
         (torch.Size([20, 4, 8]), torch.Size([4, 8]))
         >>> reference, _ = cell.scan(x, backend="reference")  # U and P applied literally

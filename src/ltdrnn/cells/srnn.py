@@ -93,7 +93,7 @@ class SRNNCell(Cell):
         >>> _ = torch.manual_seed(0)
         >>> cell = SRNNCell(input_size=3, hidden_size=8)
         >>> x = torch.randn(20, 4, 3)                       # (T, B, d)
-        >>> outputs, state = cell.scan(x)                   # backend "auto": the compiled kernel ("cpp") here
+        >>> outputs, state = cell.scan(x)                   # "auto": "cpp" where the kernels build
         >>> outputs.shape, state.shape
         (torch.Size([20, 4, 8]), torch.Size([4, 8]))
         >>> reference, _ = cell.scan(x, backend="reference")  # the plain loop over step()

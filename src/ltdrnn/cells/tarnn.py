@@ -119,7 +119,7 @@ class TARNN(EulerCell):
         >>> _ = torch.manual_seed(0)
         >>> cell = TARNN(input_size=3, hidden_size=8, K=2)
         >>> x = torch.randn(20, 4, 3)                       # (T, B, d): time-major inside the package
-        >>> outputs, state = cell.scan(x)                   # backend "auto": the compiled loops ("cpp") here
+        >>> outputs, state = cell.scan(x)                   # "auto": "cpp" where the kernels build
         >>> outputs.shape, state.shape
         (torch.Size([20, 4, 8]), torch.Size([4, 8]))
         >>> reference, _ = cell.scan(x, backend="reference")  # the plain loop over step()
