@@ -65,6 +65,20 @@ def test_fastgrnn_shares_the_preactivation_between_gate_and_update():
     assert len(list(cell.W)) == 1 and len(list(cell.U)) == 1  # one W and one U for both
 
 
+@pytest.mark.parametrize("gate_bias", [1.0, 3.0])
+def test_fastgrnn_gate_bias_sets_how_much_of_the_state_is_kept_at_the_start(gate_bias):
+    """With no input and no recurrent weights the state moves towards a fixed point by the factor
+    ``z = sigmoid(gate_bias)`` per step; the default 1 is EdgeML's bias."""
+    torch.manual_seed(3)
+    cell = build("fastgrnn", gate_bias=gate_bias) if gate_bias != 1.0 else build("fastgrnn")
+    with torch.no_grad():
+        cell.U[0].zero_()
+    h0 = torch.randn(2, 6, dtype=F64)
+    out, _ = cell.scan(torch.zeros(3, 2, 3, dtype=F64), h0)
+    kept = (out[2] - out[1]) / (out[1] - out[0])
+    torch.testing.assert_close(kept, torch.full_like(kept, torch.sigmoid(torch.tensor(gate_bias)).item()))
+
+
 # ---- AntisymmetricRNN ----------------------------------------------------------------------------
 @pytest.mark.parametrize("gamma", [0.0, 0.05])
 def test_antisymmetric_recurrent_matrix_has_real_parts_minus_gamma(gamma):
@@ -328,6 +342,7 @@ def test_nru_rejects_non_square_memory():
     [
         ("fastrnn", "alpha_init", float("nan"), "a finite number"),
         ("fastgrnn", "nu_init", True, "a finite number"),
+        ("fastgrnn", "gate_bias", float("nan"), "a finite number"),
         ("lstm", "forget_bias", float("inf"), "a finite number"),
         ("ugrnn", "gate_bias", "1", "a finite number"),
         ("antisymmetric", "gamma", -0.1, "a non-negative finite number"),

@@ -163,14 +163,19 @@ class FastGRNN(FastBase):
         h~_t = phi(a_t + b_h)                          (update nonlinearity, tanh)
         h_t  = (zeta * (1 - z_t) + nu) * h~_t + z_t * h_{t-1},  zeta = sigmoid(c), nu = sigmoid(e)
 
-    Init (EdgeML defaults): ``c = zeta_init = 1``, ``e = nu_init = -4``, ``b_z = b_h = 1``, weights
-    ``N(0, 0.01)``. Sparsity and 8-bit quantisation (the paper's compression stages) are training
-    procedures, not part of the cell.
+    Init (EdgeML defaults): ``c = zeta_init = 1``, ``e = nu_init = -4``, ``b_z = gate_bias = 1``,
+    ``b_h = 1``, weights ``N(0, 0.01)``. Sparsity and 8-bit quantisation (the paper's compression stages)
+    are training procedures, not part of the cell.
 
     Args:
         gate_nonlinearity, update_nonlinearity: ``"sigmoid"``/``"tanh"``/``"relu"``.
         w_rank, u_rank: ranks of low-rank ``W`` and ``U`` (None: full rank; the paper's "LSQ"
             model is the full-rank one).
+        gate_bias: the initial gate bias ``b_z``. With a sigmoid gate the state starts keeping
+            ``z ~ sigmoid(gate_bias)`` of itself per step, a memory of about ``1 / (1 - z)`` steps: 1
+            (EdgeML) remembers ~4 steps, 3 remembers ~20. The deploy/tiny-fastgrnn preset starts at 3: on
+            GunPoint (150 steps, read at the last) 1 sat at chance for hundreds of steps, and for the
+            whole run with weight decay (lab/2026-11-29-tiny-recipes).
     """
 
     def __init__(
@@ -183,6 +188,7 @@ class FastGRNN(FastBase):
         u_rank: int | None = None,
         zeta_init: float = 1.0,
         nu_init: float = -4.0,
+        gate_bias: float = 1.0,
         backend: str = "auto",
         device=None,
         dtype=None,
@@ -193,6 +199,7 @@ class FastGRNN(FastBase):
         self.update_phi = activation(update_nonlinearity, "update_nonlinearity")
         self.zeta_init = check_finite_float("zeta_init", zeta_init)
         self.nu_init = check_finite_float("nu_init", nu_init)
+        self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self.bias_gate = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.bias_update = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.zeta = nn.Parameter(torch.empty(1, **self.factory))
@@ -201,7 +208,7 @@ class FastGRNN(FastBase):
 
     def reset_parameters(self) -> None:
         self.reset_weights()
-        nn.init.ones_(self.bias_gate)
+        nn.init.constant_(self.bias_gate, self.gate_bias)
         nn.init.ones_(self.bias_update)
         nn.init.constant_(self.zeta, self.zeta_init)
         nn.init.constant_(self.nu, self.nu_init)

@@ -1,0 +1,260 @@
+"""Seed screens of the deploy/tiny presets on GunPoint: one configuration, several seeds, one JSON line each.
+
+    python lab/2026-11-29-tiny-recipes/screen.py run CELL NAME [KEY=VALUE ...] [--seeds 0 1 2] [--int8]
+                                                 [--preset deploy/tiny-CELL] [--out results.jsonl]
+    python lab/2026-11-29-tiny-recipes/screen.py summary [--out results.jsonl] [--seeds 0 1 2] [--cell CELL]
+
+``run`` trains ``deploy/tiny-CELL`` plus the overrides once per seed (``train.seed=S``, one thread, no
+results row) in ``/tmp/tinyrec/runs/CELL/NAME/sS`` and appends one line per seed to the JSONL file
+(default: ``results.jsonl`` beside this script): the date, the command, cell, NAME, overrides, seed, the
+float test accuracy over all 150 test series of the best-validation checkpoint (the trainer's own
+selection; the test split is read once, after training), the best step and validation loss, and the
+training time. A (cell, NAME, seed) already in the file is skipped, so a screen can be rerun to finish it.
+``--int8`` also exports the run as the integer C step (``ltdrnn export RUN --format c --int8``) and
+records its accuracy over the same 150 series, its agreement with eager float32 and its weight bytes.
+
+Two FastGRNN trials that are not (yet) options of the library, applied by this script only:
+``--gate-bias B`` starts the gate's bias ``b_z`` at B instead of 1 (EdgeML's value; the memory at the
+start is about 1 / (1 - sigmoid(B)) steps); ``--sparsity S`` trains as EdgeML's FastTrainer schedules its
+phases (the idea, not its code): dense for the first third of the steps, then every 15th step the W and U
+factors are hard-thresholded to their largest S fraction by magnitude, the support kept in between, and
+in the last third the support is fixed (the callback runs after each step's validation, so a validation
+in the middle third can see weights grown off the support since the last threshold).
+
+Every row also says what other validation rules would have picked, from the same run: the script
+evaluates the test split at every validation (a callback; it reads the weights, changes no state and
+draws no random number, so the run trains exactly as without it) and records the test accuracy of the
+checkpoint each rule picks: ``by_loss`` (lowest validation loss, the trainer's ``select_on: loss``),
+``by_accuracy`` (first highest validation accuracy, ``select_on: metric``), ``by_accuracy_then_loss``
+(highest validation accuracy, ties to the lowest validation loss), ``last``; and ``ceiling``, the best
+test accuracy over the validations, a diagnosis (did training ever find a good model?) that selects
+nothing.
+
+``summary`` prints one row per (cell, NAME): n, mean +- sample std (n - 1) and min of the float test
+accuracy (and of the int8 one where measured) over the seeds asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = Path("/tmp/tinyrec/runs")
+
+
+def done(out: Path):
+    if not out.exists():
+        return set()
+    return {(r["cell"], r["name"], r["seed"]) for r in map(json.loads, out.read_text().splitlines())}
+
+
+def int8_accuracy(run_dir: Path) -> dict:
+    """The integer C step's accuracy, agreement and weight bytes from ``ltdrnn export``'s report."""
+    out = run_dir / "export-int8"
+    command = [sys.executable, "-m", "ltdrnn", "export", str(run_dir), "--format", "c", "--int8", "--out", str(out)]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    report = json.loads((out / "report.json").read_text())
+    parity = report["parity"]
+    return {
+        "int8_accuracy": parity["accuracy_export"],
+        "int8_agreement": parity["agreement"],
+        "int8_weight_bytes": report["weight_bytes"]["int8"],
+    }
+
+
+def patch_gate_bias(value: float) -> None:
+    from torch import nn
+
+    from ltdrnn.cells.fast import FastGRNN
+
+    reset = FastGRNN.reset_parameters
+
+    def reset_parameters(self) -> None:
+        reset(self)
+        nn.init.constant_(self.bias_gate, value)
+
+    FastGRNN.reset_parameters = reset_parameters
+
+
+class TestTrace:
+    """Test accuracy and loss at every validation step, for comparing selection rules afterwards."""
+
+    def __init__(self, cfg):
+        from ltdrnn.checkpoint import build_task_and_model
+
+        self.task = build_task_and_model(cfg)[0]
+        self.every, self.batch = cfg.train.eval_every, cfg.train.eval_batch_size or cfg.train.batch_size
+        self.trace = {}
+
+    def __call__(self, state) -> None:
+        from ltdrnn.evaluation import evaluate
+
+        if state["step"] % self.every == 0:
+            summary = evaluate(state["model"], self.task, "test", self.batch)[0]
+            self.trace[state["step"]] = summary["accuracy"]
+
+
+def selections(history, trace) -> dict:
+    """The test accuracy of the checkpoint each validation rule picks (see the module's docstring)."""
+    import math
+
+    rows = [h for h in history if h["step"] in trace and math.isfinite(h["val_loss"])]
+    if not rows:
+        return {}
+    by_loss = min(rows, key=lambda h: h["val_loss"])  # min/max keep the first of equals, as the trainer
+    by_accuracy = max(rows, key=lambda h: h["val_accuracy"])
+    by_both = min(rows, key=lambda h: (-h["val_accuracy"], h["val_loss"]))
+    picked = {"by_loss": by_loss, "by_accuracy": by_accuracy, "by_accuracy_then_loss": by_both}
+    result = {f"{rule}": trace[h["step"]] for rule, h in picked.items()}
+    result.update(last=trace[max(trace)], ceiling=max(trace.values()))
+    return result
+
+
+class Sparsify:
+    """EdgeML's three phases (dense, iterative hard thresholding, fixed support) as a training callback."""
+
+    EVERY = 15
+
+    def __init__(self, fraction: float, steps: int):
+        self.fraction, self.steps, self.masks = fraction, steps, None
+
+    def matrices(self, model):
+        return [p for name, p in model.named_parameters() if ".W." in name or ".U." in name]
+
+    def __call__(self, state) -> None:
+        import torch
+
+        step, model = state["step"], state["model"]
+        if step < self.steps // 3:
+            return
+        with torch.no_grad():
+            if step < 2 * self.steps // 3 and step % self.EVERY == 0:
+                self.masks = []
+                for p in self.matrices(model):
+                    keep = max(1, round(self.fraction * p.numel()))
+                    threshold = p.abs().flatten().kthvalue(p.numel() - keep + 1).values
+                    self.masks.append(p.abs() >= threshold)
+            for p, mask in zip(self.matrices(model), self.masks or []):
+                p.mul_(mask)
+
+
+def run(args) -> None:
+    from ltdrnn.config import load_config
+    from ltdrnn.train import train
+
+    if args.gate_bias is not None:
+        patch_gate_bias(args.gate_bias)
+
+    preset = args.preset or f"deploy/tiny-{args.cell}"
+    seen = done(args.out)
+    for seed in args.seeds:
+        if (args.cell, args.name, seed) in seen:
+            continue
+        run_dir = RUNS / args.cell / args.name / f"s{seed}"
+        overrides = list(args.overrides) + [f"train.seed={seed}", "train.threads=1", "train.progress=false"]
+        cfg = load_config(preset, overrides)
+        cfg.run_dir, cfg.results = str(run_dir), None
+        start = time.time()
+        trace = TestTrace(cfg)
+        callbacks = [Sparsify(args.sparsity, cfg.train.steps)] if args.sparsity else []
+        record = train(cfg, callbacks=[trace] + callbacks)
+        metrics = record["metrics"]
+        best = next((h for h in record["history"] if h["step"] == metrics["best_step"]), {})
+        row = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python lab/2026-11-29-tiny-recipes/screen.py " + shlex.join(sys.argv[1:]),
+            "cell": args.cell,
+            "name": args.name,
+            "preset": preset,
+            "overrides": list(args.overrides),
+            "gate_bias": args.gate_bias,
+            "sparsity": args.sparsity,
+            "seed": seed,
+            "test_accuracy": metrics["test"]["accuracy"],
+            "test_loss": metrics["test"]["loss"],
+            "best_step": metrics["best_step"],
+            "best_val_loss": best.get("val_loss"),
+            "best_val_accuracy": best.get("val_accuracy"),
+            "status": record["status"],
+            "rules": selections(record["history"], trace.trace),
+            "params": metrics["params"],
+            "train_s": round(record["timings"]["train_s"], 1),
+            "wall_s": round(time.time() - start, 1),
+        }
+        if args.int8:
+            row.update(int8_accuracy(run_dir))
+        with args.out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: row[k] for k in ("cell", "name", "seed", "test_accuracy", "best_step", "wall_s")}))
+
+
+def spread(values):
+    mean = statistics.mean(values)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{100 * mean:.1f} ± {100 * std:.1f} (min {100 * min(values):.1f})"
+
+
+def described(row) -> str:
+    extra = [f"--{k.replace('_', '-')} {row[k]}" for k in ("gate_bias", "sparsity") if row.get(k) is not None]
+    return " ".join(row["overrides"] + extra)
+
+
+def rule_means(group) -> str:
+    if not all(r.get("rules") for r in group):
+        return ""
+    rules = ("by_accuracy", "by_accuracy_then_loss", "last", "ceiling")
+    return " / ".join(f"{100 * statistics.mean(r['rules'][k] for r in group):.1f}" for k in rules)
+
+
+def summary(args) -> None:
+    rows = [json.loads(line) for line in args.out.read_text().splitlines()]
+    groups = {}
+    for r in rows:
+        if r["seed"] in args.seeds and (args.cell is None or r["cell"] == args.cell):
+            groups.setdefault((r["cell"], r["name"]), []).append(r)
+    print(
+        "| cell | configuration | overrides | seeds | float accuracy % mean ± std (min) | int8 % | best steps "
+        "| other rules: accuracy / accuracy then loss / last / ceiling (means) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for (cell, name), group in groups.items():
+        group.sort(key=lambda r: r["seed"])
+        int8 = [r["int8_accuracy"] for r in group if "int8_accuracy" in r]
+        print(
+            f"| {cell} | {name} | `{described(group[0])}` | {','.join(str(r['seed']) for r in group)} "
+            f"| {spread([r['test_accuracy'] for r in group])} | {spread(int8) if int8 else ''} "
+            f"| {','.join(str(r['best_step']) for r in group)} | {rule_means(group)} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run")
+    p.add_argument("cell")
+    p.add_argument("name")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--preset")
+    p.add_argument("--int8", action="store_true")
+    p.add_argument("--gate-bias", type=float)
+    p.add_argument("--sparsity", type=float)
+    p.add_argument("--out", type=Path, default=HERE / "results.jsonl")
+    s = sub.add_parser("summary")
+    s.add_argument("--out", type=Path, default=HERE / "results.jsonl")
+    s.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    s.add_argument("--cell")
+    args = parser.parse_args()
+    run(args) if args.command == "run" else summary(args)
+
+
+if __name__ == "__main__":
+    main()
