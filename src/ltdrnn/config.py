@@ -124,7 +124,10 @@ class TrainConfig:
     lambda); terms without a weight are not added. ``checkpoint_every``: steps between checkpoints
     (0: only at evaluations). ``track_gradients``: record ||dh_T/dh_1|| at every evaluation.
     ``select_on``: the validation quantity that picks the checkpoint used for the test: the task's
-    ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy); ``last`` tests the
+    ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy); ``metric_then_loss``
+    the best metric with ties going to the lower loss (a small validation split's accuracy moves in large
+    steps and ties often, where ``metric`` keeps the first of the tied checkpoints, and ``loss`` can prefer
+    a checkpoint near chance to one confidently wrong on one series); ``last`` tests the
     final weights (no selection; needed when the validation split is empty, which is refused otherwise).
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
@@ -187,7 +190,7 @@ CHOICES = {
     "optim.loss_reduction": ("mean", "sum"),
     "model.head": ("auto", "classifier", "regressor", "tagger", "lm"),
     "model.pooling": ("last", "mean", "max"),
-    "train.select_on": ("metric", "loss", "last"),
+    "train.select_on": ("metric", "loss", "metric_then_loss", "last"),
 }
 
 

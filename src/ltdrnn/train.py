@@ -333,7 +333,8 @@ class Run:
             self.status = "pruned"
         if self.cfg.train.select_on == "last" or self.runaway_loss() is not None:  # a runaway is never the best
             return
-        score = summary[self.cfg.train.select_on]
+        select = self.cfg.train.select_on
+        score = (summary["metric"], summary["loss"]) if select == "metric_then_loss" else summary[select]
         if self.best is None or self.better(score, self.best["score"]):
             self.best = {
                 "score": score,
@@ -352,7 +353,17 @@ class Run:
                     self.run_dir / BEST,
                 )
 
-    def better(self, new: float, old: float) -> bool:
+    def better(self, new, old) -> bool:
+        """Whether the validation score ``new`` beats ``old``: a number, or with ``metric_then_loss`` a
+        ``(metric, loss)`` pair compared on the metric first and on the loss when the metrics tie."""
+        if isinstance(new, tuple):
+            if not all(math.isfinite(v) for v in new):
+                return False
+            if not all(math.isfinite(v) for v in old):
+                return True
+            if new[0] != old[0]:
+                return new[0] > old[0] if self.info.higher_is_better else new[0] < old[0]
+            return new[1] < old[1]
         if not math.isfinite(new):
             return False
         if not math.isfinite(old):
