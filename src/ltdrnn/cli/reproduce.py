@@ -78,7 +78,7 @@ def _judged_with(parser: argparse.ArgumentParser) -> None:
 def _cmd_list(args) -> int:
     from ..reproduce import Store, judge, load_claims
     from ..reproduce.notes import budget_label
-    from ..reproduce.store import pick_budget
+    from ..reproduce.store import judged_rows
     from ..results import database_exists
 
     claims = load_claims()
@@ -87,10 +87,11 @@ def _cmd_list(args) -> int:
         status = "not run yet"
         if stored is not None:
             found = stored.by_budget(claim, args.extra)
-            budget, measurements = pick_budget(claim, found)
-            verdict = judge(claim, measurements, budget)
+            judged, budget, measurements = judged_rows(claim, found, stored.full_rows(claim, args.extra))
+            verdict = judge(judged, measurements, budget)
             stale = sum(len(m.stale) for m in found.values())
-            shown = f" ({budget_label(claim, budget)})" if budget and verdict.status != "proxy" else ""
+            data = ", full data" if judged is not claim else ""
+            shown = f" ({budget_label(judged, budget)}{data})" if budget and verdict.status != "proxy" else ""
             status = verdict.status + shown + (f", {stale} stale" if stale else "")
         print(f"{claim.id:24s} {claim.paper:26s} {len(claim.runs)} runs  {status:28s} {claim.title}")
     return 0

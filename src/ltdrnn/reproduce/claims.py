@@ -433,16 +433,19 @@ def settings(cfg: Any) -> Dict[str, Any]:
 
 
 def untagged_settings(claim: Claim) -> List[str]:
-    """The settings of the claim's runs under its paper budget that no condition gives a source."""
+    """The settings of the claim's runs under its paper budget, and of its full-data run, that no condition
+    gives a source."""
+    full = list(claim.full_run.set) if claim.full_run else []
     problems = []
     for spec in claim.runs:
-        try:
-            cfg = load_config(spec.preset, claim.overrides(spec, "paper"))
-        except (ConfigError, OSError):
-            continue  # reported by validate
-        missing = [key for key in settings(cfg) if not any(c.covers(spec.label, key) for c in claim.conditions)]
-        if missing:
-            problems.append(f"{claim.id}/{spec.label}: conditions: no source for {', '.join(missing)}")
+        for extra, run in (([], ""), (full, " (full-data run)")) if full else (([], ""),):
+            try:
+                cfg = load_config(spec.preset, claim.overrides(spec, "paper", extra))
+            except (ConfigError, OSError):
+                continue  # reported by validate
+            missing = [key for key in settings(cfg) if not any(c.covers(spec.label, key) for c in claim.conditions)]
+            if missing:
+                problems.append(f"{claim.id}/{spec.label}{run}: conditions: no source for {', '.join(missing)}")
     return problems
 
 

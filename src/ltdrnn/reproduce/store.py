@@ -4,6 +4,7 @@ read from them: the current rows only (:mod:`.staleness`), the stale ones kept a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ from ..results import seed_of
 from .claims import BUDGETS, Claim
 from .measurements import Measurements
 from .staleness import Tried, configurations, differences, expected_configs, redefined, stale_row
+from .verdicts import deciding_seeds, missing_seeds
 
 
 class Store:
@@ -60,25 +62,26 @@ class Store:
                 out.setdefault(row["run_id"], {})[row["kind"]] = json.loads(row["data"])
         return out
 
-    def measurements(self, claim: Claim, budget: str, extra: Sequence[str] = ()) -> Measurements:
+    def measurements(
+        self, claim: Claim, budget: str, extra: Sequence[str] = (), elsewhere: Sequence[str] = ()
+    ) -> Measurements:
         """Per label, the latest current row of each seed (``train.seed`` of its config) under ``budget``,
         oldest first, and their analyses. Rows of the same label and seed are re-runs: the latest wins.
         A row is current if its config is the one the claim trains today with the ``--set`` items
         ``extra`` (:mod:`.staleness`); the others, and rows of labels the claim no longer has, are
-        ``stale``."""
+        ``stale``, less those current with ``extra`` and ``elsewhere`` too (the full-data rows, which
+        :meth:`full_rows` reads)."""
         study = claim.study(budget)
         expected = expected_configs(claim, budget, extra)
+        other = expected_configs(claim, budget, [*extra, *elsewhere]) if elsewhere else {}
         by_run = self.analyses(study)
         latest: Dict[str, Dict[Any, Dict[str, Any]]] = {}
         stale = []
         for row in self.results.rows(study=study):  # oldest first
             label = row["name"]
-            why = (
-                differences(row.get("config") or {}, expected[label], str(row.get("created") or ""))
-                + redefined(by_run.get(row["id"], {}))
-                if label in expected
-                else ["not a run of the claim"]
-            )
+            why = _why_stale(row, expected, by_run)
+            if why and other and not _why_stale(row, other, by_run):
+                continue
             if why:
                 stale.append(stale_row(row, why))
                 continue
@@ -91,17 +94,54 @@ class Store:
 
     def configurations(self, claim: Claim, budget: str, extra: Sequence[str] = ()) -> Dict[str, List[Tried]]:
         """Per run label, the distinct configs the claim's rows under ``budget`` were trained with, stale or
-        current (:func:`.staleness.configurations`): the configurations tried on the claim's own rows."""
+        current (:func:`.staleness.configurations`): the configurations tried on the claim's own rows. The
+        full-data rows are not among them: they train today's config on other data, chosen by nobody."""
         rows = self.results.rows(study=claim.study(budget))
+        full = expected_configs(claim, budget, [*extra, *full_set(claim)]) if full_set(claim) else {}
+        if full:
+            rows = [row for row in rows if _why_stale(row, full, {})]
         return configurations(rows, expected_configs(claim, budget, extra))
 
     def by_budget(self, claim: Claim, extra: Sequence[str] = ()) -> Dict[str, Measurements]:
-        """:meth:`measurements` of every budget."""
-        return {budget: self.measurements(claim, budget, extra) for budget in BUDGETS}
+        """:meth:`measurements` of every budget, without the claim's full-data rows (:meth:`full_rows`)."""
+        return {budget: self.measurements(claim, budget, extra, full_set(claim)) for budget in BUDGETS}
+
+    def full_rows(self, claim: Claim, extra: Sequence[str] = ()) -> Optional[Measurements]:
+        """The claim's full-data rows: those trained at the paper budget with the ``--set`` items of its
+        ``full_run`` (and ``extra``); None where the claim has no full-data run."""
+        if not full_set(claim):
+            return None
+        return self.measurements(claim, "paper", [*extra, *full_set(claim)])
 
     def shown_budget(self, claim: Claim, extra: Sequence[str] = ()) -> Tuple[Optional[str], Measurements]:
         """The budget whose runs the document shows and its measurements (see :func:`pick_budget`)."""
         return pick_budget(claim, self.by_budget(claim, extra))
+
+
+def _why_stale(row: Dict[str, Any], expected: Dict[str, Dict[str, Any]], by_run: Dict[str, Any]) -> List[str]:
+    """Why a stored row is not a current row of the claim whose configs of today are ``expected`` (empty:
+    it is)."""
+    label = row["name"]
+    if label not in expected:
+        return ["not a run of the claim"]
+    created = str(row.get("created") or "")
+    return differences(row.get("config") or {}, expected[label], created) + redefined(by_run.get(row["id"], {}))
+
+
+def full_set(claim: Claim) -> List[str]:
+    """The ``--set`` items that make a paper-budget row a full-data row (empty: the claim has none)."""
+    return list(claim.full_run.set) if claim.full_run else []
+
+
+def judged_rows(
+    claim: Claim, found: Dict[str, Measurements], full: Optional[Measurements]
+) -> Tuple[Claim, Optional[str], Measurements]:
+    """``(the claim as judged, its budget, the rows that judge it)``: the full-data rows ``full`` once every
+    judged run has each seed that decides (:func:`.verdicts.deciding_seeds`), the claim then judged on the
+    papers' data (``data`` full, so no longer a proxy); until then the budget :func:`pick_budget` picks."""
+    if full is not None and not missing_seeds(claim, full, deciding_seeds(claim)):
+        return dataclasses.replace(claim, data="full"), "paper", full
+    return (claim, *pick_budget(claim, found))
 
 
 def pick_budget(claim: Claim, found: Dict[str, Measurements]) -> Tuple[Optional[str], Measurements]:

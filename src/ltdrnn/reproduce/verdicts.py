@@ -28,6 +28,7 @@ from .expressions import Underflow, Unmeasured
 from .measurements import STABILISERS, Measurements, format_number, stabilisers, step_budget
 
 HELD_OUT_SEEDS = (4, 5, 6)
+DEVELOPMENT_SEEDS = (1, 2, 3)  # what `reproduce run` trains by default; an untuned claim's seeds
 NOT_HELD_OUT = "not measured on held-out seeds"
 STATUSES = ("reproduced", "partly", "not reproduced", "proxy", NOT_HELD_OUT, "not run yet")
 MARKS = {"yes": "✓", "no": "✗", "undecided": "?", "not measured": "–"}
@@ -290,12 +291,18 @@ def deciding_rows(claim: Claim, measurements: Measurements) -> Tuple[Measurement
     return measurements.split(HELD_OUT_SEEDS)
 
 
-def missing_held_out(claim: Claim, held: Measurements) -> List[str]:
-    """The judged runs lacking a held-out seed, with the seeds they lack: ``["tarnn (seeds 5, 6)"]``."""
+def deciding_seeds(claim: Claim) -> Tuple[int, ...]:
+    """The seeds whose rows decide the claim: a tuned claim's held-out seeds, an untuned claim's 1-3."""
+    return HELD_OUT_SEEDS if claim.tuning.tuned else DEVELOPMENT_SEEDS
+
+
+def missing_seeds(claim: Claim, found: Measurements, seeds: Tuple[int, ...] = HELD_OUT_SEEDS) -> List[str]:
+    """The judged runs lacking one of ``seeds`` (by default the held-out ones), with the seeds they lack:
+    ``["tarnn (seeds 5, 6)"]``."""
     out = []
     for label in claim.checked_labels:
-        stored = {seed_of(row) for row in held.seeds.get(label, [])}
-        lacking = [str(seed) for seed in HELD_OUT_SEEDS if seed not in stored]
+        stored = {seed_of(row) for row in found.seeds.get(label, [])}
+        lacking = [str(seed) for seed in seeds if seed not in stored]
         if lacking:
             out.append(f"{label} (seed{'s' if len(lacking) > 1 else ''} {', '.join(lacking)})")
     return out
@@ -318,7 +325,7 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
     shown = judge_rows(claim, development, budget)
     seeds = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
     tuned = f"{', '.join(claim.tuning.runs)} tuned on the development seeds"
-    missing = missing_held_out(claim, deciding)
+    missing = missing_seeds(claim, deciding)
     if not missing:
         verdict = judge_rows(claim, deciding, budget)
         verdict.reason = f"On the held-out seeds {seeds} ({tuned}, {shown.status} there). " + verdict.reason
