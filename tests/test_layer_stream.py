@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ltdrnn import Recurrent
+from ltdrnn import Recurrent, entry
 
 #: the source cells, with the options their benchmarks stream (TARNN K = 5 runs several Euler rounds)
 STREAMED = [("tarnn", {}), ("tarnn", {"K": 5}), ("srnn", {}), ("mist", {}), ("irnn", {}), ("sarnn", {})]
@@ -95,3 +95,36 @@ def test_training_with_dropout_takes_the_full_path_and_drops_between_layers():
         torch.manual_seed(1)
         expected, _ = layer._step_cells(x, list(state.unbind(0)))
     torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+
+def every_variant(*names):
+    """``(name, options)`` of each cell's default and every registered variant, with its test options."""
+    return [
+        pytest.param(name, {**entry(name).test_options, **options}, id=f"{name}-{variant}")
+        for name in names
+        for variant, options in {"default": {}, **entry(name).variants}.items()
+    ]
+
+
+@pytest.mark.parametrize("name,options", every_variant("irnn"))
+def test_streamed_steps_equal_the_reference_forward_for_every_variant(name, options):
+    """The lean streaming step covers every option the cell accepts, or declines it to the full path."""
+    torch.manual_seed(0)
+    layer = Recurrent(name, 3, 6, num_layers=2, **options).eval()
+    reference = Recurrent(name, 3, 6, num_layers=2, backend="reference", **options).eval()
+    reference.load_state_dict(layer.state_dict())
+    x = 2 * torch.randn(2, 7, 3)
+    with torch.no_grad():
+        expected, expected_final = reference(x)
+        state, outputs = None, []
+        for t in range(x.shape[1]):
+            y, state = layer.step(x[:, t], state)
+            outputs.append(y)
+    torch.testing.assert_close(torch.stack(outputs, 1), expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(flat_state(state), flat_state(expected_final))
+
+
+def flat_state(state):
+    """A state (a tensor, or a tuple such as ``(h, counter)``) as one float64 vector."""
+    parts = state if isinstance(state, tuple) else (state,)
+    return torch.cat([part.reshape(-1).double() for part in parts])

@@ -411,7 +411,7 @@ def mean_loss(out, final):
 def test_compiled_k1_loop_equals_the_reference_and_the_pytorch_loop_in_float64(monkeypatch, options):
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/irnn.cpp")
-    import ltdrnn.cells.fused.irnn as irnn_module
+    import ltdrnn.ops.irnn_torch as irnn_module
 
     calls = []
     real = irnn_module._compiled_backward
@@ -449,7 +449,7 @@ def test_compiled_k1_loop_at_2_threads_equals_the_reference_and_the_pytorch_loop
     alpha are added), B = 1 leaves the second thread without rows; low rank and dense M."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/irnn.cpp")
-    import ltdrnn.cells.fused.irnn as irnn_module
+    import ltdrnn.ops.irnn_torch as irnn_module
 
     calls = []
     real = irnn_module._compiled_backward

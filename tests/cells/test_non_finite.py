@@ -24,6 +24,7 @@ CONFIGS = [(name, {"K": 2} if name in ("tarnn", "irnn") else {}) for name in lis
     ("irnn", {"activation": "sigmoid"}),
     ("irnn", {"rank": None}),
     ("irnn", {"projection": False, "reading": "paper"}),
+    ("irnn", {"gate": "outside"}),  # the gate streams too
     ("tarnn", {"K": 1}),
     ("tarnn", {"K": 1, "activation": "tanh"}),
     ("tarnn", {"activation": "sigmoid"}),

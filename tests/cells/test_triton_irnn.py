@@ -1,4 +1,4 @@
-"""iRNN's Triton kernels at K = 1 (ltdrnn.cells.fused.irnn_triton) against the reference loop: outputs, final
+"""iRNN's Triton kernels at K = 1 (ltdrnn.ops.irnn_triton) against the reference loop: outputs, final
 state and every gradient (the low-rank factors, eta and a learned alpha included), with lengths, several T and
 batches that do not fill a program's block. On the CPU they run in Triton's interpreter (tests/triton_helpers.py)."""
 
@@ -46,7 +46,7 @@ def test_hidden_size_above_one_product_chunk():
 
 @pytest.mark.parametrize("gated, eta_shape", [(False, (1,)), (True, (3, 1))], ids=["plain", "gated_per_step"])
 def test_fake_implementations_and_autograd_registration_pass_opcheck(gated, eta_shape):
-    from ltdrnn.cells.fused import irnn_triton  # noqa: F401  (registers the operators)
+    from ltdrnn.ops import irnn_triton  # noqa: F401  (registers the operators)
 
     def tensor(*shape, scale=1.0):
         return (torch.randn(*shape, dtype=DTYPE, device=DEVICE) * scale).requires_grad_()
@@ -81,7 +81,7 @@ def test_the_authors_gate_equals_the_reference(options):
 @pytest.mark.parametrize("gate", ["none", "outside"])
 def test_per_time_step_step_sizes_run_in_the_kernel_and_equal_the_reference(gate, monkeypatch):
     """The copy preset's eta^i (projected) with and without the gate."""
-    from ltdrnn.cells.fused import irnn_triton
+    from ltdrnn.ops import irnn_triton
 
     cell = build("irnn", hidden_size=18, eta=0.2, eta_per_time_step=True, max_length=9, eta_param="projected",
                  gate=gate, u_init="identity")  # fmt: skip

@@ -10,15 +10,15 @@ step; the state ``h_k`` is the *increment* that brings ``h_{k-1}`` onto the equi
 (Eq. 5 without ``P``; Eq. 8, used in all the paper's experiments, with ``P = U = I + V H``.) The option
 ``reading`` selects where the iteration starts and how ``h_k`` is read from it (:data:`READINGS`).
 
-Backends: ``"reference"``, a loop over :meth:`IRNN.step` that applies U and P literally, and
-``"torch"``, a hand-written forward and backward over the whole sequence
-(:class:`~ltdrnn.cells.fused.irnn.FusedIRNN`) that folds ``P U`` into one matrix ``M`` and ``P (W x + b)``
-into the precomputed input, with its K = 1 time loops compiled as ``"cpp"``. This module holds the cell, its
-maths and the dispatch; the fused path and its compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.irnn`.
+This module holds the cell: its parameters, init, the reference step (:meth:`IRNN.step`, ``U`` and ``P``
+applied literally) and registration. Its fast paths (backends ``"torch"``, ``"cpp"`` and
+``"triton"``: a hand-written forward and backward over the whole sequence that folds ``P U`` into one
+matrix ``M`` and ``P (W x + b)`` into the precomputed input, in PyTorch, with its K = 1 time loops compiled,
+or in Triton) are :mod:`ltdrnn.ops.irnn`.
 
 Doc: docs/cells/irnn.md
 Tests: tests/cells/test_irnn.py, tests/cells/test_euler.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/ops/csrc/irnn.cpp (CPU); src/ltdrnn/cells/fused/irnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/irnn.cpp (CPU); src/ltdrnn/ops/irnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -30,28 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..ops.common import (
-    ParameterCache,
-    final_state_at_lengths,
-    join_counter,
-    join_moved_counter,
-    scalars,
-    split_counter,
-)
-from ..ops.triton_support import autocast_weight
-from .base import (
-    State,
-    check_choice,
-    check_finite_float,
-    check_positive_float,
-    check_positive_int,
-    mask_outputs,
-)
-from .base import (
-    activation as activation_function,
-)
+from ..ops import irnn as irnn_ops
+from ..ops.common import ParameterCache, join_counter, split_counter
+from .base import State, check_choice, check_finite_float, check_positive_float, check_positive_int
+from .base import activation as activation_function
 from .euler import EulerCell, EulerSteps
-from .fused.irnn import FusedIRNN, IRNNLoop, dense_operator
 from .registry import ParamCount, register
 
 #: reading -> (s, r) in the variable ``y_i = g_i + h_{k-1}``: ``y_0 = s h_{k-1}``, ``h_k = y_K - r h_{k-1}``.
@@ -153,9 +136,10 @@ class IRNN(EulerCell):
         backend: ``"torch"`` (hand-written backward), ``"cpp"`` (the same, its K = 1 time loops compiled;
             the default on the CPU), ``"reference"`` (loop over :meth:`step`) or ``"triton"`` (K = 1, with or
             without the gate and per-time-step step sizes: the time loop in one Triton launch per direction,
-            :mod:`ltdrnn.cells.fused.irnn_triton`; the default for CUDA tensors when Triton is installed; K > 1:
+            :mod:`ltdrnn.ops.irnn_triton`; the default for CUDA tensors when Triton is installed; K > 1:
             the PyTorch loop; where Triton cannot run: ``"cpp"`` or ``"torch"``). With the gate or
-            per-time-step step sizes ``"torch"`` and ``"cpp"`` run :class:`IRNNLoop`.
+            per-time-step step sizes ``"torch"`` and ``"cpp"`` run :class:`~ltdrnn.ops.irnn_torch.IRNNLoop`; see
+            :mod:`ltdrnn.ops.irnn`.
 
     Init (not given in the paper): every weight and ``b`` ``U(-1/sqrt(H), 1/sqrt(H))`` as torch.nn's
     RNN, except ``U = I`` (``u_init="identity"``); ``eta = 1e-2`` (paper); the gate as the authors' code:
@@ -228,7 +212,8 @@ class IRNN(EulerCell):
         self.gate = check_choice("gate", gate, ("none", "outside"))
         self.gate_bias = check_finite_float("gate_bias", gate_bias)
         self.u_init = check_choice("u_init", u_init, ("identity", "uniform"))
-        self._stream_cache = ParameterCache()
+        #: the operands of a streamed step, formed once per parameter change (:func:`ltdrnn.ops.irnn.stream`)
+        self.stream_cache = ParameterCache()
         self.weight_x = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
         if self.rank is None:
@@ -274,7 +259,7 @@ class IRNN(EulerCell):
         if not self.contractive:
             return alpha
         first, second = self.recurrent_operator()
-        operator = first if second is None else dense_operator(first, second)
+        operator = first if second is None else irnn_ops.dense_operator(first, second)
         if not torch.isfinite(operator).all():
             # Diverged weights: the SVD would raise, while a NaN leak lets the loss turn non-finite,
             # which the trainer reports as a diverged run.
@@ -315,7 +300,7 @@ class IRNN(EulerCell):
             h_new = (1 - u) * h + u * h_new
         return h_new, join_counter(h_new, None if counter is None else counter + 1)
 
-    # ---- the fused path ----------------------------------------------------------------------------
+    # ---- the fast paths (ltdrnn.ops.irnn) ------------------------------------------------------------
     def recurrent_operator(self) -> Tuple[Tensor, Tensor | None]:
         """``M`` with ``pre = M y + c``: ``(M, None)`` dense, or low rank ``(V', H)`` with ``M = I + V' H``.
 
@@ -336,91 +321,18 @@ class IRNN(EulerCell):
             return self.apply_u(self.weight_x.t()).t(), self.apply_u(self.bias)
         return self.weight_x, self.bias
 
-    def stream_step(self, x_t: Tensor, h: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
-        """One step without autograd: a few ops on matrices cached until a parameter changes; None with the
-        gate or per-time-step step sizes (the counter picks the row: the sequence path handles it)."""
-        if self.per_time_step or self.gated:
-            return None
-        operands = self._stream_cache.get(self.own_parameters(), self._stream_operands)
-        weight_t, bias, m_t, etas, alpha = operands
-        s, r = READINGS[self.reading]
-        y = h if s == 1.0 else h * s
-        c = torch.addmm(bias, x_t, weight_t)
-        for eta in etas:
-            drive = self.phi(torch.addmm(c, y, m_t))
-            y = torch.add(y, drive.sub_(y, alpha=alpha), alpha=eta)
-        y = y.sub_(h) if r == 1.0 else y
-        return y, y
-
-    def _stream_operands(self):
-        weight, bias = self.input_map()
-        first, second = self.recurrent_operator()
-        m = first if second is None else dense_operator(first, second)
-        alpha = float(self.alpha())
-        return weight.t().contiguous(), bias, m.t().contiguous(), scalars(self.steps.values()), alpha
+    def reading_pair(self) -> Tuple[float, float]:
+        """The reading as ``(start, keep)`` in ``y_i = g_i + h_{k-1}``: ``y_0 = start h_{k-1}``,
+        ``h_k = y_K - keep h_{k-1}`` (:data:`READINGS`)."""
+        return READINGS[self.reading]
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
-        """Whole sequence in the Triton kernels (``backend="triton"``, K = 1) or :class:`FusedIRNN`: ``P U`` is one
-        operator, and ``P (W x + b)`` is one linear map of the input, applied for all steps before the loop.
-        Per-time-step step sizes and the gate run in Triton or in :class:`IRNNLoop` (a PyTorch loop with a
-        hand-written backward) when every sequence starts at the same time step, else in the reference loop."""
-        h, counter = split_counter(self.per_time_step, state)
-        eta = self.sequence_step_sizes(x.shape[0], counter)
-        if eta is None:
-            return self.scan_reference(x, state, lengths)
-        if backend == "triton" and self.K == 1:
-            outputs, final = self._triton_scan(x, h, eta, lengths)
-            return outputs, join_moved_counter(final, counter, x, lengths)
-        weight, bias = self.input_map()
-        first, second = self.recurrent_operator()
-        alpha = self.alpha()
-        alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
-        if counter is None and not self.gated:
-            second = first.new_empty(0) if second is None else second
-            outputs = FusedIRNN.apply(
-                x,
-                weight,
-                bias,
-                h,
-                first,
-                second,
-                eta,
-                alpha,
-                self.activation,
-                *READINGS[self.reading],
-                backend == "cpp",
-            )
-            return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
-        m = first if second is None else dense_operator(first, second)
-        c = F.linear(x, weight, bias)
-        gate_x = F.linear(x, self.weight_gate_x, self.bias_gate) if self.gated else x.new_empty(0)
-        gate_h = self.weight_gate_h if self.gated else x.new_empty(0)
-        outputs = IRNNLoop.apply(c, gate_x, h, m, eta, alpha, gate_h, self.activation, *READINGS[self.reading])
-        final = final_state_at_lengths(outputs, lengths)
-        return mask_outputs(outputs, lengths), join_moved_counter(final, counter, x, lengths)
+        """The whole sequence in ``backend``: :func:`ltdrnn.ops.irnn.scan`."""
+        return irnn_ops.scan(self, x, state, lengths, backend)
 
-    def _triton_scan(self, x: Tensor, h: Tensor, eta: Tensor, lengths: Tensor | None):
-        """K = 1 in one Triton launch per direction (:mod:`ltdrnn.cells.fused.irnn_triton`), ``eta`` ``(1,)`` or
-        this call's rows ``(T, 1)``: the input map (and the gate's) is one GEMM here, ``M`` is formed dense (its
-        gradient reaches the low-rank factors through autograd). The operators are formed in the parameters'
-        dtype even under autocast; only the products take it."""
-        from .fused.irnn_triton import irnn_scan
-
-        device = x.device.type
-        with torch.autocast(device, enabled=False):
-            weight, bias = self.input_map()
-            first, second = self.recurrent_operator()
-            m = first if second is None else dense_operator(first, second)
-            alpha = self.alpha()
-        m = autocast_weight(m, device)
-        alpha = alpha if isinstance(alpha, Tensor) else x.new_tensor(alpha)
-        c = F.linear(x, weight, bias)
-        if self.gated:
-            a, ug = F.linear(x, self.weight_gate_x, self.bias_gate), autocast_weight(self.weight_gate_h, device)
-        else:
-            a, ug = c.new_empty(0), m.new_empty(0)
-        outputs = irnn_scan(c, a, h, m, ug, eta, alpha, lengths, self.activation, *READINGS[self.reading])
-        return outputs, final_state_at_lengths(outputs, lengths)
+    def stream_step(self, x_t: Tensor, state: State, backend: str) -> Tuple[Tensor, State] | None:
+        """One step without autograd: :func:`ltdrnn.ops.irnn.stream`."""
+        return irnn_ops.stream(self, x_t, state, backend)
 
     def extra_repr(self) -> str:
         return (

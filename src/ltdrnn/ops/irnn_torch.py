@@ -1,8 +1,10 @@
-"""iRNN's fused path: :class:`FusedIRNN`, a hand-written forward and backward over the whole
-sequence, its compiled K = 1 time loop (``csrc/irnn.cpp``) and the PyTorch loop it falls back to.
+"""iRNN's ``"torch"`` and ``"cpp"`` backends: :class:`FusedIRNN`, a hand-written forward and backward over the
+whole sequence, with its time loops in PyTorch (``"torch"``) or, at K = 1, compiled (``"cpp"``,
+``csrc/irnn.cpp``), and :class:`IRNNLoop`, the PyTorch loop with a hand-written backward for the update gate
+and per-time-step step sizes.
 
-The cell, its maths and its dispatch are in :mod:`ltdrnn.cells.irnn`; the tests that compare these
-paths with its reference loop are in tests/cells/test_irnn.py.
+The cell is :mod:`ltdrnn.cells.irnn`; the dispatch and the operands are in :mod:`ltdrnn.ops.irnn`; the tests
+that compare these paths with the cell's reference loop are in tests/cells/test_irnn.py.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ...ops.common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
-from ...ops.kernels import load_torch_ops
-from ...ops.memory import empty_buffer
+from .common import ACTIVATION_BACKWARD_INTO, ACTIVATION_CODES, ACTIVATION_INTO, scalars
+from .kernels import load_torch_ops
+from .memory import empty_buffer
 
 
 class FusedIRNN(torch.autograd.Function):
@@ -22,7 +24,7 @@ class FusedIRNN(torch.autograd.Function):
 
     In the variable ``y_i = g_i + h_{t-1}``: ``y_0 = s h_{t-1}``,
     ``y_{i+1} = y_i + eta_i (phi(M y_i + c_t) - alpha y_i)``, ``h_t = y_K - r h_{t-1}``, with ``(s, r)``
-    the reading's pair in :data:`READINGS` (the residual reading is simply ``h_t = y_K``).
+    the reading's pair (:class:`~ltdrnn.ops.irnn.IRNNOperands`) (the residual reading is simply ``h_t = y_K``).
     ``M`` is given dense (``first = M``, ``second`` empty) or as ``I + V' H`` (``first = V'``,
     ``second = H``). The PyTorch loop applies the dense ``M`` (one matmul per Euler step: fewer ops
     beat fewer FLOPs at these sizes) and maps the ``(H, H)`` gradient of M onto the factors; the compiled

@@ -1,7 +1,7 @@
 """iRNN's time loop in Triton at K = 1, forward and backward each in one launch (torch operators
 ``ltdrnn::irnn_triton_forward`` / ``ltdrnn::irnn_triton_backward``).
 
-With ``y_0 = s h_{t-1}`` (``s``, ``r``: the reading's pair, :data:`ltdrnn.cells.irnn.READINGS`)::
+With ``y_0 = s h_{t-1}`` (``s``, ``r``: the reading's pair, :class:`~ltdrnn.ops.irnn.IRNNOperands`)::
 
     pre_t = M y_0 + c_t,   phi_t = act(pre_t),   h_t = y_0 + eta (phi_t - alpha y_0) - r h_{t-1}
 
@@ -28,8 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ...ops.common import ACTIVATION_CODES
-from ...ops.triton_blocks import (
+from .common import ACTIVATION_CODES
+from .triton_blocks import (
     activate,
     activation_slope,
     kernel_state_dtype,
@@ -38,7 +38,7 @@ from ...ops.triton_blocks import (
     sequence_lengths,
     sigmoid,
 )
-from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 FORWARD, BACKWARD = "ltdrnn::irnn_triton_forward", "ltdrnn::irnn_triton_backward"
 
