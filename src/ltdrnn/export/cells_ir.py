@@ -3,9 +3,10 @@
 Every builder follows the cell's streaming formulation in the library: the torch.nn equations for LSTM
 and GRU, the residual updates of FastRNN and FastGRNN (low-rank factors kept as two products), SRNN's
 input network and shift, MIST's softmax mix of delayed states, SA-RNN's coordinator and its GRU or LSTM
-candidate, and for TARNN and iRNN the fused forms their fast paths use (``input_weights``/
-``state_weights``/``weight_U``/``steps.values()``; ``input_map``/``recurrent_operator``/``alpha``), so
-options folded into those (TARNN's readings, iRNN's projection and low rank) need no code of their own.
+candidate, and for TARNN and iRNN the fused forms their fast paths use, so options folded into those
+(TARNN's readings, iRNN's projection and low rank) need no code of their own. A cell whose fast paths live
+in ``ltdrnn.ops`` is read through its front's public operands (``ops.tarnn.operands(cell)``), the tensors
+and codes its backends run on; iRNN's builder reads ``input_map``/``recurrent_operator``/``alpha``.
 The Euler loops of TARNN and iRNN are unrolled: each of the K steps has its own step size, and in the
 integer code its own number format.
 
@@ -17,9 +18,9 @@ from __future__ import annotations
 import copy
 from typing import Callable, Dict, List, Tuple
 
-import numpy as np
 import torch
 
+from ..ops import tarnn as ops_tarnn
 from .ir import Graph, StatePart, Value
 from .step import ExportError, StreamingStep
 
@@ -191,46 +192,34 @@ def _sarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
     return h_new
 
 
-def _apply_a(g: Graph, cell, z: Value) -> Value:
-    """``A z`` for TARNN's fixed ``A`` (``-c I``, or coupled: ``-z + upper(z)``)."""
-    a = cell.A.detach().double().cpu().numpy()
-    diagonal, off = np.diag(a), a - np.diag(np.diag(a))
-    if not np.all(diagonal == diagonal[0]):
-        raise ExportError("cell 'tarnn': a diagonal A other than -c I is not supported by the C export")
-    result = g.mul(z, float(diagonal[0]))
-    if np.any(off != 0):
-        half = cell.hidden_size // 2
-        coupled = np.zeros_like(a)
-        coupled[np.arange(half), np.arange(half) + half] = 1.0
-        if not np.array_equal(off, coupled):
-            raise ExportError("cell 'tarnn': an A other than identity or coupled is not supported by the C export")
-        result = g.add(result, g.upper(z))
-    return result
+def _apply_a(g: Graph, op: ops_tarnn.TARNNOperands, z: Value) -> Value:
+    """``A z`` for TARNN's fixed ``A`` (``a_diagonal I``, plus ``+I`` on the upper right when coupled)."""
+    result = g.mul(z, op.a_diagonal)
+    return g.add(result, g.upper(z)) if op.coupled else result
 
 
 @builds("tarnn")
 def _tarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    op = ops_tarnn.operands(cell)
     (s_part,) = parts
-    hidden = cell.hidden_size
+    hidden = op.weight_U.shape[0]
     s = g.read(s_part)
-    weight, bias = cell.input_weights()
     # [c, q, r] = W_in x + b + [B2; W2 + U; U_s] s: the linear term without A z (and the code reading's
     # damping -s), the pre-activation of the first Euler step (z_0 = s) and beta's. A z and -s are kept
     # apart, elementwise on z = s + delta: near equilibrium G is a small difference of terms of the size of
     # the state, and the integer step computes those in the state's own (wide) precision.
-    first = torch.cat([cell.weight_B2, cell.state_weights()[hidden:]])
-    qa = g.linear([(pre + "w_in", weight, x), (pre + "w_state", first, s)], bias, pre + "in")
+    first = torch.cat([op.weight_B2, op.state_weights[hidden:]])
+    qa = g.linear([(pre + "w_in", op.weight, x), (pre + "w_state", first, s)], op.bias, pre + "in")
     c, q, r = (g.slice(qa, k * hidden, hidden) for k in range(3))
     beta = g.act("sigmoid", r)
-    inside = cell.gate == "inside"
-    etas = cell.steps.values().detach().double().tolist()
+    inside = op.gate_inside
     delta = None  # z_k = s + delta_k, delta_0 = 0
-    for k, eta in enumerate(etas):
+    for eta in op.eta.detach().double().tolist():
         # G_k = phi(q + U delta_k) + c + A z_k (- s with the code reading's damping)
-        arg = q if delta is None else g.linear([(pre + "u", cell.weight_U, delta)], addend=q)
+        arg = q if delta is None else g.linear([(pre + "u", op.weight_U, delta)], addend=q)
         z = s if delta is None else g.add(s, delta)
-        grad = g.add(g.add(g.act(cell.activation, arg), c), _apply_a(g, cell, z))
-        if cell.damping:
+        grad = g.add(g.add(g.act(op.activation, arg), c), _apply_a(g, op, z))
+        if op.damping:
             grad = g.sub(grad, s)
         # eta first: eta G is the step's small change (a finer integer format than G's)
         change = g.mul(beta, g.mul(grad, eta)) if inside else g.mul(grad, eta)
@@ -268,7 +257,7 @@ def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 
 UNSUPPORTED_OPTIONS: Dict[str, Callable[[object], str | None]] = {
-    "tarnn": lambda c: "eta_per_time_step=True" if c.per_time_step else None,
+    "tarnn": lambda c: "eta_per_time_step=True" if ops_tarnn.operands(c).eta.dim() == 2 else None,
     "irnn": lambda c: "eta_per_time_step=True" if c.per_time_step else ("gate='outside'" if c.gated else None),
 }
 
