@@ -12,9 +12,12 @@ from ltdrnn.cells.sarnn import SARNN
 from ltdrnn.cells.srnn import SRNNCell
 from ltdrnn.cells.tarnn import TARNN
 from ltdrnn.ops import kernels
+from ltdrnn.ops import srnn as srnn_ops
 from ltdrnn.ops import tarnn as tarnn_ops
 
 CELLS = {"srnn": SRNNCell, "mist": MISTCell, "sarnn": SARNN, "tarnn": TARNN}
+#: the cells whose streaming operands come from their front in ops/
+FRONTS = {"srnn": srnn_ops, "tarnn": tarnn_ops}
 
 
 def stream_call(name):
@@ -25,7 +28,7 @@ def stream_call(name):
         pytest.skip(f"kernels off (LTDRNN_NO_KERNELS) or csrc/{name}.cpp does not build here")
     torch.manual_seed(0)
     cell = CELLS[name](3, 8)
-    operands = tarnn_ops.stream_operands(cell) if name == "tarnn" else cell._stream_operands()
+    operands = FRONTS[name].stream_operands(cell) if name in FRONTS else cell._stream_operands()
     x, state = torch.randn(2, 3), torch.randn(*cell.init_state(2).shape)
     return getattr(torch.ops.ltdrnn, f"{name}_stream"), operands.tensors, operands.options, x, state
 

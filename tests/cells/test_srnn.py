@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import ltdrnn
-from ltdrnn.cells.srnn import shift_relu_closed_form
 from ltdrnn.ops import kernels as kernel_module
 from ltdrnn.ops import memory
+from ltdrnn.ops.srnn_torch import shift_relu_closed_form
 from stream_helpers import check_streaming_matches_reference
 
 
@@ -271,7 +271,7 @@ def test_kernel_equals_the_loop_whether_it_forms_the_gate_itself_or_reads_it(inp
     """Inputs up to GATE_IN_KERNEL_MAX_INPUT wide: the kernel forms the gate's logits and returns
     dL/dW_g and dL/dx itself; wider inputs: the logits come from BLAS. Also through a batch-first
     layer, whose output gradient reaches the kernel transposed (read with its strides, not copied)."""
-    from ltdrnn.cells.fused.srnn import GATE_IN_KERNEL_MAX_INPUT
+    from ltdrnn.ops.srnn_torch import GATE_IN_KERNEL_MAX_INPUT
 
     assert GATE_IN_KERNEL_MAX_INPUT == 4
     cell = make(input_size=input_size, hyper_size=5, **options)
@@ -350,7 +350,7 @@ def test_kernel_equals_the_loop_in_float64_for_every_f_r_depth_width_and_block_s
     wide, or any width without the gate; with fr_layers=0 the features are x itself), or read from a
     BLAS-filled f (wider, with the gate); batch 3 in blocks of 2 + 1 rows and of 1 + 1 + 1, batch 1
     with fewer rows than threads: dL/dW_f is summed over the blocks."""
-    from ltdrnn.cells.fused.srnn import READOUT_IN_KERNEL_MAX_WIDTH
+    from ltdrnn.ops.srnn_torch import READOUT_IN_KERNEL_MAX_WIDTH
 
     assert READOUT_IN_KERNEL_MAX_WIDTH == 32
     cell = make(input_size=input_size, hyper_size=options.pop("hyper_size", 5), dtype=torch.float64, **options)
@@ -365,7 +365,7 @@ def test_kernel_equals_the_loop_in_float64_for_every_f_r_depth_width_and_block_s
 def test_kernel_scan_runs_an_empty_batch(gate):
     """Cells reject B = 0 before scanning; the autograd function and its operators accept it (one empty
     block of rows) and give empty outputs and zero parameter gradients."""
-    from ltdrnn.cells.fused.srnn import KernelScan
+    from ltdrnn.ops.srnn_torch import KernelScan
 
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
@@ -539,7 +539,7 @@ def piecewise_cell(hyper_size=8, **options):
 
 def count_piecewise_calls(monkeypatch):
     """Counts the piecewise-linear path's table builds (forward) and gradient assemblies (backward)."""
-    from ltdrnn.cells.fused import srnn as srnn_module
+    from ltdrnn.ops import srnn_torch as srnn_module
 
     calls = {"forward": 0, "backward": 0}
     tables, gradients = srnn_module.segment_tables, srnn_module.f_r_gradients
@@ -567,7 +567,7 @@ def test_piecewise_linear_path_equals_the_loop_in_float64_at_T_1100(monkeypatch,
     """input_size=1 with one f_r layer: f_r is read from per-segment tables and its gradients assembled
     from per-segment sums; outputs, final state and the gradients of x, h0 and every parameter against
     the reference loop, at 1 and 2 threads (batch 3: blocks of 2 + 1 rows; batch 1)."""
-    from ltdrnn.cells.fused.srnn import segment_tables
+    from ltdrnn.ops.srnn_torch import segment_tables
 
     cell = piecewise_cell(**options)
     x = 2 * torch.randn(1100, batch, 1, dtype=torch.float64)  # B = 1: above PIECEWISE_LINEAR_MIN_ROWS
@@ -608,7 +608,7 @@ def test_piecewise_linear_path_through_a_batch_first_layer(monkeypatch, options)
 def test_piecewise_linear_path_equals_the_general_kernel_scan():
     """The path it replaces for input_size=1, one f_r layer (KernelScan on features = relu(x A^T + a)) stays
     a reference: the same outputs and gradients in float32."""
-    from ltdrnn.cells.fused.srnn import KernelScan, PiecewiseLinearScan
+    from ltdrnn.ops.srnn_torch import KernelScan, PiecewiseLinearScan
 
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
@@ -895,7 +895,7 @@ def test_the_piecewise_linear_backward_reads_every_layout_of_dh_alike(dtype):
 def test_short_scans_keep_the_general_kernel_scan(monkeypatch):
     """Below PIECEWISE_LINEAR_MIN_ROWS rows (T B) the tables cost more than they save: KernelScan runs
     (a layer's one-step scan with autograd, short sequences); from it on, the piecewise-linear path."""
-    from ltdrnn.cells.fused.srnn import PIECEWISE_LINEAR_MIN_ROWS
+    from ltdrnn.ops.srnn_torch import PIECEWISE_LINEAR_MIN_ROWS
 
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")

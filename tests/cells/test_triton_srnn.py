@@ -1,4 +1,4 @@
-"""SRNN's Triton kernels (ltdrnn.cells.fused.srnn_triton) against the reference loop: outputs, final state
+"""SRNN's Triton kernels (ltdrnn.ops.srnn_triton) against the reference loop: outputs, final state
 and every gradient, with lengths, several T and batches that do not fill a program's block; the operators'
 fake implementations and torch.compile. On the CPU they run in Triton's interpreter (tests/triton_helpers.py)."""
 
@@ -20,7 +20,7 @@ def test_triton_equals_the_reference(steps, batch, options):
 
 
 def test_fake_implementations_and_autograd_registration_pass_opcheck():
-    from ltdrnn.cells.fused import srnn_triton  # noqa: F401  (registers the operators)
+    from ltdrnn.ops import srnn_triton  # noqa: F401  (registers the operators)
 
     beta = torch.randn(3, 5, 8, dtype=DTYPE, device=DEVICE, requires_grad=True)
     h0 = torch.randn(5, 8, dtype=DTYPE, device=DEVICE, requires_grad=True)

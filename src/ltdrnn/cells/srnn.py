@@ -4,12 +4,12 @@ The state is shifted by one position each step and the output of a state-free in
 ``h_t = act(roll(h_{t-1}, 1) + beta(x_t))``. Since ``beta`` does not see the state, it runs for every
 step at once in ``precompute``; only a shift, an add and ``act`` remain sequential. See
 ``docs/cells/srnn.md`` for the equations, defaults, paper settings and measurements. This module holds
-the cell, its maths (with the closed form of the relu recurrence) and the dispatch; the fused paths and
-their compiled-kernel bridges are in :mod:`ltdrnn.cells.fused.srnn`.
+the cell: its parameters, init, ``beta`` and the reference step. Its fast paths (backends ``"torch"``,
+``"cpp"``, ``"closed_form"`` and ``"triton"``) and its streaming step are :mod:`ltdrnn.ops.srnn`.
 
 Doc: docs/cells/srnn.md
 Tests: tests/cells/test_srnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/ops/csrc/srnn.cpp (CPU); src/ltdrnn/cells/fused/srnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/srnn.cpp (CPU); src/ltdrnn/ops/srnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..ops.common import ParameterCache, final_state_at_lengths, mask_outputs
-from ..ops.kernels import StreamOperands, stream_in_kernel
+from ..ops import srnn as srnn_ops
+from ..ops.common import ParameterCache
 from .base import Cell, check_choice, check_nonnegative_int, check_positive_int
-from .fused.srnn import PIECEWISE_LINEAR_MIN_ROWS, KernelScan, PiecewiseLinearScan, ShiftScan, kernel_supports
 from .registry import ParamCount, register
 
 _TABLE5 = "SRNN paper Table 5 (adding, d=2, one f_r layer of 32): 5k"
@@ -77,11 +76,10 @@ class SRNNCell(Cell):
             with a hand-written backward, pure PyTorch), ``"cpp"`` (the same in a compiled loop;
             falls back to ``"torch"`` when it cannot be built or for non-CPU/non-float32/64 tensors;
             with ``input_size=1`` and ``fr_layers=1``, ``f_r`` is read from a table of its linear
-            pieces: :class:`PiecewiseLinearScan`),
-            ``"closed_form"`` (relu only: cumsum/cummin, no time loop), ``"triton"`` (the recurrence in
-            one Triton launch per direction, :mod:`ltdrnn.cells.fused.srnn_triton`; the default for CUDA
-            tensors when Triton is installed; runs ``"cpp"`` or ``"torch"`` where Triton cannot run), or
-            ``"auto"`` (:func:`ltdrnn.ops.resolve`).
+            pieces), ``"closed_form"`` (relu only: cumsum/cummin, no time loop), ``"triton"`` (the
+            recurrence in one Triton launch per direction; the default for CUDA tensors when Triton is
+            installed; runs ``"cpp"`` or ``"torch"`` where Triton cannot run), or ``"auto"``
+            (:func:`ltdrnn.ops.resolve`); see :mod:`ltdrnn.ops.srnn`.
 
     Parameters are initialised like ``torch.nn.Linear`` (the authors' code). The shift ``W_p`` is
     fixed and has no parameters.
@@ -133,7 +131,8 @@ class SRNNCell(Cell):
         self.fr_out = nn.Linear(widths[-1], hidden_size, **self.factory)
         self.gate_layer = nn.Linear(input_size, hidden_size, **self.factory) if gate else None
         self._act = torch.relu if activation == "relu" else torch.tanh
-        self._stream_cache = ParameterCache()
+        #: the operands of a streamed step, formed once per parameter change (:func:`ltdrnn.ops.srnn.stream`)
+        self.stream_cache = ParameterCache()
 
     def reset_parameters(self) -> None:
         """PyTorch's ``nn.Linear`` default for every layer of ``beta``."""
@@ -154,62 +153,24 @@ class SRNNCell(Cell):
         h = self._act(torch.roll(h, 1, dims=-1) + beta_t)
         return h, h
 
-    def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
-        """One streaming step from raw input ``x_t (B, d)``: ``step(precompute(x_t), h)``, no scan setup.
-
-        Without autograd, at batch up to :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH` and with ``backend``
-        resolving to ``"cpp"``, the whole step is one call of ``torch.ops.ltdrnn.srnn_stream``
-        (:meth:`stream_step`)."""
-        if state is not None and self.resolved_backend(like=x_t) == "cpp":
-            stepped = self.stream_step(x_t, state, "cpp")
-            if stepped is not None:
-                return stepped
-        self.check_input(x_t, expected_dims=2, name="x_t")
-        if state is None:
-            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
-        return self.step(self.precompute(x_t), state)
-
-    def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
-        """``h_t`` from one call of the compiled streaming step, or None where it does not apply."""
-        outputs = stream_in_kernel(
-            "srnn",
-            lambda: self._stream_cache.get(self._beta_parameters(), self._stream_operands),
-            x_t,
-            h,
-            self.input_size,
-            (self.hidden_size,),
-        )
-        return None if outputs is None else outputs[0]
-
-    def _beta_parameters(self) -> list:
-        """The weights and biases of beta's layers, in order: f_r's hidden layers, f_r's last layer,
-        the gate. Read from the module dicts directly: ``parameters()`` costs several us per call."""
+    # ---- the fast paths (ltdrnn.ops.srnn) ------------------------------------------------------------
+    def own_parameters(self) -> list:
+        """The tensors the cached streaming operands derive from: the weights and biases of beta's layers,
+        in order (f_r's hidden layers, f_r's last layer, the gate). Read from the module dicts directly:
+        ``parameters()`` costs several us per call."""
         modules = self._modules
         layers = [*modules["fr_hidden"]._modules.values(), modules["fr_out"]]
         if modules.get("gate_layer") is not None:
             layers.append(modules["gate_layer"])
         return [p for layer in layers for p in (layer._parameters["weight"], layer._parameters["bias"])]
 
-    def _stream_operands(self) -> StreamOperands:
-        return StreamOperands(self._beta_parameters(), (self.fr_layers, self.activation == "relu"))
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, backend: str) -> Tuple[Tensor, Tensor]:
+        """The whole sequence in ``backend``: :func:`ltdrnn.ops.srnn.scan`."""
+        return srnn_ops.scan(self, x, state, lengths, backend)
 
     def stream_step(self, x_t: Tensor, state: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
-        h = self._stream_in_kernel(x_t, state) if backend == "cpp" else None
-        return None if h is None else (h, h)
-
-    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, backend: str) -> Tuple[Tensor, Tensor]:
-        if backend == "triton":
-            from .fused.srnn_triton import srnn_scan
-
-            outputs = srnn_scan(self.precompute(x), state, lengths, self.activation)
-            return outputs, final_state_at_lengths(outputs, lengths)
-        if backend == "closed_form":
-            outputs = shift_relu_closed_form(self.precompute(x), state)
-        elif backend == "cpp" and kernel_supports(x):
-            outputs = self._kernel_scan(x, state)
-        else:
-            outputs = ShiftScan.apply(self.precompute(x), state, self.activation == "relu")
-        return mask_outputs(outputs, lengths), final_state_at_lengths(outputs, lengths)
+        """One step without autograd: :func:`ltdrnn.ops.srnn.stream`."""
+        return srnn_ops.stream(self, x_t, state, backend)
 
     # ---- internals ------------------------------------------------------------------------------
     def _fr_features(self, x: Tensor) -> Tensor:
@@ -218,75 +179,8 @@ class SRNNCell(Cell):
             x = torch.relu(layer(x))
         return x
 
-    def _kernel_scan(self, x: Tensor, state: Tensor) -> Tensor:
-        gate = self.gate_layer
-        piecewise = self.input_size == 1 and self.fr_layers == 1  # f_r is piecewise linear in the scalar x
-        if piecewise and x.shape[0] * x.shape[1] >= PIECEWISE_LINEAR_MIN_ROWS:
-            hidden_layer = self.fr_hidden[0]
-            return PiecewiseLinearScan.apply(
-                x,
-                hidden_layer.weight,
-                hidden_layer.bias,
-                self.fr_out.weight,
-                self.fr_out.bias,
-                None if gate is None else gate.weight,
-                None if gate is None else gate.bias,
-                state,
-                self.activation == "relu",
-            )
-        features = self._fr_features(x)
-        return KernelScan.apply(
-            features,
-            self.fr_out.weight,
-            self.fr_out.bias,
-            x,
-            None if gate is None else gate.weight,
-            None if gate is None else gate.bias,
-            state,
-            self.activation == "relu",
-        )
-
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, hyper_size={self.hyper_size}, fr_layers={self.fr_layers}, "
             f"gate={self.gate}, activation={self.activation!r}"
         )
-
-
-# ---- closed form (relu) -------------------------------------------------------------------------------
-def shift_relu_closed_form(beta: Tensor, h0: Tensor) -> Tensor:
-    """All ``h_t = relu(roll(h_{t-1}, 1) + beta_t)`` without a time loop: ``(T, B, H) -> (T, B, H)``.
-
-    In the co-rotating frame ``g_t = roll(h_t, -(t+1))`` (step t counts from 0) the shift disappears:
-    ``g_t = relu(g_{t-1} + c_t)`` with ``c_t = roll(beta_t, -(t+1))`` and ``g_{-1} = h0``, which
-    :func:`relu_accumulate` solves with one cumsum and one cummin.
-    """
-    steps, hidden = beta.shape[0], beta.shape[-1]
-    shift = torch.arange(1, steps + 1, device=beta.device).view(-1, 1, 1)
-    position = torch.arange(hidden, device=beta.device).view(1, 1, -1)
-    into_frame = ((position + shift) % hidden).expand_as(beta)  # c_t[i] = beta_t[i + t + 1]
-    out_of_frame = ((position - shift) % hidden).expand_as(beta)  # h_t[i] = g_t[i - t - 1]
-    g = relu_accumulate(beta.gather(-1, into_frame), h0)
-    return g.gather(-1, out_of_frame)
-
-
-def relu_accumulate(c: Tensor, g0: Tensor) -> Tensor:
-    """Solve ``g_t = max(0, g_{t-1} + c_t)`` for all t at once.
-
-    Shapes: ``c (T, B, H)``, ``g0 (B, H)`` (any sign) -> ``g (T, B, H)``.
-
-    With ``S_t = c_1 + ... + c_t`` the solution is ``g_t = S_t - min(-g_0, min_{j<=t} S_j)``
-    (Lindley's recursion). ``S`` is accumulated in float64: in float32 the difference of two large
-    partial sums loses the small values the recurrence would have kept.
-
-    Equivalent to::
-
-        g = g0
-        for t in range(T):
-            g = torch.relu(g + c[t]); out[t] = g
-    """
-    wide = torch.float64 if c.dtype in (torch.float32, torch.float16, torch.bfloat16) else c.dtype
-    # time on the last (contiguous) axis: cumsum and cummin are several times faster there
-    s = c.to(wide).permute(1, 2, 0).cumsum(-1)
-    floor = torch.minimum(s.cummin(-1).values, -g0.to(wide).unsqueeze(-1))
-    return (s - floor).permute(2, 0, 1).to(c.dtype)

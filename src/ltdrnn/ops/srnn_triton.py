@@ -21,13 +21,13 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ...ops.triton_blocks import (
+from .triton_blocks import (
     activate,
     activation_slope,
     compute_type,
     kernel_state_dtype,
 )
-from ...ops.triton_support import SAVED_DTYPES, Operands, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, lengths_operand
 
 #: Lanes (elements of the flattened (B, H) state) per program.
 LANES = 256

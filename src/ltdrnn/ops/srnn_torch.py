@@ -1,8 +1,9 @@
-"""SRNN's fused paths: :class:`ShiftScan` (the ``"fused"`` PyTorch loop), :class:`KernelScan` and
-:class:`PiecewiseLinearScan` (the ``"kernel"`` path's compiled time loops, ``csrc/srnn.cpp``).
+"""SRNN's backends over a whole sequence: :class:`ShiftScan` (``"torch"``), :class:`KernelScan` and
+:class:`PiecewiseLinearScan` (``"cpp"``, the compiled time loops of ``csrc/srnn.cpp``) and the closed form of
+the relu recurrence (``"closed_form"``, :func:`shift_relu_closed_form`).
 
-The cell, its maths and its dispatch are in :mod:`ltdrnn.cells.srnn`; the tests that compare these
-paths with its reference loop are in tests/cells/test_srnn.py.
+The front that picks among them is :mod:`ltdrnn.ops.srnn`; the tests that compare these paths with the
+cell's reference loop are in tests/cells/test_srnn.py.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ...ops.kernels import kernel_runs_on
-from ...ops.memory import empty_buffer, release, scratch_buffer
+from .memory import empty_buffer, release, scratch_buffer
 
 
 # ---- whole-sequence autograd functions ---------------------------------------------------------------
@@ -155,7 +155,7 @@ class KernelScan(torch.autograd.Function):
 
 
 class PiecewiseLinearScan(torch.autograd.Function):
-    r"""The ``kernel`` path for a scalar input and one hidden layer of ``f_r`` (``input_size=1``,
+    r"""The ``"cpp"`` backend for a scalar input and one hidden layer of ``f_r`` (``input_size=1``,
     ``fr_layers=1``: every pixel/permuted-MNIST preset), gate on or off, relu or tanh, for scans of at
     least ``PIECEWISE_LINEAR_MIN_ROWS`` rows (``torch.ops.ltdrnn.srnn_pwl_forward`` / ``srnn_pwl_backward``).
 
@@ -343,6 +343,40 @@ def _as_blas_rows(features: Tensor) -> Tensor:
     return features.contiguous()
 
 
-def kernel_supports(x: Tensor) -> bool:
-    """True when the compiled kernel can run on tensors like ``x`` (and it builds on this machine)."""
-    return kernel_runs_on("srnn", x)
+# ---- closed form (relu) -------------------------------------------------------------------------------
+def shift_relu_closed_form(beta: Tensor, h0: Tensor) -> Tensor:
+    """All ``h_t = relu(roll(h_{t-1}, 1) + beta_t)`` without a time loop: ``(T, B, H) -> (T, B, H)``.
+
+    In the co-rotating frame ``g_t = roll(h_t, -(t+1))`` (step t counts from 0) the shift disappears:
+    ``g_t = relu(g_{t-1} + c_t)`` with ``c_t = roll(beta_t, -(t+1))`` and ``g_{-1} = h0``, which
+    :func:`relu_accumulate` solves with one cumsum and one cummin.
+    """
+    steps, hidden = beta.shape[0], beta.shape[-1]
+    shift = torch.arange(1, steps + 1, device=beta.device).view(-1, 1, 1)
+    position = torch.arange(hidden, device=beta.device).view(1, 1, -1)
+    into_frame = ((position + shift) % hidden).expand_as(beta)  # c_t[i] = beta_t[i + t + 1]
+    out_of_frame = ((position - shift) % hidden).expand_as(beta)  # h_t[i] = g_t[i - t - 1]
+    g = relu_accumulate(beta.gather(-1, into_frame), h0)
+    return g.gather(-1, out_of_frame)
+
+
+def relu_accumulate(c: Tensor, g0: Tensor) -> Tensor:
+    """Solve ``g_t = max(0, g_{t-1} + c_t)`` for all t at once.
+
+    Shapes: ``c (T, B, H)``, ``g0 (B, H)`` (any sign) -> ``g (T, B, H)``.
+
+    With ``S_t = c_1 + ... + c_t`` the solution is ``g_t = S_t - min(-g_0, min_{j<=t} S_j)``
+    (Lindley's recursion). ``S`` is accumulated in float64: in float32 the difference of two large
+    partial sums loses the small values the recurrence would have kept.
+
+    Equivalent to::
+
+        g = g0
+        for t in range(T):
+            g = torch.relu(g + c[t]); out[t] = g
+    """
+    wide = torch.float64 if c.dtype in (torch.float32, torch.float16, torch.bfloat16) else c.dtype
+    # time on the last (contiguous) axis: cumsum and cummin are several times faster there
+    s = c.to(wide).permute(1, 2, 0).cumsum(-1)
+    floor = torch.minimum(s.cummin(-1).values, -g0.to(wide).unsqueeze(-1))
+    return (s - floor).permute(2, 0, 1).to(c.dtype)
