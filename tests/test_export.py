@@ -103,7 +103,7 @@ def test_initial_state_is_the_cells_own():
 # ---- generated C ----------------------------------------------------------------------------------------
 def compiled(tmp_path, model, int8=False, name="net", calibration=None):
     step = StreamingStep(model)
-    written = c_build.write(step, tmp_path, name, int8, calibration)
+    written = c_build.write(step, c_export.generate_c(step, name, int8, calibration), tmp_path)
     return step, written
 
 

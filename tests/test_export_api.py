@@ -259,11 +259,17 @@ def test_a_state_declared_as_an_array_of_values_does_not_compile(exports, declar
 
 
 # ---- non-finite input ---------------------------------------------------------------------------------------
+def written_c(model, directory, calibration=None):
+    """``net.c`` and ``net.h`` of ``model`` (the integer step with calibration inputs) written into ``directory``."""
+    step = StreamingStep(model)
+    c_build.write(step, c_export.generate_c(step, "net", calibration is not None, calibration), directory)
+
+
 @needs_cc
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
 def test_the_float_step_refuses_a_non_finite_input_and_changes_nothing(tmp_path, bad):
     """One NaN used to make the state non-finite until the next reset, and the logits then gave class 0."""
-    c_build.write(StreamingStep(make_model("lstm", {})), tmp_path, "net", False)
+    written_c(make_model("lstm", {}), tmp_path)
     library = Library(tmp_path, "net")
     state, out = library.state(), library.output()
     x = np.array([0.3, -1.2, 0.5], np.float32)
@@ -277,7 +283,7 @@ def test_the_float_step_refuses_a_non_finite_input_and_changes_nothing(tmp_path,
 
 @needs_cc
 def test_the_float_step_reports_a_state_that_turned_non_finite(tmp_path):
-    c_build.write(StreamingStep(make_model("lstm", {})), tmp_path, "net", False)
+    written_c(make_model("lstm", {}), tmp_path)
     library = Library(tmp_path, "net")
     state, out = library.state(), library.output()
     cell = state.view(np.float32)
@@ -287,7 +293,7 @@ def test_the_float_step_reports_a_state_that_turned_non_finite(tmp_path):
 
 @needs_cc
 def test_the_integer_quantiser_flags_a_non_finite_input_instead_of_mapping_it_to_zero(tmp_path):
-    c_build.write(StreamingStep(make_model("gru", {})), tmp_path, "net", True, calibration())
+    written_c(make_model("gru", {}), tmp_path, calibration())
     library = Library(tmp_path, "net")
     x_q = np.full(3, 1234, np.int16)
     for bad in (np.nan, np.inf, -np.inf):
@@ -301,7 +307,7 @@ def test_the_integer_quantiser_flags_a_non_finite_input_instead_of_mapping_it_to
 def test_the_parity_runner_gives_nan_for_a_refused_input_and_keeps_the_state(tmp_path):
     step = StreamingStep(make_model("gru", {}))
     for int8 in (False, True):
-        written = c_build.write(step, tmp_path, "net", int8, calibration() if int8 else None)
+        written = c_build.write(step, c_export.generate_c(step, "net", int8, calibration() if int8 else None), tmp_path)
         state = written["init"](2)
         x = np.array([[0.1, 0.2, 0.3], [np.nan, 0.2, 0.3]], np.float32)
         y, after = written["step"](x, state)

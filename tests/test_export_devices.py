@@ -58,7 +58,7 @@ def prepared(cell, options, int8, hidden=8):
 
 
 def host_run(tmp_path, step, int8, calibration, x):
-    written = c_build.write(step, tmp_path, "net", int8, calibration if int8 else None)
+    written = c_build.write(step, c_export.generate_c(step, "net", int8, calibration if int8 else None), tmp_path)
     init = written["init"](x.shape[0])
     outputs = run_sequences(written["step"], init, x.numpy())
     device_inputs = x.numpy().astype(np.float32)
@@ -323,7 +323,7 @@ def test_arduino_sketch_streams_a_serial_input(tmp_path, int8, window):
     subprocess.run([str(harness), str(elf), "atmega328p", "16000000", str(output)],
                    input=(refused + "".join(lines) + "q").encode(), check=True, capture_output=True)  # fmt: skip
     printed = output.read_text().splitlines()
-    written = c_build.write(step, tmp_path, "host", int8, calibration if int8 else None)
+    written = c_build.write(step, c_export.generate_c(step, "host", int8, calibration if int8 else None), tmp_path)
     parsed = np.array([[float(v) for v in line.split()] for line in "".join(lines).splitlines()], np.float32)
     parsed = parsed.reshape(x.shape)
     if window:  # what each window becomes: z-normalised per channel, ddof 1

@@ -29,7 +29,7 @@ def calibration(seed=7, batch=48, steps=11):
 
 def integer(tmp_path, model, name="net"):
     step = StreamingStep(model)
-    return step, c_build.write(step, tmp_path, name, True, calibration())
+    return step, c_build.write(step, c_export.generate_c(step, name, True, calibration()), tmp_path)
 
 
 @needs_cc
@@ -118,7 +118,8 @@ def test_out_of_range_values_saturate_instead_of_wrapping(tmp_path):
     sign; it never wraps around to the other sign."""
     model = make_model("fastrnn", {"nonlinearity": "relu"})  # h = 0.05 relu(a) + 0.95 h: h builds up slowly
     step = StreamingStep(model)
-    written = c_build.write(step, tmp_path, "net", True, calibration(steps=2))  # calibrated on 2 steps only
+    generated = c_export.generate_c(step, "net", True, calibration(steps=2))  # calibrated on 2 steps only
+    written = c_build.write(step, generated, tmp_path)
     x = torch.full((1, 200, 3), 1.5)  # the input fits its format; the state after 200 steps does not
     state = written["init"](1)
     float_state = step.init_state(1)

@@ -1,12 +1,20 @@
-"""Where the C export reads a cell: a cell whose fast paths live in ``ltdrnn.ops`` is read through its front's
-public operands (``ops.<cell>.operands(cell)``), never through its attributes, its module's constants or a
-private field."""
+"""Where the C export reads a cell, and how often it writes the C: a cell whose fast paths live in ``ltdrnn.ops``
+is read through its front's public operands (``ops.<cell>.operands(cell)``), never through its attributes, its
+module's constants or a private field; and an export generates each C step once, compiling the bytes it writes."""
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
+from pathlib import Path
 
+import pytest
+
+from harness_helpers import TinyTask
+from ltdrnn.export import c_build, c_export, export
+from ltdrnn.models import SequenceModel
+from test_export import needs_cc
 from test_layering import PACKAGE, import_graph, ops_fronts, package_modules, top
 
 CELLS_IR = PACKAGE / "export" / "cells_ir.py"
@@ -122,3 +130,34 @@ UNSUPPORTED = {"tarnn": lambda c: c.per_time_step, "irnn": lambda c: operands(c)
     assert reads_past_operands(*readers["irnn"][0]) == []
     private = private_reads("cell._betas\nself._cache\nmodel.__class__\nmodule._TASKS[1]")
     assert private == ["1: cell._betas", "4: module._TASKS"]
+
+
+# ---- the C is generated once per export ----------------------------------------------------------------
+@needs_cc
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_an_export_generates_each_c_step_once_and_compiles_what_it_writes(tmp_path, monkeypatch, int8):
+    """The exported step used to be generated twice: once for the report's costs, again to be written."""
+    generated, compiled = [], []
+    original, compile_c = c_export.generate_c, c_build.compile_c
+
+    def counted(*args, **kwargs):
+        generated.append(original(*args, **kwargs))
+        return generated[-1]
+
+    def recorded(sources, target, shared, flags=()):
+        compiled.extend(Path(source).read_text() for source in sources if Path(source).name == "net.c")
+        return compile_c(sources, target, shared, flags)
+
+    for module in list(sys.modules.values()):  # every binding of the generator inside the export package
+        if module.__name__.startswith("ltdrnn.export") and getattr(module, "generate_c", None) is original:
+            monkeypatch.setattr(module, "generate_c", counted)
+    monkeypatch.setattr(c_build, "compile_c", recorded)
+    model = SequenceModel("tarnn", 2, 8, 2, "classifier").eval()
+    report = export(model, "c", tmp_path, int8=int8, name="net", task=TinyTask(), latency_steps=5)
+    assert sorted(source.int8 for source in generated) == [False, True]  # each once: both costs are reported
+    (exported,) = [source for source in generated if source.int8 == int8]
+    assert (tmp_path / "net.c").read_text() == exported.source
+    assert (tmp_path / "net.h").read_text() == exported.header
+    assert len(compiled) == 2 and set(compiled) == {exported.source}  # the parity library and the latency bench
+    assert report["c"]["int8" if int8 else "fp32"]["flash_bytes"] == exported.flash_bytes
+    assert report["parity"] is not None and report["latency_us"]["c_step"] > 0

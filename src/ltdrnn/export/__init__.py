@@ -116,11 +116,12 @@ def export(
     calibration = _calibration(task)
     if format == "c" and int8 and calibration is None:
         raise ExportError("int8: the integer C step is calibrated on the task's training split; pass task=")
-    c_costs = _c_costs(step, name, calibration, agreed, format, "int8" if int8 else "fp32", adc)
+    wanted = "int8" if int8 else "fp32"
+    c_costs = _c_costs(step, name, calibration, agreed, format, wanted, adc)
     fits = devices.fits(c_costs)
     if mcu is not None:
-        devices.require_fit(fits, mcu, "int8" if int8 else "fp32")
-    written = _write(format, step, out, name, int8, cells, calibration, agreed, adc)
+        devices.require_fit(fits, mcu, wanted)
+    written = _write(format, step, out, name, int8, cells, c_costs[wanted])
     report = _report(format, int8, name, origin, step, cells, written, task, c_costs, fits, agreed)
     if measure and task is not None:
         _measure(report, format, model, step, written, task, split, latency_steps, agreed)
@@ -185,8 +186,10 @@ def _calibration(task) -> Optional[np.ndarray]:
 
 
 def _c_costs(step, name, calibration, agreed, format, wanted, adc=None) -> Dict[str, Any]:
-    """The flash, RAM and stack of the fp32 and (with calibration data) int8 C steps; None where the C
-    generator does not handle the model (an error only for the C step being exported)."""
+    """The fp32 and (with calibration data) int8 C steps, generated once per export: their flash, RAM and
+    stack go into the report and the fits, and the one being exported is what :func:`_write` writes and
+    compiles. None where the C generator does not handle the model (an error only for the C step being
+    exported)."""
     from .c_export import generate_c
 
     costs: Dict[str, Any] = {"fp32": None, "int8": None}
@@ -201,8 +204,9 @@ def _c_costs(step, name, calibration, agreed, format, wanted, adc=None) -> Dict[
     return costs
 
 
-def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, cells, calibration, agreed, adc):
-    """The format's files, written in a staging directory inside ``out`` and moved in when all succeeded."""
+def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, cells, generated):
+    """The format's files, written in a staging directory inside ``out`` and moved in when all succeeded;
+    for C, ``generated``, the step :func:`_c_costs` made."""
     from . import c_build, onnx_export, pt2_export
 
     try:
@@ -212,7 +216,7 @@ def _write(format: str, step: StreamingStep, out: Path, name: str, int8: bool, c
         raise ExportError(f"out: cannot create the export directory {str(out)!r}: {error.strerror or error}") from None
     try:
         if format == "c":
-            written = c_build.write(step, staging, name, int8, calibration, agreed, adc)
+            written = c_build.write(step, generated, staging)
         else:
             written = {"onnx": onnx_export.write, "pt2": pt2_export.write}[format](step, staging, name, int8)
         written["files"] = [_move(f, out) for f in written["files"]]

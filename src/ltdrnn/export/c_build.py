@@ -12,11 +12,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
-from .c_export import CSource, generate_c
+from .c_export import CSource
 from .step import ExportError, StreamingStep
 
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror")
@@ -149,17 +148,10 @@ def write_atomic(path: Path, text: str) -> None:
     atomic_write(path, text.encode())
 
 
-def write(
-    step: StreamingStep,
-    out: Path,
-    name: str,
-    int8: bool,
-    calibration: Optional[np.ndarray] = None,
-    contract: Optional[dict] = None,
-    adc: Optional[dict] = None,
-) -> dict:
-    """Write ``NAME.c`` and ``NAME.h``; with a C compiler, also build them for the parity run."""
-    generated = generate_c(step, name, int8, calibration, contract, adc)
+def write(step: StreamingStep, generated: CSource, out: Path) -> dict:
+    """Write ``generated`` (:func:`~ltdrnn.export.c_export.generate_c`'s step of ``step``) as ``NAME.c`` and
+    ``NAME.h``; with a C compiler, also build the files written for the parity run."""
+    name = generated.name
     header, source = out / f"{name}.h", out / f"{name}.c"
     write_atomic(header, generated.header)
     write_atomic(source, generated.source)
