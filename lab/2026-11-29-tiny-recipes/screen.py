@@ -2,6 +2,7 @@
 
     python lab/2026-11-29-tiny-recipes/screen.py run CELL NAME [KEY=VALUE ...] [--seeds 0 1 2] [--int8]
                                                  [--preset deploy/tiny-CELL] [--out results.jsonl]
+    python lab/2026-11-29-tiny-recipes/screen.py int8 CELL NAME [--seeds 0 1 2] [--fp32]
     python lab/2026-11-29-tiny-recipes/screen.py summary [--out results.jsonl] [--seeds 0 1 2] [--cell CELL]
 
 ``run`` trains ``deploy/tiny-CELL`` plus the overrides once per seed (``train.seed=S``, one thread, no
@@ -30,6 +31,11 @@ checkpoint each rule picks: ``by_loss`` (lowest validation loss, the trainer's `
 test accuracy over the validations, a diagnosis (did training ever find a good model?) that selects
 nothing.
 
+``int8`` exports runs already trained (``/tmp/tinyrec/runs/CELL/NAME/sS``) as the integer C step and
+appends their int8 accuracy, agreement with eager float32 and weight bytes over the test series (with
+the eager accuracy and the number of series) to ``int8.jsonl`` beside this script; ``--fp32`` adds the
+same for the float C step compiled for the host (``fp32_*``).
+
 ``summary`` prints one row per (cell, NAME): n, mean +- sample std (n - 1) and min of the float test
 accuracy (and of the int8 one where measured) over the seeds asked for.
 """
@@ -41,7 +47,6 @@ import datetime
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,17 +61,21 @@ def done(out: Path):
     return {(r["cell"], r["name"], r["seed"]) for r in map(json.loads, out.read_text().splitlines())}
 
 
-def int8_accuracy(run_dir: Path) -> dict:
-    """The integer C step's accuracy, agreement and weight bytes from ``ltdrnn export``'s report."""
-    out = run_dir / "export-int8"
-    command = [sys.executable, "-m", "ltdrnn", "export", str(run_dir), "--format", "c", "--int8", "--out", str(out)]
-    subprocess.run(command, check=True, capture_output=True, text=True)
-    report = json.loads((out / "report.json").read_text())
+def c_parity(run_dir: Path, int8: bool = True) -> dict:
+    """The C step's accuracy, agreement with eager and weight bytes, from ``ltdrnn export``'s report."""
+    from ltdrnn.export import export
+
+    kind = "int8" if int8 else "fp32"
+    # in this process, with a short latency loop: the parity is what is kept, and on a loaded machine a
+    # new process per export and the default 20,000 timed steps took minutes per export
+    report = export(str(run_dir), "c", run_dir / f"export-{kind}", int8=int8, latency_steps=100)
     parity = report["parity"]
     return {
-        "int8_accuracy": parity["accuracy_export"],
-        "int8_agreement": parity["agreement"],
-        "int8_weight_bytes": report["weight_bytes"]["int8"],
+        f"{kind}_eager_accuracy": parity["accuracy_eager"],
+        f"{kind}_accuracy": parity["accuracy_export"],
+        f"{kind}_agreement": parity["agreement"],
+        f"{kind}_sequences": parity["sequences"],
+        f"{kind}_weight_bytes": report["weight_bytes"][kind],
     }
 
 
@@ -175,6 +184,7 @@ def run(args) -> None:
             "name": args.name,
             "preset": preset,
             "overrides": list(args.overrides),
+            "config": {k: v for k, v in cfg.to_dict().items() if k in ("model", "task", "optim", "train")},
             "gate_bias": args.gate_bias,
             "sparsity": args.sparsity,
             "seed": seed,
@@ -190,10 +200,27 @@ def run(args) -> None:
             "wall_s": round(time.time() - start, 1),
         }
         if args.int8:
-            row.update(int8_accuracy(run_dir))
+            row.update(c_parity(run_dir))
         with args.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps({k: row[k] for k in ("cell", "name", "seed", "test_accuracy", "best_step", "wall_s")}))
+
+
+def int8_rows(args) -> None:
+    out = HERE / "int8.jsonl"
+    for seed in args.seeds:
+        row = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python lab/2026-11-29-tiny-recipes/screen.py " + shlex.join(sys.argv[1:]),
+            "cell": args.cell,
+            "name": args.name,
+            "seed": seed,
+        }
+        for int8 in [True] + [False] * args.fp32:
+            row.update(c_parity(RUNS / args.cell / args.name / f"s{seed}", int8))
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row))
 
 
 def spread(values):
@@ -252,8 +279,13 @@ def main() -> None:
     s.add_argument("--out", type=Path, default=HERE / "results.jsonl")
     s.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     s.add_argument("--cell")
+    i = sub.add_parser("int8")
+    i.add_argument("cell")
+    i.add_argument("name")
+    i.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    i.add_argument("--fp32", action="store_true")
     args = parser.parse_args()
-    run(args) if args.command == "run" else summary(args)
+    {"run": run, "int8": int8_rows, "summary": summary}[args.command](args)
 
 
 if __name__ == "__main__":
