@@ -106,7 +106,7 @@ def every_variant(*names):
     ]
 
 
-@pytest.mark.parametrize("name,options", every_variant("irnn"))
+@pytest.mark.parametrize("name,options", every_variant("irnn", "sarnn"))
 def test_streamed_steps_equal_the_reference_forward_for_every_variant(name, options):
     """The lean streaming step covers every option the cell accepts, or declines it to the full path."""
     torch.manual_seed(0)

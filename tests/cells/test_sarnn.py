@@ -324,7 +324,7 @@ def test_compiled_loop_equals_the_reference_and_the_pytorch_loop(monkeypatch, dt
     blocks of 2 and 1 rows; batch 1: one block)."""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
-    import ltdrnn.cells.fused.sarnn as sarnn_module
+    import ltdrnn.ops.sarnn_torch as sarnn_module
 
     calls = []
     real = sarnn_module._compiled_forward
@@ -364,7 +364,7 @@ def test_compiled_backward_reads_a_batch_first_gradient_in_place_and_an_unused_o
     in the reference, zeros from the compiled loop.)"""
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
-    import ltdrnn.cells.fused.sarnn as sarnn_module
+    import ltdrnn.ops.sarnn_torch as sarnn_module
 
     seen = []
     real = sarnn_module._compiled_backward
@@ -709,7 +709,7 @@ def test_fused_loops_equal_the_reference_with_or_without_the_coordinator_s_state
         pytest.skip("no C++ compiler for csrc/sarnn.cpp")
     if not kernels:
         monkeypatch.setenv("LTDRNN_NO_KERNELS", "1")
-    import ltdrnn.cells.fused.sarnn as sarnn_module
+    import ltdrnn.ops.sarnn_torch as sarnn_module
 
     calls = []
     real = sarnn_module._compiled_forward

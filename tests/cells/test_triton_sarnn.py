@@ -1,4 +1,4 @@
-"""SA-RNN's Triton kernels (ltdrnn.cells.fused.sarnn_triton) against the reference loop: outputs, final state,
+"""SA-RNN's Triton kernels (ltdrnn.ops.sarnn_triton) against the reference loop: outputs, final state,
 update masks and probabilities, and every gradient (the budget term's included), with lengths, several T and
 batches that do not fill a program's block. On the CPU they run in Triton's interpreter (tests/triton_helpers.py)."""
 
@@ -58,7 +58,7 @@ def test_hidden_size_above_one_product_chunk():
 
 
 def test_fake_implementations_and_autograd_registration_pass_opcheck():
-    from ltdrnn.cells.fused import sarnn_triton  # noqa: F401  (registers the operators)
+    from ltdrnn.ops import sarnn_triton  # noqa: F401  (registers the operators)
 
     def tensor(*shape, scale=1.0):
         return (torch.randn(*shape, dtype=DTYPE, device=DEVICE) * scale).requires_grad_()

@@ -54,7 +54,7 @@ def test_fully_open_mask_is_a_gru_step():
     x, h0 = torch.randn(2, 3), torch.randn(2, 10)
     gi = x @ cell.weight_ih.T + cell.bias_ih
     e = torch.ones(2, 10)
-    from ltdrnn.cells.masked import gru_candidate
+    from ltdrnn.ops.common import gru_candidate
 
     torch.testing.assert_close(
         torch.lerp(h0, gru_candidate(gi, e * h0, h0, cell.weight_hh, cell.bias_hh), e), gru(x, h0)

@@ -8,7 +8,8 @@ Every cell of this group records, after each forward pass, ``aux["update_mask"]`
 (cells with soft masks record the ceiling of the mask, as the SA-RNN paper counts them), and
 ``aux["update_prob"]``: the soft quantity the mask comes from. :func:`skip_fraction` turns the masks
 into the paper's Skip % (eq. 10). :class:`MaskedCell` is their base: it stacks each step's extras into
-``aux``. The straight-through helpers and the GRU/LSTM candidates are the pieces their steps share.
+``aux``. The straight-through helpers and the LSTM candidate are the pieces their steps share (the GRU step and
+:func:`~ltdrnn.ops.common.binary` are in :mod:`ltdrnn.ops.common`, which SA-RNN's fast paths share too).
 """
 
 from __future__ import annotations
@@ -26,15 +27,6 @@ from .base import Cell, FinalStateRecorder, State, time_slices
 def hard_sigmoid(a: Tensor, slope: float) -> Tensor:
     """``clamp((slope * a + 1) / 2, 0, 1)``, elementwise."""
     return torch.clamp((slope * a + 1.0) * 0.5, 0.0, 1.0)
-
-
-def binary(x: Tensor, threshold: float) -> Tensor:
-    """``1[x > threshold]`` as a float tensor of 0s and 1s.
-
-    Written with ``out=`` a float buffer: on CPU, producing a bool tensor (and converting it, or
-    selecting with ``torch.where``) costs 10-50 times more than an arithmetic op of the same size.
-    """
-    return torch.gt(x, threshold, out=torch.empty_like(x))
 
 
 def straight_through(decision: Tensor, prob: Tensor) -> Tensor:
@@ -125,24 +117,6 @@ class MaskedCell(Cell):
     def valid(self) -> Tensor | None:
         """``(T, B)`` bool of the real steps of the last forward pass (None: all of them)."""
         return getattr(self, "_valid", None)
-
-
-def gru_gates(gi: Tensor, gh: Tensor, hidden: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """GRU gates in torch's layout: ``gi = W_ih x + b_ih``, ``gh = W_hh h + b_hh`` (each ``(B, 3H)``)
-    -> ``(rz (B, 2H), n (B, H), gh_n (B, H))`` with ``rz = sigmoid(gi_rz + gh_rz)`` and
-    ``n = tanh(gi_n + r * gh_n)``; the candidate is ``lerp(n, h, z) = (1 - z) n + z h``."""
-    rz = torch.sigmoid(gi[..., : 2 * hidden] + gh[..., : 2 * hidden])
-    gh_n = gh[..., 2 * hidden :]
-    n = torch.tanh(torch.addcmul(gi[..., 2 * hidden :], rz[..., :hidden], gh_n))
-    return rz, n, gh_n
-
-
-def gru_candidate(gi: Tensor, read: Tensor, carried: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
-    """The GRU step ``(1 - z) n + z h`` whose gates read ``read`` and whose carry is ``carried``
-    (the same tensor for a plain GRU; VC-RNN reads a masked state)."""
-    gh = torch.addmm(bias_hh, read, weight_hh.t())
-    rz, n, _ = gru_gates(gi, gh, carried.shape[-1])
-    return torch.lerp(n, carried, rz[..., carried.shape[-1] :])
 
 
 def lstm_candidate(gi: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tuple[Tensor, Tensor]:

@@ -2,12 +2,16 @@
 
 Shapes follow the legend in :mod:`ltdrnn.cells.base`. Like the other conditional-computation cells it
 records ``aux["update_mask"]`` and ``aux["update_prob"]`` (:mod:`ltdrnn.cells.masked`, which holds the
-update-mask tools they share). This module holds the cell, its maths and the dispatch; the fused and
-sparse paths and their compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.sarnn`.
+update-mask tools they share).
+
+This module holds the cell: its parameters, init, the slope's schedule, the reference step, the budget loss,
+the FLOPs and registration. Its fast paths (the GRU in backends ``"torch"``, ``"cpp"``, ``"sparse"`` and
+``"triton"``: a hand-written forward and backward over the whole sequence, in PyTorch, compiled or in Triton,
+and inference that skips the candidate of units no sequence updates) are :mod:`ltdrnn.ops.sarnn`.
 
 Doc: docs/cells/sarnn.md
 Tests: tests/cells/test_sarnn.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/ops/csrc/sarnn.cpp (CPU); src/ltdrnn/cells/fused/sarnn_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/sarnn.cpp (CPU); src/ltdrnn/ops/sarnn_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -20,19 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
-from ..ops.common import ParameterCache, final_state_at_lengths, holds_non_finite, mask_outputs
-from ..ops.kernels import StreamOperands, stream_in_kernel
-from ..ops.triton_support import autocast_weight
+from ..ops import sarnn as sarnn_ops
+from ..ops.common import ParameterCache, binary, gru_candidate
 from .base import State, check_choice, check_positive_float, init_uniform
-from .fused.sarnn import FusedSARNNGRU, sparse_sarnn_gru
-from .masked import (
-    MaskedCell,
-    binary,
-    gru_candidate,
-    lstm_candidate,
-    straight_through_mix,
-    sum_over_valid_steps,
-)
+from .masked import MaskedCell, lstm_candidate, straight_through_mix, sum_over_valid_steps
 from .registry import register
 
 _PAPER = (
@@ -90,7 +85,7 @@ class SARNN(MaskedCell):
     compiled, ``ops/csrc/sarnn.cpp``; where they cannot run, ``"torch"``), ``"sparse"`` (GRU only, inference:
     computes the candidate only for units that some sequence updates; under autograd it runs
     ``"cpp"``, because the straight-through gradient needs every unit's candidate), ``"triton"`` (GRU only:
-    the time loop in one Triton launch per direction, :mod:`ltdrnn.cells.fused.sarnn_triton`; the default
+    the time loop in one Triton launch per direction, :mod:`ltdrnn.ops.sarnn_triton`; the default
     for CUDA tensors when Triton is installed; where Triton cannot run, ``"cpp"`` or ``"torch"``).
 
     Args:
@@ -171,7 +166,8 @@ class SARNN(MaskedCell):
         self.coord_weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **self.factory))
         self.coord_weight_hh = nn.Parameter(torch.empty(hidden_size, **self.factory))
         self.coord_bias = nn.Parameter(torch.empty(hidden_size, **self.factory))
-        self._stream_cache = ParameterCache()
+        #: the operands of a streamed step, formed once per parameter or slope change (:func:`ltdrnn.ops.sarnn.stream`)
+        self.stream_cache = ParameterCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -241,100 +237,18 @@ class SARNN(MaskedCell):
             new_state = (h_new, straight_through_mix(u, prob, c_cand, c))
         return h_new, new_state, {"update_mask": u, "update_prob": prob}
 
-    def _stream_in_kernel(self, x_t: Tensor, h: Tensor) -> Tensor | None:
-        """``h_t`` from one call of the compiled streaming step (recording ``aux``), or None where it
-        does not apply."""
-        outputs = stream_in_kernel(
-            "sarnn",
-            lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands, self.slope),
-            x_t,
-            h,
-            self.input_size,
-            (self.hidden_size,),
-        )
-        if outputs is None:
-            return None
-        out, prob, mask = outputs
-        # what record_aux(..., lengths=None) keeps (the operator gives prob and mask as (1, B, H)); set
-        # through __dict__ because nn.Module's __setattr__ costs microseconds, a large share of a step
-        vars(self).update(aux={"update_mask": mask, "update_prob": prob}, _valid=None)
-        return out
-
-    def _stream_operands(self) -> StreamOperands:
-        """The GRU weights and the coordinator scaled as in :meth:`precompute` (same ops, same values)."""
-        half = 0.5 * self.slope
-        return StreamOperands(
-            (
-                self.weight_ih,
-                self.bias_ih,
-                self.weight_hh,
-                self.bias_hh,
-                self.coord_weight_ih * half,
-                self.coord_bias * half + 0.5,
-                self.scaled_coord_weight(),
-            )
-        )
-
-    def stream_step(self, x_t: Tensor, state: State, backend: str) -> Tuple[Tensor, State] | None:
-        """Without autograd, with ``"cpp"`` or ``"sparse"`` and batch up to
-        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, one call of ``torch.ops.ltdrnn.sarnn_stream`` (which forms
-        the ``W_hh`` products only for the units it updates)."""
-        h = self._stream_in_kernel(x_t, state) if backend in ("cpp", "sparse") else None
-        return None if h is None else (h, h)
+    # ---- the fast paths (ltdrnn.ops.sarnn) -----------------------------------------------------------
+    def own_parameters(self) -> tuple:
+        """The tensors the cached streaming operands derive from (with the slope)."""
+        return tuple(self._parameters.values())
 
     def scan_fast(self, x: Tensor, state: State, lengths: Tensor | None, backend: str) -> Tuple[Tensor, State]:
-        if backend == "triton":
-            return self._triton_scan(x, state, lengths)
-        coord_in = self.coordinator_input(x)
-        needs_grad = torch.is_grad_enabled() and (
-            x.requires_grad or state.requires_grad or any(p.requires_grad for p in self.parameters())
-        )
-        # the sparse loop keeps a skipped unit's h as is, so a NaN gate (from NaN weights) would vanish there
-        if backend == "sparse" and not needs_grad and not holds_non_finite(coord_in, self.coord_weight_hh):
-            with torch.no_grad():
-                outputs, probs, masks = sparse_sarnn_gru(
-                    F.linear(x, self.weight_ih, self.bias_ih),
-                    coord_in,
-                    state,
-                    self.weight_hh,
-                    self.bias_hh,
-                    self.scaled_coord_weight(),
-                )
-        else:  # the loop adds b_ih itself (FusedSARNNGRU)
-            outputs, probs, masks = FusedSARNNGRU.apply(
-                x,
-                self.weight_ih,
-                coord_in,
-                state,
-                self.weight_hh,
-                self.bias_hh,
-                self.scaled_coord_weight(),
-                self.bias_ih,
-                self.coordinator_state_grad,
-                backend in ("cpp", "sparse"),
-            )
-        self.record_aux({"update_mask": masks, "update_prob": probs}, lengths)
-        return final_from_outputs(outputs, state, lengths)
+        """The whole sequence in ``backend``: :func:`ltdrnn.ops.sarnn.scan`."""
+        return sarnn_ops.scan(self, x, state, lengths, backend)
 
-    def _triton_scan(self, x: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
-        """The GRU time loop in one Triton launch per direction (:mod:`ltdrnn.cells.fused.sarnn_triton`), the
-        input projections one GEMM each before it; records ``aux`` as the other paths do."""
-        from .fused.sarnn_triton import sarnn_scan
-
-        gi, coord_in = self.precompute(x)
-        weight_hh = autocast_weight(self.weight_hh, x.device.type)
-        outputs, probs, masks = sarnn_scan(
-            gi,
-            coord_in,
-            state,
-            weight_hh,
-            self.bias_hh,
-            self.scaled_coord_weight(),
-            lengths,
-            self.coordinator_state_grad,
-        )
-        self.record_aux({"update_mask": masks.detach(), "update_prob": probs}, lengths)
-        return outputs, final_state_at_lengths(outputs, lengths)
+    def stream_step(self, x_t: Tensor, state: State, backend: str) -> Tuple[Tensor, State] | None:
+        """One step without autograd: :func:`ltdrnn.ops.sarnn.stream`."""
+        return sarnn_ops.stream(self, x_t, state, backend)
 
     def losses(self) -> dict[str, Tensor]:
         """``{"budget": sum_t u~_t}``, averaged over batch and units (real steps only)."""
@@ -359,11 +273,3 @@ class SARNN(MaskedCell):
             f"anneal_slope={self.anneal_slope}"
             + (", coordinator_state_grad=True" if self.coordinator_state_grad else "")
         )
-
-
-def final_from_outputs(outputs: Tensor, state: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
-    """For cells whose state is their output: the final state is the output at each true length."""
-    if lengths is None:
-        return outputs, outputs[-1]
-    last = (lengths.to(outputs.device) - 1).view(1, -1, 1).expand(1, -1, outputs.shape[-1])
-    return mask_outputs(outputs, lengths), outputs.gather(0, last)[0]

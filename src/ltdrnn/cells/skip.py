@@ -19,11 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA, LSTM_UNIT_EXTRA, masked_unit_flops
+from ..ops.common import binary, gru_candidate
 from .base import State, check_choice, init_uniform
 from .masked import (
     MaskedCell,
-    binary,
-    gru_candidate,
     lstm_candidate,
     straight_through,
     straight_through_mix,

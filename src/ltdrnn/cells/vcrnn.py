@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..flops import GRU_UNIT_EXTRA
+from ..ops.common import gru_candidate
 from .base import check_nonnegative_float, check_positive_float, init_uniform
-from .masked import MaskedCell, gru_candidate, sum_over_valid_steps
+from .masked import MaskedCell, sum_over_valid_steps
 from .registry import register
 
 _PAPER = "Jernite, Grave, Joulin & Mikolov 2017, Variable Computation in Recurrent Neural Networks (ICLR)"

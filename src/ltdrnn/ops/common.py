@@ -1,6 +1,6 @@
 """What every fast path shares: the activations' codes, activations written into buffers, a cache of
-parameter-derived operands, the final state at each sequence's length, parameters as Python floats, and
-the cells under ``torch.autocast``.
+parameter-derived operands, the final state at each sequence's length, parameters as Python floats, the
+GRU step, and the cells under ``torch.autocast``.
 
 Shapes use the legend of :mod:`ltdrnn.cells.base` (time-major ``(T, B, H)``). The compiled kernels live
 in :mod:`ltdrnn.ops.kernels`, work buffers and the malloc tuning in :mod:`ltdrnn.ops.memory`.
@@ -190,6 +190,34 @@ def join_moved_counter(final: Tensor, counter: Tensor | None, x: Tensor, lengths
     if counter is None:
         return final
     return join_counter(final, counter + (x.shape[0] if lengths is None else lengths))
+
+
+# ---- the GRU step and binary decisions (SA-RNN's fast paths; the masked cells' reference steps) ----------
+def binary(x: Tensor, threshold: float) -> Tensor:
+    """``1[x > threshold]`` as a float tensor of 0s and 1s.
+
+    Written with ``out=`` a float buffer: on CPU, producing a bool tensor (and converting it, or
+    selecting with ``torch.where``) costs 10-50 times more than an arithmetic op of the same size.
+    """
+    return torch.gt(x, threshold, out=torch.empty_like(x))
+
+
+def gru_gates(gi: Tensor, gh: Tensor, hidden: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """GRU gates in torch's layout: ``gi = W_ih x + b_ih``, ``gh = W_hh h + b_hh`` (each ``(B, 3H)``)
+    -> ``(rz (B, 2H), n (B, H), gh_n (B, H))`` with ``rz = sigmoid(gi_rz + gh_rz)`` and
+    ``n = tanh(gi_n + r * gh_n)``; the candidate is ``lerp(n, h, z) = (1 - z) n + z h``."""
+    rz = torch.sigmoid(gi[..., : 2 * hidden] + gh[..., : 2 * hidden])
+    gh_n = gh[..., 2 * hidden :]
+    n = torch.tanh(torch.addcmul(gi[..., 2 * hidden :], rz[..., :hidden], gh_n))
+    return rz, n, gh_n
+
+
+def gru_candidate(gi: Tensor, read: Tensor, carried: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
+    """The GRU step ``(1 - z) n + z h`` whose gates read ``read`` and whose carry is ``carried``
+    (the same tensor for a plain GRU; VC-RNN reads a masked state)."""
+    gh = torch.addmm(bias_hh, read, weight_hh.t())
+    rz, n, _ = gru_gates(gi, gh, carried.shape[-1])
+    return torch.lerp(n, carried, rz[..., carried.shape[-1] :])
 
 
 # ---- mixed precision: torch.autocast around the cells --------------------------------------------

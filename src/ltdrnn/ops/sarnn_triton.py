@@ -1,7 +1,7 @@
 """SA-RNN's time loop with the GRU in Triton, forward and backward each in one launch (torch operators
 ``ltdrnn::sarnn_triton_forward`` / ``ltdrnn::sarnn_triton_backward``).
 
-Per step (as :class:`ltdrnn.cells.sarnn.FusedSARNNGRU`, torch.nn.GRU's gate layout)::
+Per step (as :class:`~ltdrnn.ops.sarnn_torch.FusedSARNNGRU`, torch.nn.GRU's gate layout)::
 
     gh = W_hh h_{t-1} + b_hh;  r, z = sigmoid(gi_rz + gh_rz);  n = tanh(gi_n + r gh_n)
     cand = n + z (h_{t-1} - n);  pre = coord_in + w h_{t-1};  u = 1[pre > 0.5];  prob = clamp(pre, 0, 1)
@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ...ops.triton_blocks import (
+from .sarnn_torch import state_path_weight
+from .triton_blocks import (
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
@@ -32,8 +33,7 @@ from ...ops.triton_blocks import (
     sigmoid,
     tanh,
 )
-from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
-from .sarnn import state_path_weight
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 
 @triton.jit

@@ -1,9 +1,10 @@
-"""SA-RNN's fast paths with the GRU: :class:`FusedSARNNGRU`, a hand-written forward and backward over
-the whole sequence (compiled time loops of ``csrc/sarnn.cpp``, or PyTorch loops), and
-:func:`sparse_sarnn_gru`, inference that skips the candidate of units no sequence updates.
+"""SA-RNN's ``"torch"``, ``"cpp"`` and ``"sparse"`` backends with the GRU: :class:`FusedSARNNGRU`, a hand-written
+forward and backward over the whole sequence, with its time loops in PyTorch (``"torch"``) or compiled
+(``"cpp"``, ``csrc/sarnn.cpp``), and :func:`sparse_sarnn_gru`, inference that skips the candidate of units no
+sequence updates (``"sparse"``).
 
-The cell, its maths and its dispatch are in :mod:`ltdrnn.cells.sarnn`; the tests that compare these
-paths with its reference loop are in tests/cells/test_sarnn.py.
+The cell is :mod:`ltdrnn.cells.sarnn`; the dispatch and the operands are in :mod:`ltdrnn.ops.sarnn`; the tests
+that compare these paths with the cell's reference loop are in tests/cells/test_sarnn.py.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ...ops.kernels import load_torch_ops
-from ..masked import binary, gru_candidate, gru_gates
+from .common import binary, gru_candidate, gru_gates
+from .kernels import load_torch_ops
 
 
 class FusedSARNNGRU(torch.autograd.Function):
@@ -29,7 +30,8 @@ class FusedSARNNGRU(torch.autograd.Function):
     input map ``gi = W_ih x`` is formed here, one product before the loop; the loop adds ``b_ih`` (the compiled
     loop as it goes, its gradient summed in the backward loop: one pass over ``gi`` and three over the
     gradients less), and the compiled backward loop also sums ``W_ih``'s gradient ``sum_t d_gi_t^T x_t`` while
-    each step's ``d_gi`` is in cache. See :meth:`SARNN.precompute` for ``coord_in``; ``masks`` is float 0/1.
+    each step's ``d_gi`` is in cache. See :class:`~ltdrnn.ops.sarnn.SARNNOperands` for ``coord_in``; ``masks`` is
+    float 0/1.
     The PyTorch loop runs the same ops as the reference step; the backward implements the straight-through
     estimator without autograd's per-op bookkeeping. Per-step intermediates stay in small per-step tensors
     (reused warm by the allocator); sequence-sized tensors are allocated once and written in place, never
