@@ -12,13 +12,14 @@ from ltdrnn.cells.sarnn import SARNN
 from ltdrnn.cells.srnn import SRNNCell
 from ltdrnn.cells.tarnn import TARNN
 from ltdrnn.ops import kernels
+from ltdrnn.ops import mist as mist_ops
 from ltdrnn.ops import sarnn as sarnn_ops
 from ltdrnn.ops import srnn as srnn_ops
 from ltdrnn.ops import tarnn as tarnn_ops
 
 CELLS = {"srnn": SRNNCell, "mist": MISTCell, "sarnn": SARNN, "tarnn": TARNN}
 #: the cells whose streaming operands come from their front in ops/
-FRONTS = {"sarnn": sarnn_ops, "srnn": srnn_ops, "tarnn": tarnn_ops}
+FRONTS = {"mist": mist_ops, "sarnn": sarnn_ops, "srnn": srnn_ops, "tarnn": tarnn_ops}
 
 
 def stream_call(name):

@@ -217,7 +217,7 @@ def test_the_cli_has_a_level_of_its_own_above_every_other_part():
 # ---- the cells and their fast paths (docs/architecture.md, "The fast paths") ----------------------------
 #: Cell modules whose fast paths have not moved into ops/ yet: they still call backends themselves. Each cell
 #: that moves (docs/architecture.md) leaves this set; ``cells.fused`` goes with the last one.
-NOT_MOVED = {"cells.mist", "cells.fused"}
+NOT_MOVED = {"cells.fused"}
 
 
 def ops_fronts(modules) -> set:

@@ -139,8 +139,11 @@ def test_a_non_finite_history_row_the_step_does_not_read_still_streams_in_the_ke
     history[1, cell.history_size - 2, 0] = poison  # a read row (delay 2): the kernel declines it
     calls.clear()
     with torch.no_grad():
-        assert cell.stream_step(x_t, history, "cpp") is None
-    assert calls == [None]
+        h, new_history = cell.stream_step(x_t, history, "cpp")
+        expected_h, expected_history = cell.scan(x_t[None], history, backend="reference")
+    assert calls == [None]  # declined: the reference step ran instead
+    torch.testing.assert_close(h, expected_h[0], equal_nan=True)
+    torch.testing.assert_close(new_history, expected_history, equal_nan=True)
 
 
 def test_clear_errors_for_options():
@@ -218,7 +221,7 @@ def test_compiled_loops_equal_the_pytorch_loop_in_float64_at_T_1000_and_2_thread
 
     if not load_torch_ops("mist"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp does not build here")
-    import ltdrnn.cells.fused.mist as mist_module
+    import ltdrnn.ops.mist_torch as mist_module
 
     calls = []
     real = torch.ops.ltdrnn.mist_backward
@@ -253,8 +256,8 @@ def test_compiled_backward_equals_the_pytorch_loop_for_every_output_used(used, x
     """mist_backward reads the outputs' gradient (whichever of the three outputs the loss uses) without a
     copy into its work buffer, and sums the parameter gradients per thread block; at 3 threads batch 5
     makes blocks of 2, 2 and 1 rows, and a history of 5 rows is one longer than the longest delay."""
-    from ltdrnn.cells.fused.mist import MISTScan
     from ltdrnn.ops.kernels import load_torch_ops
+    from ltdrnn.ops.mist_torch import MISTScan
 
     if not load_torch_ops("mist"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/mist.cpp does not build here")

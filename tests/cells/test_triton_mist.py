@@ -1,4 +1,4 @@
-"""MIST's Triton kernels (ltdrnn.cells.fused.mist_triton) against the reference loop: outputs, final history and
+"""MIST's Triton kernels (ltdrnn.ops.mist_triton) against the reference loop: outputs, final history and
 every gradient (the initial history's included), with lengths shorter and longer than the longest delay, several
 T and batches that do not fill a program's block. On the CPU they run in Triton's interpreter
 (tests/triton_helpers.py)."""
@@ -31,7 +31,7 @@ def test_hidden_size_above_one_product_chunk():
 
 
 def test_fake_implementations_and_autograd_registration_pass_opcheck():
-    from ltdrnn.cells.fused import mist_triton  # noqa: F401  (registers the operators)
+    from ltdrnn.ops import mist_triton  # noqa: F401  (registers the operators)
 
     def tensor(*shape, scale=1.0):
         return (torch.randn(*shape, dtype=DTYPE, device=DEVICE) * scale).requires_grad_()

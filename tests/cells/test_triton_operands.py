@@ -32,8 +32,7 @@ def rand(*shape, dtype=DTYPE):
 
 
 def op(name: str):
-    from ltdrnn.cells.fused import mist_triton  # noqa: F401
-    from ltdrnn.ops import irnn_triton, sarnn_triton, srnn_triton, tarnn_triton  # noqa: F401
+    from ltdrnn.ops import irnn_triton, mist_triton, sarnn_triton, srnn_triton, tarnn_triton  # noqa: F401
 
     return getattr(torch.ops.ltdrnn, name)
 

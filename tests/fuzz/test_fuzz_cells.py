@@ -318,8 +318,7 @@ def test_triton_operators_refuse_bad_operands_by_name_or_run_as_their_fake(call)
     codes) raises ValueError/TypeError naming itself and one of its operands, or runs to outputs of the shapes
     and dtypes its fake implementation gives, finite; with none changed, it runs."""
     name, operands, changed = call
-    from ltdrnn.cells.fused import irnn_triton, mist_triton, sarnn_triton, srnn_triton  # noqa: F401
-    from ltdrnn.ops import tarnn_triton  # noqa: F401
+    from ltdrnn.ops import irnn_triton, mist_triton, sarnn_triton, srnn_triton, tarnn_triton  # noqa: F401
 
     operator = getattr(torch.ops.ltdrnn, name)
     try:

@@ -3,12 +3,13 @@
 Each step mixes the states ``1, 2, 4, ..., 2^(n_d-1)`` steps back with learned convex weights, resets
 units of the mix with a GRU-like gate, and applies one tanh layer. Paths from ``t - tau`` to ``t``
 need only about ``log2(tau)`` edges (``tau / 2^(n_d-1)`` beyond the longest delay), so gradients
-from the distant past survive. See ``docs/cells/mist.md``. This module holds the cell, its maths and the
-dispatch; the fused paths and their compiled-kernel bridge are in :mod:`ltdrnn.cells.fused.mist`.
+from the distant past survive. See ``docs/cells/mist.md``. This module holds the cell: its parameters, init,
+the step's maths and the reference step. Its fast paths (backends ``"list"``, ``"torch"``, ``"cpp"`` and
+``"triton"``) and its streaming step are :mod:`ltdrnn.ops.mist`.
 
 Doc: docs/cells/mist.md
 Tests: tests/cells/test_mist.py, tests/cells/test_contract.py
-Kernel: src/ltdrnn/ops/csrc/mist.cpp (CPU); src/ltdrnn/cells/fused/mist_triton.py (GPU)
+Kernel: src/ltdrnn/ops/csrc/mist.cpp (CPU); src/ltdrnn/ops/mist_triton.py (GPU)
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from ..ops.common import ParameterCache, mask_outputs
-from ..ops.kernels import StreamOperands, stream_in_kernel
-from ..ops.triton_support import autocast_weight
+from ..ops import mist as mist_ops
+from ..ops.common import ParameterCache
 from .base import Cell, check_positive_int
-from .fused.mist import MISTScan, kernel_supports
 from .registry import ParamCount, register
 
 _TABLE1 = (
@@ -74,9 +73,9 @@ class MISTCell(Cell):
             hand-written backward; weight gradients as one matrix product each), ``"cpp"`` (the
             same with each whole time loop in one compiled operator call, which also forms the input
             projections and every gradient per step; falls back to ``"torch"`` when the kernel cannot
-            be built or for non-CPU/non-float32/64 tensors), ``"triton"`` (each time loop in one Triton launch,
-            :mod:`ltdrnn.cells.fused.mist_triton`; the default for CUDA tensors when Triton is installed;
-            where Triton cannot run, ``"cpp"`` or ``"torch"``), or ``"auto"`` (:func:`ltdrnn.ops.resolve`).
+            be built or for non-CPU/non-float32/64 tensors), ``"triton"`` (each time loop in one Triton launch;
+            the default for CUDA tensors when Triton is installed; where Triton cannot run, ``"cpp"`` or
+            ``"torch"``), or ``"auto"`` (:func:`ltdrnn.ops.resolve`); see :mod:`ltdrnn.ops.mist`.
 
     Parameters (stacked so that each step needs two matrix products):
         ``weight_hh (n_d + H, H)`` = ``[W_ah; W_rh]``; ``weight_ih (n_d + 2H, d)`` = ``[W_ax; W_rx; W_x]``;
@@ -122,7 +121,8 @@ class MISTCell(Cell):
         self.register_buffer(
             "delay_index", torch.tensor([self.history_size - k for k in self.delays], device=device), persistent=False
         )
-        self._stream_cache = ParameterCache()
+        #: the operands of a streamed step, formed once per parameter change (:func:`ltdrnn.ops.mist.stream`)
+        self.stream_cache = ParameterCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -150,90 +150,13 @@ class MISTCell(Cell):
     def step(self, p_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor]:
         """``p_t (B, n_d + 2H)``, ``history (B, N, H)`` -> ``(h_t (B, H), new history)``."""
         split = self.num_delays + self.hidden_size
-        h = self._update(p_t[:, :split], p_t[:, split:], history[:, -1], history.index_select(1, self.delay_index))
+        h = self.update(p_t[:, :split], p_t[:, split:], history[:, -1], history.index_select(1, self.delay_index))
         return h, torch.cat([history[:, 1:], h.unsqueeze(1)], 1)
 
-    def forward(self, x_t: Tensor, state: Tensor | None = None) -> Tuple[Tensor, Tensor]:
-        """One streaming step from raw input ``x_t (B, d)``; the lean path for online use.
-
-        Without gradient recording, with ``backend`` resolving to ``"cpp"`` and batch up to
-        :data:`~ltdrnn.ops.kernels.STREAM_MAX_BATCH`, the whole step is one call of
-        ``torch.ops.ltdrnn.mist_stream`` (:meth:`stream_step`); otherwise ``step(precompute(x_t))``.
-        """
-        if state is not None and self.resolved_backend(like=x_t) == "cpp":
-            stepped = self.stream_step(x_t, state, "cpp")
-            if stepped is not None:
-                return stepped
-        self.check_input(x_t, expected_dims=2, name="x_t")
-        if state is None:
-            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
-        return self.step(self.precompute(x_t), state)
-
-    def _stream_in_kernel(self, x_t: Tensor, history: Tensor) -> Tuple[Tensor, Tensor] | None:
-        """``(h_t, new history)`` from one call of the compiled streaming step, or None where it
-        does not apply."""
-        outputs = stream_in_kernel(
-            "mist",
-            lambda: self._stream_cache.get(tuple(self._parameters.values()), self._stream_operands),
-            x_t,
-            history,
-            self.input_size,
-            (self.history_size, self.hidden_size),
-        )
-        return None if outputs is None else tuple(outputs)
-
-    def _stream_operands(self) -> StreamOperands:
-        return StreamOperands((self.weight_ih, self.bias, self.weight_hh, self.weight_mix))
-
-    def stream_step(self, x_t: Tensor, state: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
-        return self._stream_in_kernel(x_t, state) if backend == "cpp" else None
-
-    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, backend: str) -> Tuple[Tensor, Tensor]:
-        if backend == "triton":
-            return self._triton_scan(x, state, lengths)
-        if backend in ("torch", "cpp"):
-            outputs, final, states = MISTScan.apply(
-                x,
-                state,
-                self.weight_ih,
-                self.bias,
-                self.weight_hh,
-                self.weight_mix,
-                self.delays,
-                backend == "cpp" and kernel_supports(x),
-            )
-            if lengths is None:  # the separate views keep the backward free of full-size zero fills
-                return outputs, final
-        else:
-            # two separate input projections: slicing one per step would cost a zero-filled gradient each
-            split = self.num_delays + self.hidden_size
-            gates_in = nn.functional.linear(x, self.weight_ih[:split], self.bias[:split])
-            state_in = nn.functional.linear(x, self.weight_ih[split:], self.bias[split:])
-            states = self._list_scan(gates_in, state_in, state)
-        return mask_outputs(states[self.history_size :], lengths), self._final_history(states, lengths)
-
-    def _list_scan(self, gates_in: Tensor, state_in: Tensor, history0: Tensor) -> Tensor:
-        """Autograd-recorded loop that reads delayed states from a growing list: ``-> (N + T, B, H)``."""
-        history = list(history0.unbind(1))
-        for g_t, s_t in zip(gates_in.unbind(0), state_in.unbind(0)):
-            history.append(self._update(g_t, s_t, history[-1], torch.stack([history[-k] for k in self.delays], 1)))
-        return torch.stack(history)
-
-    # ---- internals ------------------------------------------------------------------------------
-    def _triton_scan(self, x: Tensor, history: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
-        """The time loop in one Triton launch per direction (:mod:`ltdrnn.cells.fused.mist_triton`), the
-        input projections one GEMM before it."""
-        from .fused.mist_triton import mist_scan
-
-        device = x.device.type
-        p = nn.functional.linear(x, self.weight_ih, self.bias)
-        w_hh, w_mix = autocast_weight(self.weight_hh, device), autocast_weight(self.weight_mix, device)
-        states = mist_scan(p, history, w_hh, w_mix, lengths)
-        return states[self.history_size :], self._final_history(states, lengths)
-
-    def _update(self, gates_in: Tensor, state_in: Tensor, h_prev: Tensor, delayed: Tensor) -> Tensor:
+    def update(self, gates_in: Tensor, state_in: Tensor, h_prev: Tensor, delayed: Tensor) -> Tensor:
         """``h_t`` from the input parts ``gates_in (B, n_d + H)`` (a, r) and ``state_in (B, H)``,
-        ``h_{t-1} (B, H)`` and ``delayed (B, n_d, H)`` (the states 1, 2, 4, ... steps back)."""
+        ``h_{t-1} (B, H)`` and ``delayed (B, n_d, H)`` (the states 1, 2, 4, ... steps back): the step's maths,
+        which :meth:`step` and the ``"list"`` backend share."""
         nd = self.num_delays
         gates = torch.addmm(gates_in, h_prev, self.weight_hh.t())
         mix_weights = torch.softmax(gates[:, :nd], dim=-1)
@@ -241,15 +164,18 @@ class MISTCell(Cell):
         mixed = torch.bmm(mix_weights.unsqueeze(1), delayed).squeeze(1)
         return torch.tanh(torch.addmm(state_in, reset * mixed, self.weight_mix.t()))
 
-    def _final_history(self, states: Tensor, lengths: Tensor | None) -> Tensor:
-        """The last N states of each sequence, ``(B, N, H)``; ``states (N + T, B, H)``."""
-        n = self.history_size
-        if lengths is None:
-            return states[-n:].transpose(0, 1)
-        # sequence b ends after step lengths[b] - 1, i.e. at row N + lengths[b] - 1 of states
-        rows = lengths.to(states.device).view(1, -1) + torch.arange(n, device=states.device).view(-1, 1)
-        index = rows.unsqueeze(-1).expand(n, states.shape[1], states.shape[2])
-        return states.gather(0, index).transpose(0, 1)
+    # ---- the fast paths (ltdrnn.ops.mist) ------------------------------------------------------------
+    def own_parameters(self) -> tuple:
+        """The tensors the cached streaming operands derive from."""
+        return tuple(self._parameters.values())
+
+    def scan_fast(self, x: Tensor, state: Tensor, lengths: Tensor | None, backend: str) -> Tuple[Tensor, Tensor]:
+        """The whole sequence in ``backend``: :func:`ltdrnn.ops.mist.scan`."""
+        return mist_ops.scan(self, x, state, lengths, backend)
+
+    def stream_step(self, x_t: Tensor, state: Tensor, backend: str) -> Tuple[Tensor, Tensor] | None:
+        """One step without autograd: :func:`ltdrnn.ops.mist.stream`."""
+        return mist_ops.stream(self, x_t, state, backend)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_delays={self.num_delays}"

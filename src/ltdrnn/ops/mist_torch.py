@@ -1,30 +1,28 @@
-"""MIST's fused paths: :class:`MISTScan`, a hand-written forward and backward over the whole sequence,
-as PyTorch loops (``"fused"``) or compiled time loops (``"kernel"``, ``csrc/mist.cpp``).
+"""MIST's backends over a whole sequence: :class:`MISTScan`, a hand-written forward and backward, as PyTorch
+loops (``"torch"``) or compiled time loops (``"cpp"``, ``csrc/mist.cpp``).
 
-The cell, its maths and its dispatch are in :mod:`ltdrnn.cells.mist`; the tests that compare these
-paths with its reference loop are in tests/cells/test_mist.py.
+The front that picks among them is :mod:`ltdrnn.ops.mist`; the tests that compare these paths with the
+cell's reference loop are in tests/cells/test_mist.py.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
-from ...ops.kernels import kernel_runs_on
-from ...ops.memory import empty_buffer, release, scratch_buffer
+from .memory import empty_buffer, release, scratch_buffer
 
 
 class MISTScan(torch.autograd.Function):
     """The MIST recurrence over a whole sequence with a hand-written backward pass.
 
     ``forward(x (T, B, d), history0 (B, N, H), W_ih (n_d + 2H, d), bias (n_d + 2H), W_hh (n_d + H, H),
-    W_mix (H, H), delays, kernel) -> (outputs (T, B, H), final history (B, N, H), states (N + T, B, H))``:
+    W_mix (H, H), delays, compiled) -> (outputs (T, B, H), final history (B, N, H), states (N + T, B, H))``:
     rows ``0..N-1`` of ``states`` are the initial history, row ``N + t`` is ``h_t``; the first two
     outputs are views of it (the last ``T`` rows; the last ``N`` rows, batch first).
 
     Forward runs without recording a graph, completing the gate logits in ``activated`` and the tanh
     argument in the state rows in place. Backward walks time in reverse and adds each step's gradient
-    into the rows of the delayed states it read. With ``kernel=True`` each time loop, forward and
+    into the rows of the delayed states it read. With ``compiled=True`` each time loop, forward and
     backward, is one call of the compiled ``torch.ops.ltdrnn.mist_forward`` / ``mist_backward``
     (csrc/mist.cpp: the batch split into one block of rows per thread, each running all T steps), and
     everything that is one pass over ``(T, B, .)`` buffers in the PyTorch version happens per step
@@ -38,20 +36,20 @@ class MISTScan(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, history0, w_ih, bias, w_hh, w_mix, delays, kernel):
+    def forward(ctx, x, history0, w_ih, bias, w_hh, w_mix, delays, compiled):
         steps, batch = x.shape[:2]
         past, hidden, split = history0.shape[1], w_mix.shape[0], w_hh.shape[0]
         states = empty_buffer((past + steps, batch, hidden), w_mix)
         activated = empty_buffer((steps, batch, split), w_hh)  # logits, then [softmax(a) | sigmoid(r)]
         reset_mixed = empty_buffer((steps, batch, hidden), w_mix)  # r_t * sum_i a_i h_{t-2^i}
         rows = past - torch.tensor(delays, device=states.device)  # rows of h_{t-2^i} at t = 0
-        if kernel:
+        if compiled:
             x = x.contiguous()  # the backward reads it too
             weights = (w_hh.contiguous(), w_mix.contiguous(), x, w_ih.contiguous(), bias.contiguous())
             torch.ops.ltdrnn.mist_forward(activated, states, reset_mixed, *weights, history0)
         else:
             _pytorch_forward(x, history0, w_ih, bias, w_hh, w_mix, states, activated, reset_mixed, rows)
-        ctx.kernel = kernel
+        ctx.compiled = compiled
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows)
         return states[past:], states[steps:].transpose(0, 1), states
@@ -60,7 +58,7 @@ class MISTScan(torch.autograd.Function):
     def backward(ctx, d_outputs, d_final, d_states):
         x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows = ctx.saved_tensors
         outside = _outside_gradient(states, d_outputs, d_final, d_states)
-        backward = _compiled_backward if ctx.kernel else _pytorch_backward
+        backward = _compiled_backward if ctx.compiled else _pytorch_backward
         d_x, d_history0, *d_weights = backward(
             x, states, activated, reset_mixed, w_ih, w_hh, w_mix, rows, outside, ctx.needs_input_grad[0]
         )
@@ -174,8 +172,3 @@ def _torch_backward_step(states, activated, reset_mixed, grad, d_gates, rows):
         grad.index_add_(0, rows + t, mix.t().unsqueeze(-1) * d_mixed.unsqueeze(0))
 
     return step
-
-
-def kernel_supports(x: Tensor) -> bool:
-    """True when ``csrc/mist.cpp`` can run on tensors like ``x`` (and it builds on this machine)."""
-    return kernel_runs_on("mist", x)

@@ -1,7 +1,7 @@
 """MIST's time loop in Triton, forward and backward each in one launch (torch operators
 ``ltdrnn::mist_triton_forward`` / ``ltdrnn::mist_triton_backward``).
 
-Per step (as :class:`ltdrnn.cells.mist.MISTScan`)::
+Per step (as :class:`ltdrnn.ops.mist_torch.MISTScan`)::
 
     a = softmax(W_ah h_{t-1} + P_a);  r = sigmoid(W_rh h_{t-1} + P_r)
     h_t = tanh(W_mix (r * sum_i a_i h_{t-2^i}) + P_s)
@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ...ops.triton_blocks import (
+from .triton_blocks import (
     hidden_block,
     kernel_state_dtype,
     launch_options,
@@ -35,7 +35,7 @@ from ...ops.triton_blocks import (
     sigmoid,
     tanh,
 )
-from ...ops.triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 
 @triton.jit
