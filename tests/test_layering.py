@@ -215,11 +215,6 @@ def test_the_cli_has_a_level_of_its_own_above_every_other_part():
 
 
 # ---- the cells and their fast paths (docs/architecture.md, "The fast paths") ----------------------------
-#: Cell modules whose fast paths have not moved into ops/ yet: they still call backends themselves. Each cell
-#: that moves (docs/architecture.md) leaves this set; ``cells.fused`` goes with the last one.
-NOT_MOVED = {"cells.fused"}
-
-
 def ops_fronts(modules) -> set:
     """What a cell module may import from ``ops``: the package (the backends, ``resolve``), ``ops.common`` and
     each cell's front ``ops.<cell>`` (a module with ``<cell>_torch`` or ``<cell>_triton`` beside it)."""
@@ -227,14 +222,13 @@ def ops_fronts(modules) -> set:
     return {"ops", "ops.common"} | {m for m in modules if m in backends}
 
 
-def backend_imports(graph: dict, modules, not_moved=NOT_MOVED) -> list:
-    """``"module:line imports target"`` for each import of an ``ops`` backend by a cell module outside
-    ``not_moved``."""
+def backend_imports(graph: dict, modules) -> list:
+    """``"module:line imports target"`` for each import of an ``ops`` backend by a cell module."""
     fronts = ops_fronts(modules)
     return [
         f"{module}:{line} imports {target}"
         for module, edges in sorted(graph.items())
-        if top(module) == "cells" and not any(module == m or module.startswith(m + ".") for m in not_moved)
+        if top(module) == "cells"
         for target, line in sorted(edges.items())
         if top(target) == "ops" and target not in fronts
     ]
@@ -259,15 +253,10 @@ def test_the_fast_paths_import_nothing_from_the_cells():
 
 
 def test_the_backend_rule_sees_a_cell_reaching_past_its_front():
-    modules = ["ops", "ops.common", "ops.kernels", "ops.tarnn", "ops.tarnn_torch", "ops.tarnn_triton", "cells.tarnn",
-               "cells.srnn", "cells.fused.srnn"]  # fmt: skip
+    modules = ["ops", "ops.common", "ops.kernels", "ops.tarnn", "ops.tarnn_torch", "ops.tarnn_triton", "cells.tarnn"]
     assert ops_fronts(modules) == {"ops", "ops.common", "ops.tarnn"}
-    graph = {
-        "cells.tarnn": {"ops": 3, "ops.common": 4, "ops.tarnn": 5, "ops.tarnn_torch": 6, "ops.kernels": 7},
-        "cells.srnn": {"ops.kernels": 2},  # not moved yet
-        "cells.fused.srnn": {"ops.kernels": 2},
-    }
-    assert backend_imports(graph, modules, not_moved={"cells.srnn", "cells.fused"}) == [
+    graph = {"cells.tarnn": {"ops": 3, "ops.common": 4, "ops.tarnn": 5, "ops.tarnn_torch": 6, "ops.kernels": 7}}
+    assert backend_imports(graph, modules) == [
         "cells.tarnn:7 imports ops.kernels",
         "cells.tarnn:6 imports ops.tarnn_torch",
     ]
