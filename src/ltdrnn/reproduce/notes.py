@@ -337,9 +337,14 @@ def full_rows_text(report: ClaimReport) -> str:
 
 
 def full_run_command(claim: Claim) -> str:
+    """The command that trains the full-data rows, with the seeds that decide where they are not 1-3 (a
+    claim without full-data items: the paper budget, whose held-out seeds the verdict names)."""
+    items = claim.full_run.set if claim.full_run else []
     words = ["ltdrnn", "reproduce", "run", claim.id, "--budget", "paper"]
-    for item in claim.full_run.set if claim.full_run else ():
+    for item in items:
         words += ["--set", item]
+    if items and claim.tuning.tuned:
+        words += ["--seeds", ",".join(str(seed) for seed in HELD_OUT_SEEDS)]
     return " ".join(shlex.quote(w) for w in words)
 
 
