@@ -5,8 +5,8 @@ and GRU, the residual updates of FastRNN and FastGRNN (low-rank factors kept as 
 input network and shift, MIST's softmax mix of delayed states, SA-RNN's coordinator and its GRU or LSTM
 candidate, and for TARNN and iRNN the fused forms their fast paths use, so options folded into those
 (TARNN's readings, iRNN's projection and low rank) need no code of their own. A cell whose fast paths live
-in ``ltdrnn.ops`` is read through its front's public operands (``ops.tarnn.operands(cell)``), the tensors
-and codes its backends run on; iRNN's builder reads ``input_map``/``recurrent_operator``/``alpha``.
+in ``ltdrnn.ops`` (TARNN, iRNN, SRNN, SA-RNN) is read through its front's public operands
+(``ops.<cell>.operands(cell)``), the tensors and codes its backends run on, never through its attributes.
 The Euler loops of TARNN and iRNN are unrolled: each of the K steps has its own step size, and in the
 integer code its own number format.
 
@@ -20,6 +20,9 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
+from ..ops import irnn as ops_irnn
+from ..ops import sarnn as ops_sarnn
+from ..ops import srnn as ops_srnn
 from ..ops import tarnn as ops_tarnn
 from .ir import Graph, StatePart, Value
 from .step import ExportError, StreamingStep
@@ -124,18 +127,19 @@ def _fastgrnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 @builds("srnn")
 def _srnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    op = ops_srnn.operands(cell)
     (h_part,) = parts
     h = g.read(h_part)
     feature = x
-    for index, layer in enumerate(cell.fr_hidden):
+    for index, (weight, bias) in enumerate(op.hidden):
         name = f"{pre}fr{index}"
-        feature = g.act("relu", g.linear([(name + "_w", layer.weight, feature)], layer.bias, name))
-    beta = g.linear([(pre + "out_w", cell.fr_out.weight, feature)], cell.fr_out.bias, pre + "out")
-    if cell.gate:
-        gate = g.linear([(pre + "gate_w", cell.gate_layer.weight, x)], cell.gate_layer.bias, pre + "gate")
+        feature = g.act("relu", g.linear([(name + "_w", weight, feature)], bias, name))
+    beta = g.linear([(pre + "out_w", op.out_weight, feature)], op.out_bias, pre + "out")
+    if op.gate_weight is not None:
+        gate = g.linear([(pre + "gate_w", op.gate_weight, x)], op.gate_bias, pre + "gate")
         beta = g.mul(beta, g.act("sigmoid", gate))
-    # h_t = act(roll(h_{t-1}, 1) + beta): unit j reads unit j - 1, unit 0 reads the last
-    h_new = g.act(cell.activation, g.add(g.roll(h), beta))
+    # h_t = act(roll(h_{t-1}, 1) + beta): unit j reads unit j - 1, unit 0 reads the last (op.shift is 1)
+    h_new = g.act("relu" if op.relu else "tanh", g.add(g.roll(h), beta))
     g.write(h_part, h_new)
     return h_new
 
@@ -170,17 +174,15 @@ def _mist(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 @builds("sarnn")
 def _sarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
-    hidden = cell.hidden_size
+    op = ops_sarnn.operands(cell)
+    hidden = op.coord_weight_h.shape[0]
     h = g.read(parts[0])
-    half = 0.5 * cell.slope  # the coordinator exactly as SARNN.precompute/coordinate scale it
-    coordinator = g.linear(
-        [(pre + "coord_w", cell.coord_weight_ih * half, x)], cell.coord_bias * half + 0.5, pre + "coord"
-    )
+    coordinator = g.linear([(pre + "coord_w", op.coord_weight_x, x)], op.coord_bias, pre + "coord")
     # u_t = 1[hard_sigmoid(...) > 1/2]; the clamp does not change the decision
-    decision = g.add(coordinator, g.mul(h, g.const(pre + "coord_h", cell.scaled_coord_weight())))
-    gi = g.linear([(pre + "w_ih", cell.weight_ih, x)], cell.bias_ih, pre + "gi")
-    gh = g.linear([(pre + "w_hh", cell.weight_hh, h)], cell.bias_hh, pre + "gh")
-    if cell.recurrence == "gru":
+    decision = g.add(coordinator, g.mul(h, g.const(pre + "coord_h", op.coord_weight_h)))
+    gi = g.linear([(pre + "w_ih", op.weight_ih, x)], op.bias_ih, pre + "gi")
+    gh = g.linear([(pre + "w_hh", op.weight_hh, h)], op.bias_hh, pre + "gh")
+    if op.recurrence == "gru":
         h_new = g.select(decision, 0.5, _gru_update(g, hidden, gi, gh, h), h)
         g.write(parts[0], h_new)
         return h_new
@@ -231,34 +233,35 @@ def _tarnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 @builds("irnn")
 def _irnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
-    from ..cells.irnn import READINGS
-
+    op = ops_irnn.operands(cell)
     (h_part,) = parts
     h = g.read(h_part)
-    weight, bias = cell.input_map()
-    first, second = cell.recurrent_operator()
-    c = g.linear([(pre + "w_in", weight, x)], bias, pre + "in")
-    with torch.no_grad():
-        alpha = _number(cell.alpha())
-    start, keep = READINGS[cell.reading]
+    c = g.linear([(pre + "w_in", op.weight, x)], op.bias, pre + "in")
+    alpha = _number(op.alpha)
     # in y = g + h_{t-1}: y_0 = start h, y_{i+1} = y_i + eta_i (phi(M y_i + c) - alpha y_i), h_t = y_K - keep h
-    y = h if start == 1.0 else g.mul(h, start)
-    for i, eta in enumerate(cell.steps.values().detach().double().tolist()):
-        if second is None:  # dense M
-            pre_activation = g.linear([(pre + "m", first, y)], addend=c)
+    y = h if op.start == 1.0 else g.mul(h, op.start)
+    for eta in op.eta.detach().double().tolist():
+        if op.second is None:  # dense M
+            pre_activation = g.linear([(pre + "m", op.first, y)], addend=c)
         else:  # M = I + V' H: the identity exact, the low-rank factors stored (and rounded) on their own
-            low = g.linear([(pre + "m_v", first, g.linear([(pre + "m_h", second, y)]))], addend=c)
+            low = g.linear([(pre + "m_v", op.first, g.linear([(pre + "m_h", op.second, y)]))], addend=c)
             pre_activation = g.add(y, low)
-        drive = g.act(cell.activation, pre_activation)
+        drive = g.act(op.activation, pre_activation)
         y = g.add(g.mul(y, 1.0 - eta * alpha), g.mul(drive, eta))
-    h_new = y if keep == 0.0 else g.sub(y, g.mul(h, keep))
+    h_new = y if op.keep == 0.0 else g.sub(y, g.mul(h, op.keep))
     g.write(h_part, h_new)
     return h_new
 
 
+def _irnn_unsupported(op: ops_irnn.IRNNOperands) -> str | None:
+    if op.eta.dim() == 2:
+        return "eta_per_time_step=True"
+    return "gate='outside'" if op.gate_weight_h is not None else None
+
+
 UNSUPPORTED_OPTIONS: Dict[str, Callable[[object], str | None]] = {
     "tarnn": lambda c: "eta_per_time_step=True" if ops_tarnn.operands(c).eta.dim() == 2 else None,
-    "irnn": lambda c: "eta_per_time_step=True" if c.per_time_step else ("gate='outside'" if c.gated else None),
+    "irnn": lambda c: _irnn_unsupported(ops_irnn.operands(c)),
 }
 
 
