@@ -56,7 +56,8 @@ def _forward_kernel(c_ptr, a_ptr, m_ptr, ug_ptr, eta_ptr, alpha_ptr, len_ptr, st
                     H, S: tl.constexpr, R: tl.constexpr, HAS_LENGTHS: tl.constexpr, ACT: tl.constexpr,
                     GATED: tl.constexpr, PER_STEP: tl.constexpr, BB: tl.constexpr, HP: tl.constexpr,
                     BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
-    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * H can pass 2^31
+    plane = tl.cast(B, tl.int64) * H  # one time step's rows
     cols = tl.arange(0, HP)
     row_mask = rows < B
     mask = row_mask[:, None] & (cols < H)[None, :]
@@ -65,7 +66,7 @@ def _forward_kernel(c_ptr, a_ptr, m_ptr, ug_ptr, eta_ptr, alpha_ptr, len_ptr, st
     length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     h = tl.load(states_ptr + block, mask=mask, other=0.0).to(ACC)
     for t in range(T):
-        step = tl.cast(t, tl.int64) * B * H
+        step = t * plane
         eta = _step_size(eta_ptr, t, PER_STEP, ACC)
         mh = rows_times_matrix(states_ptr + step, H, rows, row_mask, H, m_ptr, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
         pre = S * mh + tl.load(c_ptr + step + block, mask=mask, other=0.0).to(ACC)
@@ -80,7 +81,7 @@ def _forward_kernel(c_ptr, a_ptr, m_ptr, ug_ptr, eta_ptr, alpha_ptr, len_ptr, st
             tl.store(us_ptr + step + block, u, mask=mask)
         h = tl.where((t < length)[:, None], new, 0.0)
         tl.store(phis_ptr + step + block, phi, mask=mask)
-        tl.store(states_ptr + step + B * H + block, h, mask=mask)
+        tl.store(states_ptr + step + plane + block, h, mask=mask)
         tl.debug_barrier()  # the next step reads this step's state rows back
 
 
@@ -92,7 +93,8 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, us_ptr, m_ptr, ug_ptr, eta_
                      ACC: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = pid.to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * H can pass 2^31
+    plane = tl.cast(B, tl.int64) * H  # one time step's rows
     cols = tl.arange(0, HP)
     row_mask = rows < B
     mask = row_mask[:, None] & (cols < H)[None, :]
@@ -104,10 +106,10 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, us_ptr, m_ptr, ug_ptr, eta_
     alpha_sum = tl.zeros((BB, HP), dtype=ACC)
     for back in range(T):
         t = T - 1 - back
-        step = tl.cast(t, tl.int64) * B * H
+        step = t * plane
         eta = _step_size(eta_ptr, t, PER_STEP, ACC)
         alive = (t < length)[:, None]
-        g = tl.where(alive, tl.load(grad_ptr + step + B * H + block, mask=mask, other=0.0).to(ACC) + carry, 0.0)
+        g = tl.where(alive, tl.load(grad_ptr + step + plane + block, mask=mask, other=0.0).to(ACC) + carry, 0.0)
         phi = tl.load(phis_ptr + step + block, mask=mask, other=0.0).to(ACC)
         h = tl.load(states_ptr + step + block, mask=mask, other=0.0).to(ACC)
         y0 = S * h

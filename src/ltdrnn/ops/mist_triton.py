@@ -49,7 +49,7 @@ def _forward_kernel(p_ptr, whh_ptr, wmix_ptr, len_ptr, states_ptr, gates_ptr, rm
                     ND: tl.constexpr, NDP: tl.constexpr, HAS_LENGTHS: tl.constexpr, BB: tl.constexpr,
                     HP: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                     ACC: tl.constexpr):  # fmt: skip
-    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * H can pass 2^31
     cols = tl.arange(0, HP)
     mixes = tl.arange(0, NDP)
     row_mask = rows < B
@@ -92,7 +92,7 @@ def _backward_kernel(grad_ptr, states_ptr, gates_ptr, rm_ptr, whh_ptr, wmix_ptr,
                      H, N, ND: tl.constexpr, NDP: tl.constexpr, HAS_LENGTHS: tl.constexpr, BB: tl.constexpr,
                      HP: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                      ACC: tl.constexpr):  # fmt: skip
-    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * H can pass 2^31
     cols = tl.arange(0, HP)
     mixes = tl.arange(0, NDP)
     row_mask = rows < B

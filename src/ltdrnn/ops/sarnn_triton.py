@@ -40,7 +40,8 @@ from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 def _forward_kernel(gi_ptr, ci_ptr, w_ptr, b_ptr, cw_ptr, len_ptr, states_ptr, probs_ptr, masks_ptr, gates_ptr,
                     news_ptr, B, T, H, HAS_LENGTHS: tl.constexpr, BB: tl.constexpr, HP: tl.constexpr,
                     BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
-    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * 3H can pass 2^31
+    plane = tl.cast(B, tl.int64) * H  # one time step's rows
     cols = tl.arange(0, HP)
     row_mask = rows < B
     col_mask = cols < H
@@ -54,7 +55,7 @@ def _forward_kernel(gi_ptr, ci_ptr, w_ptr, b_ptr, cw_ptr, len_ptr, states_ptr, p
     length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     h = tl.load(states_ptr + block, mask=mask, other=0.0).to(ACC)
     for t in range(T):
-        step = tl.cast(t, tl.int64) * B * H
+        step = t * plane
         prev = states_ptr + step
         gh_r = rows_times_matrix(prev, H, rows, row_mask, H, w_ptr, 1, H, H, BB, HP, BK, DOT, PREC, ACC) + b_r
         gh_z = rows_times_matrix(prev, H, rows, row_mask, H, w_ptr + H * H, 1, H, H, BB, HP, BK, DOT, PREC, ACC) + b_z
@@ -72,7 +73,7 @@ def _forward_kernel(gi_ptr, ci_ptr, w_ptr, b_ptr, cw_ptr, len_ptr, states_ptr, p
         # the reference's straight-through term (prob - prob) (cand - h): exactly 0 for finite values, NaN where
         # the reference's value is NaN
         h = tl.where(alive, tl.where(update, cand, h) + (prob - prob) * (cand - h), 0.0)
-        tl.store(states_ptr + step + B * H + block, h, mask=mask)
+        tl.store(states_ptr + step + plane + block, h, mask=mask)
         tl.store(probs_ptr + step + block, tl.where(alive, prob, 0.0), mask=mask)
         tl.store(masks_ptr + step + block, tl.where(alive & update, 1.0, 0.0), mask=mask)
         gates_t = gates_ptr + 3 * step + g_block
@@ -89,7 +90,8 @@ def _backward_kernel(grad_ptr, gprob_ptr, states_ptr, probs_ptr, masks_ptr, gate
                      BB: tl.constexpr, HP: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                      ACC: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = pid.to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * 3H can pass 2^31
+    plane = tl.cast(B, tl.int64) * H  # one time step's rows
     cols = tl.arange(0, HP)
     row_mask = rows < B
     col_mask = cols < H
@@ -102,9 +104,9 @@ def _backward_kernel(grad_ptr, gprob_ptr, states_ptr, probs_ptr, masks_ptr, gate
     cw_sum = tl.zeros((BB, HP), dtype=ACC)
     for back in range(T):
         t = T - 1 - back
-        step = tl.cast(t, tl.int64) * B * H
+        step = t * plane
         alive = (t < length)[:, None]
-        dh = tl.where(alive, tl.load(grad_ptr + step + B * H + block, mask=mask, other=0.0).to(ACC) + carry, 0.0)
+        dh = tl.where(alive, tl.load(grad_ptr + step + plane + block, mask=mask, other=0.0).to(ACC) + carry, 0.0)
         dprob = tl.where(alive, tl.load(gprob_ptr + step + block, mask=mask, other=0.0).to(ACC), 0.0)
         h = tl.load(states_ptr + step + block, mask=mask, other=0.0).to(ACC)
         gates_t = gates_ptr + 3 * step + g_block

@@ -36,17 +36,17 @@ LANES = 256
 @triton.jit
 def _forward_kernel(beta_ptr, h0_ptr, len_ptr, out_ptr, B, T, H, HAS_LENGTHS: tl.constexpr, ACT: tl.constexpr,
                     LANES: tl.constexpr, COMPUTE: tl.constexpr):  # fmt: skip
-    lane = tl.program_id(0) * LANES + tl.arange(0, LANES)
-    valid = lane < B * H
+    lane = tl.program_id(0).to(tl.int64) * LANES + tl.arange(0, LANES)  # 64-bit offsets: B * H can pass 2^31
+    valid = lane < tl.cast(B, tl.int64) * H
     row = lane // H
-    unit = lane % H
+    unit = (lane % H).to(tl.int32)  # the rotation (unit + t + 1) % H stays in 32 bits
     g = tl.load(h0_ptr + lane, mask=valid, other=0.0).to(COMPUTE)
     if HAS_LENGTHS:
         length = tl.load(len_ptr + row, mask=valid, other=0)
     else:
         length = T
     for t in range(T):
-        offset = tl.cast(t * B + row, tl.int64) * H + (unit + t + 1) % H
+        offset = (t * tl.cast(B, tl.int64) + row) * H + (unit + t + 1) % H
         g = activate(g + tl.load(beta_ptr + offset, mask=valid, other=0.0).to(COMPUTE), ACT)
         out = tl.where(t < length, g, 0.0)
         tl.store(out_ptr + offset, out.to(out_ptr.dtype.element_ty), mask=valid)
@@ -55,10 +55,10 @@ def _forward_kernel(beta_ptr, h0_ptr, len_ptr, out_ptr, B, T, H, HAS_LENGTHS: tl
 @triton.jit
 def _backward_kernel(grad_ptr, out_ptr, len_ptr, dbeta_ptr, dh0_ptr, B, T, H, HAS_LENGTHS: tl.constexpr,
                      ACT: tl.constexpr, LANES: tl.constexpr, COMPUTE: tl.constexpr):  # fmt: skip
-    lane = tl.program_id(0) * LANES + tl.arange(0, LANES)
-    valid = lane < B * H
+    lane = tl.program_id(0).to(tl.int64) * LANES + tl.arange(0, LANES)  # 64-bit offsets: B * H can pass 2^31
+    valid = lane < tl.cast(B, tl.int64) * H
     row = lane // H
-    unit = lane % H
+    unit = (lane % H).to(tl.int32)  # the rotation (unit + t + 1) % H stays in 32 bits
     if HAS_LENGTHS:
         length = tl.load(len_ptr + row, mask=valid, other=0)
     else:
@@ -66,7 +66,7 @@ def _backward_kernel(grad_ptr, out_ptr, len_ptr, dbeta_ptr, dh0_ptr, B, T, H, HA
     carry = tl.zeros((LANES,), dtype=COMPUTE)
     for step in range(T):
         t = T - 1 - step
-        offset = tl.cast(t * B + row, tl.int64) * H + (unit + t + 1) % H
+        offset = (t * tl.cast(B, tl.int64) + row) * H + (unit + t + 1) % H
         h = tl.load(out_ptr + offset, mask=valid, other=0.0).to(COMPUTE)
         grad = tl.load(grad_ptr + offset, mask=valid, other=0.0).to(COMPUTE)
         dz = tl.where(t < length, (grad + carry) * activation_slope(h, ACT), 0.0)

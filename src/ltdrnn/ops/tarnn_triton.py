@@ -81,7 +81,8 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
                     A_DIAG: tl.constexpr, INSIDE: tl.constexpr, PER_STEP: tl.constexpr, BB: tl.constexpr,
                     HP: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr,
                     ACC: tl.constexpr):  # fmt: skip
-    rows = tl.program_id(0) * BB + tl.arange(0, BB)
+    rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * 3H can pass 2^31
+    plane = tl.cast(B, tl.int64) * H  # one time step's rows
     cols = tl.arange(0, HP)
     row_mask = rows < B
     mask = row_mask[:, None] & (cols < H)[None, :]
@@ -90,7 +91,7 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
     length = sequence_lengths(len_ptr, rows, row_mask, T, BB, HAS_LENGTHS)
     s = tl.load(states_ptr + block, mask=mask, other=0.0).to(ACC)
     for t in range(T):
-        step = tl.cast(t, tl.int64) * B * H
+        step = t * plane
         prev = states_ptr + step
         c = rows_times_matrix(prev, H, rows, row_mask, H, sw_ptr, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
         q = rows_times_matrix(prev, H, rows, row_mask, H, sw_ptr + H * H, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
@@ -101,9 +102,9 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
         beta = sigmoid(r + tl.load(p_t + 2 * H, mask=mask, other=0.0).to(ACC))
         delta = tl.zeros((BB, HP), dtype=ACC)
         for k in range(K):
-            euler = (tl.cast(t, tl.int64) * K + k) * B * H  # offset of row (t, k) of args and deltas
+            euler = (t * K + k) * plane  # offset of row (t, k) of args and deltas
             if k > 0:
-                last = deltas_ptr + euler - B * H  # delta_k, stored by the step before
+                last = deltas_ptr + euler - plane  # delta_k, stored by the step before
                 arg = q + rows_times_matrix(last, H, rows, row_mask, H, u_ptr, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
                 g = activate(arg, ACT) + c + _a_times(last, delta, rows, cols, row_mask, H, COUPLED, A_DIAG)
             else:
@@ -123,7 +124,7 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
             s_new = s + beta * delta
         alive = (t < length)[:, None]
         s = tl.where(alive, s_new, 0.0)
-        tl.store(states_ptr + step + B * H + block, s, mask=mask)
+        tl.store(states_ptr + step + plane + block, s, mask=mask)
         tl.store(betas_ptr + step + block, tl.where(alive, beta, 0.0), mask=mask)
         tl.store(cs_ptr + step + block, c, mask=mask)
         tl.debug_barrier()  # the next step reads this step's state rows back
@@ -137,7 +138,8 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
                      DOT: tl.constexpr, PREC: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    rows = pid * BB + tl.arange(0, BB)
+    rows = pid.to(tl.int64) * BB + tl.arange(0, BB)  # 64-bit offsets: B * 3H can pass 2^31
+    plane = tl.cast(B, tl.int64) * H  # one time step's rows
     cols = tl.arange(0, HP)
     row_mask = rows < B
     mask = row_mask[:, None] & (cols < H)[None, :]
@@ -147,12 +149,12 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
     carry = tl.zeros((BB, HP), dtype=ACC)  # dL/ds_m through the steps after m
     for back in range(T):
         t = T - 1 - back
-        step = tl.cast(t, tl.int64) * B * H
+        step = t * plane
         alive = (t < length)[:, None]
-        gs = tl.where(alive, tl.load(grad_ptr + step + B * H + block, mask=mask, other=0.0).to(ACC) + carry, 0.0)
+        gs = tl.where(alive, tl.load(grad_ptr + step + plane + block, mask=mask, other=0.0).to(ACC) + carry, 0.0)
         beta = tl.load(betas_ptr + step + block, mask=mask, other=0.0).to(ACC)
         c = tl.load(cs_ptr + step + block, mask=mask, other=0.0).to(ACC)
-        last_delta = deltas_ptr + (tl.cast(t, tl.int64) * K + K - 1) * B * H
+        last_delta = deltas_ptr + (t * K + K - 1) * plane
         if INSIDE:
             dd = gs  # dL/ddelta_K
             dbeta = tl.zeros((BB, HP), dtype=ACC)
@@ -163,10 +165,10 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
         dq = tl.zeros((BB, HP), dtype=ACC)
         for back_k in range(K):
             k = K - 1 - back_k
-            euler = (tl.cast(t, tl.int64) * K + k) * B * H
+            euler = (t * K + k) * plane
             phi = activate(tl.load(args_ptr + euler + block, mask=mask, other=0.0).to(ACC), ACT)
             if k > 0:
-                last = deltas_ptr + euler - B * H
+                last = deltas_ptr + euler - plane
                 delta = tl.load(last + block, mask=mask, other=0.0).to(ACC)
                 g = phi + c + _a_times(last, delta, rows, cols, row_mask, H, COUPLED, A_DIAG)
             else:
