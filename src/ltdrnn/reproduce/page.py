@@ -292,15 +292,12 @@ def conditions_text(report: ClaimReport) -> str:
 def ours_text(report: ClaimReport) -> str:
     """The test metric of each judged run a rule reads, with the metric's name once, and the gradient
     ratios the rules read: ``"MSE: tarnn 0.0019 ± 0.0014; lstm 0.166 ± 0.0003 (n=4)"``; for a tuned claim
-    those of the held-out seeds, then the development seeds' after "dev"; where full-data rows decide, the
-    subset or proxy rows' after their data."""
+    those of the held-out seeds, then the development seeds' after "dev"."""
+    if report.development is None:
+        return numbers_text(report.claim, report.measurements)
     shown = numbers_text(report.claim, report.measurements)
-    if report.development is not None:
-        deciding = "held-out: " + ("not measured" if shown == "not run yet" else shown)
-        shown = f"{deciding}. dev: {numbers_text(report.claim, report.development)}"
-    if report.beside is not None:
-        shown = f"{shown}. {report.beside.claim.data}: {ours_text(report.beside)}"
-    return shown
+    deciding = "held-out: " + ("not measured" if shown == "not run yet" else shown)
+    return f"{deciding}. dev: {numbers_text(report.claim, report.development)}"
 
 
 def numbers_text(claim: Claim, found) -> str:
@@ -389,9 +386,8 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
     if report.beside is not None:
         beside = report.beside
         lines += [
-            f"Judged on the full-data rows (the paper budget with `{' '.join(full_set(claim))}`; config hashes: "
-            f"{full_hashes_text(report)}); the {beside.claim.data} rows beside decide nothing: "
-            f"**{beside.verdict.status}**, rules {rules_text(beside.verdict)}.",
+            f"Full-data rows decide (`{' '.join(full_set(claim))}`); the {beside.claim.data} rows beside: "
+            f"{beside.verdict.status} ({rules_text(beside.verdict)}).",
             "",
         ]
     structural = unique_texts(r.check.structural for r in results)
@@ -413,10 +409,6 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
     for figure in report.figures:
         lines += [f"![{figure.stem}]({links.figure(figure)})", ""]
     return lines
-
-
-def full_hashes_text(report: ClaimReport) -> str:
-    return "; ".join(f"{label} `{found}`" for label, found in report.full_hashes.items())
 
 
 def _rule_results(verdict: Verdict):
