@@ -4,9 +4,9 @@ Every builder follows the cell's streaming formulation in the library: the torch
 and GRU, the residual updates of FastRNN and FastGRNN (low-rank factors kept as two products), SRNN's
 input network and shift, MIST's softmax mix of delayed states, SA-RNN's coordinator and its GRU or LSTM
 candidate, and for TARNN and iRNN the fused forms their fast paths use, so options folded into those
-(TARNN's readings, iRNN's projection and low rank) need no code of their own. A cell whose fast paths live
-in ``ltdrnn.ops`` (TARNN, iRNN, SRNN, SA-RNN) is read through its front's public operands
-(``ops.<cell>.operands(cell)``), the tensors and codes its backends run on, never through its attributes.
+(TARNN's readings, iRNN's projection and low rank) need no code of their own. The five source cells are read
+through their fronts' public operands (``ops.<cell>.operands(cell)``), the tensors and codes their fast
+paths run on, never through their attributes.
 The Euler loops of TARNN and iRNN are unrolled: each of the K steps has its own step size, and in the
 integer code its own number format.
 
@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Tuple
 import torch
 
 from ..ops import irnn as ops_irnn
+from ..ops import mist as ops_mist
 from ..ops import sarnn as ops_sarnn
 from ..ops import srnn as ops_srnn
 from ..ops import tarnn as ops_tarnn
@@ -146,25 +147,26 @@ def _srnn(g: Graph, cell, pre: str, x: Value, parts) -> Value:
 
 @builds("mist")
 def _mist(g: Graph, cell, pre: str, x: Value, parts) -> Value:
+    op = ops_mist.operands(cell)
     (history,) = parts
-    hidden, delays, n = cell.hidden_size, cell.num_delays, cell.history_size
+    hidden, delays, n = op.weight_mix.shape[0], len(op.delays), op.history_size
     split = delays + hidden
     previous = g.read(history, n - 1)
     gates = g.linear(
-        [(pre + "w_gates_x", cell.weight_ih[:split], x), (pre + "w_hh", cell.weight_hh, previous)],
-        cell.bias[:split],
+        [(pre + "w_gates_x", op.weight_ih[:split], x), (pre + "w_hh", op.weight_hh, previous)],
+        op.bias[:split],
         pre + "gates",
     )
     mix = g.softmax(g.slice(gates, 0, delays))
-    # the state 2^i steps back is row N - 2^i of the history (oldest first)
-    delayed = [previous if i == 0 else g.read(history, n - (1 << i)) for i in range(delays)]
+    # the state k steps back is row N - k of the history (oldest first)
+    delayed = [previous if k == 1 else g.read(history, n - k) for k in op.delays]
     reset = g.act("sigmoid", g.slice(gates, delays, hidden))
     mixed = g.mul(g.combine(mix, delayed), reset)
     h_new = g.act(
         "tanh",
         g.linear(
-            [(pre + "w_state_x", cell.weight_ih[split:], x), (pre + "w_mix", cell.weight_mix, mixed)],
-            cell.bias[split:],
+            [(pre + "w_state_x", op.weight_ih[split:], x), (pre + "w_mix", op.weight_mix, mixed)],
+            op.bias[split:],
             pre + "state",
         ),
     )
