@@ -63,13 +63,15 @@ def _forward_kernel(p_ptr, whh_ptr, wmix_ptr, len_ptr, states_ptr, gates_ptr, rm
         step = tl.cast(t, tl.int64) * B
         prev = states_ptr + (tl.cast(N + t - 1, tl.int64) * B) * H
         p_t = p_ptr + step * width + rows[:, None] * width
+        alive = (t < length)[:, None]  # a row's inputs past its length are never read (they may hold NaN)
+        live = mask & alive
         logits = rows_times_matrix(prev, H, rows, row_mask, H, whh_ptr, 1, H, ND, BB, NDP, BK, DOT, PREC, ACC)
-        logits += tl.load(p_t + mixes[None, :], mask=mix_mask, other=0.0).to(ACC)
+        logits += tl.load(p_t + mixes[None, :], mask=mix_mask & alive, other=0.0).to(ACC)
         logits = tl.where((mixes < ND)[None, :], logits, float("-inf"))
         a = tl.exp(logits - tl.max(logits, axis=1)[:, None])
         a = a / tl.sum(a, axis=1)[:, None]
         r = rows_times_matrix(prev, H, rows, row_mask, H, whh_ptr + ND * H, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
-        r = sigmoid(r + tl.load(p_t + ND + cols[None, :], mask=mask, other=0.0).to(ACC))
+        r = sigmoid(r + tl.load(p_t + ND + cols[None, :], mask=live, other=0.0).to(ACC))
         mixed = tl.zeros((BB, HP), dtype=ACC)
         for i in tl.static_range(ND):
             delayed = states_ptr + (tl.cast(N + t - (1 << i), tl.int64) * B) * H + block
@@ -81,8 +83,8 @@ def _forward_kernel(p_ptr, whh_ptr, wmix_ptr, len_ptr, states_ptr, gates_ptr, rm
         tl.store(gates_t + ND + cols[None, :], r, mask=mask)
         tl.debug_barrier()  # the product below reads r * mix back
         pre = rows_times_matrix(rm_t, H, rows, row_mask, H, wmix_ptr, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
-        h = tanh(pre + tl.load(p_t + ND + H + cols[None, :], mask=mask, other=0.0).to(ACC))
-        h = tl.where((t < length)[:, None], h, 0.0)
+        h = tanh(pre + tl.load(p_t + ND + H + cols[None, :], mask=live, other=0.0).to(ACC))
+        h = tl.where(alive, h, 0.0)
         tl.store(states_ptr + (tl.cast(N + t, tl.int64) * B) * H + block, h, mask=mask)
         tl.debug_barrier()  # the next step reads this step's state rows back
 

@@ -61,14 +61,15 @@ def _forward_kernel(gi_ptr, ci_ptr, w_ptr, b_ptr, cw_ptr, len_ptr, states_ptr, p
         gh_z = rows_times_matrix(prev, H, rows, row_mask, H, w_ptr + H * H, 1, H, H, BB, HP, BK, DOT, PREC, ACC) + b_z
         gh_n = rows_times_matrix(prev, H, rows, row_mask, H, w_ptr + 2 * H * H, 1, H, H, BB, HP, BK, DOT, PREC,
                                  ACC) + b_n  # fmt: skip
-        gi_t = gi_ptr + 3 * step + g_block
-        r = sigmoid(tl.load(gi_t, mask=mask, other=0.0).to(ACC) + gh_r)
-        z = sigmoid(tl.load(gi_t + H, mask=mask, other=0.0).to(ACC) + gh_z)
-        n = tanh(tl.load(gi_t + 2 * H, mask=mask, other=0.0).to(ACC) + r * gh_n)
-        cand = n + z * (h - n)
-        pre = tl.load(ci_ptr + step + block, mask=mask, other=0.0).to(ACC) + cw * h
-        update = pre > 0.5
         alive = (t < length)[:, None]
+        live = mask & alive  # a row's inputs past its length are never read (they may hold anything, NaN too)
+        gi_t = gi_ptr + 3 * step + g_block
+        r = sigmoid(tl.load(gi_t, mask=live, other=0.0).to(ACC) + gh_r)
+        z = sigmoid(tl.load(gi_t + H, mask=live, other=0.0).to(ACC) + gh_z)
+        n = tanh(tl.load(gi_t + 2 * H, mask=live, other=0.0).to(ACC) + r * gh_n)
+        cand = n + z * (h - n)
+        pre = tl.load(ci_ptr + step + block, mask=live, other=0.0).to(ACC) + cw * h
+        update = pre > 0.5
         prob = tl.where(pre < 0.0, 0.0, tl.where(pre > 1.0, 1.0, pre))  # clamp that keeps NaN, as torch.clamp
         # the reference's straight-through term (prob - prob) (cand - h): exactly 0 for finite values, NaN where
         # the reference's value is NaN

@@ -96,10 +96,12 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
         c = rows_times_matrix(prev, H, rows, row_mask, H, sw_ptr, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
         q = rows_times_matrix(prev, H, rows, row_mask, H, sw_ptr + H * H, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
         r = rows_times_matrix(prev, H, rows, row_mask, H, sw_ptr + 2 * H * H, 1, H, H, BB, HP, BK, DOT, PREC, ACC)
+        alive = (t < length)[:, None]
+        live = mask & alive  # a row's inputs past its length are never read (they may hold anything, NaN too)
         p_t = p_ptr + 3 * step + p_block
-        c += tl.load(p_t, mask=mask, other=0.0).to(ACC)
-        q += tl.load(p_t + H, mask=mask, other=0.0).to(ACC)
-        beta = sigmoid(r + tl.load(p_t + 2 * H, mask=mask, other=0.0).to(ACC))
+        c += tl.load(p_t, mask=live, other=0.0).to(ACC)
+        q += tl.load(p_t + H, mask=live, other=0.0).to(ACC)
+        beta = sigmoid(r + tl.load(p_t + 2 * H, mask=live, other=0.0).to(ACC))
         delta = tl.zeros((BB, HP), dtype=ACC)
         for k in range(K):
             euler = (t * K + k) * plane  # offset of row (t, k) of args and deltas
@@ -122,7 +124,6 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
             s_new = s + delta
         else:
             s_new = s + beta * delta
-        alive = (t < length)[:, None]
         s = tl.where(alive, s_new, 0.0)
         tl.store(states_ptr + step + plane + block, s, mask=mask)
         tl.store(betas_ptr + step + block, tl.where(alive, beta, 0.0), mask=mask)
