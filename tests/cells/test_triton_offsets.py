@@ -182,3 +182,46 @@ def test_the_replay_sees_a_wrapped_offset():
         copy_rows[(3,)](src, dst, BATCH, HIDDEN, BB=16, HP=32)
     buffers = _replay_as_last_program(*launches[0], LARGE_BATCHES["state"])
     assert buffers.outside
+
+
+def _kernels() -> dict:
+    """Every kernel of the ``ltdrnn.ops.*_triton`` modules (jitted, interpreted or autotuned), by ``module.name``:
+    the objects named ``*_kernel`` whose innermost ``fn`` is a function of that module (the jitted helpers they
+    call have other names)."""
+    import importlib
+    import pkgutil
+
+    import ltdrnn.ops
+
+    found = {}
+    for info in pkgutil.iter_modules(ltdrnn.ops.__path__):
+        if info.name.endswith("_triton"):
+            module = importlib.import_module(f"ltdrnn.ops.{info.name}")
+            for name, value in vars(module).items():
+                inner = value
+                while hasattr(inner, "fn") and hasattr(inner, "arg_names"):
+                    inner = inner.fn
+                ours = getattr(inner, "__module__", None) == module.__name__
+                if inner is not value and ours and name.endswith("_kernel"):
+                    found[f"{info.name}.{name}"] = value
+    return found
+
+
+def test_every_kernel_is_replayed_here():
+    """A new kernel joins CELLS, so that its offsets are checked too."""
+    launched = set()
+    for name in CELLS:
+        launched |= {f"{e.fn.__module__.rsplit('.', 1)[-1]}.{e.fn.__name__}" for e, *_ in _recorded_launches(name)}
+    assert launched == set(_kernels())
+
+
+def test_no_kernel_autotunes_on_the_batch_size():
+    """An autotune key on B would tune again for every batch size a model meets (the last batch of an epoch,
+    evaluation, streaming): each a pause of seconds on a GPU."""
+    from triton.runtime.autotuner import Autotuner
+
+    kernels = _kernels()
+    assert kernels, "no kernels found"
+    for name, kernel in kernels.items():
+        keys = set(getattr(kernel, "keys", ())) if isinstance(kernel, Autotuner) else set()
+        assert not keys & {"B", "batch", "batch_size"}, f"{name} autotunes on the batch size: key {sorted(keys)}"
