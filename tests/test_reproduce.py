@@ -156,21 +156,26 @@ def toy_claim():
 
 def test_verdict_reproduced_partly_not_and_not_run_yet():
     toy = toy_claim()
-    verdict = R.judge(toy, R.Measurements({"tarnn": row(1.0), "lstm": row(0.45, cell="lstm")}), "quick")
+    verdict = R.verdicts.judge_rows(toy, R.Measurements({"tarnn": row(1.0), "lstm": row(0.45, cell="lstm")}), "quick")
     assert verdict.status == "reproduced"
     assert "metric(tarnn) = 100% (n=1)" in verdict.reason and "metric(lstm) = 45% (n=1)" in verdict.reason
     # TARNN's rule holds, LSTM's does not: a rule about the paper's own cell holds -> partly
-    assert R.judge(toy, R.Measurements({"tarnn": row(1.0), "lstm": row(0.9, cell="lstm")}), "quick").status == "partly"
-    failed = R.judge(toy, R.Measurements({"tarnn": row(0.8), "lstm": row(0.9, cell="lstm")}), "quick")
+    assert (
+        R.verdicts.judge_rows(toy, R.Measurements({"tarnn": row(1.0), "lstm": row(0.9, cell="lstm")}), "quick").status
+        == "partly"
+    )
+    failed = R.verdicts.judge_rows(toy, R.Measurements({"tarnn": row(0.8), "lstm": row(0.9, cell="lstm")}), "quick")
     assert failed.status == "not reproduced"
     assert [r.mark for r in failed.checks] == ["✗", "✗"]
-    missing = R.judge(toy, R.Measurements({"tarnn": row(1.0)}), "quick")
+    missing = R.verdicts.judge_rows(toy, R.Measurements({"tarnn": row(1.0)}), "quick")
     assert missing.status == "not run yet" and "missing: lstm" in missing.reason
 
 
 def test_a_baseline_only_pass_is_not_partly():
     # TARNN misses 100% but LSTM lands at 45%: the only rule that holds is about the baseline
-    verdict = R.judge(toy_claim(), R.Measurements({"tarnn": row(0.8), "lstm": row(0.45, cell="lstm")}), "paper")
+    verdict = R.verdicts.judge_rows(
+        toy_claim(), R.Measurements({"tarnn": row(0.8), "lstm": row(0.45, cell="lstm")}), "paper"
+    )
     assert [r.passed for r in verdict.checks] == [False, True]
     assert verdict.status == "not reproduced"
 
@@ -179,15 +184,15 @@ def test_a_chance_level_run_cannot_pass():
     pixel = claim("pixel-mnist")
     at_chance = {label: row(0.100, baseline=0.1, cell=label if label != "lstm" else "lstm") for label in pixel.labels}
     at_chance["tarnn"] = row(0.102, baseline=0.1, cell="tarnn")
-    verdict = R.judge(pixel, R.Measurements(at_chance), "paper")
+    verdict = R.verdicts.judge_rows(pixel, R.Measurements(at_chance), "paper")
     beats = next(r for r in verdict.checks if r.check.expr == "metric(tarnn) >= metric(lstm)")
     assert beats.outcome == "no" and "tarnn 10.2% (n=1) vs trivial baseline 10%: at chance" in beats.text()
     # the parameter count holds but needs no training: it does not make the claim "partly"
     params = next(r for r in verdict.checks if r.check.expr.startswith("params"))
     assert params.passed is True and verdict.status == "proxy"
-    assert R.judge(R.Claim(**{**pixel.__dict__, "data": "full"}), R.Measurements(at_chance), "paper").status == (
-        "not reproduced"
-    )
+    assert R.verdicts.judge_rows(
+        R.Claim(**{**pixel.__dict__, "data": "full"}), R.Measurements(at_chance), "paper"
+    ).status == ("not reproduced")
     # TARNN faster than LSTM means nothing for a TARNN that learned nothing
     faster = next(r for r in verdict.checks if r.check.expr.startswith("train_s"))
     assert faster.outcome == "no"
@@ -195,9 +200,13 @@ def test_a_chance_level_run_cannot_pass():
 
 def test_a_comparison_of_a_subject_at_chance_fails():
     demo = R.load_claims(CLAIM_YAML % "metric(a) >= metric(b)")[0]
-    verdict = R.judge(demo, R.Measurements({"a": row(0.102, baseline=0.1), "b": row(0.100, baseline=0.1)}), "paper")
+    verdict = R.verdicts.judge_rows(
+        demo, R.Measurements({"a": row(0.102, baseline=0.1), "b": row(0.100, baseline=0.1)}), "paper"
+    )
     assert verdict.checks[0].outcome == "no" and "a 10.2% (n=1) vs trivial baseline 10%: at chance" in verdict.reason
-    learned = R.judge(demo, R.Measurements({"a": row(0.9, baseline=0.1), "b": row(0.8, baseline=0.1)}), "paper")
+    learned = R.verdicts.judge_rows(
+        demo, R.Measurements({"a": row(0.9, baseline=0.1), "b": row(0.8, baseline=0.1)}), "paper"
+    )
     assert learned.status == "reproduced"
 
 
@@ -227,13 +236,13 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
             "rnn": {"gradient_vs_lag": {"ratio": 1e-9}},
         }
 
-    verdict = R.judge(mist, R.Measurements(rows, ratios(0.0)), "paper")
+    verdict = R.verdicts.judge_rows(mist, R.Measurements(rows, ratios(0.0)), "paper")
     versus_lstm, versus_rnn = verdict.checks
     assert versus_lstm.outcome == "no" and "underflow" in versus_lstm.text()
     assert ("lag_ratio(lstm)", "underflow") in versus_lstm.values
     assert versus_rnn.passed and verdict.status == "partly"
-    assert R.judge(mist, R.Measurements(rows, ratios(1e-8)), "paper").status == "reproduced"
-    diverged = R.judge(mist, R.Measurements(rows, ratios(math.nan)), "paper")
+    assert R.verdicts.judge_rows(mist, R.Measurements(rows, ratios(1e-8)), "paper").status == "reproduced"
+    diverged = R.verdicts.judge_rows(mist, R.Measurements(rows, ratios(math.nan)), "paper")
     assert diverged.checks[0].outcome == "no" and ("lag_ratio(lstm)", "not finite") in diverged.checks[0].values
     # one seed of three underflowed: the mean is not a number to compare with, and that seed fails
     seeds = {
@@ -241,7 +250,7 @@ def test_an_underflowed_gradient_ratio_passes_no_rule():
         for label, c in (("mist", "mist"), ("lstm", "lstm"), ("rnn", "rnn_tanh"))
     }
     per_seed = {label: [ratios(lstm)[label] for lstm in (1e-8, 0.0, 1e-8)] for label in seeds}
-    first = R.judge(mist, R.Measurements(seeds, per_seed), "paper").checks[0]
+    first = R.verdicts.judge_rows(mist, R.Measurements(seeds, per_seed), "paper").checks[0]
     assert first.outcome == "no" and first.seeds == (2, 3)
 
 
@@ -253,7 +262,7 @@ def test_verdicts_read_the_mean_over_seeds_and_show_the_spread():
             "lstm": [row(0.4, cell="lstm", seed=s) for s in (1, 2, 3)],
         }
     )
-    verdict = R.judge(toy, seeds, "paper")
+    verdict = R.verdicts.judge_rows(toy, seeds, "paper")
     assert verdict.checks[0].passed is False  # the mean 0.9933 would hold; seed 2 alone (0.98) does not
     assert verdict.checks[0].seeds == (2, 3) and "seed 2: metric(tarnn) = 98%" in verdict.checks[0].text()
     assert "metric(tarnn) = 99.3% ± 1.2% (n=3)" in verdict.reason  # the sample std: 0.01155
@@ -261,7 +270,7 @@ def test_verdicts_read_the_mean_over_seeds_and_show_the_spread():
     one_lucky = R.Measurements(
         {"tarnn": [row(1.0, seed=1), row(0.9, seed=2), row(0.9, seed=3)], "lstm": [row(0.45, cell="lstm")]}
     )
-    assert R.judge(toy, one_lucky, "paper").checks[0].passed is False
+    assert R.verdicts.judge_rows(toy, one_lucky, "paper").checks[0].passed is False
 
 
 @pytest.mark.parametrize(
@@ -294,23 +303,23 @@ def test_speed_check_compares_steps_and_unmeasured_checks_fail():
     fast = [(25, 0.1), (50, 0.004)]
     rows = {name: row(0.004, fast, higher=False, baseline=1 / 6, cell=name) for name in ("tarnn", "irnn", "srnn")}
     rows["lstm"] = row(0.01, [(25, 0.17), (50, 0.16), (500, 0.01)], higher=False, baseline=1 / 6, cell="lstm")
-    assert R.judge(adding, R.Measurements(rows), "quick").status == "reproduced"
+    assert R.verdicts.judge_rows(adding, R.Measurements(rows), "quick").status == "reproduced"
     rows["lstm"] = row(0.004, [(25, 0.004)], higher=False, baseline=1 / 6, cell="lstm")  # LSTM faster
-    verdict = R.judge(adding, R.Measurements(rows), "quick")
+    verdict = R.verdicts.judge_rows(adding, R.Measurements(rows), "quick")
     assert verdict.status == "partly" and "before LSTM" in verdict.reason and "-> no" in verdict.reason
 
     sarnn = without_variants(claim("sarnn-adding-500"))
     no_skip = {label: row(0.001, higher=False, cell="sarnn") for label in sarnn.labels}  # skip fraction missing
-    verdict = R.judge(sarnn, R.Measurements(no_skip), "paper")
+    verdict = R.verdicts.judge_rows(sarnn, R.Measurements(no_skip), "paper")
     assert verdict.status == "partly" and "not measured" in verdict.reason
     ordered = {
         "lambda_0": row(0.001, higher=False, skip=0.2, cell="sarnn"),
         "lambda_1e5": row(0.001, higher=False, skip=0.5, cell="sarnn"),
         "lambda_1e4": row(0.001, higher=False, skip=0.9, cell="sarnn"),
     }
-    assert R.judge(sarnn, R.Measurements(ordered), "paper").status == "reproduced"
+    assert R.verdicts.judge_rows(sarnn, R.Measurements(ordered), "paper").status == "reproduced"
     ordered["lambda_1e5"] = row(0.001, higher=False, skip=0.95, cell="sarnn")  # not monotone in lambda
-    assert R.judge(sarnn, R.Measurements(ordered), "paper").status == "partly"
+    assert R.verdicts.judge_rows(sarnn, R.Measurements(ordered), "paper").status == "partly"
 
 
 # ---- analyses --------------------------------------------------------------------------------------
@@ -438,7 +447,7 @@ def test_analysis_runs_are_stored_and_resume_skips_them(tmp_path):
     assert main(["reproduce", *args + ["--resume"]]) == 0
     stored = R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")
     assert [r["config"]["train"]["seed"] for r in stored] == [5]
-    verdict = R.judge(found, measured, "quick")
+    verdict = R.verdicts.judge_rows(found, measured, "quick")
     assert verdict.status == "not run yet" and "missing: k5, k10" in verdict.reason
 
 
@@ -702,7 +711,9 @@ def test_runs_of_another_reading_are_shown_but_never_judged():
         name: row(0.004, [(25, 0.004)], higher=False, baseline=1 / 6, cell=name) for name in ("tarnn", "irnn", "srnn")
     }
     rows["lstm"] = row(0.01, [(25, 0.17), (500, 0.01)], higher=False, baseline=1 / 6, cell="lstm")
-    assert R.judge(adding, R.Measurements(rows), "paper").status == "reproduced"  # readings not run: not needed
+    assert (
+        R.verdicts.judge_rows(adding, R.Measurements(rows), "paper").status == "reproduced"
+    )  # readings not run: not needed
     rows["irnn_printed"] = row(0.167, higher=False, baseline=1 / 6, cell="irnn")
     text = R.readings_text(adding, R.Measurements(rows))
     assert "only `irnn` is clearly better than the trivial baseline" in text

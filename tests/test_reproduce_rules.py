@@ -76,13 +76,13 @@ def test_a_skip_fraction_counts_only_for_a_run_that_solved_the_task():
     sarnn = claim("sarnn-adding-500")
     skips = {"lambda_0": 0.2, "lambda_1e5": 0.5, "lambda_1e4": 0.9}
     rows = {label: row(0.05, higher=False, baseline=ADDING, skip=s, cell="sarnn") for label, s in skips.items()}
-    verdict = R.judge(sarnn, R.Measurements(rows), "paper")
+    verdict = R.verdicts.judge_rows(sarnn, R.Measurements(rows), "paper")
     assert verdict.status == "not reproduced"
     skip_rules = [r for r in verdict.checks if any(name == "skip" for name, _ in r.check.expression.reads())]
     assert skip_rules and all(r.outcome == "undecided" for r in skip_rules)
     assert "misses the success threshold <= 0.01, so its skip says nothing" in skip_rules[0].text()
     solved = {label: row(0.001, higher=False, baseline=ADDING, skip=s, cell="sarnn") for label, s in skips.items()}
-    assert R.judge(without_variants(sarnn), R.Measurements(solved), "paper").status == "reproduced"
+    assert R.verdicts.judge_rows(without_variants(sarnn), R.Measurements(solved), "paper").status == "reproduced"
 
 
 def test_the_jacobian_ratio_of_a_run_at_chance_counts_for_nothing():
@@ -95,7 +95,7 @@ def test_the_jacobian_ratio_of_a_run_at_chance_counts_for_nothing():
     }
     ratios = {"k1": {"jacobian_ratio": {"ratio": 0.5}}, "k5": {"jacobian_ratio": {"ratio": 0.7}}}
     ratios["k10"] = {"jacobian_ratio": {"ratio": 1.0}}
-    verdict = R.judge(ablation, R.Measurements(rows, ratios), "paper")
+    verdict = R.verdicts.judge_rows(ablation, R.Measurements(rows, ratios), "paper")
     ratio_rules = [r for r in verdict.checks if reads(r, "jac_ratio", "k10")]
     assert ratio_rules and not any(r.passed for r in ratio_rules)
     assert verdict.status == "not reproduced"
@@ -150,7 +150,7 @@ def test_a_claims_own_cell_is_never_let_fail():
         "srnn": row(0.05, higher=False, baseline=memoryless, cell="srnn"),
         "lstm": row(0.0946, higher=False, baseline=memoryless, cell="lstm"),
     }
-    verdict = R.judge(copy, R.Measurements(rows), "paper")
+    verdict = R.verdicts.judge_rows(copy, R.Measurements(rows), "paper")
     assert verdict.status == "partly"
     assert outcome(verdict, "TARNN cross entropy").passed and not outcome(verdict, "iRNN cross entropy").passed
     for c in R.load_claims():
@@ -311,10 +311,10 @@ def test_a_variant_of_the_papers_cell_makes_a_claim_at_most_partly():
     copy = claim("copy-500")
     alike = {"steps": 4000, "rollbacks": 3, "max_val_loss": 100}
     found = copy_runs(lstm_train=alike, lstm_optim={"beta2": 0.95})
-    verdict = R.judge(copy, found, "paper")
+    verdict = R.verdicts.judge_rows(copy, found, "paper")
     assert all(r.passed for r in verdict.checks) and verdict.status == "partly"
     assert any("TARNN's update gate (authors' code): the iRNN paper has no gate" in c for c in verdict.capped)
-    assert R.judge(without_variants(copy), found, "paper").status == "reproduced"
+    assert R.verdicts.judge_rows(without_variants(copy), found, "paper").status == "reproduced"
 
 
 def test_every_setting_of_every_run_has_a_source():
@@ -487,3 +487,17 @@ def test_a_rule_must_be_a_comparison():
         Expression("metric(a) + 1")
     with pytest.raises(R.ClaimError, match="abs needs one argument"):
         Expression("abs(metric(a), 2) > 1")
+
+
+def test_an_untuned_claim_is_judged_only_with_each_of_the_seeds_one_to_three():
+    # a rule that holds in the one seed stored holds "in every seed", which says nothing beyond the seeds' noise
+    rule = demo("metric(a) >= 0.9")
+    one = R.Measurements({"a": [row(0.95, seed=1)], "b": [row(0.5, cell="lstm", seed=1)]})
+    verdict = R.judge(rule, one, "paper")
+    assert verdict.status == "not run yet" and verdict.checks[0].passed
+    assert verdict.reason.startswith(
+        "Every judged run needs seeds 1, 2, 3; not stored yet: a (seeds 2, 3), b (seeds 2, 3). On the seeds stored: "
+        "reproduced."
+    )
+    every = {"a": [row(0.95, seed=s) for s in SEEDS], "b": [row(0.5, cell="lstm", seed=s) for s in SEEDS]}
+    assert R.judge(rule, R.Measurements(every), "paper").status == "reproduced"

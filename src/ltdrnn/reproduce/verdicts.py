@@ -13,7 +13,9 @@ A claim whose settings were chosen by looking at its results (``tuning.runs`` in
 judged on the rows of the held-out seeds (:data:`HELD_OUT_SEEDS`, never used while tuning) alone, every
 judged run with every one of them; the other seeds' rows (the development seeds) get a verdict of their own,
 shown beside it and deciding nothing. Until every held-out row is stored, such a claim is "not measured on
-held-out seeds". An untuned claim is judged on all its rows (seeds 1-3).
+held-out seeds". An untuned claim is judged on all its rows, once every judged run has each of the seeds
+1-3 ("not run yet" until then): a rule that holds in the one seed stored holds "in every seed" and says
+nothing beyond the seeds' noise.
 """
 
 from __future__ import annotations
@@ -321,7 +323,7 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
     has every held-out seed, with the command that trains them."""
     deciding, development = deciding_rows(claim, measurements)
     if development is None:
-        return judge_rows(claim, measurements, budget)
+        return with_every_seed(claim, judge_rows(claim, measurements, budget), measurements)
     shown = judge_rows(claim, development, budget)
     seeds = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
     tuned = f"{', '.join(claim.tuning.runs)} tuned on the development seeds"
@@ -340,6 +342,20 @@ def judge(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Ve
     )
     status = "proxy" if claim.data == "proxy" else NOT_HELD_OUT
     return Verdict(status, reason, budget, results, development=shown, pending=missing)
+
+
+def with_every_seed(claim: Claim, verdict: Verdict, measurements: Measurements) -> Verdict:
+    """``verdict`` of an untuned claim, or "not run yet" where a judged run lacks one of the seeds 1-3: a
+    rule that holds "in every seed" of one or two says little beyond the seeds' noise."""
+    missing = missing_seeds(claim, measurements, DEVELOPMENT_SEEDS)
+    if not missing or verdict.status in ("proxy", "not run yet"):
+        return verdict
+    verdict.reason = (
+        f"Every judged run needs seeds {', '.join(str(seed) for seed in DEVELOPMENT_SEEDS)}; not stored yet: "
+        f"{', '.join(missing)}. On the seeds stored: {verdict.status}. " + verdict.reason
+    )
+    verdict.status = "not run yet"
+    return verdict
 
 
 def judge_rows(claim: Claim, measurements: Measurements, budget: Optional[str]) -> Verdict:
