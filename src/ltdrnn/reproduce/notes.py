@@ -330,10 +330,8 @@ def full_rows_text(report: ClaimReport) -> str:
         for label in claim.checked_labels
         for seeds in [{seed_of(row) for row in report.full_rows.seeds.get(label, [])}]
     ]
-    return (
-        f"stored so far: {', '.join(stored)}; they decide once every judged run has seeds {wanted}, until then "
-        f"the {claim.data} rows do"
-    )
+    shown = f"stored so far: {', '.join(stored)}" if report.full_rows.seeds else "none stored yet"
+    return f"{shown}; they decide once every judged run has seeds {wanted}, until then the {claim.data} rows do"
 
 
 def _seeds_named(seeds) -> str:
