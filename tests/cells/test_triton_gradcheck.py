@@ -42,7 +42,7 @@ def _tarnn(eta_shape, activation, coupled, a_diag, inside):
     return tensors, lambda *t: tarnn_triton.tarnn_forward(*t, LENGTHS, activation, coupled, a_diag, inside)[0]
 
 
-def _irnn(gated, per_step, activation, s, r):
+def _irnn(gated, per_step, activation, s, r, k=1):
     from ltdrnn.ops import irnn_triton
 
     empty = torch.empty(0, dtype=torch.float64)
@@ -52,8 +52,7 @@ def _irnn(gated, per_step, activation, s, r):
         _tensor(BATCH, HIDDEN, scale=0.5),
         _tensor(HIDDEN, HIDDEN, scale=0.2),
         _tensor(HIDDEN, HIDDEN, scale=0.2, seed=2) if gated else empty,
-        torch.full((STEPS, 1) if per_step else (1,), 0.3, dtype=torch.float64)
-        + (_tensor(STEPS, 1) * 0.05 if per_step else 0),
+        0.3 + 0.05 * _tensor(STEPS, k)[: STEPS if per_step else 1].reshape((STEPS, k) if per_step else (k,)),
         torch.tensor(1.2, dtype=torch.float64),
     ]
     return tensors, lambda *t: irnn_triton.irnn_forward(*t, LENGTHS, activation, s, r)[0]
@@ -99,6 +98,8 @@ OPERATORS = {  # activation codes: 0 relu, 1 tanh, 2 sigmoid
     "tarnn_doubly_damped_per_step": lambda: _tarnn((STEPS, 1), 1, True, -2.0, False),
     "irnn_gated_per_step": lambda: _irnn(True, True, 0, 1.0, 0.0),
     "irnn_shared_paper_reading": lambda: _irnn(False, False, 1, 1.0, 1.0),
+    "irnn_k3_gated_per_step": lambda: _irnn(True, True, 1, 1.0, 0.0, k=3),
+    "irnn_k2_shared": lambda: _irnn(False, False, 2, 1.0, 1.0, k=2),
     "srnn": lambda: _srnn(1),
     "mist": lambda: _mist(2),
 }

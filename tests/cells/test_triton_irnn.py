@@ -1,4 +1,4 @@
-"""iRNN's Triton kernels at K = 1 (ltdrnn.ops.irnn_triton) against the reference loop: outputs, final
+"""iRNN's Triton kernels at any K (ltdrnn.ops.irnn_triton) against the reference loop: outputs, final
 state and every gradient (the low-rank factors, eta and a learned alpha included), with lengths, several T and
 batches that do not fill a program's block. On the CPU they run in Triton's interpreter (tests/triton_helpers.py)."""
 
@@ -85,4 +85,40 @@ def test_per_time_step_step_sizes_run_in_the_kernel_and_equal_the_reference(gate
 
     cell = build("irnn", hidden_size=18, eta=0.2, eta_per_time_step=True, max_length=9, eta_param="projected",
                  gate=gate, u_init="identity")  # fmt: skip
+    assert_per_time_step_kernel_matches_reference(cell, irnn_triton, "irnn_forward", monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"K": 2, "eta": 0.3},
+        {"K": 3, "gate": "outside", "rank": None, "activation": "tanh", "eta": 0.3},
+        {"K": 2, "reading": "paper", "learn_alpha": True, "alpha": 1.5, "activation": "sigmoid", "eta": 0.4},
+    ],
+    ids=["low_rank", "gated_dense", "paper_reading"],
+)
+def test_several_euler_steps_run_in_the_kernel_and_equal_the_reference(options, monkeypatch):
+    from ltdrnn.ops import irnn_torch, irnn_triton
+
+    def loop(*args):
+        raise AssertionError("the PyTorch loop ran instead of the kernels")
+
+    monkeypatch.setattr(irnn_torch.IRNNLoop, "apply", loop)
+    monkeypatch.setattr(irnn_torch.FusedIRNN, "apply", loop)
+    cell = build("irnn", hidden_size=18, **options)
+    if cell.gated:
+        with torch.no_grad():
+            cell.bias_gate.fill_(0.5)
+    calls, real = [], irnn_triton.irnn_forward
+    monkeypatch.setattr(irnn_triton, "irnn_forward", lambda *args: calls.append(1) or real(*args))
+    assert_triton_matches_reference(cell, *sequence(cell, 5, 4))
+    assert calls == [1]
+
+
+def test_several_euler_steps_with_per_time_step_step_sizes(monkeypatch):
+    """The iRNN preset eta_per_time_step's K = 2, with the gate: dL/deta on the call's rows alone."""
+    from ltdrnn.ops import irnn_triton
+
+    cell = build("irnn", hidden_size=18, K=2, eta=0.2, eta_per_time_step=True, max_length=9, eta_param="projected",
+                 gate="outside", u_init="identity")  # fmt: skip
     assert_per_time_step_kernel_matches_reference(cell, irnn_triton, "irnn_forward", monkeypatch)

@@ -26,7 +26,7 @@ LARGE_BATCHES = {"time": (1 << 25) + 37, "step": (1 << 26) + 37, "state": (1 << 
 CELLS = {
     "tarnn": {"K": 2, "A": "coupled"},
     "tarnn_outside": {"K": 2, "gate": "outside", "eta_per_time_step": True, "max_length": STEPS},
-    "irnn": {"gate": "outside", "eta_per_time_step": True, "max_length": STEPS},
+    "irnn": {"K": 2, "gate": "outside", "eta_per_time_step": True, "max_length": STEPS},
     "irnn_shared": {"learn_alpha": True},
     "srnn": {},
     "mist": {"num_delays": 2},

@@ -124,7 +124,8 @@ CASES = [
     ("tarnn_triton_backward", {"deltas": lambda o: o["deltas"][:, :1].contiguous()}, "deltas", ValueError),
     ("tarnn_triton_backward", {"grad": lambda o: rand(T, B, H)}, "grad", ValueError),
     ("tarnn_triton_backward", {"eta": lambda o: rand(3)}, "eta", ValueError),
-    ("irnn_triton_forward", {"eta": lambda o: rand(2)}, "eta", ValueError),
+    ("irnn_triton_forward", {"eta": lambda o: rand(T + 1, 2)}, "eta", ValueError),
+    ("irnn_triton_backward", {"eta": lambda o: rand(2)}, "phis", ValueError),  # phi holds one Euler step
     ("irnn_triton_forward", {"alpha": lambda o: rand(2)}, "alpha", ValueError),
     ("irnn_triton_forward", {"ug": lambda o: rand(H, H)}, "a", ValueError),
     ("irnn_triton_forward", {"h0": lambda o: rand(B, H - 1)}, "h0", ValueError),

@@ -7,11 +7,11 @@ here are its backends (:mod:`ltdrnn.ops`):
 - ``"torch"``: :class:`~ltdrnn.ops.irnn_torch.FusedIRNN`, a hand-written forward and backward over the whole
   sequence that folds ``P U`` into one operator ``M`` and ``P (W x + b)`` into one input map;
 - ``"cpp"``: the same Function with its K = 1 time loops, forward and backward, one call of ``csrc/irnn.cpp``;
-- ``"triton"``: at K = 1 each time loop one Triton launch (:mod:`ltdrnn.ops.irnn_triton`), with or without
-  the gate and per-time-step step sizes; at K > 1 the PyTorch loops of ``"torch"``.
+- ``"triton"``: each time loop one Triton launch (:mod:`ltdrnn.ops.irnn_triton`), any K, with or without the
+  gate and per-time-step step sizes.
 
 Every one reads the cell through :func:`operands`. The update gate and per-time-step step sizes run in
-``"triton"`` (K = 1) or, in ``"torch"`` and ``"cpp"``, in :class:`~ltdrnn.ops.irnn_torch.IRNNLoop` (a PyTorch
+``"triton"`` or, in ``"torch"`` and ``"cpp"``, in :class:`~ltdrnn.ops.irnn_torch.IRNNLoop` (a PyTorch
 loop with a hand-written backward) when every sequence starts at the same time step (the rows
 ``eta[c : c + T]`` of the call); otherwise the reference loop runs them.
 
@@ -112,7 +112,7 @@ def scan(cell, x: Tensor, state, lengths: Tensor | None, backend: str):
     eta = cell.sequence_step_sizes(x.shape[0], counter)
     if eta is None:
         return cell.scan_reference(x, state, lengths)
-    if backend == "triton" and cell.K == 1:
+    if backend == "triton":
         outputs, final = _triton_scan(cell, x, h, eta, lengths)
         return outputs, join_moved_counter(final, counter, x, lengths)
     op = operands(cell)
@@ -133,7 +133,7 @@ def scan(cell, x: Tensor, state, lengths: Tensor | None, backend: str):
 
 
 def _triton_scan(cell, x: Tensor, h: Tensor, eta: Tensor, lengths: Tensor | None) -> Tuple[Tensor, Tensor]:
-    """K = 1 in one Triton launch per direction, ``eta`` ``(1,)`` or this call's rows ``(T, 1)``: the input map
+    """The sequence in one Triton launch per direction, ``eta`` ``(K,)`` or this call's rows ``(T, K)``: the input map
     (and the gate's) is one GEMM here, ``M`` is formed dense (its gradient reaches the low-rank factors through
     autograd). The operators are formed in the parameters' dtype even under autocast; only the products take
     it."""
