@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from triton_helpers import requires_triton  # sets TRITON_INTERPRET=1 first
+from triton_helpers import DEVICE, DTYPE, requires_triton  # sets TRITON_INTERPRET=1 first
 
 pytestmark = requires_triton
 
@@ -21,7 +21,7 @@ def _model(preset: str):
 
     overrides = ["task.options.T=4", "model.hidden_size=16", "model.options.backend=triton"]
     task, model = build_task_and_model(load_config(preset, overrides))
-    return task, model.double()
+    return task, model.to(device=DEVICE, dtype=DTYPE)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -43,7 +43,7 @@ def test_a_training_step_runs_the_kernels_and_no_loop(preset, monkeypatch):
 
     monkeypatch.setattr(type(cell), "scan_reference", loop)
     monkeypatch.setattr(irnn_torch.IRNNLoop, "apply", loop)
-    x = torch.randn(3, cell.steps.max_length, cell.input_size, dtype=torch.float64)
+    x = torch.randn(3, cell.steps.max_length, cell.input_size, dtype=DTYPE, device=DEVICE)
     model(x).square().sum().backward()
     assert calls == [f"{prefix}_forward", f"{prefix}_backward"]
     assert (cell.steps.parameter.grad.abs().sum(-1) > 0).all(), "dL/deta missed a time step's row"

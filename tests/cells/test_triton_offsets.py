@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from triton_helpers import build, requires_triton, sequence  # sets TRITON_INTERPRET=1 first
+from triton_helpers import DEVICE, build, requires_triton, sequence  # sets TRITON_INTERPRET=1 first
 
-pytestmark = requires_triton
+pytestmark = [
+    requires_triton,
+    pytest.mark.skipif(DEVICE != "cpu", reason="replays the launches in Triton's interpreter"),
+]
 
 STEPS, BATCH, HIDDEN = 4, 37, 20  # distinct sizes (and 3 programs of 16 rows), so that a buffer's batch axis shows
 #: batch sizes where the offsets pass 2^31 (H = 20): T B H only (every step's offsets fit); B 3H; B H itself

@@ -134,10 +134,10 @@ class IRNN(EulerCell):
             the dense ``U``) ``U(-1/sqrt(H), 1/sqrt(H))`` like the other weights, where ``||P U||_2`` is
             about 1.7 and the state grows geometrically with T (docs/cells/irnn.md, "Long inputs").
         backend: ``"torch"`` (hand-written backward), ``"cpp"`` (the same, its K = 1 time loops compiled;
-            the default on the CPU), ``"reference"`` (loop over :meth:`step`) or ``"triton"`` (K = 1, with or
+            the default on the CPU), ``"reference"`` (loop over :meth:`step`) or ``"triton"`` (any K, with or
             without the gate and per-time-step step sizes: the time loop in one Triton launch per direction,
-            :mod:`ltdrnn.ops.irnn_triton`; the default for CUDA tensors when Triton is installed; K > 1:
-            the PyTorch loop; where Triton cannot run: ``"cpp"`` or ``"torch"``). With the gate or
+            :mod:`ltdrnn.ops.irnn_triton`; the default for CUDA tensors when Triton is installed; where Triton
+            cannot run: ``"cpp"`` or ``"torch"``). With the gate or
             per-time-step step sizes ``"torch"`` and ``"cpp"`` run :class:`~ltdrnn.ops.irnn_torch.IRNNLoop`; see
             :mod:`ltdrnn.ops.irnn`.
 
