@@ -4,8 +4,7 @@ A training step at the first shape runs once under ``torch.profiler.profile`` (a
 untimed steps). Its wall time is split by the profiler's self times into
 
 * ``matmul``: BLAS products (``aten::mm``, ``addmm``, ``bmm``, ...), the arithmetic the FLOPs count;
-* ``compiled``: the library's own operators (``ltdrnn::*``: a whole time loop per call, or one step's
-  element-wise work in MIST's ``"kernel"`` scan);
+* ``compiled``: the library's own operators (``ltdrnn::*``: a whole time loop per call);
 * ``other ops``: every other ATen operator (elementwise work, copies, views, fused library kernels
   such as nn.LSTM's oneDNN ones);
 * ``outside ops``: the rest of the wall time, spent in no operator: Python (the time loops of the

@@ -7,7 +7,7 @@ to import is an error here: the registry must never silently lose a cell.
 import pkgutil
 from importlib import import_module
 
-INFRASTRUCTURE = {"base", "registry", "_load_families", "euler", "masked", "fused"}
+INFRASTRUCTURE = {"base", "registry", "_load_families", "euler", "masked"}
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(import_module(__package__).__path__)):
     if _module not in INFRASTRUCTURE:

@@ -143,9 +143,9 @@ class Cell(nn.Module):
     def __call__(self, x_t: Tensor, state: State | None = None) -> Tuple[Tensor, State]:
         """``cell(x_t, state)``: check ``x_t`` and ``state``, then run :meth:`forward`.
 
-        The check sits here rather than in ``forward`` because several cells override ``forward`` with
-        lean streaming paths (compiled kernels, fused ops) that would read a wrongly sized state past
-        its end; this way every one of them only ever sees input that fits.
+        The check sits here rather than in ``forward`` because ``forward`` hands a step without autograd
+        straight to :meth:`stream_step`, whose compiled kernels would read a wrongly sized state past its
+        end; this way the streaming hook only ever sees input that fits.
         """
         if autocast_dtype_for(x_t) is not None:
             # streaming steps have no autocast-aware path: they run in the parameters' dtype

@@ -6,8 +6,9 @@ fallback, ``LTDRNN_NO_KERNELS``, first-build cost) is described once, in ``docs/
 
 :func:`load_torch_ops` registers a cell's operators (``torch.ops.ltdrnn.<cell>_<what>``), or says
 they are unavailable (one warning), and the caller takes its pure-PyTorch path. :func:`kernel_runs_on`
-is the usual question before a kernel path: CPU, float32/64, operators loaded. :func:`stream_in_kernel`
-is the one streaming-step call every source cell's lean ``forward`` goes through.
+is the usual question before a kernel path: CPU, float32/64, operators loaded. :func:`run_stream_kernel`
+is the one call of a streaming-step operator, from each source cell's ``ops.<cell>.stream``
+(:func:`stream_in_kernel` makes the checks first where the front has not).
 """
 
 from __future__ import annotations
@@ -424,7 +425,7 @@ def _cpu_signature() -> str:
 
 
 # ---- one-call streaming steps (torch.ops.ltdrnn.<cell>_stream) ------------------------------------------
-#: Largest batch for which the cells' lean ``forward`` uses the compiled streaming step. Its products
+#: Largest batch for which the cells' streaming hook uses the compiled streaming step. Its products
 #: are plain loops: at batch 1 they beat BLAS plus op dispatch; at large batch BLAS wins (the measured
 #: crossover: docs/architecture.md, "Compiled kernels").
 STREAM_MAX_BATCH = 8
