@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from ..config import DEFAULT_STORE
 from ..results import markdown_table
 from .claims import PAPER_CELLS, Claim, load_claims, run_hashes
 from .expressions import Underflow, Unmeasured
@@ -28,7 +29,7 @@ from .notes import (
     tried_text,
 )
 from .plots import make_plots
-from .store import DEFAULT_STORE, Store, full_set, judged_rows, pick_budget
+from .store import Store, full_set, judged_rows, pick_budget
 from .verdicts import HELD_OUT_SEEDS, MARKS, NOT_HELD_OUT, STATUSES, CheckResult, Verdict, deciding_rows, judge
 
 DEFAULT_DOC = "REPRODUCTION.md"

@@ -7,13 +7,13 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..config import ConfigError, load_config
+from ..config import DEFAULT_STORE, ConfigError, load_config
 from ..results import seed_of
 from .analyses import AnalysisWatcher, traces_training
 from .claims import Claim, RunSpec
 from .expressions import ClaimError
 from .measurements import Measurements
-from .store import DEFAULT_STORE, Store
+from .store import Store
 
 DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_RUNS = "runs/reproduce"

@@ -10,7 +10,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..config import DEFAULT_STORE as DEFAULT_STORE
 from ..results import seed_of
 from .claims import BUDGETS, Claim
 from .measurements import Measurements
