@@ -1,4 +1,4 @@
-// The whole training recurrence of iRNN at K = 1 (ltdrnn.cells.irnn, _FusedIRNN), forward and backward,
+// The whole training recurrence of iRNN at K = 1 (ltdrnn.ops.irnn_torch, FusedIRNN), forward and backward,
 // each time loop in one call: the per-step products are BLAS calls on raw pointers (common.h, gemm), the
 // activation, the Euler update and its gradient one pass per step. No tensor, view or ATen operator is
 // made or called inside a time loop: through ATen the products and views were 4,859 operator calls per

@@ -1,5 +1,5 @@
-// MIST's compiled kernels (ltdrnn.cells.mist): the whole training recurrence, forward and backward, each
-// time loop in one call (the "kernel" scan), and the one-call streaming step. Operators:
+// MIST's compiled kernels (ltdrnn.ops.mist_torch): the whole training recurrence, forward and backward, each
+// time loop in one call (the "cpp" backend), and the one-call streaming step. Operators:
 // torch.ops.ltdrnn.mist_forward / mist_backward / mist_stream.
 //
 // Scan layouts (contiguous, time-major; G = n_d + H, N the history length):

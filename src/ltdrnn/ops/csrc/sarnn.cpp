@@ -1,4 +1,4 @@
-// The whole training recurrence of SA-RNN with the GRU recurrence (ltdrnn.cells.sarnn, FusedSARNNGRU),
+// The whole training recurrence of SA-RNN with the GRU recurrence (ltdrnn.ops.sarnn_torch, FusedSARNNGRU),
 // forward and backward, each time loop in one call: the per-step product is a BLAS call on raw pointers
 // (common.h, gemm), the gates, the candidate and the update one pass over the rows. No tensor, view or
 // ATen operator is made or called inside a time loop: the views, the product and ATen's sigmoid, tanh

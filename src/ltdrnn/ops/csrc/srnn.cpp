@@ -1,5 +1,5 @@
-// SRNN's compiled kernels (ltdrnn.cells.srnn): the sequential scan with f_r's last layer and the gate, forward
-// and backward (the "kernel" path, KernelScan), the same scan with f_r read from a table of its linear pieces
+// SRNN's compiled kernels (ltdrnn.ops.srnn_torch): the sequential scan with f_r's last layer and the gate, forward
+// and backward (the "cpp" backend, KernelScan), the same scan with f_r read from a table of its linear pieces
 // for a scalar input and one hidden layer (PiecewiseLinearScan; its own section below), and the one-call
 // streaming step. Operators: torch.ops.ltdrnn.srnn_forward / srnn_backward / srnn_pwl_forward /
 // srnn_pwl_backward / srnn_stream.
@@ -12,7 +12,7 @@
 // it again where the gate's derivative needs it. A stored f is a 51 MB product at the benchmark shape, read back
 // once each way, and its gradient df another 51 MB written and read twice by BLAS. Without W_f, `features` is
 // f itself (k = H, from BLAS) and the backward writes df into d_features: for wide features with the gate,
-// where forming f_t twice costs more (ltdrnn.cells.srnn, READOUT_IN_KERNEL_MAX_WIDTH). The gate's logits come
+// where forming f_t twice costs more (ltdrnn.ops.srnn_torch, READOUT_IN_KERNEL_MAX_WIDTH). The gate's logits come
 // one of two ways: as g (T, B, H) from a BLAS product, or, for a small input size d, as x (T, B, d) and
 // W_g (H, d), formed here (forward and backward); the backward then returns dL/dW_g and dL/dx instead of dg,
 // which spares two (T, B, H) arrays and a product each way.

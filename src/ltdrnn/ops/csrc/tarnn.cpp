@@ -1,4 +1,4 @@
-// TARNN's compiled kernels (ltdrnn.cells.tarnn): the whole training recurrence, forward and backward,
+// TARNN's compiled kernels (ltdrnn.ops.tarnn_torch): the whole training recurrence, forward and backward,
 // each time loop in one call, for K = 1 with the gate inside (tarnn_k1_*, below) and for any K with either
 // gate (tarnn_euler_*, further down); and the one-call streaming step (tarnn_stream, at the end). Inside a
 // time loop each product is one call of the packed products on raw pointers (products.h) and the elementwise
