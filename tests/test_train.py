@@ -275,6 +275,25 @@ def test_validation_selects_the_checkpoint_used_for_test(tmp_path):
     assert evaluate_checkpoint(record["run_dir"])["metric"] == record["metrics"]["test"]["metric"]
 
 
+def test_select_after_keeps_earlier_validations_out_of_the_selection(tmp_path):
+    settings = ["train.steps=40", "train.eval_every=5", "optim.lr=0.05"]
+    plain = run(tmp_path / "plain", settings)
+    after = plain["metrics"]["best_step"] + 1
+    assert after <= 40  # the plain run picked an earlier validation than the last
+    record = run(tmp_path / "after", settings + [f"train.select_after={after}"])
+    late = [h for h in record["history"] if h["step"] >= after]
+    best = max(late, key=lambda h: h["val_metric"])
+    # the earlier validations are still recorded, and training is the same
+    assert [h["val_loss"] for h in record["history"]] == [h["val_loss"] for h in plain["history"]]
+    assert record["metrics"]["best_step"] == best["step"]
+    assert record["metrics"]["val_best"] == best["val_metric"]
+
+
+def test_select_after_refuses_a_negative_step(tmp_path):
+    with pytest.raises(ConfigError, match="train.select_after: expected a non-negative value, got -1"):
+        run(tmp_path, ["train.select_after=-1"])
+
+
 def test_skip_fraction_is_recorded_from_update_masks(tmp_path):
     record = run(tmp_path, ["train.steps=2"])
     assert 0.0 < record["metrics"]["skip_fraction"] < 1.0

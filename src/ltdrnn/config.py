@@ -129,6 +129,9 @@ class TrainConfig:
     steps and ties often, where ``metric`` keeps the first of the tied checkpoints, and ``loss`` can prefer
     a checkpoint near chance to one confidently wrong on one series); ``last`` tests the
     final weights (no selection; needed when the validation split is empty, which is refused otherwise).
+    ``select_after``: only validations after this many steps compete for that checkpoint (0: all); the
+    earlier ones are still recorded. On a small validation split an early checkpoint can win by luck
+    (GunPoint's 10 series: lab/2026-11-29-tiny-recipes); a run that ends before it tests its final weights.
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
@@ -158,6 +161,7 @@ class TrainConfig:
     threads: Optional[int] = None
     malloc_tuning: bool = True
     select_on: str = "metric"
+    select_after: int = 0
     rollbacks: int = 0
     max_val_loss: Optional[float] = None
 
@@ -293,7 +297,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"{key}: expected a positive value, got {value!r}")
     non_negative = (
         "optim.momentum optim.weight_decay train.eval_every train.checkpoint_every train.rollbacks model.embedding "
-        "train.seed"
+        "train.seed train.select_after"
     ).split()
     for key in non_negative:
         if get_key(cfg, key) < 0:

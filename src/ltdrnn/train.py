@@ -333,6 +333,8 @@ class Run:
             self.status = "pruned"
         if self.cfg.train.select_on == "last" or self.runaway_loss() is not None:  # a runaway is never the best
             return
+        if self.step < self.cfg.train.select_after:
+            return
         select = self.cfg.train.select_on
         score = (summary["metric"], summary["loss"]) if select == "metric_then_loss" else summary[select]
         if self.best is None or self.better(score, self.best["score"]):
