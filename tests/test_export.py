@@ -14,7 +14,7 @@ import torch
 from harness_helpers import TinyTask
 from ltdrnn.cells.registry import entry, list_cells
 from ltdrnn.cli import main
-from ltdrnn.export import ExportError, StreamingStep, c_build, c_export, export
+from ltdrnn.export import ExportError, StreamingStep, c_build, c_export, c_fixed, export
 from ltdrnn.export.step import run_sequences
 from ltdrnn.models import SequenceModel
 from ltdrnn.tasks import base as task_base
@@ -152,7 +152,7 @@ def test_reference_path_copy_leaves_the_model_alone():
 
 def test_quantize_rows_is_symmetric_per_row():
     weight = torch.tensor([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [3.0, 2.0, -0.1]])
-    q, scale = c_export.quantize_rows(weight)
+    q, scale = c_fixed.quantize_rows(weight)
     assert q.dtype == np.int8 and scale.dtype == np.float32
     assert np.abs(q[0]).max() == 127 and np.abs(q[2]).max() == 127 and not q[1].any()
     assert scale[0] == pytest.approx(1.0 / 127) and scale[1] == 1.0
@@ -261,7 +261,7 @@ def test_onnx_int8_is_weight_only_per_channel(tmp_path, cell, options):
     with torch.no_grad():
         for parameter in quantized.parameters():
             if parameter.dim() == 2:
-                q, scale = c_export.quantize_rows(parameter)
+                q, scale = c_fixed.quantize_rows(parameter)
                 parameter.copy_(torch.from_numpy(q * scale[:, None]))
     x, lengths = sequences()
     with torch.no_grad():

@@ -8,10 +8,10 @@ lab/notes/tarnn.md, "the toy task".
 import pytest
 import torch
 
+from ltdrnn.checkpoint import build_task_and_model
 from ltdrnn.config import load_config
 from ltdrnn.models import SequenceModel
 from ltdrnn.tasks import build_task
-from ltdrnn.train import build_task_and_model
 
 
 def toy_items(split: str, n: int):

@@ -85,7 +85,8 @@ def export(
             which turns ADC counts into its input without float. C with ``int8`` only.
     """
     from . import devices
-    from .c_export import check_c_supported, check_name
+    from .c_export import check_name
+    from .cells_ir import check_c_supported
 
     _check_arguments(format, int8, latency_steps, mcu, devices.MCUS)
     if adc is not None and not (format == "c" and int8):

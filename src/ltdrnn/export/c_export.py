@@ -29,9 +29,9 @@ import numpy as np
 
 from . import c_api, ir, schedule
 from .c_emit import STORAGE_MACROS, Constants, Emitter, float_literal
-from .c_fixed import FixedDialect, quantize_rows
+from .c_fixed import FixedDialect
 from .c_float import FloatDialect
-from .cells_ir import build_graph, check_c_supported, supported_cells
+from .cells_ir import build_graph
 from .step import ExportError, StreamingStep
 
 #: stack a step needs beyond its scratch arrays (saved registers, call frames of the helpers); the
@@ -47,7 +47,7 @@ RESERVED = {
 }  # fmt: skip
 NAME_LIMIT = 40
 
-__all__ = ["CSource", "check_c_supported", "check_name", "generate_c", "quantize_rows", "supported_cells"]
+__all__ = ["CSource", "check_name", "generate_c"]
 
 
 @dataclass

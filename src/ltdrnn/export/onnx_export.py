@@ -76,7 +76,7 @@ def quantize_weights(source: Path, target: Path) -> int:
 
     Every float matrix initializer that is the weight of a ``MatMul`` (``x @ W``, ``W (K, N)``: channel
     axis 1) or ``Gemm`` (``B``, channel axis 0 with ``transB=1``, else 1) becomes an int8 initializer
-    ``q`` and a float scale per channel, quantised by :func:`~ltdrnn.export.c_export.quantize_rows`
+    ``q`` and a float scale per channel, quantised by :func:`~ltdrnn.export.c_fixed.quantize_rows`
     (the C export's int8 weights are the same numbers), and ``DequantizeLinear(q, scale, axis)`` gives the
     graph its float weight back. Biases, per-unit vectors and the activations stay float: onnxruntime's
     quantisers do not fit (``quantize_dynamic`` and ``quantize_static`` quantise the activations per
@@ -87,7 +87,7 @@ def quantize_weights(source: Path, target: Path) -> int:
     onnx = require("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from .c_export import quantize_rows
+    from .c_fixed import quantize_rows
 
     model = onnx.load(str(source))
     graph = model.graph

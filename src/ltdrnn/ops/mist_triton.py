@@ -27,7 +27,6 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_blocks import (
-    hidden_block,
     kernel_state_dtype,
     launch_options,
     rows_times_matrix,
@@ -35,7 +34,7 @@ from .triton_blocks import (
     sigmoid,
     tanh,
 )
-from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
+from .triton_support import SAVED_DTYPES, Operands, grid, hidden_block, lengths_operand
 
 
 @triton.jit
