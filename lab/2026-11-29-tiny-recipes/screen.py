@@ -143,6 +143,12 @@ def selections(history, trace) -> dict:
     return result
 
 
+def traced(history, trace) -> list:
+    """[step, validation loss, validation accuracy, test accuracy] at every validation, so that other
+    selection rules can be judged afterwards from the same run (``rules.py``)."""
+    return [[h["step"], h["val_loss"], h["val_accuracy"], trace[h["step"]]] for h in history if h["step"] in trace]
+
+
 class Sparsify:
     """EdgeML's three phases (dense, iterative hard thresholding, fixed support) as a training callback."""
 
@@ -211,6 +217,7 @@ def run(args) -> None:
             "best_val_accuracy": best.get("val_accuracy"),
             "status": record["status"],
             "rules": selections(record["history"], trace.trace),
+            "trace": traced(record["history"], trace.trace),
             "params": metrics["params"],
             "train_s": round(record["timings"]["train_s"], 1),
             "wall_s": round(time.time() - start, 1),
