@@ -6,7 +6,7 @@ its test accuracy over the 150 test series, per cell, mean ± sample std over th
 Reads the ``trace`` of each row of ``results.jsonl`` ([step, validation loss, validation accuracy, test
 accuracy] at every validation; ``screen.py`` records it). Training does not depend on the selection, so
 the test accuracy a rule gets here is the one the trainer's own selection with that rule would test
-(checked on one run per adopted rule with the trainer's ``train.select_after``). The rules:
+(checked on the five development runs whose checkpoint the adopted ``train.select_after: 250`` changed). The rules:
 ``now`` the presets' ``metric_then_loss`` over all validations; ``after-A`` the same over the validations
 at step >= A only (``train.select_after``); ``loss-after-A`` the lowest validation loss among those;
 ``smooth-K`` the validation with the lowest loss averaged over it and the K - 1 before it; ``last``.

@@ -29,7 +29,8 @@ checkpoint each rule picks: ``by_loss`` (lowest validation loss, the trainer's `
 ``by_accuracy`` (first highest validation accuracy, ``select_on: metric``), ``by_accuracy_then_loss``
 (highest validation accuracy, ties to the lowest validation loss), ``last``; and ``ceiling``, the best
 test accuracy over the validations, a diagnosis (did training ever find a good model?) that selects
-nothing.
+nothing. Rows written since the selection-rule round also hold the whole ``trace`` ([step, validation
+loss, validation accuracy, test accuracy] at every validation), which ``rules.py`` reads.
 
 ``int8`` exports runs already trained (``/tmp/tinyrec/runs/CELL/NAME/sS``) as the integer C step and
 appends their int8 accuracy, agreement with eager float32 and weight bytes over the test series (with
