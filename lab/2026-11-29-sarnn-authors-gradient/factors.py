@@ -13,6 +13,8 @@ One JSON line per point in OUT.
     nice -n 10 .venv/bin/python lab/2026-11-29-sarnn-authors-gradient/factors.py OUT.jsonl FACTOR[:SEEDS] ...
         [--steps 100,200] [--probe 2] [--set KEY=VALUE ...]
 
+    .venv/bin/python lab/2026-11-29-sarnn-authors-gradient/factors.py --table OUT.jsonl   # the README's table
+
 FACTOR is a name of ``FACTORS``; SEEDS a comma list (default 1). ``--set`` adds overrides to every run
 (a smoke test: ``--set task.options.T=20 --steps 2``).
 """
@@ -23,6 +25,7 @@ import argparse
 import json
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -191,7 +194,25 @@ def one_run(factor: str, seed: int, steps: list, probe: int, extra: list, out) -
         shutil.rmtree(cfg.run_dir, ignore_errors=True)
 
 
+def table(path: str) -> None:
+    """The README's table: one row per factor, seed and step."""
+    print("| factor | seed | step | coordinator, path / cut | GRU, path / cut | coordinator / GRU, path (cut) ", end="")
+    print("| coordinator, path / cut | cos | skip | training loss, last 50 | norm before clipping, median of 50 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ratio = lambda v: "–" if v is None else f"{v:.3g}"  # noqa: E731
+    for line in open(path):
+        r = json.loads(line)
+        print(
+            f"| {r['factor']} | {r['seed']} | {r['step']} | {r['coord_path']:.3g} / {r['coord_cut']:.3g} "
+            f"| {r['gru_path']:.3g} / {r['gru_cut']:.3g} | {ratio(r['coord_over_gru_path'])} "
+            f"({ratio(r['coord_over_gru_cut'])}) | {ratio(r['coord_path_over_cut'])} | {r['cos']:.2f} "
+            f"| {r['skip']:.2f} | {ratio(r.get('train_loss_last50'))} | {ratio(r.get('clip_norm_median_last50'))} |"
+        )
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        return table(sys.argv[2])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out")
     parser.add_argument("runs", nargs="+", help="FACTOR[:SEEDS], e.g. alpha0.1:1,2,3")
