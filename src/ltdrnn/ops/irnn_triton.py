@@ -39,18 +39,11 @@ from .triton_blocks import (
     rows_times_matrix,
     sequence_lengths,
     sigmoid,
+    step_size,
 )
 from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
 FORWARD, BACKWARD = "ltdrnn::irnn_triton_forward", "ltdrnn::irnn_triton_backward"
-
-
-@triton.jit
-def _step_size(eta_ptr, t, k, K, PER_STEP: tl.constexpr, ACC: tl.constexpr):
-    """``eta[t, k]`` of per-time-step step sizes ``(T, K)``, else the shared ``eta[k]``."""
-    if PER_STEP:
-        return tl.load(eta_ptr + t * K + k).to(ACC)
-    return tl.load(eta_ptr + k).to(ACC)
 
 
 @triton.jit
@@ -85,7 +78,7 @@ def _forward_kernel(c_ptr, a_ptr, m_ptr, ug_ptr, eta_ptr, alpha_ptr, len_ptr, st
                                            PREC, ACC)  # fmt: skip
             phi = activate(my + c, ACT)
             tl.store(phis_ptr + step * K + phi_block + k * H, phi, mask=mask)
-            y += _step_size(eta_ptr, t, k, K, PER_STEP, ACC) * (phi - alpha * y)
+            y += step_size(eta_ptr, t, k, K, PER_STEP, ACC) * (phi - alpha * y)
         new = y - R * h
         if GATED:  # the authors' gate after the Euler steps: h + u (new - h), u = sigmoid(U_g h + a_t)
             gh = rows_times_matrix(states_ptr + step, H, rows, row_mask, H, ug_ptr, 1, H, H, BB, HP, BK, DOT, PREC,
@@ -130,7 +123,7 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, us_ptr, m_ptr, ug_ptr, eta_
             if k > 0:
                 tl.store(ys_ptr + step * (K - 1) + y_block + (k - 1) * H, y, mask=mask)
             phi = tl.load(phis_ptr + step * K + phi_block + k * H, mask=mask, other=0.0).to(ACC)
-            y += _step_size(eta_ptr, t, k, K, PER_STEP, ACC) * (phi - alpha * y)
+            y += step_size(eta_ptr, t, k, K, PER_STEP, ACC) * (phi - alpha * y)
         past = tl.zeros((BB, HP), dtype=ACC)  # dL/dh_{t-1} outside the Euler steps' own terms
         if GATED:
             u = tl.load(us_ptr + step + block, mask=mask, other=0.0).to(ACC)
@@ -147,7 +140,7 @@ def _backward_kernel(grad_ptr, states_ptr, phis_ptr, us_ptr, m_ptr, ug_ptr, eta_
             else:
                 yk = y0
             phi = tl.load(phis_ptr + step * K + phi_block + k * H, mask=mask, other=0.0).to(ACC)
-            eta = _step_size(eta_ptr, t, k, K, PER_STEP, ACC)
+            eta = step_size(eta_ptr, t, k, K, PER_STEP, ACC)
             share = tl.where(alive, gy * (phi - alpha * yk), 0.0)
             tl.store(eta_sums_ptr + (tl.cast(t, tl.int64) * programs + pid) * K + k, tl.sum(tl.sum(share, axis=1), 0))
             alpha_sum += tl.where(alive, eta * gy * yk, 0.0)

@@ -37,6 +37,7 @@ from .triton_blocks import (
     rows_times_matrix,
     sequence_lengths,
     sigmoid,
+    step_size,
 )
 from .triton_support import SAVED_DTYPES, Operands, grid, lengths_operand
 
@@ -65,14 +66,6 @@ def _a_transposed_times(dg_ptr, dg, rows, cols, row_mask, H, COUPLED: tl.constex
         lower = row_mask[:, None] & ((cols >= half) & (cols < H))[None, :]
         out += tl.load(dg_ptr + rows[:, None] * H + cols[None, :] - half, mask=lower, other=0.0)
     return out
-
-
-@triton.jit
-def _step_size(eta_ptr, t, k, K, PER_STEP: tl.constexpr, ACC: tl.constexpr):
-    """``eta[t, k]`` of per-time-step step sizes ``(T, K)``, else the shared ``eta[k]``."""
-    if PER_STEP:
-        return tl.load(eta_ptr + t * K + k).to(ACC)
-    return tl.load(eta_ptr + k).to(ACC)
 
 
 @triton.jit
@@ -112,7 +105,7 @@ def _forward_kernel(p_ptr, sw_ptr, u_ptr, eta_ptr, len_ptr, states_ptr, betas_pt
             else:
                 arg = q
                 g = activate(arg, ACT) + c
-            eta = _step_size(eta_ptr, t, k, K, PER_STEP, ACC)
+            eta = step_size(eta_ptr, t, k, K, PER_STEP, ACC)
             if INSIDE:
                 delta += eta * beta * g
             else:
@@ -174,7 +167,7 @@ def _backward_kernel(grad_ptr, states_ptr, betas_ptr, cs_ptr, args_ptr, deltas_p
                 g = phi + c + _a_times(last, delta, rows, cols, row_mask, H, COUPLED, A_DIAG)
             else:
                 g = phi + c
-            eta = _step_size(eta_ptr, t, k, K, PER_STEP, ACC)
+            eta = step_size(eta_ptr, t, k, K, PER_STEP, ACC)
             if INSIDE:
                 dg = dd * eta * beta
                 dbeta += dd * eta * g

@@ -49,6 +49,14 @@ def dot_type(dtype):
 
 
 @triton.jit
+def step_size(eta_ptr, t, k, K, PER_STEP: tl.constexpr, ACC: tl.constexpr):
+    """``eta[t, k]`` of per-time-step step sizes ``(T, K)``, else the shared ``eta[k]``."""
+    if PER_STEP:
+        return tl.load(eta_ptr + t * K + k).to(ACC)
+    return tl.load(eta_ptr + k).to(ACC)
+
+
+@triton.jit
 def rows_times_matrix(
     src_ptr,
     src_stride,
