@@ -313,12 +313,12 @@ def test_speed_check_compares_steps_and_unmeasured_checks_fail():
     verdict = R.verdicts.judge_rows(sarnn, R.Measurements(no_skip), "paper")
     assert verdict.status == "partly" and "not measured" in verdict.reason
     ordered = {
-        "lambda_0": row(0.001, higher=False, skip=0.2, cell="sarnn"),
-        "lambda_1e5": row(0.001, higher=False, skip=0.5, cell="sarnn"),
-        "lambda_1e4": row(0.001, higher=False, skip=0.9, cell="sarnn"),
+        "lambda_0_code": row(0.001, higher=False, skip=0.2, cell="sarnn"),
+        "lambda_1e5_code": row(0.001, higher=False, skip=0.5, cell="sarnn"),
+        "lambda_1e4_code": row(0.001, higher=False, skip=0.9, cell="sarnn"),
     }
     assert R.verdicts.judge_rows(sarnn, R.Measurements(ordered), "paper").status == "reproduced"
-    ordered["lambda_1e5"] = row(0.001, higher=False, skip=0.95, cell="sarnn")  # not monotone in lambda
+    ordered["lambda_1e5_code"] = row(0.001, higher=False, skip=0.95, cell="sarnn")  # not monotone in lambda
     assert R.verdicts.judge_rows(sarnn, R.Measurements(ordered), "paper").status == "partly"
 
 
@@ -419,6 +419,8 @@ def test_one_claim_at_a_tiny_budget_renders_the_document(tmp_path):
     assert "**not run yet**" in text
     copy_notes = (tmp_path / "reproduction/notes/copy-500.md").read_text()
     assert "## Verdict: not run yet" in copy_notes and "ltdrnn reproduce run copy-500 --budget quick" in copy_notes
+    brief = text[text.index("## What did not hold") : text.index("\n## ", text.index("## What did not hold"))]
+    assert "copy-500" not in brief  # a rule with no rows did not fail: it was not measured
 
 
 def test_analysis_runs_are_stored_and_resume_skips_them(tmp_path):

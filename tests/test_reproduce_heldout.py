@@ -109,7 +109,8 @@ def test_the_page_shows_the_held_out_verdict_the_hashes_and_every_configuration_
     assert "**1 claims: 0 reproduced, 0 partly, 0 not reproduced; 1 not measured on held-out seeds.**" in text
     row_text = next(line for line in text.splitlines() if line.startswith("| [tarnn-toy]"))
     assert "held-out: not measured. dev: accuracy: tarnn 100% ± 0%; lstm 45% ± 0%" in row_text
-    assert "| **tuned** (tarnn): seeds 4, 5, 6; configs: tarnn 5, lstm 1 |" in row_text  # 2 stored + 3 screens
+    assert "| **tuned** (tarnn): seeds 4, 5, 6; configs: 6 in all |" in row_text  # tarnn: 2 stored + 3 screens
+    assert "Configurations tried: tarnn 5, lstm 1." in text  # per run, in the claim's section
     hashes = f"Config hashes: tarnn `{toy.frozen['tarnn']}`; lstm `{toy.frozen['lstm']}`."
     assert hashes in text
     assert "To measure them: `ltdrnn reproduce run tarnn-toy --budget paper --seeds 4,5,6 --resume`." in text

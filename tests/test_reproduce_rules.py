@@ -74,7 +74,7 @@ def test_never_is_censored_at_the_runs_last_evaluated_step():
 def test_a_skip_fraction_counts_only_for_a_run_that_solved_the_task():
     # SA-RNN adding T=500: no lambda solved (MSE 0.05 > 0.01), the skip fractions rise with the penalty
     sarnn = claim("sarnn-adding-500")
-    skips = {"lambda_0": 0.2, "lambda_1e5": 0.5, "lambda_1e4": 0.9}
+    skips = {"lambda_0_code": 0.2, "lambda_1e5_code": 0.5, "lambda_1e4_code": 0.9}
     rows = {label: row(0.05, higher=False, baseline=ADDING, skip=s, cell="sarnn") for label, s in skips.items()}
     verdict = R.verdicts.judge_rows(sarnn, R.Measurements(rows), "paper")
     assert verdict.status == "not reproduced"
@@ -180,7 +180,7 @@ def sarnn_rows(mse=(0.001,) * 3, **skips):
     for label, per_seed in skips.items():
         rows[label] = [
             row(m, higher=False, baseline=ADDING, skip=s, cell="sarnn", seed=seed)
-            for seed, s, m in zip(SEEDS, per_seed, mse if label == "lambda_1e4" else (0.001,) * 3)
+            for seed, s, m in zip(SEEDS, per_seed, mse if label == "lambda_1e4_code" else (0.001,) * 3)
         ]
     return R.Measurements(rows)
 
@@ -188,7 +188,9 @@ def sarnn_rows(mse=(0.001,) * 3, **skips):
 def test_a_rule_that_holds_in_no_seed_fails_though_it_holds_on_the_means():
     # the means rise with lambda (0.20, 0.57, 0.77) and every seed falls somewhere
     sarnn = claim("sarnn-adding-500")
-    found = sarnn_rows(lambda_0=(0.3, 0.1, 0.2), lambda_1e5=(0.2, 0.6, 0.9), lambda_1e4=(0.95, 0.55, 0.8))
+    found = sarnn_rows(
+        lambda_0_code=(0.3, 0.1, 0.2), lambda_1e5_code=(0.2, 0.6, 0.9), lambda_1e4_code=(0.95, 0.55, 0.8)
+    )
     rises = outcome(R.judge(sarnn, found, "paper"), "skip fraction rises")
     assert rises.outcome == "no" and rises.seeds == (0, 3)
     assert R.judge(without_variants(sarnn), found, "paper").status == "partly"
@@ -197,12 +199,15 @@ def test_a_rule_that_holds_in_no_seed_fails_though_it_holds_on_the_means():
 def test_the_vetoes_apply_seed_by_seed():
     # lambda = 1e-4 solved in the mean (0.009 <= 0.01) but not in seed 3 (0.025): its skip says nothing there
     sarnn = claim("sarnn-adding-500")
-    found = sarnn_rows((0.001, 0.001, 0.025), lambda_0=(0.2,) * 3, lambda_1e5=(0.5,) * 3, lambda_1e4=(0.9,) * 3)
+    found = sarnn_rows(
+        (0.001, 0.001, 0.025), lambda_0_code=(0.2,) * 3, lambda_1e5_code=(0.5,) * 3, lambda_1e4_code=(0.9,) * 3
+    )
     verdict = R.judge(sarnn, found, "paper")
     solved, at_least_half = outcome(verdict, "solved"), outcome(verdict, "skip fraction >= 50%")
     assert (
         solved.outcome == "no"
-        and "seed 3: metric(lambda_0) = 0.001, metric(lambda_1e5) = 0.001, metric(lambda_1e4) = 0.025" in solved.text()
+        and "seed 3: metric(lambda_0_code) = 0.001, metric(lambda_1e5_code) = 0.001, metric(lambda_1e4_code) = 0.025"
+        in solved.text()
     )
     assert at_least_half.outcome == "undecided" and "misses the success threshold <= 0.01" in at_least_half.text()
     # a subject above chance in the mean (70.7%) and at chance in seed 3 (32% of a 25% baseline) fails,
@@ -217,9 +222,9 @@ def test_the_vetoes_apply_seed_by_seed():
 def test_a_monotone_rule_needs_a_rise_beyond_its_margin():
     sarnn = claim("sarnn-adding-500")
     for flat in ((0.5, 0.5, 0.5), (0.50, 0.52, 0.54)):
-        skips = dict(zip(("lambda_0", "lambda_1e5", "lambda_1e4"), ((s,) * 3 for s in flat)))
+        skips = dict(zip(("lambda_0_code", "lambda_1e5_code", "lambda_1e4_code"), ((s,) * 3 for s in flat)))
         assert outcome(R.judge(sarnn, sarnn_rows(**skips), "paper"), "skip fraction rises").outcome == "no", flat
-    rising = sarnn_rows(lambda_0=(0.50,) * 3, lambda_1e5=(0.56,) * 3, lambda_1e4=(0.62,) * 3)
+    rising = sarnn_rows(lambda_0_code=(0.50,) * 3, lambda_1e5_code=(0.56,) * 3, lambda_1e4_code=(0.62,) * 3)
     assert outcome(R.judge(sarnn, rising, "paper"), "skip fraction rises").passed
 
 

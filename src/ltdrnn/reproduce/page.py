@@ -26,7 +26,6 @@ from .notes import (
     seed_counts,
     selection_text,
     spread_text,
-    tried_text,
 )
 from .plots import make_plots
 from .store import Store, full_set, judged_rows, pick_budget
@@ -169,8 +168,8 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         "digits, judged where the claim needs no more) or *proxy*. Budget: who set "
         "the training length (*ours* where the paper gives none). Tuning: a claim whose settings were chosen on "
         f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, shown "
-        "beside); an *untuned* claim keeps seeds 1-3. Configs: the configurations tried per run, listed in the "
-        "notes; each run's config hash is in its section.",
+        "beside); an *untuned* claim keeps seeds 1-3. Configs: how many configurations were tried over the "
+        "claim's runs (per run in its section, each listed in the notes); each run's config hash is in its section.",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
         f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared 2-core machine; GPU: "
@@ -264,12 +263,14 @@ def rules_text(verdict: Verdict) -> str:
 
 
 def tuning_text(report: ClaimReport) -> str:
-    """The seeds that decide and the configurations tried: ``"**tuned** (tarnn, irnn): seeds 4, 5, 6;
-    configs: tarnn 13, ..."`` or ``"untuned: seeds 1-3; configs: 1 each"``."""
+    """The seeds that decide and the configurations tried over the claim's runs (per run in its section):
+    ``"**tuned** (tarnn, irnn): seeds 4, 5, 6; configs: 29 in all"`` or ``"untuned: seeds 1-3; configs: 1 each"``."""
     tuning = report.claim.tuning
     held = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
     head = f"**tuned** ({', '.join(tuning.runs)}): seeds {held}" if tuning.tuned else "untuned: seeds 1-3"
-    return f"{head}; configs: {tried_text(report)}"
+    counts = [report.tried(spec.label) for spec in report.claim.runs]
+    tried = f"{counts[0]} each" if len(set(counts)) == 1 else f"{sum(counts)} in all"
+    return f"{head}; configs: {tried}"
 
 
 def conditions_text(report: ClaimReport) -> str:
@@ -330,7 +331,7 @@ def failed_lines(reports: List[ClaimReport], links: _Links) -> List[str]:
     lines = [
         _failed_line(report.claim, i, result, links)
         for report in reports
-        if report.verdict.status not in ("proxy", NOT_HELD_OUT)
+        if report.verdict.status not in ("proxy", NOT_HELD_OUT, "not run yet")
         for i, result in enumerate(report.verdict.checks, 1)
         if not result.passed
     ]
