@@ -4,6 +4,7 @@ module links its doc page, tests and kernel, and no doc cites a file outside the
 
 import ast
 import doctest
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -206,6 +207,39 @@ def test_each_source_cell_page_is_a_short_reference_with_its_measured_results_li
     assert "sample std" in page, f"docs/cells/{cell}.md: say once that ± is the sample std"
     assert f"../../lab/notes/{cell}" in page, f"docs/cells/{cell}.md: link its dated notes in lab/notes/"
     assert len(page.split()) <= 3000, f"docs/cells/{cell}.md has {len(page.split())} words; move history to lab/notes/"
+
+
+def _documented_defaults(page: str) -> dict:
+    """``{option: default column}`` from the rows of a cell page's options table (a row may name several)."""
+    start = re.search(REQUIRED_SECTIONS["options"], page, flags=re.M).end()
+    end = page.find("\n## ", start)
+    rows = re.findall(r"^\|([^|]*)\|([^|]*)\|", page[start : end if end >= 0 else None], flags=re.M)
+    return {name: default.strip() for names, default in rows for name in re.findall(r"`(\w+)`", names)}
+
+
+def _shows(text: str, default) -> bool:
+    if repr(default).replace("'", '"') in text or str(default) in text:
+        return True
+    numbers = re.findall(r"-?\d[\d.]*(?:e-?\d+)?", text.replace("−", "-"))
+    return isinstance(default, (int, float)) and any(float(n) == default for n in numbers)
+
+
+@pytest.mark.parametrize("cell", SOURCE_CELLS)
+def test_each_source_cell_page_documents_every_constructor_option_with_its_default(cell):
+    documented = _documented_defaults((ROOT / "docs" / "cells" / f"{cell}.md").read_text())
+    parameters = inspect.signature(entry(cell).cls.__init__).parameters.values()
+    options = {
+        p.name: p.default for p in parameters if p.name not in ("self", "input_size", "hidden_size", "device", "dtype")
+    }
+    missing = sorted(set(options) - set(documented))
+    assert not missing, f"docs/cells/{cell}.md: the options table lacks {missing}"
+    single = {name: text for name, text in documented.items() if "," not in text}
+    wrong = [
+        f"{name}: {single[name]!r}, code {options[name]!r}"
+        for name in single
+        if name in options and not _shows(single[name], options[name])
+    ]
+    assert not wrong, f"docs/cells/{cell}.md: defaults differ from the constructor's: {wrong}"
 
 
 def test_each_notes_file_is_dated():
