@@ -445,6 +445,56 @@ def test_kernel_reads_batch_first_and_strided_inputs(fr_layers):
             torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "steps, batch, lengths",
+    [(1, 1, None), (513, 1, None), (1100, 1, [700]), (171, 3, [171, 5, 170]), (3, 600, None)],
+    ids=["T1-B1", "T513-B1", "T1100-B1-short", "T171-B3-short", "T3-B600"],
+)
+@pytest.mark.parametrize(
+    "options, batch_first",
+    [({}, False), ({"gate": False}, False), ({"fr_layers": 0}, True), ({"fr_layers": 0, "gate": False}, False)],
+    ids=["readout", "readout-nogate", "affine-batch-first", "affine-nogate"],
+)
+def test_kernel_equals_the_loop_across_its_chunks_of_steps(dtype, threads, steps, batch, lengths, options, batch_first):
+    """The kernel forms f_r's last layer, dL/dW_f and dL/dfeatures for a chunk of consecutive steps of a block
+    of batch rows at once (512 // rows steps per chunk): one step, T one past a chunk (its last chunk one
+    step), T = 1100 (a short last chunk), batch 3 (170 steps per chunk at one thread; blocks of 2 and 1 rows
+    at two, whose chunks differ and whose dL/dfeatures rows of a step are not adjacent across steps), more
+    rows than a chunk holds (one step per chunk), batch-first features (gathered per chunk), sequences
+    shorter than T; every output and gradient against the reference loop, in float64 and in float32 (where
+    AVX-512 runs the products in the kernel's own tiles)."""
+    cell = make(input_size=2, hyper_size=5, dtype=dtype, **options)
+    shape = (batch, steps, 2) if batch_first else (steps, batch, 2)
+    x = torch.randn(*shape, dtype=dtype)
+    x = x.transpose(0, 1) if batch_first else x
+    h0 = torch.rand(batch, 16, dtype=dtype)
+    size = None if lengths is None else torch.tensor(lengths)
+
+    def run(backend):
+        cell.zero_grad()
+        leaf, start = x.detach().requires_grad_(), h0.clone().requires_grad_()
+        out, final = cell.scan(leaf, start, lengths=size, backend=backend)
+        weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+        ((out * weights).sum() + final.sum()).backward()
+        return [out.detach(), final.detach(), leaf.grad, start.grad] + [p.grad.clone() for p in cell.parameters()]
+
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = run("cpp")
+    finally:
+        torch.set_num_threads(saved)
+    tolerance = 1e-10 if dtype == torch.float64 else 1e-4
+    ref = run("reference")
+    assert ref[0].abs().max() > 0 and ref[2].abs().max() > 0  # (a weight's gradient may be 0 at T = 1)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance)
+
+
 def test_the_scan_operators_check_f_r_s_last_layer_before_reading():
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
@@ -808,6 +858,40 @@ def test_the_piecewise_linear_gate_sigmoid_is_torchs_to_rounding(dtype):
     kept = finite & (derivative > 1e-30) & (logits < 2)  # above, 1 - s cancels in the data's type
     assert torch.allclose(d_bg[kept].double(), derivative[kept], rtol=16 * ulp, atol=0)
     assert torch.allclose(sums[0][0, kept], expected[kept], rtol=4 * ulp, atol=0)  # m0 = df = s
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_the_general_kernel_gate_sigmoid_is_torchs_to_rounding(dtype):
+    """The same sigmoid in srnn_forward / srnn_backward with the gate formed in the kernel (f = 1, logits = W_g):
+    values and dL/db_g = f s (1 - s) within a few ulps of torch's, exactly 0 below -88, NaN stays NaN."""
+    if not kernel_module.load_torch_ops("srnn"):
+        pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
+    ramp = torch.linspace(-100, 100, 20001, dtype=torch.float64)
+    edges = torch.tensor([-1e30, -88.5, -88.0, -87.5, -87.0, -20.0, -1e-8, 0.0, 1e-8, 17.0, 87.0, 88.5, 1e30])
+    logits = torch.cat([ramp, edges.double(), torch.tensor([math.inf, -math.inf, math.nan])]).to(dtype)
+    hidden = logits.numel()
+    features, x = torch.ones(1, 1, 1, dtype=dtype), torch.ones(1, 1, 1, dtype=dtype)
+    w_f, b_f = torch.zeros(hidden, 1, dtype=dtype), torch.ones(hidden, dtype=dtype)  # f = 1
+    w_g, b_g = logits.view(hidden, 1), torch.zeros(hidden, dtype=dtype)  # logits = W_g x + b_g = W_g
+    h0, h = torch.zeros(1, hidden, dtype=dtype), torch.empty(1, 1, hidden, dtype=dtype)
+    torch.ops.ltdrnn.srnn_forward(features, b_f, None, b_g, x, w_g, h0, True, h, w_f)
+    expected = torch.sigmoid(logits.double())
+    finite = ~torch.isnan(expected) & (expected > 1e-30)
+    ulp = torch.finfo(dtype).eps
+    assert torch.allclose(h.view(-1)[finite].double(), expected[finite], rtol=4 * ulp, atol=0)
+    zero_below = 88 if dtype == torch.float32 else 708
+    assert torch.all(h.view(-1)[logits < -zero_below] == 0) and torch.all(h.view(-1)[logits > 40] == 1)
+    assert torch.isnan(h.view(-1)[-1])
+    d_bf, d_bg, dh0 = torch.empty_like(b_f), torch.empty_like(b_g), torch.empty_like(h0)
+    d_wg, d_wf = torch.empty_like(w_g), torch.empty_like(w_f)
+    dh = torch.ones(1, 1, hidden, dtype=dtype)
+    torch.ops.ltdrnn.srnn_backward(
+        dh, h, features, b_f, None, b_g, x, w_g, True, None, None, dh0, d_bf, d_bg, d_wg, None, w_f, d_wf
+    )
+    derivative = expected * (1 - expected)  # gz = 1 where h > 0, f = 1
+    kept = finite & (derivative > 1e-30) & (logits < 2)  # above, 1 - s cancels in the data's type
+    assert torch.allclose(d_bg[kept].double(), derivative[kept], rtol=16 * ulp, atol=0)
+    assert torch.allclose(d_bf[kept].double(), expected[kept], rtol=4 * ulp, atol=0)  # dL/db_f = df = s
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])

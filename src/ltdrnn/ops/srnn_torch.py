@@ -58,9 +58,9 @@ class KernelScan(torch.autograd.Function):
     ``forward(features (T, B, k), W_f (H, k), b_f, x (T, B, d), W_g (H, d) | None, b_g | None,
     h0 (B, H), relu) -> h (T, B, H)`` with ``f = features W_f^T + b_f``, ``g = x W_g^T + b_g`` and
     ``h_t = act(roll(h_{t-1}, 1) + f_t * sigmoid(g_t))``. Without the gate or for features up to
-    ``READOUT_IN_KERNEL_MAX_WIDTH`` wide, the kernel forms ``f_t`` step by step for each thread's
-    block of batch rows (a small product that stays in cache; again in the backward where the gate
-    needs it), accumulates ``dL/dW_f`` and writes ``dL/dfeatures`` the same way, so neither ``f`` nor
+    ``READOUT_IN_KERNEL_MAX_WIDTH`` wide, the kernel forms ``f`` a chunk of steps at a time for each
+    thread's block of batch rows (one product per ~512 rows that stays in cache; again in the backward
+    where the gate needs it), accumulates ``dL/dW_f`` and writes ``dL/dfeatures`` the same way, so neither ``f`` nor
     its gradient is a ``(T, B, H)`` array; otherwise ``f`` and ``dL/df`` are BLAS products in
     PyTorch. The gate's logits are formed in the kernel up to ``GATE_IN_KERNEL_MAX_INPUT`` inputs,
     else a BLAS product too. The kernel adds the biases and sums their gradients, fuses the gate,

@@ -7,10 +7,10 @@
 // The scan: h_t = act(roll(h_{t-1}, 1) + beta_t), act relu or tanh, roll(h, 1)[i] = h[i - 1 mod H],
 //   beta_t = (f_t + b_f) * sigmoid(g_t + b_g)  with the gate, else beta_t = f_t + b_f,
 //   f_t = features_t W_f^T: f_r's last layer on its last hidden activation (on x without hidden layers).
-// With W_f no (T, B, H) array of f exists: each step forms f_t for its block of batch rows with one small
-// product (common.h, gemm) that stays in cache, straight into the rows of h it becomes, and the backward forms
-// it again where the gate's derivative needs it. A stored f is a 51 MB product at the benchmark shape, read back
-// once each way, and its gradient df another 51 MB written and read twice by BLAS. Without W_f, `features` is
+// With W_f no (T, B, H) array of f exists: each thread forms f for a chunk of consecutive steps of its block of
+// batch rows with one product into a buffer that stays in cache (ReadoutChunks, ~512 rows), and the backward
+// forms it again where the gate's derivative needs it. A stored f is a 51 MB product at the benchmark shape, read
+// back once each way, and its gradient df another 51 MB written and read twice by BLAS. Without W_f, `features` is
 // f itself (k = H, from BLAS) and the backward writes df into d_features: for wide features with the gate,
 // where forming f_t twice costs more (ltdrnn.ops.srnn_torch, READOUT_IN_KERNEL_MAX_WIDTH). The gate's logits come
 // one of two ways: as g (T, B, H) from a BLAS product, or, for a small input size d, as x (T, B, d) and
@@ -27,9 +27,9 @@
 // The backward walks time in reverse: with gz_t = dL/dz_t (z_t the pre-activation),
 //   dL/dh_t[i] = dh[t][i] + gz_{t+1}[i + 1 mod H]   and   gz_t = dL/dh_t * act'(z_t),
 // act' read from the output (relu' = [h > 0], tanh' = 1 - h^2). With df_t = dL/df_t (gz_t, times the gate's
-// sigmoid with a gate), each step adds its block's df_t^T features_t to dL/dW_f and writes df_t W_f into
-// d_features (k wide: 4x less than H at the benchmark shape). The bias gradients and dL/dW_f are summed in
-// double while the rows are in cache.
+// sigmoid with a gate), each chunk of steps adds its df^T features to dL/dW_f and writes df W_f into
+// d_features (k wide: 4x less than H at the benchmark shape). The bias gradients and dL/dW_g are summed over a
+// chunk in the data's type, then, like dL/dW_f, into double.
 //
 // Threads: the batch rows are independent through the whole recurrence, so each loop splits the batch
 // once into one block of rows per thread and runs all T steps of a block on its own thread
@@ -39,6 +39,7 @@
 #include "common.h"
 
 #include <cstring>
+#include <optional>
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -50,7 +51,49 @@ using namespace ltdrnn;
 constexpr const char* kForward = "srnn_forward";
 constexpr const char* kBackward = "srnn_backward";
 
-// f_r's last layer without its bias on the rows of one step (k wide, `ld` apart): features_t W_f^T with W_f (H, k),
+// sigmoid of a float without a call into libm: the vectorised expf is a call per 16 elements, around which
+// the loop's live registers are saved and restored. exp(-v) = 2^n e^r with n = round(-v log2 e) and
+// r = -v - n ln 2 (ln 2 in two parts, so r keeps its low bits), |r| <= ln 2 / 2, e^r from a degree-7
+// polynomial (Cephes' expf: relative error ~1e-7); 2^n is added into the exponent's bits. v is clamped to
+// +-87, where n stays within [-126, 126] and 2^n e^r a normal float; below -88 the value is exactly 0 and NaN
+// stays NaN, as common.h's sigmoid gives; in (-88, -87] it is 1 / (1 + e^87) = 1.6e-38 instead of a denormal.
+inline float sigmoid_inline(float v) {
+  const float z = -std::min(std::max(v, -87.0f), 87.0f);
+  const float n = std::floor(z * 1.44269504088896341f + 0.5f);
+  // The reduction in two parts (Cody-Waite) must not be regrouped: -fassociative-math folds n C1 and n C2 into
+  // n (C1 - C2), whose rounded constant costs up to 30 ulps at |v| ~ 69 (measured). fma is never regrouped; a CPU
+  // without it (x86-64 before AVX2) reduces in double instead.
+  const int32_t exponent = static_cast<int32_t>(n);
+#if defined(__FMA__)
+  const float r = std::fma(n, 2.12194440e-4f, std::fma(n, -0.693359375f, z));
+#else
+  const float r = static_cast<float>(static_cast<double>(z) - static_cast<double>(n) * 0.6931471805599453);
+#endif
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * r) * r + r + 1.0f;
+  const float e = std::bit_cast<float>(std::bit_cast<int32_t>(p) + (exponent << 23));
+  // Under -ffast-math gcc divides by a reciprocal estimate and one Newton step: from AVX2's 12-bit vrcpps
+  // that gives 1 - 2^-24 for 1 / 1. Below e = 2^-25 the quotient rounds to exactly 1, as torch's does.
+  const float s = e < 0x1p-25f ? 1.0f : 1.0f / (1.0f + e);
+  return is_nan(v) ? v : v < -88.0f ? 0.0f : s;
+}
+
+// The gate's sigmoid in every loop here: sigmoid_inline for float, common.h's for double.
+template <typename T>
+inline T gate_sigmoid(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return sigmoid_inline(v);
+  } else {
+    return sigmoid(v);
+  }
+}
+
+// f_r's last layer without its bias on the rows of each step (k wide, `ld` apart): features_t W_f^T with W_f (H, k),
 // or, without W_f, the rows themselves: then they are f (k = H), from a BLAS product outside.
 template <typename T>
 struct Readout {
@@ -61,26 +104,116 @@ struct Readout {
 
   const T* rows(int64_t t, int64_t begin) const { return features + t * time_stride + begin * ld; }
   int64_t weights() const { return w ? hidden * k : 0; }
+};
 
-  // f_t of the batch rows [begin, end) into out (end - begin, H).
-  void form(T* out, int64_t t, int64_t begin, int64_t end) const {
-    if (w) {
-      gemm<T>(false, true, end - begin, hidden, k, T(1), rows(t, begin), ld, w, k, T(0), out, hidden);
-      return;
+// Rows per readout product: a chunk of consecutive steps of one block of batch rows goes through one product.
+// One step's rows are too few to pay for a call (50 x 128 x 8 at the adding shape, once per step forward
+// and three times backward); ~512 are not, and a chunk's f and df (256 KB each in float32 at H = 128) stay in
+// L2 between the product and the loop that reads or fills them (lab/2026-11-29-srnn-speed).
+constexpr int64_t kChunkRows = 512;
+
+// One block of batch rows [begin, end) walked chunk by chunk: the chunk's features as one matrix, with W_f its f
+// (one product) and, in the backward, its df, from which dL/dW_f and dL/dfeatures follow with one product each.
+// Without W_f, f is the features themselves and df is written straight into dL/dfeatures.
+// The products: f with StepProduct (products.h; W_f packed once per call); dL/dW_f with add_at_b; dL/dfeatures,
+// k columns, with products.h's AVX-512 tiles on W_f padded to whole registers. MKL's sgemm took 75-80 us for
+// each of the last two at 512 x 128 x 8 (13 GFLOP/s), four times its time for f.
+template <typename T>
+class ReadoutChunks {
+ public:
+  ReadoutChunks(const Readout<T>& r, int64_t begin, int64_t end, int64_t batch, bool backward)
+      : r_(r), begin_(begin), rows_(end - begin), batch_(batch),
+        steps_(std::max<int64_t>(1, kChunkRows / std::max<int64_t>(1, end - begin))) {
+    if (!r.w) return;
+    const int64_t size = steps_ * rows_, hidden = r.hidden, k = r.k;
+    product_.emplace(hidden, Strided<T>{r.w, 1, k}, k);  // W_f^T (k x H)
+    f_.resize(size * hidden);
+    // a gather (scatter) buffer where a chunk's rows do not lie one after another
+    if (!(r.ld == k && r.time_stride == rows_ * k)) features_.resize(size * k);
+    if (!backward) return;
+    df_.resize(size * hidden);
+    d_wt_.resize(k * hidden);
+    if (rows_ != batch) d_features_.resize(size * k);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      padded_ = (k + avx512::kLanes - 1) / avx512::kLanes * avx512::kLanes;
+      w_padded_.assign(hidden * padded_, 0.0f);
+      for (int64_t i = 0; i < hidden; ++i) std::copy_n(r.w + i * k, k, w_padded_.data() + i * padded_);
     }
-    for (int64_t b = begin; b < end; ++b) std::copy_n(rows(t, b), hidden, out + (b - begin) * hidden);
+#endif
   }
 
-  // For df (end - begin, H) of the same rows: with W_f, df^T features_t into d_w (H, k) and, unless d_features
-  // is null, df W_f into d_features (end - begin, k); without, df itself into d_features.
-  void backward(const T* df, int64_t t, int64_t begin, int64_t end, T* d_w, T* d_features) const {
-    if (!w) {
-      std::copy_n(df, (end - begin) * hidden, d_features);
+  int64_t steps() const { return steps_; }
+
+  // Starts the chunk of steps [t0, t0 + n), n <= steps(); with W_f gathers its features and, if `form`, forms f.
+  void start(int64_t t0, int64_t n, bool form) {
+    t0_ = t0;
+    n_ = n;
+    if (!r_.w) return;
+    a_ = r_.rows(t0, begin_);
+    lda_ = r_.ld;
+    if (n > 1 && !features_.empty()) {
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t b = 0; b < rows_; ++b)
+          std::copy_n(r_.rows(t0 + t, begin_ + b), r_.k, features_.data() + (t * rows_ + b) * r_.k);
+      a_ = features_.data();
+      lda_ = r_.k;
+    }
+    if (form) product_->run(n * rows_, a_, lda_, nullptr, 0, f_.data(), r_.hidden, Start::zero);
+  }
+
+  // f (without b_f) of batch row b at step t of the chunk.
+  const T* f(int64_t t, int64_t b) const {
+    return r_.w ? f_.data() + ((t - t0_) * rows_ + b - begin_) * r_.hidden : r_.rows(t, b);
+  }
+
+  // Where df = dL/df of batch row b at step t goes: the chunk's buffer with W_f, else dL/dfeatures (T, B, H).
+  T* df(int64_t t, int64_t b, T* d_features) {
+    return r_.w ? df_.data() + ((t - t0_) * rows_ + b - begin_) * r_.hidden : d_features + (t * batch_ + b) * r_.hidden;
+  }
+
+  // With W_f, once the chunk's df is complete: adds df^T features into sum_w (H, k) and, unless d_features
+  // (T, B, k) is null, writes df W_f into its rows of the chunk.
+  void finish(double* sum_w, T* d_features) {
+    if (!r_.w) return;
+    const int64_t m = n_ * rows_, k = r_.k, hidden = r_.hidden;
+    std::fill(d_wt_.begin(), d_wt_.end(), T(0));
+    add_at_b<T>(k, hidden, m, a_, lda_, df_.data(), hidden, d_wt_.data(), hidden);  // (k x H), summed in T
+    for (int64_t i = 0; i < hidden; ++i)
+      for (int64_t c = 0; c < k; ++c) sum_w[i * k + c] += d_wt_[c * hidden + i];
+    if (!d_features) return;
+    T* first = d_features + (t0_ * batch_ + begin_) * k;
+    const bool direct = n_ == 1 || d_features_.empty();  // the chunk's rows lie one after another there
+    features_gradient(m, direct ? first : d_features_.data());
+    if (direct) return;
+    for (int64_t t = 0; t < n_; ++t) std::copy_n(d_features_.data() + t * rows_ * k, rows_ * k, first + t * batch_ * k);
+  }
+
+ private:
+  // out (m x k) = df W_f.
+  void features_gradient(int64_t m, T* out) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t col = 0; col < r_.k; col += avx512::kPanel) {
+        avx512::Sum sum{df_.data(), r_.hidden, 1, w_padded_.data() + col, padded_, r_.hidden};
+        avx512::column_block(m, std::min(avx512::kPanel, r_.k - col), &sum, 1, Start::zero, nullptr, out + col, r_.k);
+      }
       return;
     }
-    gemm<T>(true, false, hidden, k, end - begin, T(1), df, hidden, rows(t, begin), ld, T(0), d_w, k);
-    if (d_features) gemm<T>(false, false, end - begin, k, hidden, T(1), df, hidden, w, k, T(0), d_features, k);
+#endif
+    gemm<T>(false, false, m, r_.k, r_.hidden, T(1), df_.data(), r_.hidden, r_.w, r_.k, T(0), out, r_.k);
   }
+
+  const Readout<T>& r_;
+  int64_t begin_, rows_, batch_, steps_, t0_ = 0, n_ = 0;
+  std::optional<StepProduct<T>> product_;
+  std::vector<T> f_, df_, features_, d_features_, d_wt_;
+  const T* a_ = nullptr;  // the chunk's features, lda_ apart
+  int64_t lda_ = 0;
+#if defined(__AVX512F__)
+  std::vector<float> w_padded_;  // W_f (H x k) with rows padded to whole registers (padded_ wide), zeros past k
+  int64_t padded_ = 0;
+#endif
 };
 
 // Checks features (T, B, k), W_f (H, k) if given and b_f (H) before any is read; returns H.
@@ -118,6 +251,7 @@ struct Gate {
   const T* x = nullptr;    // (T, B, d), with w_g: logits formed here
   const T* w_g = nullptr;  // (H, d)
   int64_t d = 0;
+  std::vector<T> w_gt;  // W_g transposed (d, H), with w_g: each input's column contiguous, read vectorised
 
   bool on() const { return g || w_g; }
   bool in_kernel() const { return !g && w_g; }
@@ -133,7 +267,8 @@ struct Gate {
     for (int64_t i = 0; i < hidden; ++i) out[i] = bg[i];
     for (int64_t c = 0; c < d; ++c) {
       const T v = x_row[c];
-      for (int64_t i = 0; i < hidden; ++i) out[i] += w_g[i * d + c] * v;
+      const T* column = w_gt.data() + c * hidden;
+      for (int64_t i = 0; i < hidden; ++i) out[i] += column[i] * v;
     }
   }
 };
@@ -165,6 +300,9 @@ Gate<T> gate_of(const at::Tensor& like, int64_t steps, int64_t batch, int64_t hi
   check_tensor(*w_g, like, {hidden, gate.d}, op, "w_g");
   gate.x = x->data_ptr<T>();
   gate.w_g = w_g->data_ptr<T>();
+  gate.w_gt.resize(gate.d * hidden);
+  for (int64_t i = 0; i < hidden; ++i)
+    for (int64_t c = 0; c < gate.d; ++c) gate.w_gt[c * hidden + i] = gate.w_g[i * gate.d + c];
   return gate;
 }
 
@@ -221,21 +359,24 @@ template <typename T>
 void forward_loop(const Readout<T>& readout, const T* bf, const Gate<T>& gate, const T* h0, T* h, int64_t steps,
                   int64_t batch, bool relu, int64_t begin, int64_t end) {
   const int64_t hidden = readout.hidden;
+  ReadoutChunks<T> chunks(readout, begin, end, batch, false);
   std::vector<T> logits(hidden);
-  for (int64_t t = 0; t < steps; ++t) {
-    const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
-    T* block = h + (t * batch + begin) * hidden;
-    readout.form(block, t, begin, end);
-    for (int64_t b = begin; b < end; ++b) {
-      const T* prev = prev_t + b * hidden;
-      T* out = block + (b - begin) * hidden;
-      if (gate.on()) {
-        gate.logits(logits.data(), t * batch + b, hidden);
-        for (int64_t i = 0; i < hidden; ++i) out[i] = (out[i] + bf[i]) * sigmoid(logits[i]);
-      } else {
-        for (int64_t i = 0; i < hidden; ++i) out[i] += bf[i];
+  for (int64_t t0 = 0; t0 < steps; t0 += chunks.steps()) {
+    const int64_t stop = std::min(steps, t0 + chunks.steps());
+    chunks.start(t0, stop - t0, true);
+    for (int64_t t = t0; t < stop; ++t) {
+      const T* prev_t = t ? h + (t - 1) * batch * hidden : h0;
+      for (int64_t b = begin; b < end; ++b) {
+        const T* f = chunks.f(t, b);
+        T* out = h + (t * batch + b) * hidden;
+        if (gate.on()) {
+          gate.logits(logits.data(), t * batch + b, hidden);
+          for (int64_t i = 0; i < hidden; ++i) out[i] = (f[i] + bf[i]) * gate_sigmoid(logits[i]);
+        } else {
+          for (int64_t i = 0; i < hidden; ++i) out[i] = f[i] + bf[i];
+        }
+        add_shifted_and_activate(out, prev_t + b * hidden, hidden, relu);
       }
-      add_shifted_and_activate(out, prev, hidden, relu);
     }
   }
 }
@@ -277,6 +418,13 @@ int64_t sums_per_block(int64_t hidden, int64_t weights, int64_t d, bool in_kerne
   return 2 * hidden + weights + (in_kernel ? hidden * d : 0);
 }
 
+// sums[i] += running[i] for i < n, then running[i] = 0.
+template <typename T>
+void add_running_sums(T* running, double* sums, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) sums[i] += running[i];
+  std::fill_n(running, n, T(0));
+}
+
 // The backward over the rows [begin, end) of the batch; adds this block's sums into `sums` (zeroed).
 template <typename T>
 void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, const T* bf, const Gate<T>& gate,
@@ -284,58 +432,66 @@ void backward_loop(const at::Tensor& dh, const T* h, const Readout<T>& readout, 
                    double* sums) {
   if (begin == end) return;  // the one empty block at B = 0 adds nothing
   const T* dh_base = dh.data_ptr<T>();
-  const int64_t hidden = readout.hidden, k = readout.k, d = gate.d, rows = end - begin;
+  const int64_t hidden = readout.hidden, d = gate.d, rows = end - begin;
   const int64_t time_stride = dh.stride(0), batch_stride = dh.stride(1);
   const bool broadcast = hidden > 1 && dh.stride(2) == 0;  // e.g. the gradient of out.sum(): one value per row
-  // gz of steps t + 1 and t, the block's f_t and df_t, one step's d_W_f, the gate's logits of one row
-  std::vector<T> block(4 * rows * hidden + readout.weights() + hidden, T(0));
+  ReadoutChunks<T> chunks(readout, begin, end, batch, true);
+  // gz of steps t + 1 and t, the gate's logits of one row, then a chunk's running sums of dL/db_f, dL/db_g and
+  // dL/dW_g transposed in the data's type: added into the block's double sums once per chunk, not per element
+  // (four double additions and their conversions per element took a fifth of the backward)
+  const int64_t in_sums = 2 * hidden + (gate.in_kernel() ? d * hidden : 0);
+  std::vector<T> block(2 * rows * hidden + hidden + in_sums, T(0));
   // raw pointers, not vector accesses: gcc vectorises the loops below only then
-  double *sum_f = sums, *sum_g = sum_f + hidden, *sum_wf = sum_g + hidden, *sum_w = sum_wf + readout.weights();
-  T *next = block.data(), *cur = next + rows * hidden, *f = cur + rows * hidden, *df = f + rows * hidden;
-  T *d_wf = df + rows * hidden, *work = d_wf + readout.weights();
-  for (int64_t t = steps - 1; t >= 0; --t) {
-    if (gate.on()) readout.form(f, t, begin, end);
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t row = t * batch + b;
-      const T* d_h = dh_base + t * time_stride + b * batch_stride;
-      prefetch_previous_step(d_h, t, time_stride, batch_stride, hidden);
-      T* gz = cur + (b - begin) * hidden;
-      pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, relu);
-      if (!gate.on()) {
-        for (int64_t i = 0; i < hidden; ++i) sum_f[i] += gz[i];
-        continue;
-      }
-      const T* fr = f + (b - begin) * hidden;
-      T* dfr = df + (b - begin) * hidden;
-      T* dgr = gate.in_kernel() ? work : out.dg + row * hidden;
-      gate.logits(dgr, row, hidden);
-      for (int64_t i = 0; i < hidden; ++i) {
-        const T s = sigmoid(dgr[i]);
-        dfr[i] = gz[i] * s;
-        dgr[i] = gz[i] * (fr[i] + bf[i]) * s * (T(1) - s);
-      }
-      for (int64_t i = 0; i < hidden; ++i) {
-        sum_f[i] += dfr[i];
-        sum_g[i] += dgr[i];
-      }
-      if (!gate.in_kernel()) continue;
-      const T* x_row = gate.x + row * d;
-      for (int64_t c = 0; c < d; ++c) {
-        const T v = x_row[c];
-        double* sw = sum_w + c * hidden;  // column c of d_wg, transposed
-        T acc = 0;
-        for (int64_t i = 0; i < hidden; ++i) {
-          sw[i] += dgr[i] * v;
-          acc += dgr[i] * gate.w_g[i * d + c];
+  T *next = block.data(), *cur = next + rows * hidden, *work = cur + rows * hidden;
+  T *sum_f = work + hidden, *sum_g = sum_f + hidden, *sum_w = sum_g + hidden;
+  double* sum_wf = sums + 2 * hidden;
+  for (int64_t stop = steps; stop > 0; stop -= chunks.steps()) {
+    const int64_t t0 = std::max<int64_t>(0, stop - chunks.steps());
+    chunks.start(t0, stop - t0, gate.on());  // f only for the gate's derivative
+    for (int64_t t = stop - 1; t >= t0; --t) {
+      for (int64_t b = begin; b < end; ++b) {
+        const int64_t row = t * batch + b;
+        const T* d_h = dh_base + t * time_stride + b * batch_stride;
+        prefetch_previous_step(d_h, t, time_stride, batch_stride, hidden);
+        T* gz = cur + (b - begin) * hidden;
+        pre_activation_gradient(gz, d_h, next + (b - begin) * hidden, h + row * hidden, hidden, broadcast, relu);
+        T* dfr = chunks.df(t, b, out.d_features);
+        if (!gate.on()) {  // df_t is gz_t itself
+          for (int64_t i = 0; i < hidden; ++i) sum_f[i] += gz[i];
+          std::copy_n(gz, hidden, dfr);
+          continue;
         }
-        if (out.dx) out.dx[row * d + c] = acc;
+        const T* fr = chunks.f(t, b);
+        T* dgr = gate.in_kernel() ? work : out.dg + row * hidden;
+        gate.logits(dgr, row, hidden);
+        for (int64_t i = 0; i < hidden; ++i) {
+          const T s = gate_sigmoid(dgr[i]);
+          dfr[i] = gz[i] * s;
+          dgr[i] = gz[i] * (fr[i] + bf[i]) * s * (T(1) - s);
+        }
+        for (int64_t i = 0; i < hidden; ++i) {
+          sum_f[i] += dfr[i];
+          sum_g[i] += dgr[i];
+        }
+        if (!gate.in_kernel()) continue;
+        const T* x_row = gate.x + row * d;
+        for (int64_t c = 0; c < d; ++c) {
+          const T v = x_row[c];
+          T* sw = sum_w + c * hidden;  // column c of d_wg, transposed
+          const T* column = gate.w_gt.data() + c * hidden;
+          T acc = 0;
+          for (int64_t i = 0; i < hidden; ++i) {
+            sw[i] += dgr[i] * v;
+            acc += dgr[i] * column[i];
+          }
+          if (out.dx) out.dx[row * d + c] = acc;
+        }
       }
+      std::swap(next, cur);
     }
-    // without the gate df_t is gz_t itself
-    readout.backward(gate.on() ? df : cur, t, begin, end, d_wf,
-                     out.d_features ? out.d_features + (t * batch + begin) * k : nullptr);
-    for (int64_t j = 0; j < readout.weights(); ++j) sum_wf[j] += d_wf[j];
-    std::swap(next, cur);
+    chunks.finish(sum_wf, out.d_features);
+    add_running_sums(sum_f, sums, 2 * hidden);
+    add_running_sums(sum_w, sum_wf + readout.weights(), in_sums - 2 * hidden);
   }
   write_initial_state_gradient(out.dh0, next, hidden, begin, end);
 }
@@ -495,48 +651,6 @@ void check_scalar_input(const at::Tensor& x, const char* op) {
   check_floating(x, op, "x");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), op, ": x must be a contiguous (T, B) tensor, got ", x.sizes(),
               x.is_contiguous() ? "" : " (not contiguous)");
-}
-
-// sigmoid of a float without a call into libm: the vectorised expf is a call per 16 elements, around which
-// the loop's live registers are saved and restored. exp(-v) = 2^n e^r with n = round(-v log2 e) and
-// r = -v - n ln 2 (ln 2 in two parts, so r keeps its low bits), |r| <= ln 2 / 2, e^r from a degree-7
-// polynomial (Cephes' expf: relative error ~1e-7); 2^n is added into the exponent's bits. v is clamped to
-// +-87, where n stays within [-126, 126] and 2^n e^r a normal float; below -88 the value is exactly 0 and NaN
-// stays NaN, as common.h's sigmoid gives; in (-88, -87] it is 1 / (1 + e^87) = 1.6e-38 instead of a denormal.
-inline float sigmoid_inline(float v) {
-  const float z = -std::min(std::max(v, -87.0f), 87.0f);
-  const float n = std::floor(z * 1.44269504088896341f + 0.5f);
-  // The reduction in two parts (Cody-Waite) must not be regrouped: -fassociative-math folds n C1 and n C2 into
-  // n (C1 - C2), whose rounded constant costs up to 30 ulps at |v| ~ 69 (measured). fma is never regrouped; a CPU
-  // without it (x86-64 before AVX2) reduces in double instead.
-  const int32_t exponent = static_cast<int32_t>(n);
-#if defined(__FMA__)
-  const float r = std::fma(n, 2.12194440e-4f, std::fma(n, -0.693359375f, z));
-#else
-  const float r = static_cast<float>(static_cast<double>(z) - static_cast<double>(n) * 0.6931471805599453);
-#endif
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = (p * r) * r + r + 1.0f;
-  const float e = std::bit_cast<float>(std::bit_cast<int32_t>(p) + (exponent << 23));
-  // Under -ffast-math gcc divides by a reciprocal estimate and one Newton step: from AVX2's 12-bit vrcpps
-  // that gives 1 - 2^-24 for 1 / 1. Below e = 2^-25 the quotient rounds to exactly 1, as torch's does.
-  const float s = e < 0x1p-25f ? 1.0f : 1.0f / (1.0f + e);
-  return is_nan(v) ? v : v < -88.0f ? 0.0f : s;
-}
-
-// The gate's sigmoid in the piecewise-linear loops: sigmoid_inline for float, common.h's for double.
-template <typename T>
-inline T gate_sigmoid(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return sigmoid_inline(v);
-  } else {
-    return sigmoid(v);
-  }
 }
 
 // The segment of v: how many knots lie below it (searchsorted(knots, v) on sorted knots; in [0, S) for any v,
