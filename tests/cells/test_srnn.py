@@ -823,6 +823,14 @@ def test_the_piecewise_linear_forward_keeps_relus_derivative_as_one_bit_per_elem
     assert (h > 0).any() or hidden < 8, "the row must hold positive values too"
 
 
+def sigmoid_probe_logits(dtype):
+    """Gate logits for the sigmoid tests: a fine ramp over [-100, 100], the edges of exp's range and beyond,
+    and inf, -inf, NaN last."""
+    ramp = torch.linspace(-100, 100, 20001, dtype=torch.float64)
+    edges = torch.tensor([-1e30, -88.5, -88.0, -87.5, -87.0, -20.0, -1e-8, 0.0, 1e-8, 17.0, 87.0, 88.5, 1e30])
+    return torch.cat([ramp, edges.double(), torch.tensor([math.inf, -math.inf, math.nan])]).to(dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 def test_the_piecewise_linear_gate_sigmoid_is_torchs_to_rounding(dtype):
     """The gate's sigmoid in both loops (float32: inlined, no libm call) on logits from -1e30 to 1e30 and
@@ -830,9 +838,7 @@ def test_the_piecewise_linear_gate_sigmoid_is_torchs_to_rounding(dtype):
     exactly 0 below -88, exactly 1 far above, NaN stays NaN."""
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
-    ramp = torch.linspace(-100, 100, 20001, dtype=torch.float64)
-    edges = torch.tensor([-1e30, -88.5, -88.0, -87.5, -87.0, -20.0, -1e-8, 0.0, 1e-8, 17.0, 87.0, 88.5, 1e30])
-    logits = torch.cat([ramp, edges.double(), torch.tensor([math.inf, -math.inf, math.nan])]).to(dtype)
+    logits = sigmoid_probe_logits(dtype)
     hidden = logits.numel()
     x, knots = torch.ones(1, 1, dtype=dtype), torch.zeros(0, dtype=dtype)
     slope, offset = torch.zeros(1, hidden, dtype=dtype), torch.ones(1, hidden, dtype=dtype)  # f = 1
@@ -866,9 +872,7 @@ def test_the_general_kernel_gate_sigmoid_is_torchs_to_rounding(dtype):
     values and dL/db_g = f s (1 - s) within a few ulps of torch's, exactly 0 below -88, NaN stays NaN."""
     if not kernel_module.load_torch_ops("srnn"):
         pytest.skip("kernels off (LTDRNN_NO_KERNELS) or csrc/srnn.cpp does not build here")
-    ramp = torch.linspace(-100, 100, 20001, dtype=torch.float64)
-    edges = torch.tensor([-1e30, -88.5, -88.0, -87.5, -87.0, -20.0, -1e-8, 0.0, 1e-8, 17.0, 87.0, 88.5, 1e30])
-    logits = torch.cat([ramp, edges.double(), torch.tensor([math.inf, -math.inf, math.nan])]).to(dtype)
+    logits = sigmoid_probe_logits(dtype)
     hidden = logits.numel()
     features, x = torch.ones(1, 1, 1, dtype=dtype), torch.ones(1, 1, 1, dtype=dtype)
     w_f, b_f = torch.zeros(hidden, 1, dtype=dtype), torch.ones(hidden, dtype=dtype)  # f = 1
