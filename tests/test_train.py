@@ -294,6 +294,68 @@ def test_select_after_refuses_a_negative_step(tmp_path):
         run(tmp_path, ["train.select_after=-1"])
 
 
+def _weights_after_every_step(log):
+    def record(state):
+        log.append({name: p.detach().clone() for name, p in state["model"].named_parameters()})
+
+    return record
+
+
+def test_ema_decay_validates_tests_and_saves_the_bias_corrected_average(tmp_path):
+    decay, settings = 0.8, ["train.steps=12", "train.eval_every=12", "optim.lr=0.05", "train.ema_decay=0.8"]
+    steps = []
+    record = train(load_config(tiny_config(tmp_path), settings), callbacks=[_weights_after_every_step(steps)])
+    weights = [decay ** (len(steps) - i) for i in range(1, len(steps) + 1)]
+    best = torch.load(f"{record['run_dir']}/best.pt", weights_only=False)["model"]
+    latest = _final_weights(record)
+    for name, last in steps[-1].items():
+        average = sum(w * s[name] for w, s in zip(weights, steps)) / sum(weights)
+        assert torch.allclose(best[name], average, atol=1e-6), name
+        assert not torch.allclose(average, last, atol=1e-4), name  # the average is not the latest weights
+        assert torch.equal(latest[name], last), name  # the optimiser stepped the latest weights
+    # the test split was read with the average
+    assert evaluate_checkpoint(record["run_dir"])["metric"] == record["metrics"]["test"]["metric"]
+
+
+def test_ema_decay_leaves_the_trained_weights_as_without_it(tmp_path):
+    settings = ["train.steps=12", "train.eval_every=4", "optim.lr=0.05"]
+    plain = run(tmp_path / "plain", settings)
+    averaged = run(tmp_path / "averaged", settings + ["train.ema_decay=0.9"])
+    for key, weight in _final_weights(plain).items():
+        assert torch.equal(weight, _final_weights(averaged)[key]), key
+    assert [h["val_loss"] for h in averaged["history"]] != [h["val_loss"] for h in plain["history"]]
+
+
+def test_an_interrupted_run_resumes_with_its_average_bit_identical(tmp_path):
+    settings = ["train.steps=14", "train.eval_every=4", "train.checkpoint_every=3", "train.ema_decay=0.9"]
+    whole = run(tmp_path / "a", settings)
+    cfg = load_config(tiny_config(tmp_path / "b"), settings)
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stopping_at(7)])
+    resumed = train(cfg, resume=True)
+    for name in ("best.pt", "last.pt"):
+        a, b = (torch.load(f"{r['run_dir']}/{name}", weights_only=False) for r in (whole, resumed))
+        for key in a["model"]:
+            assert torch.equal(a["model"][key], b["model"][key]), (name, key)
+    averages = [torch.load(f"{r['run_dir']}/last.pt", weights_only=False)["average"] for r in (whole, resumed)]
+    assert averages[0]["updates"] == averages[1]["updates"] == 14
+    assert all(torch.equal(a, b) for a, b in zip(averages[0]["params"], averages[1]["params"]))
+    assert resumed["metrics"]["test"] == whole["metrics"]["test"]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (["train.ema_decay=1"], r"train.ema_decay: expected a value in \[0, 1\), got 1"),
+        (["train.ema_decay=-0.5"], r"train.ema_decay: expected a value in \[0, 1\), got -0.5"),
+        (["train.ema_decay=0.9", "train.select_on=last"], "train.ema_decay: .*got last"),
+    ],
+)
+def test_ema_decay_refuses_a_decay_outside_0_1_and_a_run_without_selection(tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message):
+        run(tmp_path, settings)
+
+
 def test_skip_fraction_is_recorded_from_update_masks(tmp_path):
     record = run(tmp_path, ["train.steps=2"])
     assert 0.0 < record["metrics"]["skip_fraction"] < 1.0

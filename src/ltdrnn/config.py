@@ -132,6 +132,11 @@ class TrainConfig:
     ``select_after``: only validations after this many steps compete for that checkpoint (0: all); the
     earlier ones are still recorded. On a small validation split an early checkpoint can win by luck
     (GunPoint's 10 series: lab/2026-11-29-tiny-recipes); a run that ends before it tests its final weights.
+    ``ema_decay``: keep an exponential moving average of the parameters with this decay per optimiser step
+    (bias-corrected, so step t's average weighs the weights after step i by ``decay ** (t - i)``, from the
+    first step on), and validate, select, test and save the average in place of the latest weights; the
+    optimiser still steps the latest ones. It smooths the step-to-step noise of a small model trained at a
+    high rate (lab/2026-11-29-tiny-recipes-3). 0 (the default): off.
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
@@ -162,6 +167,7 @@ class TrainConfig:
     malloc_tuning: bool = True
     select_on: str = "metric"
     select_after: int = 0
+    ema_decay: float = 0.0
     rollbacks: int = 0
     max_val_loss: Optional[float] = None
 
@@ -302,6 +308,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     for key in non_negative:
         if get_key(cfg, key) < 0:
             raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
+    if not 0 <= cfg.train.ema_decay < 1:
+        raise ConfigError(f"train.ema_decay: expected a value in [0, 1), got {cfg.train.ema_decay!r}")
+    if cfg.train.ema_decay and cfg.train.select_on == "last":
+        # the run directory would then hold the latest weights only, and export them, not the average tested
+        raise ConfigError(
+            "train.ema_decay: the average is kept by validation, expected a train.select_on other than last, got last"
+        )
     if not 0 <= cfg.model.dropout < 1:
         raise ConfigError(f"model.dropout: expected a probability in [0, 1), got {cfg.model.dropout!r}")
     for pattern, factor in cfg.optim.lr_scales.items():

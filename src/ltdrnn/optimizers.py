@@ -1,9 +1,11 @@
 """The optimiser and learning-rate schedule a run config asks for: Adam, RMSprop or SGD with L2, parameter
 groups of their own learning rate (``optim.lr_scales``), TARNN's halving every tau epochs, and the guard that
-skips the update of a batch whose gradient norm spikes (``optim.skip_spikes``)."""
+skips the update of a batch whose gradient norm spikes (``optim.skip_spikes``); and the moving average of
+the weights that a run validates and tests in place of the latest ones (``train.ema_decay``)."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import math
 import statistics
@@ -98,3 +100,45 @@ class SpikeGuard:
         state = state or {}
         self.norms = deque((float(n) for n in state.get("norms", [])), maxlen=self.WINDOW)
         self.skipped = [int(s) for s in state.get("skipped", [])]
+
+
+class WeightAverage:
+    """The exponential moving average of a model's parameters (``train.ema_decay``), bias-corrected.
+
+    After update t the average is ``sum_i decay ** (t - i) * w_i / sum_i decay ** (t - i)`` over the
+    weights ``w_1 .. w_t`` after each update: the first update copies the weights, so the initial ones
+    weigh nothing. Buffers are not averaged.
+    """
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay, self.updates = decay, 0
+        self.params = [p.detach().clone() for p in model.parameters()]
+
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        weight = (1 - self.decay) / (1 - self.decay**self.updates)
+        with torch.no_grad():
+            for average, p in zip(self.params, model.parameters()):
+                average.lerp_(p.detach(), weight)
+
+    @contextlib.contextmanager
+    def applied(self, model: nn.Module):
+        """The model holds the average inside the block and its own weights again after it."""
+        own = [p.detach().clone() for p in model.parameters()]
+        with torch.no_grad():
+            for p, average in zip(model.parameters(), self.params):
+                p.copy_(average)
+        try:
+            yield model
+        finally:
+            with torch.no_grad():
+                for p, weights in zip(model.parameters(), own):
+                    p.copy_(weights)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"decay": self.decay, "updates": self.updates, "params": self.params}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.updates = state["updates"]
+        for average, saved in zip(self.params, state["params"]):
+            average.copy_(saved)

@@ -17,6 +17,7 @@ interrupted run to the same weights and metrics as a run that was never interrup
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -49,7 +50,7 @@ from .checkpoint import (
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .evaluation import batch_on, chunks, evaluate, validation_size
 from .ops.memory import tune_malloc
-from .optimizers import SpikeGuard, build_optimizer, build_scheduler
+from .optimizers import SpikeGuard, WeightAverage, build_optimizer, build_scheduler
 from .results.record import config_record
 from .results.stamps import new_run_id, version_info
 from .results.store import open_store_for_writing, store_record
@@ -77,7 +78,8 @@ def train(
             and starts afresh if not.
             Resuming a finished run trains nothing: it stores the row if the store lacks it.
         callbacks: called after every optimiser step with the loop state (``step``, ``epoch``,
-            ``loss``, ``model``); a callback may raise to stop the run.
+            ``loss``, ``model``, and ``average``: the :class:`WeightAverage` of ``train.ema_decay``, or
+            None); a callback may raise to stop the run.
         on_validation: called with every history entry (``step``, ``val_metric``, ...); if one returns
             True the run stops there with status ``pruned`` (sweeps' pruners), is tested and stored.
 
@@ -154,6 +156,7 @@ class Run:
         self.optimizer = build_optimizer(cfg, self.model)
         self.scheduler = build_scheduler(cfg, self.optimizer)
         self.spikes = SpikeGuard(cfg.optim.skip_spikes, cfg.optim.clip_norm)
+        self.average = WeightAverage(self.model, cfg.train.ema_decay) if cfg.train.ema_decay else None
         self.train_set = self.task.dataset("train")
         self.validates = validation_size(cfg, self.task) > 0
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
@@ -231,7 +234,14 @@ class Run:
             self.save_checkpoint()
         for callback in self.callbacks:
             callback(
-                {"step": self.step, "epoch": self.epoch, "loss": loss, "model": self.model, "run_dir": self.run_dir}
+                {
+                    "step": self.step,
+                    "epoch": self.epoch,
+                    "loss": loss,
+                    "model": self.model,
+                    "average": self.average,
+                    "run_dir": self.run_dir,
+                }
             )
 
     def runaway_loss(self) -> Optional[float]:
@@ -291,6 +301,8 @@ class Run:
         if self.spikes.admits(list(self.model.parameters()), self.step + 1):
             self.optimizer.step()
         apply_constraints_(self.model)
+        if self.average is not None:
+            self.average.update(self.model)
         return D.global_loss(loss.detach(), factor, reduction), {k: float(v.detach()) for k, v in terms.items()}
 
     def end_epoch(self) -> None:
@@ -303,9 +315,14 @@ class Run:
         self.save_checkpoint()
 
     def validate(self, terms: Dict[str, float]) -> None:
-        cfg = self.cfg.train
         if not self.validates:  # an empty validation split (select_on=last): nothing to record
             return
+        # with train.ema_decay the average is what is validated and kept as the best state
+        with self.average.applied(self.model) if self.average is not None else contextlib.nullcontext():
+            self._validate(terms)
+
+    def _validate(self, terms: Dict[str, float]) -> None:
+        cfg = self.cfg.train
         summary, skip = evaluate(
             self.model, self.task, "val", cfg.eval_batch_size or cfg.batch_size, cfg.eval_batches, self.device
         )
@@ -451,6 +468,7 @@ class Run:
             "running": self.running,
             "rollbacks": self.rollbacks,
             "spikes": self.spikes.state_dict(),
+            "average": self.average.state_dict() if self.average is not None else None,
         }
         atomic_save(checkpoint, self.run_dir / CHECKPOINT)
         if self.cfg.train.rollbacks and self.best is not None and self.best["step"] == self.step:
@@ -493,6 +511,8 @@ class Run:
             set_rng_states(D.own_entry(checkpoint.get("rng_by_rank"), checkpoint["rng"]))
             self.rollbacks = list(checkpoint.get("rollbacks", []))
             self.spikes.load_state_dict(checkpoint.get("spikes"))
+            if self.average is not None:
+                self.average.load_state_dict(checkpoint["average"])
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
             raise CheckpointError(
                 f"{path}: not a checkpoint a run can resume from ({type(error).__name__}: {error})"
