@@ -261,3 +261,23 @@ def test_relative_links_in_the_docs_point_to_files_that_exist():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, "\n".join(broken)
+
+
+def _claim_counts(text: str, statuses) -> dict:
+    """Per status, the number written just before it (``4 reproduced``), or None where it is not written."""
+    return {s: (int(m.group(1)) if (m := re.search(rf"(\d+) {s}\b", text)) else None) for s in statuses}
+
+
+def test_the_readme_gives_the_reproduction_page_s_counts():
+    """The README's summary line is written by hand; it must say what the generated page says."""
+    headline = next(line for line in (ROOT / "REPRODUCTION.md").read_text().splitlines() if line.startswith("**"))
+    readme = next(
+        " ".join(block.split())
+        for block in (ROOT / "README.md").read_text().split("\n- ")
+        if block.startswith("**Reproduction**")
+    )
+    page = _claim_counts(headline, ("claims", "reproduced", "partly", "not reproduced", "proxy", "not measured"))
+    said = _claim_counts(readme, ("claims", "reproduced", "partly", "not reproduced"))
+    said["proxy"] = int(re.search(r"(\d+) run on a proxy", readme).group(1))
+    said["not measured"] = int(re.search(r"(\d+) tuned on seeds 1-3 and not yet measured", readme).group(1))
+    assert said == page, f"README says {said}, REPRODUCTION.md says {page}"
