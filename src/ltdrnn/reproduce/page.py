@@ -139,8 +139,7 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
     minutes = [r.minutes() for r in reports]
     cpu, gpu = sum(m[0] for m in minutes), sum(m[1] for m in minutes)
     proxy_text = (
-        f"; {len(proxies)} proxy ({', '.join(proxies)}: 5,000 offline digits, not judged until their full-data "
-        "rows are stored)"
+        f"; {len(proxies)} proxy ({', '.join(proxies)}: 5,000 offline digits, judged on full-data rows)"
         if proxies
         else ""
     )
