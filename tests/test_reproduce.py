@@ -916,6 +916,12 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     assert all("[notes](reproduction/notes/" in line for line in failed)
     assert all("[docs](docs/cells/" in line or "[docs](lab/notes/" in line for line in failed)
     assert "*Structural*: MIST's delays" in text  # a structural claim says so
+    # a proxy claim is not judged: its section lists the rules' marks, and why one did not hold is in its notes
+    pmnist = claims[[c.id for c in claims].index("pmnist")]
+    section = text[text.index("## pmnist") : text.index("## noisy-mnist")]
+    assert "**proxy**" in section and not re.search(r"^- [✗?] ", section, re.M)
+    pmnist_notes = (tmp_path / "reproduction/notes/pmnist.md").read_text()
+    assert all(check.if_fails in pmnist_notes for check in pmnist.checks if check.if_fails)
     # each run's config hash as frozen, and a tuned claim's held-out seeds with the command that trains them
     copy = claims[[c.id for c in claims].index("copy-200")]
     section = text[text.index("## copy-200") : text.index("## mist-gradient-lag")]

