@@ -135,8 +135,10 @@ class TrainConfig:
     ``ema_decay``: keep an exponential moving average of the parameters with this decay per optimiser step
     (bias-corrected, so step t's average weighs the weights after step i by ``decay ** (t - i)``, from the
     first step on), and validate, select, test and save the average in place of the latest weights; the
-    optimiser still steps the latest ones. It smooths the step-to-step noise of a small model trained at a
-    high rate (lab/2026-11-29-tiny-recipes-3). 0 (the default): off.
+    optimiser still steps the latest ones. Without a selected checkpoint (``select_on: last``, or a run
+    that ends before ``select_after``) the average at the last step is the run's model: tested and saved as
+    ``best.pt``, which loading and export read. It smooths the step-to-step noise of a small model trained
+    at a high rate (lab/2026-11-29-tiny-recipes-3). 0 (the default): off.
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
@@ -310,11 +312,6 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
     if not 0 <= cfg.train.ema_decay < 1:
         raise ConfigError(f"train.ema_decay: expected a value in [0, 1), got {cfg.train.ema_decay!r}")
-    if cfg.train.ema_decay and cfg.train.select_on == "last":
-        # the run directory would then hold the latest weights only, and export them, not the average tested
-        raise ConfigError(
-            "train.ema_decay: the average is kept by validation, expected a train.select_on other than last, got last"
-        )
     if not 0 <= cfg.model.dropout < 1:
         raise ConfigError(f"model.dropout: expected a probability in [0, 1), got {cfg.model.dropout!r}")
     for pattern, factor in cfg.optim.lr_scales.items():

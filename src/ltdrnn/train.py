@@ -355,22 +355,17 @@ class Run:
         select = self.cfg.train.select_on
         score = (summary["metric"], summary["loss"]) if select == "metric_then_loss" else summary[select]
         if self.best is None or self.better(score, self.best["score"]):
-            self.best = {
-                "score": score,
-                "metric": summary["metric"],
-                "step": self.step,
-                "state": copy.deepcopy(self.model.state_dict()),
-            }
-            if D.is_main():
-                atomic_save(
-                    {
-                        "model": self.best["state"],
-                        "config": self.cfg.to_dict(),
-                        "step": self.step,
-                        "run_id": self.run_id,
-                    },
-                    self.run_dir / BEST,
-                )
+            self.keep_best(score, summary["metric"])
+
+    def keep_best(self, score, metric) -> None:
+        """The model's current weights become the tested state, saved as ``best.pt``."""
+        state = copy.deepcopy(self.model.state_dict())
+        self.best = {"score": score, "metric": metric, "step": self.step, "state": state}
+        if D.is_main():
+            atomic_save(
+                {"model": self.best["state"], "config": self.cfg.to_dict(), "step": self.step, "run_id": self.run_id},
+                self.run_dir / BEST,
+            )
 
     def better(self, new, old) -> bool:
         """Whether the validation score ``new`` beats ``old``: a number, or with ``metric_then_loss`` a
@@ -394,6 +389,10 @@ class Run:
     def finish(self) -> Dict[str, Any]:
         cfg = self.cfg.train
         last_state = copy.deepcopy(self.model.state_dict())
+        if self.best is None and self.average is not None:
+            # nothing was selected: the average at the last step is the run's model, not the latest weights
+            with self.average.applied(self.model):
+                self.keep_best(None, None)
         if self.best is not None:
             self.model.load_state_dict(self.best["state"])
         started = time.perf_counter()
@@ -414,7 +413,7 @@ class Run:
             "rollbacks": self.rollbacks,
             "skipped_updates": self.spikes.skipped,
             "best_step": self.best["step"] if self.best else self.step,
-            "checkpoint": "last" if self.best is None else f"best validation {cfg.select_on}",
+            "checkpoint": self.checkpoint_label(),
             "params": M.parameter_count(self.model),
             "size_kb": M.model_size_kb(self.model),
             "skip_fraction": skip,
@@ -444,6 +443,11 @@ class Run:
         if D.is_main():
             (self.run_dir / "result.json").write_text(json.dumps(record, indent=2, default=str))
         return record
+
+    def checkpoint_label(self) -> str:
+        """``last``: the final weights (their average with ``train.ema_decay``); else the selection rule."""
+        selected = self.best is not None and self.best["score"] is not None
+        return f"best validation {self.cfg.train.select_on}" if selected else "last"
 
     # ---- checkpoints -------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
