@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ltdrnn.cells.euler import join_counter, split_counter
+from ltdrnn.ops.common import join_counter, split_counter  # moved from cells/euler.py on 2026-11-29
 from ltdrnn.cells.irnn import IRNN
 
 
@@ -38,5 +38,5 @@ def make_per_unit(model):
     old = cell.steps.eta.detach()
     cell.steps.eta = nn.Parameter(old[:, :, None].expand(*old.shape, cell.hidden_size).clone())
     cell.__class__ = PerUnitIRNN
-    cell.impl = "reference"
+    cell.backend = "reference"  # the per-unit step exists only as the reference loop
     return model
