@@ -3,7 +3,7 @@
 # priority; lines appended while it runs are run too; a line "END" stops it.
 echo 5 > /proc/$$/autogroup
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-cd /work/main
+cd "$(dirname "$0")/../.." || exit 1
 i=1
 while true; do
   line=$(sed -n "${i}p" lab/2026-11-29-tiny-recipes-4/jobs.txt)
