@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ltdrnn.ops.common import join_counter, split_counter  # moved from cells/euler.py on 2026-11-29
 from ltdrnn.cells.irnn import IRNN
+from ltdrnn.ops.common import join_counter, split_counter  # moved from cells/euler.py on 2026-11-29
 
 
 class PerUnitIRNN(IRNN):
