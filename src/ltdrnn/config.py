@@ -139,6 +139,13 @@ class TrainConfig:
     that ends before ``select_after``) the average at the last step is the run's model: tested and saved as
     ``best.pt``, which loading and export read. It smooths the step-to-step noise of a small model trained
     at a high rate (lab/2026-11-29-tiny-recipes-3). 0 (the default): off.
+    ``restarts``: with N > 1, first train N candidates for ``restart_steps`` steps each (candidate 0 with
+    ``seed``, candidate k with ``seed + 1_000_003 * k``: initialisation, batch order and every other draw),
+    without validation, checkpoints or callbacks; then train the one with the lowest mean training loss
+    over its last tenth of those steps from the start, as a run with that seed (the choice is in the
+    checkpoints and the result's ``metrics.restarts``). A small model can go wrong in its first steps in a
+    way no later step, selection or average repairs, and its training loss says so (deploy/tiny-srnn on
+    GunPoint: lab/2026-11-29-tiny-recipes-5). 1 (the default): one run with ``seed``, no screen.
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
@@ -170,6 +177,8 @@ class TrainConfig:
     select_on: str = "metric"
     select_after: int = 0
     ema_decay: float = 0.0
+    restarts: int = 1
+    restart_steps: Optional[int] = None
     rollbacks: int = 0
     max_val_loss: Optional[float] = None
 
@@ -312,6 +321,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"{key}: expected a non-negative value, got {get_key(cfg, key)!r}")
     if not 0 <= cfg.train.ema_decay < 1:
         raise ConfigError(f"train.ema_decay: expected a value in [0, 1), got {cfg.train.ema_decay!r}")
+    check_restarts(cfg.train)
     if not 0 <= cfg.model.dropout < 1:
         raise ConfigError(f"model.dropout: expected a probability in [0, 1), got {cfg.model.dropout!r}")
     for pattern, factor in cfg.optim.lr_scales.items():
@@ -329,6 +339,28 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError("train.epochs / train.steps: expected at least one of them, got neither")
     check_limits(cfg)
     return cfg
+
+
+def check_restarts(train: TrainConfig) -> None:
+    """``train.restarts`` and ``train.restart_steps``: a screen needs its length, and a run longer than it."""
+    if train.restarts < 1:
+        raise ConfigError(f"train.restarts: expected a positive number of candidates, got {train.restarts!r}")
+    if train.restarts == 1:
+        if train.restart_steps is not None:
+            raise ConfigError(
+                f"train.restart_steps: only used with train.restarts > 1, got {train.restart_steps!r} with 1 restart"
+            )
+        return
+    if train.restart_steps is None or train.restart_steps < 1:
+        raise ConfigError(
+            f"train.restart_steps: expected a positive number of steps for the screen of train.restarts="
+            f"{train.restarts}, got {train.restart_steps!r}"
+        )
+    if train.steps is not None and train.restart_steps >= train.steps:
+        raise ConfigError(
+            f"train.restart_steps: expected fewer steps than the run's (train.steps={train.steps}), "
+            f"got {train.restart_steps!r}"
+        )
 
 
 def get_key(cfg: Any, key: str) -> Any:

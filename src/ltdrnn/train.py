@@ -51,6 +51,7 @@ from .config import ConfigError, RunConfig, comparable_config, load_config, save
 from .evaluation import batch_on, chunks, evaluate, validation_size
 from .ops.memory import tune_malloc
 from .optimizers import SpikeGuard, WeightAverage, build_optimizer, build_scheduler
+from .restarts import screen_restarts
 from .results.record import config_record
 from .results.stamps import new_run_id, version_info
 from .results.store import open_store_for_writing, store_record
@@ -147,22 +148,8 @@ class Run:
             remove_stale_temp_files(self.run_dir)
             save_config(cfg, self.run_dir / "config.yaml")
 
-        seed_everything(cfg.train.seed)
-        self.task, model = build_task_and_model(cfg)
-        self.info = self.task.info
-        self.model = model.to(self.device)
-        self.net = D.wrap_model(self.model, self.device)
-        D.seed_rank(cfg.train.seed)
-        self.optimizer = build_optimizer(cfg, self.model)
-        self.scheduler = build_scheduler(cfg, self.optimizer)
-        self.spikes = SpikeGuard(cfg.optim.skip_spikes, cfg.optim.clip_norm)
-        self.average = WeightAverage(self.model, cfg.train.ema_decay) if cfg.train.ema_decay else None
-        self.train_set = self.task.dataset("train")
-        self.validates = validation_size(cfg, self.task) > 0
-        self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
-        self.step = 0
-        self.epoch = 0
-        self.batch_in_epoch = 0
+        self.start(cfg.train.seed)
+        self.restarts: Optional[Dict[str, Any]] = None  # the screen of train.restarts, when there was one
         self.best: Optional[Dict[str, Any]] = None
         self.history: List[Dict[str, Any]] = []
         self.train_time = 0.0
@@ -173,6 +160,29 @@ class Run:
         self.judges: List[Callable[[Dict[str, Any]], bool]] = []
         if checkpoint:
             self._restore(checkpoint)
+        elif cfg.train.restarts > 1:
+            self.restarts = screen_restarts(self)
+
+    def start(self, seed: int) -> None:
+        """A fresh model, optimiser and position, every draw from ``seed``: the start of a run."""
+        cfg = self.cfg
+        self.seed = seed
+        seed_everything(seed)
+        self.task, model = build_task_and_model(cfg)
+        self.info = self.task.info
+        self.model = model.to(self.device)
+        self.net = D.wrap_model(self.model, self.device)
+        D.seed_rank(seed)
+        self.optimizer = build_optimizer(cfg, self.model)
+        self.scheduler = build_scheduler(cfg, self.optimizer)
+        self.spikes = SpikeGuard(cfg.optim.skip_spikes, cfg.optim.clip_norm)
+        self.average = WeightAverage(self.model, cfg.train.ema_decay) if cfg.train.ema_decay else None
+        self.train_set = self.task.dataset("train")
+        self.validates = validation_size(cfg, self.task) > 0
+        self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
 
     # ---- loop --------------------------------------------------------------------------------------
     def fit(self, callbacks: List[Callback], judges: List[Callable[[Dict[str, Any]], bool]] = ()) -> Dict[str, Any]:
@@ -187,7 +197,7 @@ class Run:
                 epoch = self.epoch
                 self.model.set_epoch(epoch)
                 self.task.set_epoch(epoch)
-                order = epoch_order(len(self.train_set), cfg.batch_size, cfg.seed, epoch)
+                order = epoch_order(len(self.train_set), cfg.batch_size, self.seed, epoch)
                 # a rollback may go back to an earlier epoch, whose batch order this one is not
                 while self.running_in(epoch) and self.batch_in_epoch < len(order) and not self.finished():
                     self.one_step(order[self.batch_in_epoch])
@@ -414,6 +424,7 @@ class Run:
             "skipped_updates": self.spikes.skipped,
             "best_step": self.best["step"] if self.best else self.step,
             "checkpoint": self.checkpoint_label(),
+            "restarts": self.restarts,
             "params": M.parameter_count(self.model),
             "size_kb": M.model_size_kb(self.model),
             "skip_fraction": skip,
@@ -473,6 +484,7 @@ class Run:
             "rollbacks": self.rollbacks,
             "spikes": self.spikes.state_dict(),
             "average": self.average.state_dict() if self.average is not None else None,
+            "restarts": self.restarts,
         }
         atomic_save(checkpoint, self.run_dir / CHECKPOINT)
         if self.cfg.train.rollbacks and self.best is not None and self.best["step"] == self.step:
@@ -495,8 +507,10 @@ class Run:
                 "the run directory of the interrupted run?); to start a new run when "
                 "there is no checkpoint, resume with 'auto' (as the command line's --resume does)"
             )
-        # a run may move between devices and directories (started on a GPU, finished on a CPU elsewhere)
-        saved, now = ({k: v for k, v in comparable_config(c).items() if k not in ("train.device", "run_dir")}
+        # a run may move between devices and directories (started on a GPU, finished on a CPU elsewhere);
+        # a key the schema gained since the checkpoint was written has its default, the old behaviour
+        defaults, moved = comparable_config(RunConfig().to_dict()), ("train.device", "run_dir")
+        saved, now = ({k: v for k, v in {**defaults, **comparable_config(c)}.items() if k not in moved}
                       for c in (checkpoint["config"], self.cfg.to_dict()))  # fmt: skip
         changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         if changed:
@@ -517,6 +531,8 @@ class Run:
             self.spikes.load_state_dict(checkpoint.get("spikes"))
             if self.average is not None:
                 self.average.load_state_dict(checkpoint["average"])
+            self.restarts = checkpoint.get("restarts")  # None in checkpoints from before train.restarts
+            self.seed = self.restarts["seed"] if self.restarts else self.cfg.train.seed
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
             raise CheckpointError(
                 f"{path}: not a checkpoint a run can resume from ({type(error).__name__}: {error})"
