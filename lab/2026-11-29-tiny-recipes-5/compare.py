@@ -1,6 +1,7 @@
 """Each configuration of this folder's results.jsonl beside the presets as committed before this round, per cell.
 
     python lab/2026-11-29-tiny-recipes-5/compare.py [--seeds 0 1 ... 9] [--cell CELL]
+    python lab/2026-11-29-tiny-recipes-5/compare.py --screens CELL NAME [--seeds ...]
 
 A copy of lab/2026-11-29-tiny-recipes-4/compare.py. The presets' own rows ("preset now") are earlier
 rounds' runs of exactly the committed presets: for MIST, SA-RNN and SRNN lab/2026-11-29-tiny-recipes-4's
@@ -66,11 +67,29 @@ def row(cell, name, by_seed, seeds, key="test_accuracy"):
     return f"| {cell} | {name} | {len(values)} | {spread} | {100 * min(values):.1f} | {ceiling} | {each} |"
 
 
+def screens(cell, name, seeds) -> None:
+    """Per seed: each candidate's windowed training loss, the candidate chosen, and the test accuracy beside
+    the preset's own (round 4's row of the run's own seed: candidate 0, the same run)."""
+    own = {r["seed"]: r for r in lines(ROUND4) if (r["cell"], r["name"]) == (cell, "full50-ema99")}
+    print("| seed | candidate losses (0, 1, 2) | chosen | test % | preset now % |")
+    print("|---|---|---|---|---|")
+    for r in sorted(lines(HERE / "results.jsonl"), key=lambda r: r["seed"]):
+        if (r["cell"], r["name"]) == (cell, name) and r["seed"] in seeds and r.get("restarts"):
+            screen = r["restarts"]
+            losses = ", ".join(f"{v:.4f}" if isinstance(v, float) else v for v in screen["losses"])
+            before = f"{100 * own[r['seed']]['test_accuracy']:.1f}" if r["seed"] in own else ""
+            chosen = screen["seeds"].index(screen["seed"])
+            print(f"| {r['seed']} | {losses} | {chosen} | {100 * r['test_accuracy']:.1f} | {before} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--cell")
+    parser.add_argument("--screens", nargs=2, metavar=("CELL", "NAME"), help="the restart screens of CELL NAME")
     args = parser.parse_args()
+    if args.screens:
+        return screens(*args.screens, args.seeds)
     print("| cell | configuration | n | float % mean ± std | min | ceiling mean | each seed |")
     print("|---|---|---|---|---|---|---|")
     for (cell, name), by_seed in sorted(groups(args.seeds).items()):
