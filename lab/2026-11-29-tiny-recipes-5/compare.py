@@ -69,8 +69,9 @@ def row(cell, name, by_seed, seeds, key="test_accuracy"):
 
 def screens(cell, name, seeds) -> None:
     """Per seed: each candidate's windowed training loss, the candidate chosen, and the test accuracy beside
-    the preset's own (round 4's row of the run's own seed: candidate 0, the same run)."""
-    own = {r["seed"]: r for r in lines(ROUND4) if (r["cell"], r["name"]) == (cell, "full50-ema99")}
+    the preset's own ("preset now": for MIST, SA-RNN and SRNN round 4's row of the run's own seed, the
+    same run as candidate 0)."""
+    own = preset_rows(seeds).get((cell, "preset now"), {})
     print("| seed | candidate losses (0, 1, 2) | chosen | test % | preset now % |")
     print("|---|---|---|---|---|")
     for r in sorted(lines(HERE / "results.jsonl"), key=lambda r: r["seed"]):

@@ -6,11 +6,13 @@ start: as the plain run of its seed, which it then is, weight for weight. Candid
 seed, candidate k ``seed + 1_000_003 * k`` (:func:`restart_seed`); a candidate's seed draws everything a
 run's seed draws (initialisation, batch order, dropout).
 
-Why the training loss: the deploy presets train on every training series, so nothing else is there to
-judge by, and a small model that goes wrong does so in its first steps, which no later step, selection
-or average repairs; its training loss says so (lab/2026-11-29-tiny-recipes-5: on GunPoint every
-deploy/tiny-srnn seed that tested below 85% still had a training loss above 0.02 at the end, the others
-below 0.001). A mean over a window rather than the last batch's loss, so that one lucky batch does not
+Why the training loss: deploy/tiny-mist and -srnn train on every training series, so nothing else is
+there to judge by, and a small model that goes wrong there does so in its first steps, which no later
+step, selection or average repairs; its training loss says so (lab/2026-11-29-tiny-recipes-5: on GunPoint
+every deploy/tiny-srnn seed that tested below 85% still had a training loss above 0.02 at the end, the
+others below 0.001). It judges only a failure to fit, and only once the loss is smooth: where no
+candidate has fitted by the screen's end (SA-RNN at step 300) or the loss spikes (iRNN), it picked worse
+runs there. A mean over a window rather than the last batch's loss, so that one lucky batch does not
 decide. Non-finite candidates lose; ties go to the first.
 """
 
