@@ -92,7 +92,7 @@ def test_a_checkpoint_written_before_the_option_existed_still_resumes(tmp_path):
     "settings, message",
     [
         (["train.restarts=0"], "train.restarts: expected a positive number of candidates, got 0"),
-        (["train.restarts=3"], "train.restart_steps: expected a positive number of steps .* got None"),
+        (["train.restarts=3"], "train.restart_steps: expected a positive number of screen steps, got None"),
         (["train.restarts=3", "train.restart_steps=0"], "train.restart_steps: expected a positive .* got 0"),
         (["train.restarts=2", "train.restart_steps=30"], r"train.restart_steps: expected fewer .* \(train.steps=30\)"),
         (["train.restart_steps=5"], "train.restart_steps: only used with train.restarts > 1, got 5"),

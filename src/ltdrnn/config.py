@@ -139,13 +139,8 @@ class TrainConfig:
     that ends before ``select_after``) the average at the last step is the run's model: tested and saved as
     ``best.pt``, which loading and export read. It smooths the step-to-step noise of a small model trained
     at a high rate (lab/2026-11-29-tiny-recipes-3). 0 (the default): off.
-    ``restarts``: with N > 1, first train N candidates for ``restart_steps`` steps each (candidate 0 with
-    ``seed``, candidate k with ``seed + 1_000_003 * k``: initialisation, batch order and every other draw),
-    without validation, checkpoints or callbacks; then train the one with the lowest mean training loss
-    over its last tenth of those steps from the start, as a run with that seed (the choice is in the
-    checkpoints and the result's ``metrics.restarts``). A small model can go wrong in its first steps in a
-    way no later step, selection or average repairs, and its training loss says so (deploy/tiny-srnn on
-    GunPoint: lab/2026-11-29-tiny-recipes-5). 1 (the default): one run with ``seed``, no screen.
+    ``restarts``: with N > 1, screen N starts (the run's seed and N - 1 others) for ``restart_steps`` steps
+    each and train the one of lowest training loss as its seed's run (:mod:`ltdrnn.restarts`); 1: off.
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
     ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
@@ -343,23 +338,16 @@ def validate(cfg: RunConfig) -> RunConfig:
 
 def check_restarts(train: TrainConfig) -> None:
     """``train.restarts`` and ``train.restart_steps``: a screen needs its length, and a run longer than it."""
-    if train.restarts < 1:
-        raise ConfigError(f"train.restarts: expected a positive number of candidates, got {train.restarts!r}")
-    if train.restarts == 1:
-        if train.restart_steps is not None:
-            raise ConfigError(
-                f"train.restart_steps: only used with train.restarts > 1, got {train.restart_steps!r} with 1 restart"
-            )
-        return
-    if train.restart_steps is None or train.restart_steps < 1:
+    n, steps = train.restarts, train.restart_steps
+    if n < 1:
+        raise ConfigError(f"train.restarts: expected a positive number of candidates, got {n!r}")
+    if n == 1 and steps is not None:
+        raise ConfigError(f"train.restart_steps: only used with train.restarts > 1, got {steps!r} with 1 restart")
+    if n > 1 and (steps is None or steps < 1):
+        raise ConfigError(f"train.restart_steps: expected a positive number of screen steps, got {steps!r}")
+    if n > 1 and train.steps is not None and steps >= train.steps:
         raise ConfigError(
-            f"train.restart_steps: expected a positive number of steps for the screen of train.restarts="
-            f"{train.restarts}, got {train.restart_steps!r}"
-        )
-    if train.steps is not None and train.restart_steps >= train.steps:
-        raise ConfigError(
-            f"train.restart_steps: expected fewer steps than the run's (train.steps={train.steps}), "
-            f"got {train.restart_steps!r}"
+            f"train.restart_steps: expected fewer steps than the run's (train.steps={train.steps}), got {steps!r}"
         )
 
 

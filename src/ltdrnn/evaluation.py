@@ -78,6 +78,12 @@ def chunks(items, size: int) -> List[List[int]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
+    """The batches of an epoch: a permutation drawn from ``(seed, epoch)`` only, cut into batches."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return chunks(torch.randperm(n, generator=generator).tolist(), batch_size)
+
+
 def batch_on(task, dataset, indices: List[int], device):
     x, y, lengths = task.collate([dataset[i] for i in indices])
     return x.to(device), y.to(device), (lengths.to(device) if lengths is not None else None)

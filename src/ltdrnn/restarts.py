@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, List
 
 from .config import ConfigError
+from .evaluation import epoch_order
 
 
 def restart_seed(seed: int, k: int) -> int:
@@ -60,8 +61,6 @@ def screen_restarts(run) -> Dict[str, Any]:
 def screen_losses(run, steps: int) -> List[float]:
     """The training loss of ``run``'s first ``steps`` steps, trained as ``Run.fit`` trains them but with no
     validation, checkpoint or callback; it stops at a non-finite loss."""
-    from .train import epoch_order
-
     losses: List[float] = []
     while len(losses) < steps:
         run.model.set_epoch(run.epoch)

@@ -48,7 +48,7 @@ from .checkpoint import (
     set_rng_states,
 )
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
-from .evaluation import batch_on, chunks, evaluate, validation_size
+from .evaluation import batch_on, epoch_order, evaluate, validation_size
 from .ops.memory import tune_malloc
 from .optimizers import SpikeGuard, WeightAverage, build_optimizer, build_scheduler
 from .restarts import screen_restarts
@@ -574,12 +574,6 @@ class Run:
 
 
 # ---- pieces ----------------------------------------------------------------------------------------
-def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> List[List[int]]:
-    """The batches of an epoch: a permutation drawn from ``(seed, epoch)`` only, cut into batches."""
-    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    return chunks(torch.randperm(n, generator=generator).tolist(), batch_size)
-
-
 def _progress(total: int, initial: int, enabled: bool, label: str):
     """The progress bar of a run; a disabled tqdm when ``enabled`` is False (not the main rank, --no-progress)."""
     from tqdm.auto import tqdm  # the train extra
