@@ -469,6 +469,45 @@ def test_resume_trains_again_a_row_whose_analysis_was_interrupted(tmp_path):
     assert len(R.Store(store).results.rows(study="reproduce/irnn-identity-gradient/quick")) == 2
 
 
+def test_recall_is_measured_again_from_the_tested_checkpoint_of_a_row_stored_without_it(tmp_path, capsys):
+    store = str(tmp_path / "r.db")
+    args = ["run", "copy-200", "--only", "srnn", "--store", store, "--runs", str(tmp_path / "runs")]
+    args += [*TINY, "--set", "task.options.T=12", "--set", "train.seed=5"]
+    assert main(["reproduce", *args]) == 0
+    copy, extra = claim("copy-200"), set_items(args)
+
+    def measured():
+        return R.Store(store).measurements(copy, "quick", extra=extra)
+
+    recall = measured().seeds["srnn"][0]["metrics"]["test"]["recall_accuracy"]
+
+    def store_test(**changes):  # the row as a run from before the metric (or with another number) left it
+        with sqlite3.connect(store) as connection:
+            metrics = json.loads(connection.execute("SELECT metrics FROM runs").fetchone()[0])
+            metrics["test"].pop("recall_accuracy", None)
+            metrics["test"].update(changes)
+            connection.execute("UPDATE runs SET metrics = ?", (json.dumps(metrics),))
+            connection.execute("DELETE FROM reproduce_analyses")
+
+    store_test()
+    ((_, lo, hi),) = measured().per_seed("recall", "srnn")
+    assert lo < hi  # only the bound from the accuracy over all steps
+    command = ["reproduce", "recall", "copy-200", "--store", store, *[w for item in extra for w in ("--set", item)]]
+    assert main(command) == 0
+    assert measured().analyses_of["srnn"][0]["recall"]["accuracy"] == recall
+    assert measured().per_seed("recall", "srnn") == [(5, recall, recall)]
+    capsys.readouterr()
+    assert main(command) == 0 and "srnn" not in capsys.readouterr().out  # measured once
+
+    # a checkpoint that does not give the row's test cross entropy again is not the tested state
+    test = measured().seeds["srnn"][0]["metrics"]["test"]
+    store_test(cross_entropy=test["cross_entropy"] * 1.01)
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "not measured" in out and "expected the checkpoint tested for the row" in out
+    assert "recall" not in measured().analyses_of["srnn"][0]
+
+
 def test_resume_continues_an_interrupted_run_in_its_directory(tmp_path):
     # a claim run killed mid-training (here: a callback raising at step 2, after its checkpoint) is
     # continued by --resume from that checkpoint, in the same directory, instead of trained again

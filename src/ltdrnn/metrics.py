@@ -65,7 +65,8 @@ class Evaluator:
 
     ``summary()`` gives ``loss`` (mean per-sequence loss), the task's headline ``metric`` under its own
     name, and for classification ``accuracy``, ``cross_entropy`` (per valid step) and ``perplexity``; for
-    regression ``mse``.
+    regression ``mse``. A task with ``recall_steps`` (the copy tasks) adds ``recall_accuracy``: the accuracy
+    on the last ``recall_steps`` steps of every sequence, the symbols recalled.
     """
 
     def __init__(self, info: TaskInfo) -> None:
@@ -77,6 +78,8 @@ class Evaluator:
         self.token_ce = 0.0
         self.sq_err = 0.0
         self.sq_count = 0
+        self.recalled = 0
+        self.recall_scored = 0
 
     @torch.no_grad()
     def add(self, pred: Tensor, y: Tensor, lengths: Optional[Tensor] = None) -> None:
@@ -96,6 +99,10 @@ class Evaluator:
             self.correct += int((hits & mask).sum())
             self.scored += int(mask.sum())
             self.token_ce += float((ce * mask).sum())
+            if info.recall_steps and info.target == "per_step":
+                tail = mask[:, -info.recall_steps :]
+                self.recalled += int((hits[:, -info.recall_steps :] & tail).sum())
+                self.recall_scored += int(tail.sum())
         else:
             err = (pred - y.reshape(pred.shape)).pow(2)
             if info.target == "terminal":
@@ -114,6 +121,8 @@ class Evaluator:
             out.update(
                 accuracy=self.correct / max(self.scored, 1), cross_entropy=ce, perplexity=math.exp(min(ce, 700.0))
             )
+            if self.recall_scored:
+                out["recall_accuracy"] = self.recalled / self.recall_scored
         else:
             out["mse"] = self.sq_err / max(self.sq_count, 1)
         out["metric"] = out[self.info.metric] if self.info.metric in out else out["loss"]

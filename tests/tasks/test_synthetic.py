@@ -99,6 +99,30 @@ def test_copy_memoryless_cross_entropy_equals_baseline():
     assert task.info.baseline == pytest.approx(10 * math.log(8) / (T + 20))
 
 
+@pytest.mark.parametrize("name, options, recall", [("copy", dict(T=30), 10), ("copy_mist", dict(delay=30), 3)])
+def test_copy_evaluation_reports_the_accuracy_on_the_recall_steps_alone(name, options, recall):
+    from ltdrnn.metrics import Evaluator
+
+    task = build_task(name, n_test=40, **options)
+    _, y = items(task, "test", 40)
+    length, classes = y.shape[1], task.info.output_size
+    assert task.info.recall_steps == recall
+    logits = F.one_hot(y, classes).float() * 10
+    wrong = (y + 1) % classes
+    # 40 errors on recall steps (one per sequence), 80 on blank steps before them
+    logits[:, -1] = F.one_hot(wrong[:, -1], classes).float() * 10
+    logits[:, :2] = F.one_hot(wrong[:, :2], classes).float() * 10
+    evaluator = Evaluator(task.info)
+    evaluator.add(logits[:25], y[:25])
+    evaluator.add(logits[25:], y[25:])
+    summary = evaluator.summary()
+    assert summary["recall_accuracy"] == pytest.approx(1 - 1 / recall)
+    assert summary["accuracy"] == pytest.approx(1 - 3 / length)
+    adding = build_task("adding", T=10, n_test=4)
+    assert adding.info.recall_steps == 0
+    assert "recall_accuracy" not in Evaluator(adding.info).summary()
+
+
 def test_copy_tokens_option():
     task = build_task("copy", T=5, one_hot=False)
     x, y = task.dataset("val")[0]

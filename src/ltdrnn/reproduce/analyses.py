@@ -1,12 +1,15 @@
 """The analyses a claim's runs may ask for, measured on the trained model in float64:
-``gradient_vs_lag`` (MIST Fig. 2) and ``jacobian_ratio`` (iRNN Fig. 3b, also traced during training)."""
+``gradient_vs_lag`` (MIST Fig. 2) and ``jacobian_ratio`` (iRNN Fig. 3b, also traced during training);
+and ``recall``, a finished copy run's accuracy on its recall steps, re-measured from its checkpoint."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Dict, List
 
 from .claims import RunSpec
+from .expressions import Unmeasured
 
 # What each analysis differentiates with respect to, stored with it: a row measured under another
 # definition is stale (``.store``). Before 2026-11-25 gradient_vs_lag followed the cell's whole state
@@ -82,6 +85,42 @@ class AnalysisWatcher:
             trace = [t for t in self.trace if t["step"] != steps] + [{"step": steps, **final}]
             out["jacobian_ratio"] = {**final, "trace": trace}
         return out
+
+
+# How far a checkpoint's re-measured test cross entropy may lie from its row's (relative): evaluation
+# at another thread count sums in another order, a different checkpoint differs in the third digit
+RECALL_TOLERANCE = 1e-4
+
+
+def recall_from_checkpoint(row: Dict[str, Any]) -> Dict[str, Any]:
+    """``recall`` of a finished copy run whose row predates ``recall_accuracy`` in the test metrics: the
+    accuracy on the recall steps of its test split, from the checkpoint its test numbers came from. Of
+    ``best.pt`` and ``last.pt`` in its run directory, the one that gives the row's test cross entropy
+    again (within :data:`RECALL_TOLERANCE`) is that checkpoint; if neither does, nothing is measured."""
+    from ..checkpoint import BEST, CHECKPOINT
+    from ..evaluation import evaluate_checkpoint
+
+    run_dir = Path(row.get("run_dir") or "")
+    stored = ((row.get("metrics") or {}).get("test") or {}).get("cross_entropy")
+    if row.get("task") != "copy" or stored is None:
+        raise Unmeasured(f"run {row.get('name')!r} is not a finished copy run: it has no recall steps")
+    found = []
+    for name in (BEST, CHECKPOINT):
+        if not (run_dir / name).is_file():
+            continue
+        test = evaluate_checkpoint(run_dir / name, "test")
+        if abs(test["cross_entropy"] - stored) <= RECALL_TOLERANCE * abs(stored):
+            return {
+                "accuracy": test["recall_accuracy"],
+                "cross_entropy": test["cross_entropy"],
+                "checkpoint": str(run_dir / name),
+            }
+        found.append(f"{name} {test['cross_entropy']:.6g}")
+    why = f"its checkpoints give another test cross entropy ({', '.join(found)})" if found else "it has none"
+    raise Unmeasured(
+        f"run directory {str(run_dir)!r}: expected the checkpoint tested for the row (test cross entropy "
+        f"{stored:.6g}), but {why}"
+    )
 
 
 def jacobian_ratio(model, x, probes: int = 8, seed: int = 0) -> Dict[str, float]:

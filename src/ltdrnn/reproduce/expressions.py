@@ -86,7 +86,7 @@ class Expression:
     measures ``metric(run)``, ``baseline(run)``, ``params(run)``, ``train_s(run)``, ``skip(run)``,
     ``best_val(run)``, ``steps_to(run, threshold)``, ``lag_ratio(run)`` (gradient norm at the largest
     lag / its peak over lags), ``jac_ratio(run)`` (``||dh_T/dh_1|| / ||dh_T/dh_{T-1}||``), ``recall(run)``
-    (accuracy on the copy task's recall steps, an interval) (``run`` is a label of the claim) and
+    (accuracy on the copy task's recall steps; an interval where only bounded) (``run`` is a label of the claim) and
     ``min``, ``max``, ``abs``. Anything else is refused when parsed.
     """
 

@@ -123,6 +123,12 @@ class Measurements:
         rows = self.seeds.get(label)
         if not rows:
             raise Unmeasured(f"run {label!r} has no stored result")
+        if name == "recall":
+            analyses = self.analyses_of.get(label, [])
+            return [
+                (seed_of(row), *recall_bounds(row, label, analyses[i] if i < len(analyses) else {}))
+                for i, row in enumerate(rows)
+            ]
         if name in RATIOS:
             analyses = self.analyses_of.get(label, [])
             found = [(seed_of(row), a[RATIOS[name]]) for row, a in zip(rows, analyses) if RATIOS[name] in a]
@@ -250,8 +256,6 @@ def _row_bounds(row: Dict[str, Any], name: str, label: str, args: Tuple[float, .
         return value, value
     if name == "steps_to":
         return steps_to_bounds(row, args[0])
-    if name == "recall":
-        return recall_bounds(row, label)
     metrics = row.get("metrics") or {}
     value = {
         "baseline": metrics.get("baseline"),
@@ -265,16 +269,22 @@ def _row_bounds(row: Dict[str, Any], name: str, label: str, args: Tuple[float, .
     return float(value), float(value)
 
 
-def recall_bounds(row: Dict[str, Any], label: str) -> Bounds:
-    """The accuracy on the copy task's recall steps as an interval: the rows store the accuracy over all
-    ``T + 20`` steps, so every error may sit on a recall step (the lower bound) or on none (1); a row
-    without that accuracy says nothing, ``(0, 1)``."""
+def recall_bounds(row: Dict[str, Any], label: str, analyses: Optional[Dict[str, Any]] = None) -> Bounds:
+    """The accuracy on the copy task's recall steps. Measured exactly where the row's test metrics have
+    it (``recall_accuracy``: rows trained since it was added) or a ``recall`` analysis re-measured it
+    from the tested checkpoint (``ltdrnn reproduce recall``). Otherwise an interval from the accuracy
+    over all ``T + 20`` steps: every error may sit on a recall step (the lower bound) or on none (1); a
+    row without that accuracy says nothing, ``(0, 1)``."""
     from ..tasks.synthetic import CopyTask
 
     if row.get("task", "copy") != "copy":
         raise Unmeasured(f"run {label!r} is not a run of the copy task: it has no recall steps")
     metrics = row.get("metrics") or {}
-    accuracy, length = (metrics.get("test") or {}).get("accuracy"), metrics.get("seq_len")
+    test = metrics.get("test") or {}
+    exact = test.get("recall_accuracy", ((analyses or {}).get("recall") or {}).get("accuracy"))
+    if exact is not None:
+        return float(exact), float(exact)
+    accuracy, length = test.get("accuracy"), metrics.get("seq_len")
     if accuracy is None or not length:
         return 0.0, 1.0
     return max(0.0, 1 - (1 - float(accuracy)) * length / CopyTask.COPIED), 1.0

@@ -190,6 +190,34 @@ def train_with_analyses(
     return record
 
 
+def measure_recall(claim: Claim, store: str, extra: Sequence[str] = (), log: Callable[[str], None] = print) -> int:
+    """Store a ``recall`` analysis (:func:`.analyses.recall_from_checkpoint`) for each current copy row
+    of ``claim``, in every budget and its full-data rows, whose test metrics lack ``recall_accuracy``
+    (rows trained before it was measured); returns how many rows could not be measured."""
+    from .analyses import recall_from_checkpoint
+    from .expressions import Unmeasured
+
+    stored = Store(store)
+    found = [*stored.by_budget(claim, extra).values(), stored.full_rows(claim, extra)]
+    missing = 0
+    for measurements in [m for m in found if m is not None]:
+        for label, rows in measurements.seeds.items():
+            for row, analyses in zip(rows, measurements.analyses_of.get(label, [{}] * len(rows))):
+                test = (row.get("metrics") or {}).get("test") or {}
+                if row.get("task") != "copy" or "recall_accuracy" in test or "recall" in analyses:
+                    continue
+                where = f"[{claim.id}] {label} (seed {seed_of(row)}, {row['study']})"
+                try:
+                    data = recall_from_checkpoint(row)
+                except Unmeasured as error:
+                    missing += 1
+                    log(f"{where}: not measured: {error}")
+                    continue
+                stored.add_analysis(row["id"], row["study"], label, "recall", data)
+                log(f"{where}: recall {100 * data['accuracy']:.3f}% from {data['checkpoint']}")
+    return missing
+
+
 def finished_pairs(claim: Claim, found: Measurements) -> Set[Tuple[str, Any]]:
     """The ``(label, seed)`` pairs of ``found`` whose row has every analysis its run asks for: the row
     is written when training ends, the analyses after it, so a process killed in between (MIST's

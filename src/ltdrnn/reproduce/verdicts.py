@@ -266,12 +266,12 @@ def _learned_subjects(claim: Claim, check: Check, measurements: Measurements) ->
 
 def shown_value(measurements: Measurements, call: str) -> str:
     """The number a rule read, as the page shows it: mean ± std (n), accuracies in percent, a censored
-    ``steps_to`` as "never within N steps", a recall as its lower bound."""
+    ``steps_to`` as "never within N steps", a recall bounded in some seed as its lower bound."""
     name, rest = call.split("(", 1)
     label, *args = [a.strip() for a in rest.rstrip(")").split(",")]
     found = measurements.summary(name, label, tuple(float(a) for a in args))
-    if name == "recall":  # an interval up to 1: only its lower bound says something
-        return f"≥ {found.text(accuracy=True)}"
+    if name == "recall":  # an interval up to 1 unless measured: only its lower bound says something
+        return found.text(accuracy=True) if found.lo == found.hi else f"≥ {found.text(accuracy=True)}"
     row = measurements.seeds[label][-1]
     accuracy = name in ("metric", "best_val") and (row.get("metrics") or {}).get("metric_name") == "accuracy"
     return found.text(accuracy=accuracy, steps=name == "steps_to")

@@ -42,6 +42,8 @@ class TaskInfo:
         seq_len: T when every sequence has the same length, else None.
         input_kind: ``"float"`` or ``"tokens"``.
         ignore_index: per-step target value that the loss ignores (padding), if any.
+        recall_steps: the last steps whose targets must be recalled from far back (copy tasks: the copied
+            symbols); evaluation then also reports ``recall_accuracy``, the accuracy on those steps alone.
     """
 
     name: str
@@ -56,6 +58,7 @@ class TaskInfo:
     seq_len: Optional[int] = None
     input_kind: str = "float"
     ignore_index: Optional[int] = None
+    recall_steps: int = 0
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:

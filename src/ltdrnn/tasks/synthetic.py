@@ -108,9 +108,11 @@ class _CopyBase(_GeneratedTask):
         super().__init__(n_train, n_val, n_test, seed, fresh_train)
         self.one_hot = bool(one_hot)
 
-    def copy_info(self, name: str, output_size: int, baseline: float, baseline_note: str, extra: dict) -> TaskInfo:
-        """A copy task's info: a class per step, scored by cross-entropy over all ``length`` steps; the
-        input is ``vocab`` one-hot floats or token ids."""
+    def copy_info(
+        self, name: str, output_size: int, baseline: float, baseline_note: str, copied: int, extra: dict
+    ) -> TaskInfo:
+        """A copy task's info: a class per step, scored by cross-entropy over all ``length`` steps, the last
+        ``copied`` of them the recall steps; the input is ``vocab`` one-hot floats or token ids."""
         return TaskInfo(
             name=name,
             input_size=self.vocab,
@@ -123,6 +125,7 @@ class _CopyBase(_GeneratedTask):
             baseline_note=baseline_note,
             seq_len=self.length,
             input_kind="float" if self.one_hot else "tokens",
+            recall_steps=copied,
             extra=extra,
         )
 
@@ -184,6 +187,7 @@ class CopyTask(_CopyBase):
             baseline=self.COPIED * math.log(self.DATA) / self.length,
             baseline_note="memoryless: predict blank for T+10 steps, then uniform over the 8 data "
             "symbols: 10 ln 8 / (T + 20)",
+            copied=self.COPIED,
             extra={"T": self.T, "blank": self.BLANK, "delimiter": self.DELIMITER, "data_symbols": self.DATA},
         )
 
@@ -233,6 +237,7 @@ class MistCopyTask(_CopyBase):
             baseline=self.L * math.log(self.DATA) / self.length,
             baseline_note="memoryless: blank for L + D steps, then uniform over 10 symbols: "
             "L ln 10 / (D + 2L); always-blank error rate L / (D + 2L)",
+            copied=self.L,
             extra={
                 "delay": self.delay,
                 "L": self.L,
