@@ -35,9 +35,9 @@ regenerated anywhere the database is.
 The package, by concern: :mod:`.expressions` (the rule language), :mod:`.claims` (the table's schema,
 checked by the typed config machinery, and its validation), :mod:`.measurements` (the numbers over
 seeds, censored steps), :mod:`.verdicts` (rule outcomes, the verdict), :mod:`.staleness` (which stored
-rows are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64),
-:mod:`.running` (training a claim), :mod:`.page` (the summary), :mod:`.notes` (the per-claim notes) and
-:mod:`.plots`. The command line is :mod:`ltdrnn.cli.reproduce`.
+rows are current), :mod:`.store` (the database), :mod:`.analyses` (gradient analyses in float64, a copy
+row's recall re-measured), :mod:`.running` (training a claim), :mod:`.page` (the summary), :mod:`.notes`
+(the per-claim notes) and :mod:`.plots`. The command line is :mod:`ltdrnn.cli.reproduce`.
 """
 
 from .analyses import AnalysisWatcher as AnalysisWatcher
