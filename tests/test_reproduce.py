@@ -946,7 +946,8 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     assert re.search(shown, conditions["copy-200"]), conditions["copy-200"]
     assert "**ours**: TARNN: η = exp(log η) ≤ 1 at 5x lr" in conditions["copy-200"]
     assert re.search(r"took [\d,]+ CPU minutes and \d+ GPU minutes of training", top)  # copy-200's TARNN: a GPU
-    assert "| subset |" in summary and "| full |" in summary  # the random labels draw from 5,000 digits
+    # the random labels' full-data rows decide: the row reads full, not the subset its paper budget draws from
+    assert re.search(r"\[srnn-random-labels\][^\n]*\| full \| ours \(authors' code\) \|", summary)
     notes = (tmp_path / "reproduction/notes/copy-200.md").read_text()
     assert "## Conditions" in notes and "| iRNN: TARNN's update gate | irnn | authors' code |" in notes
     # every rule of a judged claim that did not hold is explained at the top, with links

@@ -106,7 +106,7 @@ def page_text(reports: List[ClaimReport], store: str, extra: Sequence[str], out_
     lines += ["## Claims", "", markdown_table(summary_rows(reports)), ""]
     lines += ["## What did not hold, in brief", ""] + failed_lines(reports, links) + [""]
     lines += [
-        "Proxy claims and tuned claims without held-out rows: why a rule did not hold is in their notes.",
+        "Proxy and unjudged claims: why a rule did not hold is in their notes.",
         "",
     ]
     for report in reports:
