@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from snap import snap_rows
 
 

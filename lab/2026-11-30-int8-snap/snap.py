@@ -37,7 +37,11 @@ def parity(model, task, snapped: bool) -> dict:
         run = lambda x_t, state, normalised=run: normalised(x_t * std + mean, state)  # noqa: E731
     found = measure.parity(model, step, run, task, "test", init=written["init"])
     key = "snapped" if snapped else "as_trained"
-    return {f"{key}_eager": found["accuracy_eager"], f"{key}_int8": found["accuracy_export"], f"{key}_agreement": found["agreement"]}
+    return {
+        f"{key}_eager": found["accuracy_eager"],
+        f"{key}_int8": found["accuracy_export"],
+        f"{key}_agreement": found["agreement"],
+    }
 
 
 def snap_rows(model) -> int:
