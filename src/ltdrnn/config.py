@@ -143,14 +143,14 @@ class TrainConfig:
     each and train the one of lowest training loss as its seed's run (:mod:`ltdrnn.restarts`); 1: off.
     ``malloc_tuning``: have glibc reuse freed large blocks instead of fresh pages
     (:func:`ltdrnn.ops.memory.tune_malloc`; faster steps, memory kept after a peak; process-wide).
-    ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best
-    validation so far (the latest one without selection or before the first evaluation, the start at
-    least), halve the learning rate and go on, at most this
-    many times; 0 (the default): the run ends there with status ``diverged``. Each rollback is recorded in
-    the result (``metrics.rollbacks``). ``max_val_loss``: a validation loss above this (or not finite) at
-    an evaluation counts as diverged too, as a non-finite training loss does: a runaway that stays finite
-    (e.g. at 1e30). Judged at evaluations, not on the training loss, whose transients early in training
-    can pass 1e9 and recover (needs ``eval_every`` > 0; None: off).
+    ``qat_steps``: the last N steps train through the int8 export's weights (matrices rounded per row,
+    straight-through gradients); validations, test and saved model use them (:mod:`ltdrnn.int8_training`).
+    ``rollbacks``: when the training loss turns non-finite, go back to the checkpoint of the best validation
+    so far (the latest one without selection or before the first evaluation, the start at least), halve the
+    learning rate and go on, at most this many times; 0 (the default): the run ends there, ``diverged``.
+    Each rollback is recorded in ``metrics.rollbacks``. ``max_val_loss``: a validation loss above this (or
+    not finite) counts as diverged too: a runaway that stays finite (e.g. at 1e30). Judged at evaluations,
+    not on the training loss, whose early transients can pass 1e9 and recover (needs ``eval_every`` > 0; None: off).
     """
 
     epochs: Optional[int] = None
@@ -176,6 +176,7 @@ class TrainConfig:
     restart_steps: Optional[int] = None
     rollbacks: int = 0
     max_val_loss: Optional[float] = None
+    qat_steps: int = 0
 
 
 @dataclass
@@ -309,7 +310,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"{key}: expected a positive value, got {value!r}")
     non_negative = (
         "optim.momentum optim.weight_decay train.eval_every train.checkpoint_every train.rollbacks model.embedding "
-        "train.seed train.select_after"
+        "train.seed train.select_after train.qat_steps"
     ).split()
     for key in non_negative:
         if get_key(cfg, key) < 0:

@@ -49,6 +49,7 @@ from .checkpoint import (
 )
 from .config import ConfigError, RunConfig, comparable_config, load_config, save_config
 from .evaluation import batch_on, epoch_order, evaluate, validation_size
+from .int8_training import Int8Matrices
 from .ops.memory import tune_malloc
 from .optimizers import SpikeGuard, WeightAverage, build_optimizer, build_scheduler
 from .restarts import screen_restarts
@@ -177,6 +178,7 @@ class Run:
         self.scheduler = build_scheduler(cfg, self.optimizer)
         self.spikes = SpikeGuard(cfg.optim.skip_spikes, cfg.optim.clip_norm)
         self.average = WeightAverage(self.model, cfg.train.ema_decay) if cfg.train.ema_decay else None
+        self.int8 = Int8Matrices(self.model) if cfg.train.qat_steps else None
         self.train_set = self.task.dataset("train")
         self.validates = validation_size(cfg, self.task) > 0
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
@@ -298,16 +300,18 @@ class Run:
         indices, factor = D.local_part(indices, reduction)
         x, y, lengths = batch_on(self.task, self.train_set, indices, self.device)
         self.model.train()
-        pred = self.net(x, lengths)
-        loss = M.task_loss(pred, y, self.info, lengths, reduction)
-        terms = self.model.losses()
-        self._check_loss_names(terms)
-        total = loss * factor if factor != 1.0 else loss
-        for name, weight in self.cfg.train.loss_weights.items():
-            if weight:
-                total = total + weight * terms[name]
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
+        through_int8 = self.int8 is not None and self.step >= self.total_steps() - self.cfg.train.qat_steps
+        with self.int8.applied() if through_int8 else contextlib.nullcontext():
+            pred = self.net(x, lengths)
+            loss = M.task_loss(pred, y, self.info, lengths, reduction)
+            terms = self.model.losses()
+            self._check_loss_names(terms)
+            total = loss * factor if factor != 1.0 else loss
+            for name, weight in self.cfg.train.loss_weights.items():
+                if weight:
+                    total = total + weight * terms[name]
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
         if self.spikes.admits(list(self.model.parameters()), self.step + 1):
             self.optimizer.step()
         apply_constraints_(self.model)
@@ -327,9 +331,19 @@ class Run:
     def validate(self, terms: Dict[str, float]) -> None:
         if not self.validates:  # an empty validation split (select_on=last): nothing to record
             return
-        # with train.ema_decay the average is what is validated and kept as the best state
-        with self.average.applied(self.model) if self.average is not None else contextlib.nullcontext():
+        with self.tested_weights():
             self._validate(terms)
+
+    @contextlib.contextmanager
+    def tested_weights(self):
+        """The weights validated, selected and tested inside the block: the moving average with
+        ``train.ema_decay``, on the int8 grid with ``train.qat_steps``."""
+        with contextlib.ExitStack() as stack:
+            if self.average is not None:
+                stack.enter_context(self.average.applied(self.model))
+            if self.int8 is not None:
+                stack.enter_context(self.int8.applied())
+            yield
 
     def _validate(self, terms: Dict[str, float]) -> None:
         cfg = self.cfg.train
@@ -399,9 +413,9 @@ class Run:
     def finish(self) -> Dict[str, Any]:
         cfg = self.cfg.train
         last_state = copy.deepcopy(self.model.state_dict())
-        if self.best is None and self.average is not None:
-            # nothing was selected: the average at the last step is the run's model, not the latest weights
-            with self.average.applied(self.model):
+        if self.best is None and (self.average is not None or self.int8 is not None):
+            # nothing was selected: the tested weights at the last step are the run's model
+            with self.tested_weights():
                 self.keep_best(None, None)
         if self.best is not None:
             self.model.load_state_dict(self.best["state"])
