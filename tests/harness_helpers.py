@@ -104,6 +104,14 @@ def tiny_config(tmp_path, **sections):
     return deep_merge(data, sections)
 
 
+def train_tiny(tmp_path, overrides, callbacks=()) -> dict:
+    """The trainer's record of a :func:`tiny_config` run under ``tmp_path`` with ``overrides`` applied."""
+    from ltdrnn.config import load_config
+    from ltdrnn.train import train
+
+    return train(load_config(tiny_config(tmp_path), list(overrides)), callbacks=list(callbacks))
+
+
 def train_adding_t100(tmp_path, model: dict, optim: dict) -> dict:
     """The training regression run of the source cells: 400 steps of adding T=100 at batch 64, seed 0,
     one thread, tested on 512 sequences; returns the trainer's record."""

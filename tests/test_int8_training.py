@@ -6,11 +6,11 @@ import torch
 from torch import nn
 
 from harness_helpers import install, tiny_config
+from harness_helpers import train_tiny as run
 from ltdrnn.config import ConfigError, load_config
 from ltdrnn.evaluation import evaluate_checkpoint
 from ltdrnn.export.c_fixed import quantize_rows
 from ltdrnn.int8_training import Int8Matrices, int8_rows
-from ltdrnn.train import train
 
 SETTINGS = ["train.steps=30", "train.eval_every=10", "optim.lr=0.05", "train.seed=3"]
 
@@ -19,10 +19,6 @@ SETTINGS = ["train.steps=30", "train.eval_every=10", "optim.lr=0.05", "train.see
 def tiny(monkeypatch):
     install(monkeypatch)
     torch.set_num_threads(1)
-
-
-def run(path, overrides, callbacks=()):
-    return train(load_config(tiny_config(path), list(overrides)), callbacks=list(callbacks))
 
 
 def on_grid(weight: torch.Tensor) -> bool:

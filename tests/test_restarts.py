@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from harness_helpers import install, tiny_config
+from harness_helpers import train_tiny as run
 from ltdrnn.config import ConfigError, load_config
 from ltdrnn.restarts import restart_seed
 from ltdrnn.train import TrainingInterrupted, train
@@ -18,10 +19,6 @@ SETTINGS = ["train.steps=30", "train.eval_every=10", "optim.lr=0.05"]
 def tiny(monkeypatch):
     install(monkeypatch)
     torch.set_num_threads(1)
-
-
-def run(path, overrides, callbacks=()):
-    return train(load_config(tiny_config(path), list(overrides)), callbacks=list(callbacks))
 
 
 def weights(record, name="last.pt"):
