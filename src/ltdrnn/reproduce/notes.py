@@ -77,18 +77,29 @@ def selection_text(report: ClaimReport, tried: bool = True) -> str:
     """Which seeds decide: a tuned claim's held-out seeds (the development seeds' verdict beside, and while
     they are missing the command that trains them), or an untuned claim's seeds; then, with ``tried``, the
     configurations tried per run (the page's summary gives their total)."""
-    claim, verdict = report.claim, report.verdict
+    claim = report.claim
     if not claim.tuning.tuned:
         head = "*Untuned*: seeds 1-3 decide."
     else:
-        development = verdict.development.status if verdict.development else "not run yet"
-        head = (
-            f"*Tuned* ({', '.join(claim.tuning.runs)}): seeds {seeds_text(HELD_OUT_SEEDS)} decide "
-            f"(development seeds 1-3: {development})."
-        )
-        if verdict.pending:
-            head += f" To measure them: `{held_out_command(claim, report.budget)}`."
+        runs = ", ".join(claim.tuning.runs)
+        head = f"*Tuned* ({runs}): seeds {seeds_text(HELD_OUT_SEEDS)} decide{development_text(report)}"
     return f"{head} Configurations tried: {tried_text(report)}." if tried else head
+
+
+def development_text(report: ClaimReport) -> str:
+    """A tuned claim's development verdict in brackets, and while its held-out rows are missing the command
+    that trains them ("." closes it); "" for an untuned claim."""
+    claim, verdict = report.claim, report.verdict
+    if not claim.tuning.tuned:
+        return ""
+    development = verdict.development.status if verdict.development else "not run yet"
+    unrun = [label for label in claim.checked_labels if not (report.development and label in report.development.seeds)]
+    if development == "not run yet" and len(unrun) < len(claim.checked_labels):
+        development = f"not judged, {', '.join(unrun)} not run on them"  # e.g. a competitor changed after tuning
+    text = f" (development seeds 1-3: {development})."
+    if verdict.pending:
+        text += f" To measure the held-out seeds: `{held_out_command(claim, report.budget)}`."
+    return text
 
 
 def frozen_text(report: ClaimReport) -> str:

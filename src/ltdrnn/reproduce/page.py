@@ -1,8 +1,9 @@
 """The reproduction page: REPRODUCTION.md from the store, made to be read in two minutes. At the top the
 counts, one line per paper, one row per claim (what, the paper's tested numbers, ours, each rule's mark
 and the seeds it holds in, the conditions, the data, the budget, the verdict) and the rules that did not hold,
-each in a sentence or two with links; below, per claim, its rules with their numbers and its plots. The
-long texts go to the per-claim notes (:mod:`.notes`), generated beside it."""
+each in a sentence or two with links; below, per claim, its verdict, config hashes and plots. Every rule
+by name with its numbers, and the long texts, go to the per-claim notes (:mod:`.notes`), generated beside
+it."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from .measurements import CHANCE_MARGIN, Measurements
 from .notes import (
     ClaimReport,
     budget_label,
+    development_text,
     frozen_text,
     metric_name,
     minutes_text,
     note_page,
     rollbacks_text,
     seed_counts,
-    selection_text,
     spread_text,
 )
 from .plots import make_plots
@@ -338,11 +339,20 @@ def failed_lines(reports: List[ClaimReport], links: _Links) -> List[str]:
     ]
 
 
+# the numbers the table's "ours" column shows (a baseline is read with its metric)
+IN_THE_ROW = ("metric", "baseline", "lag_ratio", "jac_ratio")
+
+
 def _failed_line(claim: Claim, index: int, result: CheckResult, links: _Links) -> str:
+    """The rule, the numbers it read that its claim's row does not show already, the seeds it holds in,
+    and why it did not hold."""
     check = result.check
-    numbers = ", ".join(f"{short_call(call)} {value}" for call, value in result.values).replace(" (n=3)", "")
+    numbers = ", ".join(
+        f"{short_call(call)} {value}" for call, value in result.values if call.split("(")[0] not in IN_THE_ROW
+    ).replace(" (n=3)", "")
     seeds = f" ({result.seeds_text})" if result.seeds_text else ""
-    return f"- {result.mark} **{claim.id} {index}**, {check.says}: {numbers}{seeds}. {_why(result, links, claim)}"
+    numbers = f": {numbers}{seeds}" if numbers else seeds
+    return f"- {result.mark} **{claim.id} {index}**, {check.says}{numbers}. {_why(result, links, claim)}"
 
 
 def _why(result: CheckResult, links: _Links, claim: Claim) -> str:
@@ -364,24 +374,16 @@ def short_call(call: str) -> str:
 
 
 def claim_section(report: ClaimReport, links: _Links) -> List[str]:
-    """The claim's verdict, its rules in a line (the numbers of those that did not hold are above, all of
-    them in the notes; for a proxy claim, or a tuned one not measured on its held-out seeds (the development
-    seeds' rules), why a rule did not hold is in the notes), which seeds decide and the configurations
-    tried, each run's config hash, why a structural rule holds without training, the seeds where n is not
-    3, the plots."""
+    """The claim's verdict (a tuned claim's development verdict beside; its title, data, budget, seeds and
+    rule marks are in the table's row, the rules that did not hold by name above, every rule by name with
+    its numbers in the notes), each run's config hash, why a structural rule holds without training, the
+    seeds where n is not 3, the plots."""
     claim, verdict = report.claim, report.verdict
-    where, results = _rule_results(verdict)
-    rules = " · ".join(
-        f"{i} {r.mark} {r.check.says}" + (f" ({r.seeds[0]}/{r.seeds[1]})" if r.seeds[1] else "")
-        for i, r in enumerate(results, 1)
-    )
     lines = [
         f"## {claim.id}",
         "",
-        f"{claim.title} ({claim.paper}; {claim.data} data; budget: {budget_label(claim, report.budget)}): "
-        f"**{verdict.status}**. Rules{where}: {rules}. [Notes, numbers and commands]({links.note(claim)}).",
-        "",
-        f"{selection_text(report, tried=False)} Config hashes: {frozen_text(report)}.",
+        f"**{verdict.status}**{development_text(report) or '.'} Config hashes: {frozen_text(report)}. "
+        f"[Rules, numbers and commands]({links.note(claim)}).",
         "",
     ]
     if report.beside is not None:
@@ -391,7 +393,7 @@ def claim_section(report: ClaimReport, links: _Links) -> List[str]:
             f"{beside.verdict.status} ({rules_text(beside.verdict)}).",
             "",
         ]
-    structural = unique_texts(r.check.structural for r in results)
+    structural = unique_texts(r.check.structural for r in _rule_results(verdict)[1])
     if structural:
         lines += [
             "*Structural*: "
