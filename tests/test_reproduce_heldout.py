@@ -113,7 +113,8 @@ def test_the_page_shows_the_held_out_verdict_the_hashes_and_every_configuration_
     assert "Configurations tried: tarnn 5, lstm 1." in notes  # per run, in the claim's notes
     hashes = f"Config hashes: tarnn `{toy.frozen['tarnn']}`; lstm `{toy.frozen['lstm']}`."
     assert hashes in text
-    assert "To measure them: `ltdrnn reproduce run tarnn-toy --budget paper --seeds 4,5,6 --resume`." in text
+    command = "`ltdrnn reproduce run tarnn-toy --budget paper --seeds 4,5,6 --resume`"
+    assert f"To measure the held-out seeds: {command}." in text
     assert "### Development seeds (tuned on; shown, deciding nothing): reproduced" in notes
     assert "## Runs on the development seeds (tuned on; deciding nothing)" in notes
     assert f"- `tarnn`: 5\n  - `{R.staleness.stored_hash(old)}` (seed 1; 2026-11-22): stored -> today's: " in notes
