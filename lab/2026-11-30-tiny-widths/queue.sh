@@ -15,6 +15,21 @@ if [ "$1" = seen ]; then  # 10:36: h32 on seeds 10-19, which H = 16's rounds hel
   run tarnn h32 10-19 model.hidden_size=32
   exit
 fi
+if [ "$1" = more ]; then  # 10:45: SA-RNN and SRNN, the second rule of README.md
+  for name in h16 h24 h32; do run sarnn $name 0-9 model.hidden_size=${name#h}; done
+  for name in h64 h96 h128; do run srnn $name 0-9 model.hidden_size=${name#h}; done
+  exit
+fi
+if [ "$1" = srnnrest ]; then  # 10:56: "more" was stopped during SRNN h64 seed 6 for the SA-RNN runs; the rest
+  run srnn h64 6-9 model.hidden_size=64
+  for name in h96 h128; do run srnn $name 0-9 model.hidden_size=${name#h}; done
+  exit
+fi
+if [ "$1" = heldmore ]; then  # an adopted width on the seeds never run for its cell
+  case $2 in sarnn) seeds=20-24 ;; srnn) seeds=25-29 ;; esac
+  run "$2" "$3" $seeds model.hidden_size=${3#h}
+  exit
+fi
 for cell in irnn tarnn; do
   run $cell h16 0-9
   run $cell h24 0-9 model.hidden_size=24
