@@ -25,6 +25,13 @@ if [ "$1" = srnnrest ]; then  # 10:56: "more" was stopped during SRNN h64 seed 6
   for name in h96 h128; do run srnn $name 0-9 model.hidden_size=${name#h}; done
   exit
 fi
+if [ "$1" = srnnheld ]; then  # 11:09: the rule chose h128; it and h64 (read after) on seeds 25-29, then seed 0 on the chips
+  run srnn h128 25-29 model.hidden_size=128
+  run srnn h64 25-29 model.hidden_size=64
+  .venv/bin/ltdrnn train deploy/tiny-srnn train.seed=0 --run-dir /tmp/tinywidths/srnn128/s0 --no-store --no-progress
+  .venv/bin/ltdrnn device-table /tmp/tinywidths/srnn128/s0 --sequences 20 --json lab/2026-11-30-tiny-widths/srnn-h128-s0-device.json
+  exit
+fi
 if [ "$1" = heldmore ]; then  # an adopted width on the seeds never run for its cell
   case $2 in sarnn) seeds=20-24 ;; srnn) seeds=25-29 ;; esac
   run "$2" "$3" $seeds model.hidden_size=${3#h}

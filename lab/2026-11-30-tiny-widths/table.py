@@ -10,7 +10,14 @@ import json
 import statistics
 from pathlib import Path
 
-SETS = {"0-9": range(0, 10), "0-4": range(0, 5), "10-14": range(10, 15), "15-19": range(15, 20), "20-24": range(20, 25)}
+SETS = {
+    "0-9": range(0, 10),
+    "0-4": range(0, 5),
+    "10-14": range(10, 15),
+    "15-19": range(15, 20),
+    "20-24": range(20, 25),
+    "25-29": range(25, 30),
+}
 
 
 def spread(values) -> str:
