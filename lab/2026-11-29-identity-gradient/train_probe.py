@@ -17,11 +17,11 @@ import json
 import math
 
 import torch
+from ltdrnn.cells.fused.irnn import dense_operator
 from torch import nn
 
 from ltdrnn import train as trainer
 from ltdrnn.analysis.gradients import cell_inputs
-from ltdrnn.cells.fused.irnn import dense_operator
 from ltdrnn.reproduce import jacobian_ratio
 
 EVERY = 25

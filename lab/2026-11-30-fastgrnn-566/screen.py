@@ -33,7 +33,9 @@ def seeds_of(text: str) -> list:
     return list(range(int(first), int(last or first) + 1))
 
 
-def main() -> None:
+def measured_run(preset: str, extra: list, seed: int, run_dir: Path) -> dict:
+    """Train ``preset`` with the overrides at ``seed`` (one thread, into ``run_dir``), then its test accuracy,
+    the int8 C step's, their agreement over the 150 test series and the int8 step's constant bytes."""
     import torch
     from snap import parity
 
@@ -42,29 +44,31 @@ def main() -> None:
     from ltdrnn.train import train
 
     torch.set_num_threads(1)
+    overrides = [*extra, f"train.seed={seed}", "train.progress=false", "train.latency=false"]
+    cfg = load_config(preset, overrides)
+    cfg.run_dir, cfg.results = str(run_dir), None
+    started = time.perf_counter()
+    record = train(cfg)
+    seconds = time.perf_counter() - started
+    model, _, task = load_trained(str(run_dir))
+    found = parity(model, task, False)
+    return {
+        "overrides": extra,
+        "seed": seed,
+        "test_accuracy": record["metrics"]["metric"],
+        "eager": found["as_trained_eager"],
+        "int8": found["as_trained_int8"],
+        "agreement": found["as_trained_agreement"],
+        "int8_weight_bytes": int8_weight_bytes(model, task),
+        "train_s": round(seconds, 1),
+    }
+
+
+def main() -> None:
     name, seeds, extra = sys.argv[1], seeds_of(sys.argv[2]), sys.argv[3:]
     for seed in seeds:
-        run_dir = Path("/tmp/fg566") / name / f"s{seed}"
-        overrides = [*extra, f"train.seed={seed}", "train.progress=false", "train.latency=false"]
-        cfg = load_config("deploy/tiny-fastgrnn", overrides)
-        cfg.run_dir, cfg.results = str(run_dir), None
-        started = time.perf_counter()
-        record = train(cfg)
-        seconds = time.perf_counter() - started
-        model, _, task = load_trained(str(run_dir))
-        found = parity(model, task, False)
-        row = {
-            "name": name,
-            "overrides": extra,
-            "seed": seed,
-            "test_accuracy": record["metrics"]["metric"],
-            "eager": found["as_trained_eager"],
-            "int8": found["as_trained_int8"],
-            "agreement": found["as_trained_agreement"],
-            "int8_weight_bytes": int8_weight_bytes(model, task),
-            "train_s": round(seconds, 1),
-        }
-        print(json.dumps(row), flush=True)
+        row = measured_run("deploy/tiny-fastgrnn", extra, seed, Path("/tmp/fg566") / name / f"s{seed}")
+        print(json.dumps({"name": name, **row}), flush=True)
 
 
 if __name__ == "__main__":
