@@ -367,7 +367,13 @@ def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     torch.manual_seed(3)
-    cell = TARNN(2, 8, K=1, eta=0.3, dtype=DT)
+    out, reference = assert_a_second_backward_repeats_the_reference(TARNN(2, 8, K=1, eta=0.3, dtype=DT))
+    torch.testing.assert_close(out.detach(), reference["out"], atol=1e-12, rtol=1e-12)
+
+
+def assert_a_second_backward_repeats_the_reference(cell):
+    """Backward twice through one compiled scan (retain_graph): the first matches the reference to 1e-10, the
+    second the first exactly. Returns the scan's output and the reference's outputs and gradients."""
     x, s0 = torch.randn(300, 2, 2, dtype=DT), 0.1 * torch.randn(2, 8, dtype=DT)
     reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
     cell.zero_grad()
@@ -380,7 +386,7 @@ def test_compiled_k1_loop_in_float64_matches_the_reference_tightly_and_backward_
     for name, p in cell.named_parameters():
         torch.testing.assert_close(first[name], reference[name], atol=1e-10, rtol=1e-9, msg=name)
         torch.testing.assert_close(p.grad, first[name], atol=0, rtol=0, msg=name)
-    torch.testing.assert_close(out.detach(), reference["out"], atol=1e-12, rtol=1e-12)
+    return out, reference
 
 
 @pytest.mark.parametrize(
@@ -723,19 +729,7 @@ def test_compiled_euler_loop_backward_twice_gives_the_same_gradients():
     if not compiled_loop_available():
         pytest.skip("no C++ compiler for csrc/tarnn.cpp")
     torch.manual_seed(8)
-    cell = TARNN(2, 8, K=5, eta=0.3, A="coupled", dtype=DT)
-    x, s0 = torch.randn(300, 2, 2, dtype=DT), 0.1 * torch.randn(2, 8, dtype=DT)
-    reference = run_and_differentiate(cell, x, s0, "reference", weighted_loss)
-    cell.zero_grad()
-    out, final = cell.scan(x, s0)
-    loss = weighted_loss(out, final)
-    loss.backward(retain_graph=True)
-    first = {n: p.grad.clone() for n, p in cell.named_parameters()}
-    cell.zero_grad()
-    loss.backward()
-    for name, p in cell.named_parameters():
-        torch.testing.assert_close(first[name], reference[name], atol=1e-10, rtol=1e-9, msg=name)
-        torch.testing.assert_close(p.grad, first[name], atol=0, rtol=0, msg=name)
+    assert_a_second_backward_repeats_the_reference(TARNN(2, 8, K=5, eta=0.3, A="coupled", dtype=DT))
 
 
 @pytest.mark.parametrize("options", [{"K": 5}, {"K": 3, "gate": "outside", "A": "coupled"}], ids=["K5", "outside"])
