@@ -962,7 +962,8 @@ def test_the_page_from_the_stored_rows_reads_in_two_minutes(tmp_path):
     assert all("[docs](docs/cells/" in line or "[docs](lab/notes/" in line for line in failed)
     assert "*Structural*: MIST's delays" in text  # a structural claim says so
     # a proxy claim is not judged until its full-data rows are in: its section lists the rules' marks, and
-    # why one did not hold is in its notes; once they are in (pmnist's, pixel-mnist's), they decide and the proxy rows sit beside
+    # why one did not hold is in its notes; once they are in (pmnist's, pixel-mnist's), they decide and the
+    # proxy rows sit beside
     judged_on_full = []
     for proxy in (c for c in claims if c.data == "proxy"):
         section = text[text.index(f"## {proxy.id}\n") :].split("\n## ", 1)[0]
