@@ -131,8 +131,10 @@ def test_the_gradient_lag_rule_reads_the_figure_in_every_seed():
 def test_a_bundled_claim_is_judged_per_paper():
     # permuted MNIST: SRNN and MIST beat an LSTM that learned; iRNN does not; TARNN is at chance
     pmnist = claim("pmnist")
+    # (SRNN and MIST are compared with LSTMs trained under their own papers' protocols)
     accuracies = {"tarnn": 0.25, "srnn": 0.85, "mist": 0.77, "irnn": 0.44, "sarnn": 0.30, "lstm": 0.50}
-    rows = {label: row(a, baseline=0.1, cell=label) for label, a in accuracies.items()}
+    accuracies.update(lstm_srnn=0.55, lstm_mist=0.60)
+    rows = {label: row(a, baseline=0.1, cell=label.split("_")[0]) for label, a in accuracies.items()}
     verdict = R.judge(pmnist, R.Measurements(rows), "paper")
     for cell in ("srnn", "mist"):
         assert any(r.passed and reads(r, "metric", cell) for r in verdict.checks), cell
