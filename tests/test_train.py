@@ -795,6 +795,61 @@ def test_a_judge_can_prune_the_run_at_a_validation(tmp_path):
     assert math.isfinite(record["metrics"]["metric"])
 
 
+def test_stop_at_ends_the_run_at_the_first_validation_that_reaches_the_target(tmp_path):
+    settings = ["train.steps=80", "train.eval_every=5", "task.options.n_train=256", "optim.lr=0.05"]
+    whole = run(tmp_path / "whole", settings)
+    metrics = [h["val_metric"] for h in whole["history"]]
+    first = next(i for i, m in enumerate(metrics) if m >= 0.8)
+    assert 0 < first < len(metrics) - 1  # the target is met mid-run, not at the first or the last validation
+
+    record = run(tmp_path / "stopped", settings + ["train.stop_at=0.8"])
+    stripped = lambda history: [{k: v for k, v in h.items() if k != "time_s"} for h in history]  # noqa: E731
+    assert stripped(record["history"]) == stripped(whole["history"][: first + 1])  # the same run, cut there
+    assert record["status"] == "finished" and record["timings"]["steps"] == whole["history"][first]["step"]
+    assert record["metrics"]["stopped_at_target"] and not whole["metrics"]["stopped_at_target"]
+    assert record["metrics"]["val_best"] == max(metrics[: first + 1])  # the test still uses the selection
+
+
+@pytest.mark.parametrize(
+    "kind, target, stops",
+    [("terminal", 0.0, True), ("terminal", 1.01, False), ("regression", 1e9, True), ("regression", -1.0, False)],
+)
+def test_stop_at_reads_the_metric_s_direction(tmp_path, kind, target, stops):
+    # accuracy is reached from below and MSE from above: a target every value meets ends the run at the first
+    # validation, one no value can meet never does
+    record = run(
+        tmp_path, ["train.steps=15", "train.eval_every=5", f"task.options.kind={kind}", f"train.stop_at={target}"]
+    )
+    assert record["timings"]["steps"] == (5 if stops else 15)
+    assert record["metrics"]["stopped_at_target"] is stops
+
+
+def test_a_run_cut_before_its_target_resumes_to_the_same_stop(tmp_path):
+    settings = ["train.steps=80", "train.eval_every=5", "task.options.n_train=256", "optim.lr=0.05"]
+    settings += ["train.stop_at=0.8"]
+    whole = run(tmp_path / "a", settings)
+    cfg = load_config(tiny_config(tmp_path / "b"), settings)
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stopping_at(7)])
+    resumed = train(cfg, resume=True)
+    assert resumed["timings"]["steps"] == whole["timings"]["steps"] < 80
+    assert resumed["metrics"]["test"] == whole["metrics"]["test"]
+    again = train(cfg, resume=True)  # resuming the stopped run trains nothing more
+    assert again["timings"]["steps"] == whole["timings"]["steps"]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (["train.stop_at=.nan"], r"train.stop_at: expected a finite target and a validation split, got nan and 32 "),
+        (["train.stop_at=0.9", "task.options.n_val=0", "train.select_on=last"], r"got 0.9 and 0 validation items"),
+    ],
+)
+def test_stop_at_needs_a_finite_target_and_a_validation_split(tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message):
+        run(tmp_path, settings)
+
+
 def test_lr_scales_give_matching_parameters_their_own_learning_rate(tmp_path):
     """optim.lr_scales: one Adam step moves a matched parameter by its scaled learning rate (Adam's first
     step is lr * sign(grad)), every other one by lr; a pattern that matches nothing is refused."""

@@ -37,8 +37,7 @@ from typing import Any, Dict, List, Optional, Union
 from .errors import ConfigError
 from .limits import check_limits
 
-#: The results database of every command and config that names none: ``results.db`` in the working
-#: directory. The repository's own studies name theirs (``--store reproduction/results.db``).
+#: The results database of every command and config that names none (the repository's studies name theirs).
 DEFAULT_STORE = "results.db"
 
 
@@ -113,16 +112,14 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    """The training loop.
-
-    Give ``epochs`` or ``steps`` (optimiser updates); with both, training stops at whichever comes
-    first. ``eval_every``: validate every so many steps (0: at the end of every epoch).
+    """The training loop. Give ``epochs`` or ``steps`` (optimiser updates); with both, training stops at
+    whichever comes first. ``eval_every``: validate every so many steps (0: at the end of every epoch).
     ``eval_batches``: cap on validation batches per evaluation (None: the whole split);
     ``test_batches``: the same for the final test (None, the default, for any reported number).
-    ``loss_weights``: weight of each named extra loss term of
-    ``model.losses()`` (e.g. ``omega_A``, ``omega_U`` for TARNN's gamma1/gamma2, ``budget`` for SA-RNN's
-    lambda); terms without a weight are not added. ``checkpoint_every``: steps between checkpoints
-    (0: only at evaluations). ``track_gradients``: record ||dh_T/dh_1|| at every evaluation.
+    ``loss_weights``: weight of each named extra loss term of ``model.losses()`` (e.g. ``omega_A``,
+    ``omega_U`` for TARNN's gamma1/gamma2, ``budget`` for SA-RNN's lambda; terms without one are not
+    added). ``checkpoint_every``: steps between checkpoints (0: only at evaluations). ``track_gradients``:
+    record ||dh_T/dh_1|| at every evaluation.
     ``select_on``: the validation quantity that picks the checkpoint used for the test: the task's
     ``metric`` or its ``loss`` (SRNN selects on the lowest validation cross entropy); ``metric_then_loss``
     the best metric with ties going to the lower loss (a small validation split's accuracy moves in large
@@ -151,6 +148,8 @@ class TrainConfig:
     Each rollback is recorded in ``metrics.rollbacks``. ``max_val_loss``: a validation loss above this (or
     not finite) counts as diverged too: a runaway that stays finite (e.g. at 1e30). Judged at evaluations,
     not on the training loss, whose early transients can pass 1e9 and recover (needs ``eval_every`` > 0; None: off).
+    ``stop_at``: end at the first validation whose metric reaches this (MSE at or below it, accuracy at or
+    above), tested on the selected checkpoint as always (``metrics.stopped_at_target``); None: off.
     """
 
     epochs: Optional[int] = None
@@ -177,6 +176,7 @@ class TrainConfig:
     rollbacks: int = 0
     max_val_loss: Optional[float] = None
     qat_steps: int = 0
+    stop_at: Optional[float] = None
 
 
 @dataclass

@@ -51,6 +51,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .errors import ConfigError
+
 # different ranks must draw different dropout masks; the offset keeps rank seeds apart from run seeds
 RANK_SEED_STRIDE = 1_000_003
 
@@ -170,6 +172,20 @@ def local_device(device: str) -> torch.device:
     if chosen.type == "cuda" and chosen.index is None and launched():
         return torch.device("cuda", local_rank())
     return chosen
+
+
+def usable_device(name: str) -> torch.device:
+    """The torch device called ``name`` (``cuda`` -> this rank's GPU under torchrun), checked usable; a
+    device this machine lacks is a ConfigError naming ``train.device``."""
+    try:
+        device = local_device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:
+        raise ConfigError(
+            f"train.device: expected a torch device available here (such as cpu), got "
+            f"{name!r} ({str(error).splitlines()[0]})"
+        ) from None
+    return device
 
 
 # ---- seeds and the model ----------------------------------------------------------------------------

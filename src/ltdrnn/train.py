@@ -113,19 +113,6 @@ def train(
     return record
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device called ``name`` (``cuda`` -> this rank's GPU under torchrun), checked usable."""
-    try:
-        device = D.local_device(name)
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as error:
-        raise ConfigError(
-            f"train.device: expected a torch device available here (such as cpu), got "
-            f"{name!r} ({str(error).splitlines()[0]})"
-        ) from None
-    return device
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -138,7 +125,7 @@ class Run:
 
     def __init__(self, cfg: RunConfig, resume: bool) -> None:
         self.cfg = cfg
-        self.device = resolve_device(cfg.train.device)
+        self.device = D.usable_device(cfg.train.device)
         checkpoint = self._find_checkpoint(resume)
         self.run_id = D.broadcast_object(
             checkpoint["run_id"] if checkpoint else new_run_id(cfg.model.cell, cfg.task.name)
@@ -181,6 +168,12 @@ class Run:
         self.int8 = Int8Matrices(self.model) if cfg.train.qat_steps else None
         self.train_set = self.task.dataset("train")
         self.validates = validation_size(cfg, self.task) > 0
+        target = cfg.train.stop_at
+        if target is not None and not (self.validates and math.isfinite(target)):
+            raise ConfigError(
+                f"train.stop_at: expected a finite target and a validation split, got {target!r} "
+                f"and {validation_size(cfg, self.task)} validation items"
+            )
         self.batches_per_epoch = math.ceil(len(self.train_set) / cfg.train.batch_size)
         self.step = 0
         self.epoch = 0
@@ -437,6 +430,7 @@ class Run:
             "rollbacks": self.rollbacks,
             "skipped_updates": self.spikes.skipped,
             "best_step": self.best["step"] if self.best else self.step,
+            "stopped_at_target": self.reached_target(),
             "checkpoint": self.checkpoint_label(),
             "restarts": self.restarts,
             "params": M.parameter_count(self.model),
@@ -563,7 +557,16 @@ class Run:
         return min(s for s in (by_epochs, cfg.steps) if s is not None)
 
     def finished(self) -> bool:
-        return self.step >= self.total_steps()
+        return self.step >= self.total_steps() or self.reached_target()
+
+    def reached_target(self) -> bool:
+        """Whether the latest validation's metric met ``train.stop_at`` (the loop ends right after it, so
+        the latest is the one that counts, also in a resumed run)."""
+        target = self.cfg.train.stop_at
+        if target is None or not self.history:
+            return False
+        metric = self.history[-1]["val_metric"]
+        return metric >= target if self.info.higher_is_better else metric <= target
 
     def history_has(self, step: int) -> bool:
         return bool(self.history) and self.history[-1]["step"] == step

@@ -46,6 +46,7 @@ KEYS = [
     "train.loss_weights.budget",
     "train.select_on",
     "train.max_val_loss",
+    "train.stop_at",
     "train.eval_every",
     "results",
     "nosuch",
